@@ -1,0 +1,3 @@
+"""edge-export: PyTorch to LiteRT with host-proven parity."""
+
+__version__ = "0.1.0"

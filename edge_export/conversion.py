@@ -1,0 +1,111 @@
+"""Convert a PyTorch module to LiteRT flatbuffer bytes with litert-torch.
+
+litert-torch traces the module with torch.export itself; we let it, so that the model is traced once
+(tracing twice would cost up to a third of the export time on a ResNet-sized model). Its failures
+are sorted into tracing failures (TraceError) and lowering failures (ConversionError) and located
+with ``diagnosis.locate_failure``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .diagnosis import FailureLocation, is_trace_failure, locate_failure
+from .errors import ConversionError, TraceError
+from .library_output import quiet_libraries
+
+__all__ = ["ChannelsLastPlan", "plan_channels_last", "wrap_channels_last", "convert_module", "fp16_quant_config"]
+
+
+@dataclass(frozen=True)
+class ChannelsLastPlan:
+    """Which inputs and outputs are 4-D image tensors that move to NHWC."""
+
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    @property
+    def active(self) -> bool:
+        return bool(self.inputs or self.outputs)
+
+
+def plan_channels_last(input_ranks: Sequence[int], output_ranks: Sequence[int]) -> ChannelsLastPlan:
+    return ChannelsLastPlan(
+        inputs=tuple(i for i, r in enumerate(input_ranks) if r == 4),
+        outputs=tuple(i for i, r in enumerate(output_ranks) if r == 4),
+    )
+
+
+def wrap_channels_last(module: Any, plan: ChannelsLastPlan) -> Any:
+    import litert_torch
+
+    return litert_torch.to_channel_last_io(module, args=list(plan.inputs), outputs=list(plan.outputs))
+
+
+def fp16_quant_config() -> Any:
+    """fp16 weights (the converter inserts DEQUANTIZE to float32 for compute on CPU)."""
+    from litert_torch.generative.quantize import quant_recipes
+
+    return quant_recipes.full_fp16_recipe()
+
+
+def _trace_for_diagnosis(module: Any, args: tuple, strict: bool) -> Any:
+    """Trace again only on the failure path, to map the failing node to its nn.Module."""
+    import torch
+
+    try:
+        return torch.export.export(module, args, strict=strict).graph_module
+    except Exception:
+        return None
+
+
+def _hint_for(loc: FailureLocation, tracing: bool) -> str:
+    reason = loc.reason.lower()
+    if tracing and ("data-dependent" in reason or "guard" in reason):
+        return (
+            "The model's control flow depends on tensor values, which torch.export cannot trace: "
+            "replace the Python `if` on a tensor with torch.where or torch.cond, or move the branch "
+            "out of forward()."
+        )
+    if tracing:
+        return (
+            "Try --strict (or drop it) to switch torch.export's tracing mode, check that forward() "
+            "accepts the given --input-shape values, or run with --debug for the full traceback."
+        )
+    if "complex" in reason:
+        return "LiteRT has no complex tensors: replace complex ops (e.g. torch.fft) with real-valued math."
+    return (
+        "The operator has no LiteRT lowering in this litert-torch version: replace it with supported "
+        "ops (see litert-torch's supported-op list), or run with --debug for the full traceback."
+    )
+
+
+def convert_module(
+    module: Any,
+    example_inputs: tuple,
+    *,
+    strict: bool = False,
+    quant_config: Any = None,
+    verbose: bool = False,
+) -> bytes:
+    """Trace and convert; return the flatbuffer bytes. Raises TraceError or ConversionError."""
+    with quiet_libraries(verbose) as captured:
+        try:
+            import litert_torch
+
+            edge_model = litert_torch.convert(
+                module, tuple(example_inputs), strict_export=strict, quant_config=quant_config
+            )
+            return bytes(edge_model.model_content())
+        except Exception as exc:
+            tracing = is_trace_failure(exc)
+            loc = locate_failure(exc, _trace_for_diagnosis(module, tuple(example_inputs), strict))
+            failure = exc
+    stage = "Tracing the model with torch.export" if tracing else "Converting the traced graph to LiteRT"
+    where = loc.describe()
+    message = f"{stage} failed" + (f" {where}" if where else "") + f". PyTorch says: {loc.reason}"
+    err = (TraceError if tracing else ConversionError)(message, _hint_for(loc, tracing))
+    err.location = loc  # type: ignore[attr-defined]
+    err.library_output = captured.text  # type: ignore[attr-defined]
+    raise err from failure

@@ -1,0 +1,184 @@
+"""Run a flatbuffer on the host with ai-edge-litert's interpreter.
+
+The runner speaks float to its callers: it quantizes float inputs with each input tensor's own scale
+and zero point and dequantizes integer outputs, so that parity code compares like with like whatever
+the model's I/O types are.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .errors import RuntimeRunError
+from .flatbuffer import FlatbufferModel, read_flatbuffer
+
+__all__ = ["Resolver", "IOTensor", "TFLiteRunner", "quantize_array", "dequantize_array"]
+
+
+class Resolver(str, enum.Enum):
+    XNNPACK = "xnnpack"  # optimized kernels plus the default XNNPACK delegate (what apps run)
+    BUILTIN = "builtin"  # optimized kernels, no default delegates
+    REFERENCE = "reference"  # reference kernels: slow, but every op and intermediate is visible
+
+
+@dataclass(frozen=True)
+class IOTensor:
+    name: str  # signature name, e.g. args_0 / output_0
+    index: int  # interpreter tensor index
+    shape: tuple[int, ...]
+    dtype: str
+    scale: float | None
+    zero_point: int | None
+
+    @property
+    def quantized(self) -> bool:
+        return self.scale is not None and self.scale != 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "scale": self.scale,
+            "zero_point": self.zero_point,
+        }
+
+
+def quantize_array(x: np.ndarray, scale: float, zero_point: int, dtype: np.dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    q = np.round(np.asarray(x, dtype=np.float64) / scale) + zero_point
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def dequantize_array(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    return ((q.astype(np.float64) - zero_point) * scale).astype(np.float32)
+
+
+def _resolver_type(resolver: Resolver):
+    from ai_edge_litert.interpreter import OpResolverType
+
+    return {
+        Resolver.XNNPACK: OpResolverType.AUTO,
+        Resolver.BUILTIN: OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        Resolver.REFERENCE: OpResolverType.BUILTIN_REF,
+    }[resolver]
+
+
+class TFLiteRunner:
+    """Runs one flatbuffer. ``run`` takes and returns arrays in signature order."""
+
+    def __init__(
+        self,
+        model_bytes: bytes,
+        *,
+        resolver: Resolver = Resolver.XNNPACK,
+        num_threads: int | None = None,
+        preserve_all_tensors: bool = False,
+        model: FlatbufferModel | None = None,
+        delegates: Sequence[object] | None = None,
+    ) -> None:
+        # Verify in pure Python first: the native interpreter may crash on a malformed buffer.
+        self.model = model or read_flatbuffer(model_bytes)
+        from ai_edge_litert.interpreter import Interpreter
+
+        kwargs = {}
+        if delegates:
+            kwargs["experimental_delegates"] = list(delegates)
+        try:
+            self._interp = Interpreter(
+                model_content=bytes(model_bytes),
+                experimental_op_resolver_type=_resolver_type(resolver),
+                num_threads=num_threads,
+                experimental_preserve_all_tensors=preserve_all_tensors,
+                **kwargs,
+            )
+            self._interp.allocate_tensors()
+        except Exception as exc:
+            raise RuntimeRunError(
+                f"The LiteRT interpreter could not load the model: {str(exc).strip().splitlines()[0][:300]}",
+                "The model may use an operator this LiteRT version lacks; run `edge-export inspect` on it.",
+            ) from exc
+        self.inputs, self.outputs = self._io_tensors()
+
+    def _io_tensors(self) -> tuple[list[IOTensor], list[IOTensor]]:
+        interp = self._interp
+        details = {d["index"]: d for d in interp.get_input_details() + interp.get_output_details()}
+        sigs = interp._get_full_signature_list()  # ordered like forward()'s arguments and results
+        if sigs:
+            sig = next(iter(sigs.values()))
+            in_pairs = list(sig["inputs"].items())
+            out_pairs = list(sig["outputs"].items())
+        else:
+            in_pairs = [(d["name"], d["index"]) for d in interp.get_input_details()]
+            out_pairs = [(d["name"], d["index"]) for d in interp.get_output_details()]
+
+        def make(pairs):
+            result = []
+            for name, index in pairs:
+                d = details[index]
+                scale, zp = d.get("quantization", (0.0, 0))
+                result.append(
+                    IOTensor(
+                        name=name,
+                        index=index,
+                        shape=tuple(int(s) for s in d["shape"]),
+                        dtype=np.dtype(d["dtype"]).name,
+                        scale=float(scale) if scale else None,
+                        zero_point=int(zp) if scale else None,
+                    )
+                )
+            return result
+
+        return make(in_pairs), make(out_pairs)
+
+    def run_raw(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Feed arrays already in the model's input dtypes; return outputs as stored."""
+        if len(arrays) != len(self.inputs):
+            raise RuntimeRunError(
+                f"The flatbuffer has {len(self.inputs)} inputs but {len(arrays)} arrays were given."
+            )
+        try:
+            for spec, arr in zip(self.inputs, arrays):
+                self._interp.set_tensor(spec.index, np.ascontiguousarray(arr, dtype=spec.dtype))
+            self._interp.invoke()
+            return [np.array(self._interp.get_tensor(o.index)) for o in self.outputs]
+        except Exception as exc:
+            raise RuntimeRunError(
+                f"The LiteRT interpreter failed to run the model: {str(exc).strip()[:300]}",
+                "Check that the inputs match the shapes and dtypes the model was exported with.",
+            ) from exc
+
+    def quantize_inputs(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        out = []
+        for spec, arr in zip(self.inputs, arrays):
+            arr = np.asarray(arr)
+            if spec.quantized and spec.dtype in ("int8", "uint8", "int16") and arr.dtype.kind == "f":
+                out.append(quantize_array(arr, spec.scale, spec.zero_point, np.dtype(spec.dtype)))
+            else:
+                out.append(arr.astype(spec.dtype, copy=False))
+        return out
+
+    def dequantize_outputs(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        out = []
+        for spec, arr in zip(self.outputs, arrays):
+            if spec.quantized and spec.dtype in ("int8", "uint8", "int16"):
+                out.append(dequantize_array(arr, spec.scale, spec.zero_point))
+            else:
+                out.append(arr)
+        return out
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Float in, float out: quantizes inputs and dequantizes outputs where the model is integer."""
+        return self.dequantize_outputs(self.run_raw(self.quantize_inputs(arrays)))
+
+    # Intermediate tensors, for per-layer parity (needs preserve_all_tensors=True).
+    def tensor(self, index: int) -> np.ndarray:
+        return np.array(self._interp.get_tensor(index))
+
+    @property
+    def interpreter(self):
+        return self._interp
