@@ -211,12 +211,20 @@ def _check_header(data: bytes, origin: str) -> None:
 
 
 def read_flatbuffer(data: bytes, origin: str = "the model") -> FlatbufferModel:
-    """Parse and structurally verify ``data``. Raises FlatbufferError on anything malformed."""
+    """Parse and verify ``data``. Raises FlatbufferError on anything malformed.
+
+    Verification runs before any native code sees the buffer: every offset, table, vector and
+    string must lie inside it (the rules of flatbuffers' C++ Verifier), and every index a runtime
+    follows (opcode, tensor, buffer, subgraph) must exist, constant tensors must own at least the
+    bytes their shape needs, and shapes must not be negative.
+    """
     _check_header(data, origin)
+    data = bytes(data)
     try:
-        return _parse(bytes(data))
-    except FlatbufferError:
-        raise
+        _Verifier(data).verify_model()
+        return _parse(data)
+    except FlatbufferError as exc:
+        raise FlatbufferError(exc.message.replace("The model", origin[:1].upper() + origin[1:], 1), exc.hint) from None
     except Exception as exc:  # the generated reader raises many kinds on malformed input
         raise FlatbufferError(
             f"{origin} is not a valid LiteRT flatbuffer: it could not be parsed "
@@ -246,7 +254,17 @@ def _bad(origin_detail: str) -> FlatbufferError:
     )
 
 
+# Bytes per element of the tensor types whose constant buffers we size-check (int4 is packed).
+_DTYPE_BITS = {
+    "float32": 32, "float16": 16, "float64": 64, "bfloat16": 16, "int32": 32, "uint32": 32,
+    "int64": 64, "uint64": 64, "int16": 16, "uint16": 16, "int8": 8, "uint8": 8, "bool": 8,
+    "int4": 4, "complex64": 64, "complex128": 128,
+}
+
+
 def _parse(data: bytes) -> FlatbufferModel:
+    import math
+
     import numpy as np
     from ai_edge_litert import schema_py_generated as schema
 
@@ -260,16 +278,22 @@ def _parse(data: bytes) -> FlatbufferModel:
         raise _bad("it has no subgraphs")
     buffers = model_t.buffers or []
     opcodes = model_t.operatorCodes or []
+    num_subgraphs = len(model_t.subgraphs)
 
-    def buffer_nonempty(buffer_index: int) -> bool:
+    def buffer_bytes(buffer_index: int) -> int:
         if buffer_index <= 0 or buffer_index >= len(buffers):
-            return False
+            return 0
         buf = buffers[buffer_index]
-        if buf.offset and buf.size:
-            if buf.offset + buf.size > len(data):
-                raise _bad(f"buffer {buffer_index} points past the end of the file")
-            return True
-        return buf.data is not None and len(buf.data) > 0
+        if buf.offset or buf.size:
+            # Data stored after the flatbuffer (models > 2 GB): offset and size must stay in the file.
+            if buf.offset <= 1 or buf.offset + buf.size > len(data):
+                raise _bad(f"buffer {buffer_index} points outside the file")
+            return int(buf.size)
+        return len(buf.data) if buf.data is not None else 0
+
+    for oc_index, oc in enumerate(opcodes):
+        if (oc.deprecatedBuiltinCode or 0) < 0 or (oc.builtinCode or 0) < 0:
+            raise _bad(f"operator code {oc_index} has a negative builtin code")
 
     def opcode_name(index: int) -> str:
         if index < 0 or index >= len(opcodes):
@@ -282,30 +306,52 @@ def _parse(data: bytes) -> FlatbufferModel:
 
     all_ops: list[tuple[OperatorInfo, ...]] = []
     main_tensors: tuple[TensorInfo, ...] = ()
+    main_inputs: tuple[int, ...] = ()
+    main_outputs: tuple[int, ...] = ()
     for sg_index, sg in enumerate(model_t.subgraphs):
         tensors = []
         for t_index, t in enumerate(sg.tensors or []):
+            where = f"tensor {t_index} of subgraph {sg_index}"
             shape = tuple(int(d) for d in (t.shape if t.shape is not None else ()))
             sig = tuple(int(d) for d in t.shapeSignature) if t.shapeSignature is not None else shape
+            if any(d < 0 for d in shape):
+                raise _bad(f"{where} has a negative dimension in its shape {list(shape)}")
+            if len(sig) != len(shape) or any(d < -1 for d in sig):
+                raise _bad(f"{where} has a shape signature {list(sig)} that does not fit its shape")
+            dtype = dtype_names.get(t.type)
+            if dtype is None:
+                raise _bad(f"{where} has an unknown element type {t.type}")
             q = t.quantization
             quant = None
             if q is not None and q.scale is not None and len(q.scale) > 0:
-                zps = q.zeroPoint if q.zeroPoint is not None else np.zeros(len(q.scale), dtype=np.int64)
+                if q.zeroPoint is not None and len(q.zeroPoint) not in (0, len(q.scale)):
+                    raise _bad(f"{where} has {len(q.scale)} scales but {len(q.zeroPoint)} zero points")
+                qdim = int(q.quantizedDimension or 0)
+                if len(q.scale) > 1 and not (0 <= qdim < len(shape) and shape[qdim] == len(q.scale)):
+                    raise _bad(f"{where} has {len(q.scale)} per-channel scales that do not fit its shape")
+                zps = q.zeroPoint if q.zeroPoint is not None and len(q.zeroPoint) else np.zeros(len(q.scale), dtype=np.int64)
                 quant = QuantParams(
                     scales=tuple(float(s) for s in q.scale),
                     zero_points=tuple(int(z) for z in zps),
-                    quantized_dimension=int(q.quantizedDimension or 0),
+                    quantized_dimension=qdim,
                 )
-            if t.buffer is not None and t.buffer >= len(buffers) and len(buffers) > 0:
-                raise _bad(f"tensor {t_index} refers to buffer {t.buffer}, which does not exist")
+            buffer_index = int(t.buffer or 0)
+            if buffer_index >= max(len(buffers), 1):
+                raise _bad(f"{where} refers to buffer {buffer_index}, which does not exist")
+            nbytes = buffer_bytes(buffer_index)
+            bits = _DTYPE_BITS.get(dtype)
+            if nbytes and bits and t.sparsity is None:
+                needed = (math.prod(shape) * bits + 7) // 8
+                if nbytes < needed:
+                    raise _bad(f"{where} needs {needed} bytes of constant data but its buffer holds {nbytes}")
             tensors.append(
                 TensorInfo(
                     index=t_index,
                     name=_decode(t.name),
                     shape=shape,
                     shape_signature=sig,
-                    dtype=dtype_names.get(t.type, f"type{t.type}"),
-                    is_constant=buffer_nonempty(t.buffer or 0),
+                    dtype=dtype,
+                    is_constant=nbytes > 0,
                     quant=quant,
                 )
             )
@@ -314,9 +360,16 @@ def _parse(data: bytes) -> FlatbufferModel:
         for o_index, op in enumerate(sg.operators or []):
             ins = tuple(int(i) for i in (op.inputs if op.inputs is not None else ()))
             outs = tuple(int(i) for i in (op.outputs if op.outputs is not None else ()))
-            for i in (*ins, *outs):
+            inter = tuple(int(i) for i in (op.intermediates if op.intermediates is not None else ()))
+            for i in (*ins, *outs, *inter):
                 if i < -1 or i >= n:
-                    raise _bad(f"operator {o_index} refers to tensor {i}, which does not exist")
+                    raise _bad(f"operator {o_index} of subgraph {sg_index} refers to tensor {i}, which does not exist")
+            if any(i < 0 for i in outs):
+                raise _bad(f"operator {o_index} of subgraph {sg_index} has an omitted output")
+            for options in (op.builtinOptions, op.builtinOptions2):
+                for attr, value in (vars(options) if options is not None else {}).items():
+                    if attr.lower().endswith("subgraphindex") and not 0 <= int(value) < num_subgraphs:
+                        raise _bad(f"operator {o_index} of subgraph {sg_index} calls subgraph {value}, which does not exist")
             ops.append(
                 OperatorInfo(
                     index=o_index,
@@ -327,36 +380,46 @@ def _parse(data: bytes) -> FlatbufferModel:
                     options=op.builtinOptions,
                 )
             )
-        for i in (*(sg.inputs if sg.inputs is not None else ()), *(sg.outputs if sg.outputs is not None else ())):
+        sg_inputs = tuple(int(i) for i in (sg.inputs if sg.inputs is not None else ()))
+        sg_outputs = tuple(int(i) for i in (sg.outputs if sg.outputs is not None else ()))
+        for i in (*sg_inputs, *sg_outputs):
             if i < 0 or i >= n:
                 raise _bad(f"subgraph {sg_index} names tensor {i} as an input or output, which does not exist")
         all_ops.append(tuple(ops))
         if sg_index == 0:
             main_tensors = tuple(tensors)
-            main_inputs = tuple(int(i) for i in (sg.inputs if sg.inputs is not None else ()))
-            main_outputs = tuple(int(i) for i in (sg.outputs if sg.outputs is not None else ()))
+            main_inputs, main_outputs = sg_inputs, sg_outputs
 
     signatures = []
     for sd in model_t.signatureDefs or []:
+        sg_index = int(sd.subgraphIndex or 0)
+        if not 0 <= sg_index < num_subgraphs:
+            raise _bad(f"signature {_decode(sd.signatureKey)!r} names subgraph {sg_index}, which does not exist")
+        sg_size = len(model_t.subgraphs[sg_index].tensors or [])
+        for tm in (*(sd.inputs or []), *(sd.outputs or [])):
+            if not 0 <= int(tm.tensorIndex or 0) < sg_size:
+                raise _bad(f"signature {_decode(sd.signatureKey)!r} names tensor {tm.tensorIndex}, which does not exist")
         signatures.append(
             {
                 "key": _decode(sd.signatureKey),
                 "inputs": [_decode(tm.name) for tm in sd.inputs or []],
                 "outputs": [_decode(tm.name) for tm in sd.outputs or []],
-                "subgraph": int(sd.subgraphIndex or 0),
+                "subgraph": sg_index,
             }
         )
 
     min_runtime = None
     for md in model_t.metadata or []:
-        if _decode(md.name) == "min_runtime_version" and 0 < md.buffer < len(buffers):
+        if not 0 <= int(md.buffer or 0) < max(len(buffers), 1):
+            raise _bad(f"metadata {_decode(md.name)!r} refers to buffer {md.buffer}, which does not exist")
+        if _decode(md.name) == "min_runtime_version" and buffer_bytes(md.buffer):
             buf = buffers[md.buffer]
             raw = bytes(buf.data) if buf.data is not None else data[buf.offset : buf.offset + buf.size]
             min_runtime = raw.split(b"\0", 1)[0].decode("ascii", errors="replace") or None
 
     return FlatbufferModel(
         size_bytes=len(data),
-        num_subgraphs=len(model_t.subgraphs),
+        num_subgraphs=num_subgraphs,
         tensors=main_tensors,
         operators=all_ops[0],
         inputs=main_inputs,
@@ -366,3 +429,199 @@ def _parse(data: bytes) -> FlatbufferModel:
         description=_decode(model_t.description) or None,
         subgraph_operators=tuple(all_ops),
     )
+
+
+# ---- structural verification -------------------------------------------------------------------
+# Neither the `flatbuffers` Python package nor ai-edge-litert exposes the C++ flatbuffers Verifier,
+# and the native interpreter reads the buffer without verifying it (a bad offset is a segfault).
+# So we verify in Python with the same rules as flatbuffers' C++ Verifier: every table, vtable,
+# field, string and vector must lie inside the buffer, properly aligned. Which field of which table
+# is a string, a vector, a sub-table or a union is read once from ai-edge-litert's generated schema
+# module, so the check covers every table of the schema (all builtin options included) without a
+# hand-written copy of it.
+
+_MAX_DEPTH = 64
+_MAX_TABLES = 1_000_000
+_SCALAR_SIZES = {
+    "Bool": 1, "Int8": 1, "Uint8": 1, "Int16": 2, "Uint16": 2, "Int32": 4, "Uint32": 4,
+    "Int64": 8, "Uint64": 8, "Float32": 4, "Float64": 8,
+}
+
+
+@dataclass(frozen=True)
+class _FieldSpec:
+    slot: int  # vtable byte offset (4 + 2 * field id)
+    kind: str  # scalar | string | table | table_vector | scalar_vector | union
+    size: int = 0  # scalar or vector element size
+    target: str | None = None  # table class name, or union creator name
+    type_slot: int | None = None  # a union's type field
+
+
+def _schema_layout() -> dict[str, tuple[_FieldSpec, ...]]:
+    """Map each table class of the generated schema to its fields, by reading the generated code."""
+    global _LAYOUT
+    if _LAYOUT is not None:
+        return _LAYOUT
+    import ast
+    import inspect
+    import re
+
+    from ai_edge_litert import schema_py_generated as schema
+
+    tree = ast.parse(inspect.getsource(schema))
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    creators: dict[str, dict[int, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.endswith("Creator"):
+            mapping = {}
+            for stmt in ast.walk(node):
+                if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare):
+                    member = stmt.test.comparators[0]
+                    ret = stmt.body[0]
+                    if isinstance(member, ast.Attribute) and isinstance(ret, ast.Return):
+                        enum_cls = getattr(schema, member.value.id)
+                        cls_name = ast.unparse(ret.value).split(".", 1)[0]
+                        mapping[int(getattr(enum_cls, member.attr))] = cls_name[:-1]  # FooT -> Foo
+            creators[node.name] = mapping
+
+    layout: dict[str, tuple[_FieldSpec, ...]] = {}
+    for name, cls in classes.items():
+        methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+        if "Init" not in methods or f"{name}T" not in classes:
+            continue
+        # Union fields: the object API's _UnPack names the creator and the type field.
+        union_creators = {}
+        unpack = next((m for m in classes[f"{name}T"].body if isinstance(m, ast.FunctionDef) and m.name == "_UnPack"), None)
+        if unpack is not None:
+            for m in re.finditer(r"self\.(\w+) = (\w+Creator)\(self\.(\w+),", ast.unparse(unpack)):
+                union_creators[m.group(1)[0].upper() + m.group(1)[1:]] = (m.group(2), m.group(3)[0].upper() + m.group(3)[1:])
+        slots = {}
+        for mname, meth in methods.items():
+            src = ast.unparse(meth)
+            found = re.search(r"self\._tab\.Offset\((\d+)\)", src)
+            if not found:
+                continue
+            slots[mname] = (int(found.group(1)), src)
+        fields = []
+        for mname, (slot, src) in slots.items():
+            if mname.endswith(("Length", "IsNone")):
+                continue
+            if mname.endswith("AsNumpy"):
+                flags = re.search(r"GetVectorAsNumpy\(flatbuffers\.number_types\.(\w+)Flags", src)
+                fields.append(_FieldSpec(slot, "scalar_vector", _SCALAR_SIZES[flags.group(1)]))
+                continue
+            if ".Union(" in src:
+                creator, type_method = union_creators[mname]
+                fields.append(_FieldSpec(slot, "union", target=creator, type_slot=slots[type_method][0]))
+            elif "Indirect(x)" in src:
+                fields.append(_FieldSpec(slot, "table_vector", 4, re.search(r"obj = (\w+)\(\)", src).group(1)))
+            elif "Indirect(o + self._tab.Pos)" in src:
+                fields.append(_FieldSpec(slot, "table", target=re.search(r"obj = (\w+)\(\)", src).group(1)))
+            elif "String(o + self._tab.Pos)" in src:
+                fields.append(_FieldSpec(slot, "string"))
+            elif "Vector(o)" in src:
+                if f"{mname}AsNumpy" not in methods:  # a vector of strings or structs: not in this schema
+                    raise FlatbufferError(f"unsupported schema field {name}.{mname}")
+            else:
+                flags = re.search(r"Get\(flatbuffers\.number_types\.(\w+)Flags, o \+ self\._tab\.Pos\)", src)
+                if flags:
+                    fields.append(_FieldSpec(slot, "scalar", _SCALAR_SIZES[flags.group(1)]))
+        layout[name] = tuple(sorted(fields, key=lambda f: f.slot))
+    layout["__creators__"] = creators  # type: ignore[assignment]
+    _LAYOUT = layout
+    return layout
+
+
+_LAYOUT: dict | None = None
+
+
+class _Verifier:
+    """The checks of flatbuffers' C++ Verifier, on the TFLite schema."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.size = len(data)
+        self.layout = _schema_layout()
+        self.creators = self.layout["__creators__"]
+        self.tables = 0
+
+    def fail(self, what: str) -> FlatbufferError:
+        return _bad(what)
+
+    def u16(self, pos: int) -> int:
+        return struct.unpack_from("<H", self.data, pos)[0]
+
+    def u32(self, pos: int) -> int:
+        return struct.unpack_from("<I", self.data, pos)[0]
+
+    def check_range(self, pos: int, length: int, align: int, what: str) -> None:
+        if pos < 0 or length < 0 or pos + length > self.size:
+            raise self.fail(f"{what} lies outside the file")
+        if align > 1 and pos % align:
+            raise self.fail(f"{what} is misaligned")
+
+    def deref(self, field_pos: int, what: str) -> int:
+        self.check_range(field_pos, 4, 4, what)
+        off = self.u32(field_pos)
+        target = field_pos + off
+        if off == 0 or target >= self.size or off >= 2**31:
+            raise self.fail(f"{what} points outside the file")
+        return target
+
+    def verify_string(self, pos: int, what: str) -> None:
+        self.check_range(pos, 4, 4, what)
+        n = self.u32(pos)
+        self.check_range(pos + 4, n + 1, 1, what)
+        if self.data[pos + 4 + n] != 0:
+            raise self.fail(f"{what} is not terminated")
+
+    def verify_vector(self, pos: int, elem_size: int, what: str) -> int:
+        self.check_range(pos, 4, 4, what)
+        n = self.u32(pos)
+        if n * elem_size >= 2**31:
+            raise self.fail(f"{what} claims {n} elements")
+        self.check_range(pos + 4, n * elem_size, 1, what)
+        return n
+
+    def verify_table(self, pos: int, cls: str, depth: int) -> None:
+        what = f"a {cls} table"
+        self.tables += 1
+        if depth > _MAX_DEPTH or self.tables > _MAX_TABLES:
+            raise self.fail("its tables nest too deeply or are too many")
+        self.check_range(pos, 4, 4, what)
+        vtable = pos - struct.unpack_from("<i", self.data, pos)[0]
+        self.check_range(vtable, 4, 2, f"the vtable of {what}")
+        vsize, tsize = self.u16(vtable), self.u16(vtable + 2)
+        if vsize < 4 or vsize % 2:
+            raise self.fail(f"the vtable of {what} is malformed")
+        self.check_range(vtable, vsize, 2, f"the vtable of {what}")
+        self.check_range(pos, tsize, 1, what)
+        for spec in self.layout[cls]:
+            voff = self.u16(vtable + spec.slot) if spec.slot < vsize else 0
+            if voff == 0:
+                continue
+            field = pos + voff
+            fwhat = f"a field of {what}"
+            if spec.kind == "scalar":
+                self.check_range(field, spec.size, spec.size, fwhat)
+            elif spec.kind == "string":
+                self.verify_string(self.deref(field, fwhat), fwhat)
+            elif spec.kind == "table":
+                self.verify_table(self.deref(field, fwhat), spec.target, depth + 1)
+            elif spec.kind == "scalar_vector":
+                self.verify_vector(self.deref(field, fwhat), spec.size, fwhat)
+            elif spec.kind == "table_vector":
+                start = self.deref(field, fwhat)
+                for i in range(self.verify_vector(start, 4, fwhat)):
+                    self.verify_table(self.deref(start + 4 + 4 * i, fwhat), spec.target, depth + 1)
+            elif spec.kind == "union":
+                tvoff = self.u16(vtable + spec.type_slot) if spec.type_slot < vsize else 0
+                if tvoff == 0:
+                    continue
+                self.check_range(pos + tvoff, 1, 1, fwhat)
+                member = self.creators[spec.target].get(self.data[pos + tvoff])
+                if member is not None:  # unknown union members are skipped by readers too
+                    self.verify_table(self.deref(field, fwhat), member, depth + 1)
+
+    def verify_model(self) -> None:
+        self.verify_table(self.deref(0, "the root table"), "Model", 0)

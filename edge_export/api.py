@@ -1,0 +1,347 @@
+"""The Python API: ``export()`` chains the stages; the CLI is a thin shell over it.
+
+    load -> inputs -> convert (or quantize) -> inspect flatbuffer -> target checks -> validate -> report
+
+Each stage is a function of the previous stage's result; nothing reaches back. Artifacts are staged
+and committed together at the end, so a failure leaves no output behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from . import __version__
+from .atomic_files import ArtifactSet, check_writable_folder
+from .config import InputSpec, QuantizeMode, Target, Thresholds, default_thresholds
+from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
+
+__all__ = ["ExportOptions", "ExportResult", "export", "default_output_path", "REPORT_SCHEMA_VERSION"]
+
+REPORT_SCHEMA_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    quantize: QuantizeMode = QuantizeMode.NONE
+    target: Target = Target.CPU
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+    input_dtypes: tuple[str, ...] = ()
+    channels_last: bool = False
+    strict: bool = False
+    validate: bool = True
+    samples: int = 8
+    seed: int = 0
+    atol: float | None = None
+    min_sqnr: float | None = None
+    min_cosine: float | None = None
+    min_top1: float | None = None
+    weights: str | None = None
+    trust_pickle: bool = False
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quantize", QuantizeMode(self.quantize))
+        object.__setattr__(self, "target", Target(self.target))
+        if self.samples < 1:
+            raise UsageError(f"--samples {self.samples} must be at least 1.", "Use e.g. --samples 8.")
+
+    def thresholds(self) -> Thresholds:
+        return default_thresholds(self.quantize).override(
+            atol=self.atol, min_sqnr_db=self.min_sqnr, min_cosine=self.min_cosine, min_top1=self.min_top1
+        )
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    tflite_path: Path
+    report_json_path: Path
+    report_md_path: Path
+    report: dict = field(repr=False)
+    exit_code: int
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+    @property
+    def parity(self) -> dict | None:
+        return self.report.get("validation")
+
+
+def default_output_path(source: str) -> Path:
+    """``<model stem>.tflite`` beside the model; for a module reference, in the current folder."""
+    p = Path(source)
+    if p.exists():
+        return p.with_suffix(".tflite")
+    name = source.split(":")[-1].split(".")[-1] or "model"
+    return Path.cwd() / f"{name}.tflite"
+
+
+def report_paths(tflite_path: Path) -> tuple[Path, Path]:
+    stem = tflite_path.with_suffix("")
+    return Path(f"{stem}.report.json"), Path(f"{stem}.report.md")
+
+
+class _Stages:
+    def __init__(self, on_stage: Callable[[str], None] | None) -> None:
+        self.times: list[dict] = []
+        self._on_stage = on_stage
+
+    @contextmanager
+    def run(self, name: str, label: str) -> Iterator[None]:
+        if self._on_stage:
+            self._on_stage(label)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times.append({"name": name, "seconds": round(time.perf_counter() - start, 4)})
+
+
+def _library_versions() -> dict:
+    from importlib import metadata
+
+    versions = {"python": platform.python_version()}
+    for dist in ("torch", "litert-torch", "ai-edge-litert", "ai-edge-quantizer", "numpy"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    return versions
+
+
+def _flatten_outputs(out: Any) -> list:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    leaves = pytree.tree_leaves(out)
+    bad = [type(x).__name__ for x in leaves if not isinstance(x, torch.Tensor)]
+    if bad or not leaves:
+        raise InputSpecError(
+            f"The model's forward() returns {', '.join(bad) or 'no tensors'}; edge-export needs tensor outputs "
+            "(a tensor, or a tuple/list/dict of tensors).",
+            "Wrap the model so that forward() returns only tensors.",
+        )
+    return leaves
+
+
+def _resolve_inputs(loaded: Any, options: ExportOptions, example_inputs: tuple | None) -> tuple[list[InputSpec], tuple]:
+    from .inputs import example_tensors, specs_from_options, specs_from_tensors
+
+    if options.input_shapes:
+        specs = specs_from_options(options.input_shapes, options.input_dtypes)
+        if example_inputs is not None and len(example_inputs) == len(specs):
+            example = tuple(example_inputs)
+        else:
+            example = example_tensors(specs, options.seed)
+        return specs, example
+    if example_inputs is not None:
+        return specs_from_tensors(example_inputs), tuple(example_inputs)
+    if loaded.example_inputs is not None:
+        return specs_from_tensors(loaded.example_inputs), tuple(loaded.example_inputs)
+    raise InputSpecError(
+        f"The input shapes of {loaded.source} are unknown: a {loaded.kind.value.replace('_', ' ')} does not record them.",
+        "Pass --input-shape once per forward() argument, in order, e.g. --input-shape 1,3,224,224.",
+    )
+
+
+def _to_layout(arrays: Sequence[np.ndarray], indices: Sequence[int], nhwc: bool) -> list[np.ndarray]:
+    out = list(arrays)
+    for i in indices:
+        out[i] = np.transpose(out[i], (0, 2, 3, 1) if nhwc else (0, 3, 1, 2))
+    return out
+
+
+def export(
+    model: Any,
+    *,
+    example_inputs: tuple | None = None,
+    output: str | Path | None = None,
+    options: ExportOptions | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    **option_values: Any,
+) -> ExportResult:
+    """Export ``model`` (a path, a ``package.module:attr`` reference or an nn.Module) to LiteRT.
+
+    Options are given as an ``ExportOptions`` or as keyword arguments of the same names
+    (``quantize="fp16"``, ``channels_last=True``, ...). Returns an ``ExportResult``; raises an
+    ``EdgeExportError`` subclass when nothing could be exported.
+    """
+    if options is None:
+        options = ExportOptions(**option_values)
+    elif option_values:
+        raise UsageError("Pass either options=ExportOptions(...) or keyword options, not both.")
+    if options.quantize.is_integer:
+        raise UsageError(
+            f"--quantize {options.quantize.value} is not available in this version.",
+            "Use --quantize none or fp16.",
+        )
+    stages = _Stages(on_stage)
+    source_text = "<in-memory module>" if not isinstance(model, (str, Path)) else str(model)
+    tflite_path = Path(output) if output is not None else default_output_path(source_text)
+    if tflite_path.suffix == "":
+        tflite_path = tflite_path.with_suffix(".tflite")
+    json_path, md_path = report_paths(tflite_path)
+    check_writable_folder(tflite_path)
+
+    import torch
+
+    from .conversion import convert_module, fp16_quant_config, plan_channels_last, wrap_channels_last
+    from .flatbuffer import read_flatbuffer
+    from .inputs import check_model_accepts
+    from .loading import load_model
+
+    with stages.run("load", "Loading the model"):
+        loaded = load_model(
+            model,
+            example_inputs=_example_for_loading(options, example_inputs),
+            weights=options.weights,
+            trust_pickle=options.trust_pickle,
+        )
+        specs, example = _resolve_inputs(loaded, options, example_inputs)
+        module = loaded.module
+        reference_out = _flatten_outputs(check_model_accepts(module, example, specs))
+
+    plan = plan_channels_last(
+        [len(s.shape) for s in specs] if options.channels_last else [],
+        [t.dim() for t in reference_out] if options.channels_last else [],
+    )
+    export_module = wrap_channels_last(module, plan) if plan.active else module
+    export_example = tuple(
+        t.permute(0, 2, 3, 1).contiguous() if i in plan.inputs else t for i, t in enumerate(example)
+    )
+
+    with stages.run("convert", "Tracing and converting with litert-torch"):
+        quant_config = fp16_quant_config() if options.quantize is QuantizeMode.FP16 else None
+        model_bytes = convert_module(
+            export_module, export_example, strict=options.strict, quant_config=quant_config, verbose=options.verbose
+        )
+
+    with stages.run("inspect", "Reading the flatbuffer"):
+        fb = read_flatbuffer(model_bytes, origin="the converted model")
+
+    validation: dict
+    if options.validate:
+        with stages.run("validate", f"Checking parity on {options.samples} samples"):
+            parity = _validate(module, example, specs, options, model_bytes, fb, plan)
+        validation = parity.to_dict()
+        exit_code = EXIT_OK if parity.passed else EXIT_PARITY_FAILED
+    else:
+        validation = {"status": "skipped", "reason": "--no-validate was given"}
+        exit_code = EXIT_OK
+
+    report = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "tool": {"name": "edge-export", "version": __version__},
+        "libraries": _library_versions(),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "model": loaded.to_dict(),
+        "inputs": [
+            {**s.to_dict(), "layout": "NHWC" if i in plan.inputs else None} for i, s in enumerate(specs)
+        ],
+        "export": {
+            "quantize": options.quantize.value,
+            "target": options.target.value,
+            "channels_last": options.channels_last,
+            "channels_last_inputs": list(plan.inputs),
+            "channels_last_outputs": list(plan.outputs),
+            "strict": options.strict,
+        },
+        "artifacts": {"tflite": str(tflite_path), "report_json": str(json_path), "report_markdown": str(md_path)},
+        "flatbuffer": _flatbuffer_section(fb, model_bytes),
+        "stages": stages.times,
+        "validation": validation,
+        "verdict": _verdict(validation),
+        "exit_code": exit_code,
+    }
+    from .reports.json_report import render_json
+    from .reports.markdown import render_markdown
+
+    with stages.run("write", "Writing artifacts"):
+        with ArtifactSet() as artifacts:
+            artifacts.add(tflite_path, model_bytes)
+            artifacts.add(json_path, render_json(report))
+            artifacts.add(md_path, render_markdown(report))
+            artifacts.commit()
+    return ExportResult(tflite_path, json_path, md_path, report, exit_code)
+
+
+def _example_for_loading(options: ExportOptions, example_inputs: tuple | None) -> tuple | None:
+    """TorchScript conversion needs example inputs at load time."""
+    if example_inputs is not None:
+        return tuple(example_inputs)
+    if options.input_shapes:
+        from .inputs import example_tensors, specs_from_options
+
+        return example_tensors(specs_from_options(options.input_shapes, options.input_dtypes), options.seed)
+    return None
+
+
+def _verdict(validation: dict) -> str:
+    status = validation.get("status")
+    if status == "passed":
+        return "passed"
+    if status == "failed":
+        return "failed"
+    return "exported-unvalidated"
+
+
+def _flatbuffer_section(fb: Any, model_bytes: bytes) -> dict:
+    return {
+        "size_bytes": fb.size_bytes,
+        "sha256": hashlib.sha256(model_bytes).hexdigest(),
+        "num_operators": fb.num_operators,
+        "op_counts": fb.op_counts,
+        "num_tensors": len(fb.tensors),
+        "num_subgraphs": fb.num_subgraphs,
+        "min_runtime_version": fb.min_runtime_version,
+        "inputs": [t.to_dict() for t in fb.input_tensors],
+        "outputs": [t.to_dict() for t in fb.output_tensors],
+        "fully_integer": fb.is_fully_integer,
+    }
+
+
+def _validate(module: Any, example: tuple, specs: list[InputSpec], options: ExportOptions, model_bytes: bytes, fb: Any, plan: Any):
+    import torch
+
+    from .inputs import make_samples
+    from .runtime import Resolver, TFLiteRunner
+    from .validators.parity import compare_outputs
+
+    from .library_output import quiet_libraries
+
+    samples = make_samples(specs, options.samples, options.seed, example)
+    with quiet_libraries(options.verbose):
+        runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
+    references, candidates = [], []
+    with torch.no_grad():
+        for sample in samples:
+            ref = [t.detach().float().numpy() for t in _flatten_outputs(module(*sample))]
+            feed = _to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True)
+            out = runner.run(feed)
+            out = _to_layout(out, plan.outputs, nhwc=False)
+            references.append(ref)
+            candidates.append(out)
+    names = [o.name for o in runner.outputs]
+    if len(names) != len(references[0]):
+        raise UsageError(
+            f"The flatbuffer has {len(names)} outputs but the PyTorch model returns {len(references[0])}.",
+            "This can happen when outputs are constants or duplicates; run with --no-validate to export anyway.",
+        )
+    scales = [o.scale for o in runner.outputs]
+    return compare_outputs(
+        references,
+        candidates,
+        names=names,
+        thresholds=options.thresholds(),
+        runtime="ai-edge-litert interpreter (CPU, XNNPACK)",
+        output_scales=scales,
+    )

@@ -1,0 +1,203 @@
+"""The `edge-export` command: builds options, calls the Python API, maps errors to exit codes.
+
+This is the only module that exits. It imports no torch or LiteRT at start-up, so `--help` is fast;
+the API imports them when a command runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from .config import IODtype, QuantBackend, QuantizeMode, Target, parse_shape
+from .errors import EXIT_INTERNAL, EXIT_USAGE, EdgeExportError
+
+EXIT_CODES_HELP = """Exit codes: 0 exported and parity passed; 1 exported but parity (or a
+regression gate) failed, artifacts kept and the report says why; 2 bad usage or unreadable input,
+nothing written; 3 tracing, quantization or conversion failed, nothing written; 4 internal error
+(a bug: please report it with --debug output); 130 interrupted."""
+
+app = typer.Typer(
+    name="edge-export",
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help=(
+        "Export an unmodified PyTorch model to a LiteRT flatbuffer and prove on the host that it "
+        "computes what PyTorch computes.\n\n"
+        "Usage: edge-export MODEL [OPTIONS]  (same as `edge-export export MODEL`)\n\n"
+        "MODEL is an ExportedProgram archive (.pt2), a TorchScript archive, a package.module:attr "
+        "reference, or a pickled module (with --trust-pickle).\n\n" + EXIT_CODES_HELP
+    ),
+)
+
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+_out = Console(highlight=False)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        _out.print(f"edge-export {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Group entry point (commands: export, validate, inspect, bench)."""
+
+
+class _Reporter:
+    """Stage progress on stderr; silent with --quiet."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self._status = None
+
+    def stage(self, label: str) -> None:
+        if self.quiet:
+            return
+        if self._status is None:
+            self._status = _err.status(label, spinner="dots")
+            self._status.start()
+        else:
+            self._status.update(label)
+        _err.print(f"[dim]•[/dim] {label}")
+
+    def stop(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+
+def _fail(exc: BaseException, debug: bool) -> int:
+    if debug:
+        _err.print(traceback.format_exc(), markup=False)
+    if isinstance(exc, EdgeExportError):
+        _err.print(f"[bold red]error:[/bold red] {exc}", soft_wrap=True)
+        if not debug:
+            _err.print("[dim](run with --debug for the full traceback)[/dim]")
+        return exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        _err.print("[bold red]interrupted[/bold red]: nothing was written.")
+        return 130
+    code = getattr(exc, "exit_code", EXIT_INTERNAL)
+    _err.print(
+        f"[bold red]internal error:[/bold red] {type(exc).__name__}: {str(exc)[:500]} "
+        "This is a bug in edge-export; please report it with the output of --debug.",
+        markup=True,
+    )
+    return code
+
+
+def _parse_shapes(values: Optional[List[str]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(parse_shape(v) for v in (values or []))
+
+
+def _print_summary(result) -> None:
+    rep = result.report
+    fb = rep["flatbuffer"]
+    val = rep["validation"]
+    verdict = rep["verdict"]
+    color = {"passed": "green", "failed": "red"}.get(verdict, "yellow")
+    _out.print(f"[bold {color}]{verdict.upper()}[/bold {color}]  {result.tflite_path}")
+    ops = ", ".join(f"{k}×{v}" for k, v in list(fb["op_counts"].items())[:8])
+    more = "" if len(fb["op_counts"]) <= 8 else f", … ({len(fb['op_counts'])} kinds)"
+    _out.print(f"  size {fb['size_bytes'] / 1024:.1f} KiB · {fb['num_operators']} ops: {ops}{more}")
+    if val.get("status") == "skipped":
+        _out.print(f"  parity: not checked ({val.get('reason')})")
+    elif val.get("worst"):
+        w = val["worst"]
+        sq = w.get("sqnr_db")
+        mae = w.get("max_abs_error")
+        failed = w.get("failed_checks") or []
+        _out.print(
+            f"  parity ({val['samples']} samples): worst output {w['output']}: SQNR "
+            f"{'–' if sq is None else f'{sq:.1f}'} dB, max abs error {'–' if mae is None else f'{mae:.3g}'}"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+            + (f"; {w['error']}" if w.get("error") else "")
+        )
+    _out.print(f"  reports: {result.report_json_path}  {result.report_md_path}")
+
+
+@app.command("export", help="Export MODEL to a LiteRT flatbuffer, check parity and write reports.\n\n" + EXIT_CODES_HELP)
+def export_command(
+    model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output .tflite path (default: <model stem>.tflite beside the model)."),
+    quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32) or fp16."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="Input shape such as 1,3,224,224; repeat once per input in forward() order."),
+    input_dtype: Optional[List[str]] = typer.Option(None, "--input-dtype", help="Input dtype (float32, int64, ...); repeatable; default float32."),
+    channels_last: bool = typer.Option(False, "--channels-last/--no-channels-last", help="NHWC inputs/outputs for 4-D image tensors (no boundary TRANSPOSE ops)."),
+    strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
+    validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
+    samples: int = typer.Option(8, "--samples", help="Number of parity inputs (example inputs plus seeded random ones)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the random parity inputs."),
+    atol: Optional[float] = typer.Option(None, "--atol", help="Max absolute error allowed per output."),
+    min_sqnr: Optional[float] = typer.Option(None, "--min-sqnr", help="Minimum SQNR in dB per output."),
+    min_cosine: Optional[float] = typer.Option(None, "--min-cosine", help="Minimum cosine similarity per output."),
+    min_top1: Optional[float] = typer.Option(None, "--min-top1", help="Minimum top-1 agreement (0..1) for logits outputs."),
+    weights: Optional[str] = typer.Option(None, "--weights", help="state_dict file for a package.module:attr model (loaded with weights_only=True)."),
+    trust_pickle: bool = typer.Option(False, "--trust-pickle", help="Allow loading a pickled module (runs arbitrary code: only for files you trust)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show litert-torch's and absl's own output."),
+    quiet: bool = typer.Option(False, "--quiet", help="Print only errors."),
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks."),
+) -> None:
+    reporter = _Reporter(quiet)
+    try:
+        from .api import ExportOptions, export
+
+        options = ExportOptions(
+            quantize=quantize,
+            input_shapes=_parse_shapes(input_shape),
+            input_dtypes=tuple(input_dtype or ()),
+            channels_last=channels_last,
+            strict=strict,
+            validate=validate,
+            samples=samples,
+            seed=seed,
+            atol=atol,
+            min_sqnr=min_sqnr,
+            min_cosine=min_cosine,
+            min_top1=min_top1,
+            weights=weights,
+            trust_pickle=trust_pickle,
+            verbose=verbose,
+        )
+        result = export(model, output=output, options=options, on_stage=reporter.stage)
+    except (Exception, KeyboardInterrupt) as exc:
+        reporter.stop()
+        raise typer.Exit(_fail(exc, debug))
+    reporter.stop()
+    if not quiet:
+        _print_summary(result)
+    raise typer.Exit(result.exit_code)
+
+
+_COMMANDS = {"export", "validate", "inspect", "bench"}
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    # `edge-export MODEL ...` is `edge-export export MODEL ...`.
+    first = next((a for a in args if not a.startswith("-")), None)
+    if args and first is not None and first not in _COMMANDS and args[0] not in ("--help", "-h"):
+        args = ["export", *args]
+    try:
+        app(args=args, prog_name="edge-export", standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code
+        if code is not None and not isinstance(code, int):
+            code = EXIT_USAGE
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Input specs and the sample inputs that tracing and parity run on."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .config import InputSpec
+from .errors import InputSpecError
+
+__all__ = ["specs_from_options", "specs_from_tensors", "example_tensors", "make_samples", "check_model_accepts"]
+
+
+def specs_from_options(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str]) -> list[InputSpec]:
+    if dtypes and len(dtypes) not in (1, len(shapes)):
+        raise InputSpecError(
+            f"{len(dtypes)} --input-dtype values were given for {len(shapes)} --input-shape values.",
+            "Give one --input-dtype per --input-shape (in the same order), or a single one for all.",
+        )
+    if not dtypes:
+        dtypes = ["float32"] * len(shapes)
+    elif len(dtypes) == 1:
+        dtypes = list(dtypes) * len(shapes)
+    return [InputSpec(tuple(s), d) for s, d in zip(shapes, dtypes)]
+
+
+def specs_from_tensors(tensors: Sequence[Any]) -> list[InputSpec]:
+    return [InputSpec(tuple(int(d) for d in t.shape), str(t.dtype).replace("torch.", "")) for t in tensors]
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+def example_tensors(specs: Sequence[InputSpec], seed: int = 0) -> tuple:
+    """Deterministic example inputs for tracing (the first parity sample)."""
+    return tuple(_random_tensor(spec, np.random.default_rng(seed + 7919 * i), None) for i, spec in enumerate(specs))
+
+
+def _random_tensor(spec: InputSpec, rng: np.random.Generator, like: Any):
+    import torch
+
+    dtype = _torch_dtype(spec.dtype)
+    if dtype.is_floating_point:
+        arr = rng.standard_normal(spec.shape).astype(np.float32)
+        if like is not None and like.numel() > 1:
+            ref = like.detach().float()
+            arr = arr * float(ref.std()) + float(ref.mean())
+        return torch.from_numpy(arr).to(dtype)
+    if dtype == torch.bool:
+        return torch.from_numpy(rng.integers(0, 2, spec.shape).astype(bool))
+    low, high = 0, 10
+    if like is not None and like.numel() > 0:
+        low, high = int(like.min()), int(like.max()) + 1
+    return torch.from_numpy(rng.integers(low, max(high, low + 1), spec.shape)).to(dtype)
+
+
+def make_samples(specs: Sequence[InputSpec], count: int, seed: int, example: tuple | None) -> list[tuple]:
+    """``count`` input tuples: the example inputs first, then seeded random ones shaped like them."""
+    samples: list[tuple] = []
+    if example is not None:
+        samples.append(tuple(example))
+    rng = np.random.default_rng(seed)
+    while len(samples) < count:
+        like = example if example is not None else (None,) * len(specs)
+        samples.append(tuple(_random_tensor(s, rng, l) for s, l in zip(specs, like)))
+    return samples[:count]
+
+
+def check_model_accepts(module: Any, example: tuple, specs: Sequence[InputSpec]) -> Any:
+    """Run the model eagerly once; a shape it rejects becomes a one-line InputSpecError."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            return module(*example)
+    except Exception as exc:
+        shapes = " and ".join(f"({s.shape_text}) {s.dtype}" for s in specs)
+        first = next((ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()), type(exc).__name__)
+        raise InputSpecError(
+            f"The model rejects input {shapes}: PyTorch says: {first[:300]}",
+            "Pass --input-shape once per forward() argument, in order, with the shape the model expects.",
+        ) from exc

@@ -1,0 +1,292 @@
+"""Load the user's model from any of the four supported sources, detected by content.
+
+    ExportedProgram archive (torch.export.save)   -> its module; stored example inputs give shapes
+    TorchScript archive (torch.jit.save)          -> converted to an ExportedProgram (needs shapes)
+    package.module:attr                           -> class, factory or instance; optional --weights
+    full pickle (torch.save(model))               -> only with trust_pickle=True
+
+A state dict or any other pickle is loaded with ``weights_only=True`` first, which cannot run code, so
+an untrusted pickle is identified without executing its payload.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import re
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import InputSpecError, ModelLoadError
+
+__all__ = ["ModelKind", "LoadedModel", "detect_kind", "load_model", "is_module_reference"]
+
+_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_PICKLE_PROTOCOL_PREFIX = b"\x80"
+_EXPECTED = (
+    "edge-export accepts an ExportedProgram archive (torch.export.save, usually .pt2), a TorchScript "
+    "archive (torch.jit.save), a `package.module:attr` reference to an nn.Module class, factory or "
+    "instance, or a pickled module (torch.save(model), only with --trust-pickle)."
+)
+
+
+class ModelKind(str, enum.Enum):
+    EXPORTED_PROGRAM = "exported_program"
+    TORCHSCRIPT = "torchscript"
+    MODULE_REFERENCE = "module_reference"
+    PICKLE = "pickle"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    module: Any  # torch.nn.Module in eval mode
+    kind: ModelKind
+    source: str
+    example_inputs: tuple | None  # torch tensors, when the source carries them
+    class_name: str
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "kind": self.kind.value, "class": self.class_name}
+
+
+def is_module_reference(text: str) -> bool:
+    return bool(_REFERENCE.match(text)) and not Path(text).exists()
+
+
+def detect_kind(path: Path) -> ModelKind:
+    """Look inside the file; the extension is ignored."""
+    if not path.exists():
+        raise ModelLoadError(
+            f"No such model file: {path}.",
+            f"Check the path. {_EXPECTED}",
+        )
+    if path.is_dir():
+        raise ModelLoadError(f"{path} is a directory, not a model file.", _EXPECTED)
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"Cannot read {path}: {exc.strerror}.", "Check the file's permissions.") from exc
+    if head[:2] == b"PK":
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+                bad = zf.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise ModelLoadError(
+                f"{path} looks like a PyTorch archive but is damaged or truncated ({exc}).",
+                "Save the model again; " + _EXPECTED,
+            ) from exc
+        if bad is not None:
+            raise ModelLoadError(
+                f"{path} is a damaged PyTorch archive: member {bad} fails its checksum.",
+                "Save the model again.",
+            )
+        tails = {n.split("/", 1)[1] if "/" in n else n for n in names}
+        if "archive_format" in tails or "models/model.json" in tails or any(
+            t.startswith("models/") and t.endswith(".json") for t in tails
+        ):
+            return ModelKind.EXPORTED_PROGRAM
+        if "constants.pkl" in tails or any(t.startswith("code/") for t in tails):
+            return ModelKind.TORCHSCRIPT
+        if "data.pkl" in tails:
+            return ModelKind.PICKLE
+        raise ModelLoadError(f"{path} is a zip archive but not a PyTorch model archive.", _EXPECTED)
+    if head[:1] == _PICKLE_PROTOCOL_PREFIX:
+        return ModelKind.PICKLE
+    raise ModelLoadError(f"{path} is not a PyTorch model file (unrecognized content).", _EXPECTED)
+
+
+def _class_name(module: Any) -> str:
+    cls = type(module)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _load_exported_program(path: Path) -> LoadedModel:
+    import torch
+
+    try:
+        ep = torch.export.load(str(path))
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{path} is an ExportedProgram archive that torch.export.load cannot read: "
+            f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}.",
+            "It may be truncated or saved by an incompatible torch version; export it again with "
+            "torch.export.save.",
+        ) from exc
+    example = None
+    if ep.example_inputs is not None:
+        args, kwargs = ep.example_inputs
+        if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+            example = tuple(args)
+    module = ep.module()
+    return LoadedModel(module, ModelKind.EXPORTED_PROGRAM, str(path), example, "torch.export.ExportedProgram")
+
+
+def _load_torchscript(path: Path, example_inputs: tuple | None) -> LoadedModel:
+    import torch
+
+    if example_inputs is None:
+        raise InputSpecError(
+            f"{path} is a TorchScript archive, which does not record its input shapes.",
+            "Pass them with --input-shape (once per input, in forward() order), e.g. --input-shape 1,3,224,224.",
+        )
+    try:
+        scripted = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{path} is a TorchScript archive that torch.jit.load cannot read: {str(exc).strip()[:200]}.",
+            "It may be truncated; save it again with torch.jit.save.",
+        ) from exc
+    scripted.eval()
+    try:
+        from torch._export.converter import TS2EPConverter
+
+        ep = TS2EPConverter(scripted, tuple(example_inputs)).convert()
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{path}: torch's TorchScript-to-ExportedProgram converter failed: "
+            f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}.",
+            "Check --input-shape against the model, or export the original nn.Module with "
+            "torch.export.save and pass the .pt2 instead.",
+        ) from exc
+    return LoadedModel(ep.module(), ModelKind.TORCHSCRIPT, str(path), None, scripted.original_name)
+
+
+def _load_pickle(path: Path, trust_pickle: bool) -> LoadedModel:
+    import torch
+
+    # weights_only=True cannot execute code: it tells a state dict apart from a pickled module
+    # without running an untrusted payload.
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as safe_exc:
+        message = str(safe_exc)
+        if "Weights only load failed" not in message and "Unsupported global" not in message:
+            raise ModelLoadError(
+                f"{path} cannot be read as a PyTorch file: {message.strip().splitlines()[0][:200]}.",
+                "It may be truncated or corrupted. " + _EXPECTED,
+            ) from safe_exc
+        if not trust_pickle:
+            raise ModelLoadError(
+                f"{path} is a pickled Python object; loading it would run arbitrary code, so it is "
+                "refused by default.",
+                "Safer alternatives: save an ExportedProgram (torch.export.save) or TorchScript "
+                "(torch.jit.save), or pass `package.module:Class --weights state_dict.pt`. If you "
+                "trust the file's author, pass --trust-pickle.",
+            ) from None
+        try:
+            obj = torch.load(str(path), map_location="cpu", weights_only=False)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"{path} could not be unpickled: {str(exc).strip().splitlines()[0][:200]}.",
+                "The classes it needs must be importable (run from the project folder), or save an "
+                "ExportedProgram instead.",
+            ) from exc
+    if isinstance(obj, torch.nn.Module):
+        return LoadedModel(obj.eval(), ModelKind.PICKLE, str(path), None, _class_name(obj))
+    if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ModelLoadError(
+            f"{path} holds a state dict (weights only), not a model.",
+            "Name the model's class with `package.module:Class --weights " + str(path) + "`.",
+        )
+    raise ModelLoadError(
+        f"{path} holds a pickled {type(obj).__name__}, not a torch.nn.Module.", _EXPECTED
+    )
+
+
+def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
+    import torch
+
+    module_name, attr_path = reference.split(":", 1)
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)  # the reference is importable "from the current directory"
+    try:
+        mod = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"Cannot import '{module_name}' for the model reference '{reference}': {exc}.",
+            "Run edge-export from the folder that contains the package, or install it.",
+        ) from exc
+    except Exception as exc:
+        raise ModelLoadError(
+            f"Importing '{module_name}' raised {type(exc).__name__}: {str(exc)[:200]}.",
+            "Fix the error in that module, or run with --debug for the traceback.",
+        ) from exc
+    obj: Any = mod
+    for part in attr_path.split("."):
+        if not hasattr(obj, part):
+            raise ModelLoadError(
+                f"'{module_name}' has no attribute '{attr_path}'.",
+                "Check the name after the colon in `package.module:attr`.",
+            )
+        obj = getattr(obj, part)
+    if not isinstance(obj, torch.nn.Module):
+        if callable(obj):
+            try:
+                obj = obj()
+            except TypeError as exc:
+                raise ModelLoadError(
+                    f"Calling {reference}() to build the model failed: {exc}.",
+                    "The class or factory must be callable without arguments; wrap it in a "
+                    "zero-argument factory function that sets them.",
+                ) from exc
+        if not isinstance(obj, torch.nn.Module):
+            raise ModelLoadError(
+                f"{reference} is not an nn.Module class, factory or instance (it gave a {type(obj).__name__}).",
+                _EXPECTED,
+            )
+    if weights is not None:
+        if not weights.is_file():
+            raise ModelLoadError(f"No such weights file: {weights}.", "Check the --weights path.")
+        try:
+            state = torch.load(str(weights), map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"{weights} cannot be loaded as a state dict with weights_only=True: "
+                f"{str(exc).strip().splitlines()[0][:200]}.",
+                "Save it with torch.save(model.state_dict(), path).",
+            ) from exc
+        if not isinstance(state, dict):
+            raise ModelLoadError(f"{weights} does not hold a state dict.", "Save it with torch.save(model.state_dict(), path).")
+        try:
+            obj.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise ModelLoadError(
+                f"The weights in {weights} do not fit {reference}: {str(exc).strip().splitlines()[0][:300]}",
+                "Check that the weights were saved from the same model class and configuration.",
+            ) from exc
+    return LoadedModel(obj.eval(), ModelKind.MODULE_REFERENCE, reference, None, _class_name(obj))
+
+
+def load_model(
+    source: str | Path | Any,
+    *,
+    example_inputs: tuple | None = None,
+    weights: str | Path | None = None,
+    trust_pickle: bool = False,
+) -> LoadedModel:
+    """Load ``source`` (a path, a reference string, or an nn.Module already in memory)."""
+    import torch
+
+    if isinstance(source, torch.nn.Module):
+        return LoadedModel(source.eval(), ModelKind.MODULE_REFERENCE, "<in-memory module>", None, _class_name(source))
+    text = str(source)
+    if weights is not None and not is_module_reference(text):
+        raise ModelLoadError(
+            "--weights only applies to a `package.module:attr` model reference.",
+            "Drop --weights, or name the model's class as `package.module:Class`.",
+        )
+    if is_module_reference(text):
+        return _load_reference(text, Path(weights) if weights is not None else None)
+    path = Path(text)
+    kind = detect_kind(path)
+    if kind is ModelKind.EXPORTED_PROGRAM:
+        return _load_exported_program(path)
+    if kind is ModelKind.TORCHSCRIPT:
+        return _load_torchscript(path, example_inputs)
+    return _load_pickle(path, trust_pickle)

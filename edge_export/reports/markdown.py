@@ -1,0 +1,103 @@
+"""The Markdown report, fit for a CI job summary: verdict first, then outputs, then details."""
+
+from __future__ import annotations
+
+__all__ = ["render_markdown"]
+
+_ICON = {"passed": "✅ PASSED", "failed": "❌ FAILED", "exported-unvalidated": "⚠️ EXPORTED, NOT VALIDATED"}
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+            return f"{value:.{digits - 1}e}"
+        return f"{value:.{digits}g}" if abs(value) >= 1 else f"{value:.{digits}f}"
+    return str(value)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def render_markdown(report: dict) -> str:
+    lines: list[str] = []
+    verdict = report.get("verdict", "exported-unvalidated")
+    model = report.get("model", {})
+    exp = report.get("export", {})
+    fb = report.get("flatbuffer", {})
+    val = report.get("validation", {})
+    lines.append(f"# edge-export: {_ICON.get(verdict, verdict)}")
+    lines.append("")
+    lines.append(
+        f"`{model.get('source')}` ({model.get('kind')}) → `{report.get('artifacts', {}).get('tflite')}` · "
+        f"quantize **{exp.get('quantize')}** · target **{exp.get('target')}** · "
+        f"{_size(fb.get('size_bytes', 0))} · {fb.get('num_operators')} ops · exit code {report.get('exit_code')}"
+    )
+    lines.append("")
+    worst = val.get("worst") if isinstance(val, dict) else None
+    if val.get("status") == "skipped":
+        lines.append(f"Parity was not checked: {val.get('reason')}.")
+    elif worst:
+        failed = ", ".join(worst.get("failed_checks") or []) or "none"
+        lines.append(
+            f"Worst output: `{worst.get('output')}` (SQNR {_fmt(worst.get('sqnr_db'))} dB, max abs error "
+            f"{_fmt(worst.get('max_abs_error'))}; failed checks: {failed})."
+        )
+    lines.append("")
+    if val.get("outputs"):
+        t = val.get("thresholds", {})
+        lines.append(f"## Outputs ({val.get('samples')} samples, {val.get('runtime')})")
+        lines.append("")
+        lines.append("| output | shape | max abs err | mean abs err | rel L2 | cosine | SQNR dB | top-1 | verdict |")
+        lines.append("|---|---|---|---|---|---|---|---|---|")
+        for o in val["outputs"]:
+            m = o.get("metrics") or {}
+            status = "✅" if o.get("passed") else "❌ " + (o.get("error") or ", ".join(c["metric"] for c in o.get("checks", []) if not c["passed"]))
+            lines.append(
+                f"| `{o['name']}` | {'×'.join(str(d) for d in o['shape'])} | {_fmt(m.get('max_abs_error'))} | "
+                f"{_fmt(m.get('mean_abs_error'))} | {_fmt(m.get('relative_l2_error'))} | {_fmt(m.get('cosine'), 6)} | "
+                f"{_fmt(m.get('sqnr_db'))} | {_fmt(m.get('top1_agreement'))} | {status} |"
+            )
+        lines.append("")
+        lines.append(
+            "Thresholds: "
+            + ", ".join(
+                f"{k} {'≤' if k == 'atol' else '≥'} {v}" for k, v in t.items() if v is not None
+            )
+        )
+        lines.append("")
+    lines.append("## Flatbuffer")
+    lines.append("")
+    lines.append(f"- size: {_size(fb.get('size_bytes', 0))} ({fb.get('size_bytes')} bytes), sha256 `{(fb.get('sha256') or '')[:16]}…`")
+    lines.append(f"- fully integer: {fb.get('fully_integer')}")
+    for kind in ("inputs", "outputs"):
+        for t in fb.get(kind, []):
+            q = t.get("quantization")
+            qs = f", scale {q.get('scale')}, zero point {q.get('zero_point')}" if q and not q.get("per_channel") else ""
+            lines.append(f"- {kind[:-1]} `{t['name']}`: {t['dtype']} {list(t['shape'])}{qs}")
+    lines.append("")
+    lines.append("| operator | count |")
+    lines.append("|---|---|")
+    for op, n in (fb.get("op_counts") or {}).items():
+        lines.append(f"| {op} | {n} |")
+    lines.append("")
+    stages = report.get("stages") or []
+    if stages:
+        lines.append("## Stages")
+        lines.append("")
+        lines.append(" · ".join(f"{s['name']} {s['seconds']:.2f} s" for s in stages))
+        lines.append("")
+    tool = report.get("tool", {})
+    libs = report.get("libraries", {})
+    lines.append(
+        f"<sub>edge-export {tool.get('version')} · "
+        + " · ".join(f"{k} {v}" for k, v in libs.items() if v)
+        + f" · report schema {report.get('schema_version')}</sub>"
+    )
+    return "\n".join(lines) + "\n"
