@@ -191,9 +191,21 @@ def export(
         tflite_path = tflite_path.with_suffix(".tflite")
     json_path, md_path = report_paths(tflite_path)
     check_writable_folder(tflite_path)
+    from .library_output import quiet_libraries
 
-    import torch
+    with quiet_libraries(options.verbose):
+        return _run_export(model, example_inputs, options, stages, tflite_path, json_path, md_path)
 
+
+def _run_export(
+    model: Any,
+    example_inputs: tuple | None,
+    options: ExportOptions,
+    stages: _Stages,
+    tflite_path: Path,
+    json_path: Path,
+    md_path: Path,
+) -> ExportResult:
     from .conversion import convert_module, fp16_quant_config, plan_channels_last, wrap_channels_last
     from .flatbuffer import read_flatbuffer
     from .inputs import check_model_accepts
@@ -316,11 +328,8 @@ def _validate(module: Any, example: tuple, specs: list[InputSpec], options: Expo
     from .runtime import Resolver, TFLiteRunner
     from .validators.parity import compare_outputs
 
-    from .library_output import quiet_libraries
-
     samples = make_samples(specs, options.samples, options.seed, example)
-    with quiet_libraries(options.verbose):
-        runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
+    runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
     references, candidates = [], []
     with torch.no_grad():
         for sample in samples:

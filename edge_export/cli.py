@@ -36,8 +36,23 @@ app = typer.Typer(
     ),
 )
 
+_out = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
-_out = Console(highlight=False)
+_err_stream = None
+
+
+def _own_stderr() -> Console:
+    """A console on a duplicate of fd 2: the API captures fd 2 itself to hide the libraries' native
+    logging, and our progress and errors must still reach the terminal."""
+    import os
+
+    try:
+        stream = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    except OSError:
+        return Console(stderr=True, highlight=False, soft_wrap=True)
+    global _err_stream
+    _err_stream = stream
+    return Console(file=stream, highlight=False, soft_wrap=True)
 
 
 def _version_callback(value: bool) -> None:
@@ -150,6 +165,8 @@ def export_command(
     quiet: bool = typer.Option(False, "--quiet", help="Print only errors."),
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks."),
 ) -> None:
+    global _err
+    _err = _own_stderr()
     reporter = _Reporter(quiet)
     try:
         from .api import ExportOptions, export
@@ -174,11 +191,25 @@ def export_command(
         result = export(model, output=output, options=options, on_stage=reporter.stage)
     except (Exception, KeyboardInterrupt) as exc:
         reporter.stop()
-        raise typer.Exit(_fail(exc, debug))
+        code = _fail(exc, debug)
+        _close_err()
+        raise typer.Exit(code)
     reporter.stop()
+    _close_err()
     if not quiet:
         _print_summary(result)
     raise typer.Exit(result.exit_code)
+
+
+def _close_err() -> None:
+    global _err, _err_stream
+    if _err_stream is not None:
+        try:
+            _err_stream.close()
+        except OSError:
+            pass
+        _err_stream = None
+    _err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 _COMMANDS = {"export", "validate", "inspect", "bench"}
