@@ -61,3 +61,52 @@ def fake_compiler_dir(tmp_path: Path) -> Path:
     d = tmp_path / "bin"
     d.mkdir()
     return d
+
+
+def edit_flatbuffer(data: bytes, change) -> bytes:
+    """Apply ``change(model_t)`` to the schema object tree of ``data`` and serialize it again."""
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    model_t = flatbuffer_utils.read_model_from_bytearray(bytearray(data))
+    change(model_t)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model_t))
+
+
+def opcode_of(model_t, op) -> str:
+    from ai_edge_litert import schema_py_generated as schema
+
+    code = model_t.operatorCodes[op.opcodeIndex]
+    value = max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0)
+    return {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}[value]
+
+
+def find_op(model_t, opcode: str):
+    for op in model_t.subgraphs[0].operators:
+        if opcode_of(model_t, op) == opcode:
+            return op
+    raise LookupError(opcode)
+
+
+@pytest.fixture(scope="session")
+def small_cnn_int8() -> bytes:
+    """conv -> relu -> maxpool 2x2 -> global mean -> linear: CONV_2D, MAX_POOL_2D, MEAN, FULLY_CONNECTED."""
+
+    def build():
+        import torch
+        from torch import nn
+
+        class SmallCNN(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.conv = nn.Conv2d(3, 8, 3, 1, 1)
+                self.relu = nn.ReLU()
+                self.pool = nn.MaxPool2d(2)
+                self.fc = nn.Linear(8, 10)
+
+            def forward(self, x):
+                x = self.pool(self.relu(self.conv(x)))
+                return self.fc(nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+        return SmallCNN().eval(), (torch.randn(1, 3, 8, 8),)
+
+    return cached_int8("small_cnn", build)

@@ -1,0 +1,631 @@
+"""Predict how ``edgetpu_compiler`` maps a full-integer LiteRT flatbuffer onto the Coral Edge TPU.
+
+The checker implements Coral's published model requirements (supported operators, int8/uint8
+tensors, constant parameters, the 3-innermost-dimensions rank rule, static shapes and the per-operator
+constraints) and the compiler's partitioning rule: the graph is cut once, at the first operator that
+cannot map, and that operator and everything after it run on the CPU even when supported. A QUANTIZE
+of a float model input and a DEQUANTIZE to a float model output stay on the CPU without cutting.
+
+It works without the compiler and reports in the compiler's own vocabulary (the status strings of
+its operation table), so that a prediction and a real compile can be compared line by line.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..errors import TargetError
+from ..flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, read_flatbuffer
+
+__all__ = [
+    "OpStatus",
+    "OpMapping",
+    "TableRow",
+    "UnmappedOp",
+    "EdgeTPUReport",
+    "SUPPORTED_OPS",
+    "check_edgetpu",
+    "check_edgetpu_bytes",
+    "check_edgetpu_inputs",
+    "module_path_from_tensor_name",
+]
+
+
+class OpStatus(str, enum.Enum):
+    """The compiler's status strings (the third column of its operation table)."""
+
+    MAPPED = "Mapped to Edge TPU"
+    NOT_SUPPORTED = "Operation not supported"
+    UNSUPPORTED_DTYPE = "Operation is working on an unsupported data type"
+    UNSUPPORTED_RANK = "Tensor has unsupported rank (up to 3 innermost dimensions mapped)"
+    UNSPECIFIED = "Operation is otherwise supported, but not mapped due to some unspecified limitation"
+    AFTER_CUT = "More than one subgraph is not supported"
+
+
+# Coral's published operator list, as LiteRT builtin opcode names.
+SUPPORTED_OPS = frozenset(
+    {
+        "ADD",
+        "AVERAGE_POOL_2D",
+        "CONCATENATION",
+        "CONV_2D",
+        "DEPTHWISE_CONV_2D",
+        "EXPAND_DIMS",
+        "FULLY_CONNECTED",
+        "L2_NORMALIZATION",
+        "LOGISTIC",
+        "LSTM",
+        "UNIDIRECTIONAL_SEQUENCE_LSTM",
+        "MAXIMUM",
+        "MAX_POOL_2D",
+        "MEAN",
+        "MINIMUM",
+        "MUL",
+        "PACK",
+        "PAD",
+        "PRELU",
+        "QUANTIZE",
+        "REDUCE_MAX",
+        "REDUCE_MIN",
+        "RELU",
+        "RELU6",
+        "RELU_N1_TO_1",
+        "RESHAPE",
+        "RESIZE_BILINEAR",
+        "RESIZE_NEAREST_NEIGHBOR",
+        "RSQRT",
+        "SLICE",
+        "SOFTMAX",
+        "SPACE_TO_DEPTH",
+        "SPLIT",
+        "SQUEEZE",
+        "STRIDED_SLICE",
+        "SUB",
+        "SUM",
+        "SQUARED_DIFFERENCE",
+        "TANH",
+        "TRANSPOSE",
+        "TRANSPOSE_CONV",
+    }
+)
+
+_INTEGER_ACTIVATION = frozenset({"int8", "uint8"})
+# Constant parameters may also be int32 (biases, shapes, axes, paddings) or int64 (shapes).
+_INTEGER_CONSTANT = frozenset({"int8", "uint8", "int32", "int64"})
+_SOFTMAX_MAX_ELEMENTS = 16000
+# (weights input, bias input) of the operators whose parameters must be constant.
+_PARAMETER_INPUTS = {
+    "CONV_2D": (1, 2),
+    "DEPTHWISE_CONV_2D": (1, 2),
+    "FULLY_CONNECTED": (1, 2),
+    "TRANSPOSE_CONV": (1, 3),
+}
+_X_Y_OPS = frozenset({"MEAN", "PAD"})
+
+
+@dataclass(frozen=True)
+class OpMapping:
+    """One operator: what the checker found on its own, and where the partition puts it."""
+
+    index: int
+    opcode: str
+    status: OpStatus
+    reason: str
+    on_tpu: bool
+    # True when the operator itself meets every rule (it may still run on the CPU after the cut).
+    supported: bool
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+    module_path: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "index": self.index,
+            "opcode": self.opcode,
+            "status": self.status.value,
+            "reason": self.reason,
+            "on_tpu": self.on_tpu,
+            "supported": self.supported,
+            "module_path": self.module_path,
+        }
+
+
+@dataclass(frozen=True)
+class TableRow:
+    operator: str
+    count: int
+    status: str
+
+    def to_dict(self) -> dict:
+        return {"operator": self.operator, "count": self.count, "status": self.status}
+
+
+@dataclass(frozen=True)
+class UnmappedOp:
+    """The operator where the compiler cuts the graph, and where it came from in PyTorch."""
+
+    index: int
+    opcode: str
+    status: OpStatus
+    reason: str
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    module_path: str | None
+    module_type: str | None
+    source: str | None  # "file.py:LINE" of the module's class, when the PyTorch module was given
+    ops_before: int  # operators that precede it (the share the TPU gets)
+
+    def describe(self) -> str:
+        where = ""
+        if self.module_path is not None:
+            where = f" in module '{self.module_path or '<root>'}'"
+            if self.module_type:
+                where += f" ({self.module_type})"
+            if self.source:
+                where += f", defined at {self.source}"
+        return f"operator #{self.index} {self.opcode}{where}: {self.reason}"
+
+    def to_dict(self) -> dict:
+        return {
+            "index": self.index,
+            "opcode": self.opcode,
+            "status": self.status.value,
+            "reason": self.reason,
+            "input_names": list(self.input_names),
+            "output_names": list(self.output_names),
+            "module_path": self.module_path,
+            "module_type": self.module_type,
+            "source": self.source,
+            "ops_before": self.ops_before,
+        }
+
+
+@dataclass(frozen=True)
+class EdgeTPUReport:
+    ops: tuple[OpMapping, ...]
+    model_problems: tuple[str, ...] = ()  # reasons the compiler would refuse the whole model
+    first_unmapped: UnmappedOp | None = None
+    table: tuple[TableRow, ...] = field(default=())
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.ops)
+
+    @property
+    def num_on_tpu(self) -> int:
+        return sum(op.on_tpu for op in self.ops)
+
+    @property
+    def num_on_cpu(self) -> int:
+        return self.num_ops - self.num_on_tpu
+
+    @property
+    def share_on_tpu(self) -> float:
+        return self.num_on_tpu / self.num_ops if self.ops else 0.0
+
+    @property
+    def num_segments(self) -> int:
+        """Edge TPU segments: the compiler makes at most one (without -a)."""
+        return 1 if self.num_on_tpu else 0
+
+    @property
+    def fully_mapped(self) -> bool:
+        """Every operator on the TPU, apart from the float I/O QUANTIZE/DEQUANTIZE at the edges."""
+        return not self.model_problems and self.first_unmapped is None and self.num_on_tpu > 0
+
+    def summary(self) -> str:
+        text = (
+            f"{self.num_on_tpu} of {self.num_ops} operations predicted on the Edge TPU "
+            f"({100 * self.share_on_tpu:.0f}%), {self.num_segments} TPU segment(s)"
+        )
+        if self.model_problems:
+            text += "; the compiler would refuse the model: " + "; ".join(self.model_problems)
+        elif self.first_unmapped is not None:
+            text += "; the graph is cut at " + self.first_unmapped.describe()
+        return text + "."
+
+    def format_table(self) -> str:
+        width = max([len("Operator")] + [len(r.operator) for r in self.table])
+        lines = [f"{'Operator':<{width}}  {'Count':>5}  Status"]
+        lines += [f"{r.operator:<{width}}  {r.count:>5}  {r.status}" for r in self.table]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "num_ops": self.num_ops,
+            "num_on_tpu": self.num_on_tpu,
+            "num_on_cpu": self.num_on_cpu,
+            "share_on_tpu": self.share_on_tpu,
+            "num_segments": self.num_segments,
+            "fully_mapped": self.fully_mapped,
+            "model_problems": list(self.model_problems),
+            "first_unmapped": self.first_unmapped.to_dict() if self.first_unmapped else None,
+            "table": [r.to_dict() for r in self.table],
+            "ops": [op.to_dict() for op in self.ops],
+        }
+
+
+# ---- module paths from tensor names -------------------------------------------------------------
+
+_NAME_SUFFIX = re.compile(r";\d*$")
+_WRAPPER_ROOTS = ("ChannelLastIOWrapper",)
+# "Class_attr": the class name is CamelCase (maybe with leading underscores), the attribute follows.
+_CLASS_ATTR = re.compile(r"^(_*[^_]+)_(.+)$")
+
+
+def module_path_from_tensor_name(name: str) -> tuple[str, str | None] | None:
+    """``(module_path, module_type)`` from a litert-torch tensor name, or None when it names none.
+
+    litert-torch writes the nn.Module stack into tensor names as ``Root/pkg.Class_attr/...;N``
+    (several locations of a fused op joined by ``;;``). The first location is used; the
+    channels-last I/O wrapper that edge-export adds is dropped so paths match the user's model.
+    """
+    first = name.split(";;", 1)[0]
+    first = _NAME_SUFFIX.sub("", first)
+    parts = [p for p in first.split("/") if p]
+    if len(parts) < 1 or "torch.export._trace" in parts[0] or "." not in parts[0] and len(parts) == 1:
+        return None
+    attrs: list[str] = []
+    types: list[str] = []
+    root_type = parts[0].rsplit(".", 1)[-1]
+    for part in parts[1:]:
+        m = _CLASS_ATTR.match(part.rsplit(".", 1)[-1])
+        if not m:
+            return None
+        types.append(m.group(1))
+        attrs.append(m.group(2))
+    if root_type in _WRAPPER_ROOTS and attrs:
+        # The wrapper holds the user's module as ``wrapped``.
+        root_type = parts[1].rsplit(".", 1)[-1].rsplit("_", 1)[0]
+        attrs, types = attrs[1:], types[1:]
+    return ".".join(attrs), (types[-1] if types else root_type)
+
+
+def _module_of(op: OperatorInfo, model: FlatbufferModel) -> tuple[str, str | None] | None:
+    # The output tensor carries the op's own module; inputs are a fallback for unnamed outputs.
+    for index in (*op.outputs, *op.inputs):
+        if index < 0:
+            continue
+        t = model.tensors[index]
+        if t.is_constant:
+            continue
+        found = module_path_from_tensor_name(t.name)
+        if found is not None:
+            return found
+    return None
+
+
+def _source_of(source_module: Any, module_path: str) -> str | None:
+    try:
+        sub = source_module.get_submodule(module_path) if module_path else source_module
+        cls = type(sub)
+        file = inspect.getsourcefile(cls)
+        line = inspect.getsourcelines(cls)[1]
+    except (AttributeError, OSError, TypeError):
+        return None
+    return f"{file}:{line}" if file else None
+
+
+# ---- constant values (axes, paddings, strides) ---------------------------------------------------
+
+
+def _constant_values(data: bytes | None, indices: set[int]) -> dict[int, list[int]]:
+    """Integer values of the given constant tensors of the main subgraph."""
+    if data is None or not indices:
+        return {}
+    import numpy as np
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(data, 0))
+    tensors = model.subgraphs[0].tensors or []
+    buffers = model.buffers or []
+    dtypes = {schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64}
+    values: dict[int, list[int]] = {}
+    for i in indices:
+        t = tensors[i]
+        if t.type not in dtypes or not t.buffer or t.buffer >= len(buffers):
+            continue
+        buf = buffers[t.buffer]
+        if buf.data is not None and len(buf.data):
+            raw = bytes(bytearray(buf.data))
+        elif buf.offset and buf.size:
+            raw = data[buf.offset : buf.offset + buf.size]
+        else:
+            continue
+        values[i] = [int(v) for v in np.frombuffer(raw, dtype=dtypes[t.type])]
+    return values
+
+
+# ---- per-operator rules -------------------------------------------------------------------------
+
+
+def _activation_tensors(op: OperatorInfo, model: FlatbufferModel) -> list[TensorInfo]:
+    return [model.tensors[i] for i in (*op.inputs, *op.outputs) if i >= 0 and not model.tensors[i].is_constant]
+
+
+def _rank_violation(t: TensorInfo) -> bool:
+    return any(d > 1 for d in t.shape[:-3])
+
+
+def _xy_axes(rank: int) -> set[int]:
+    # x/y are the two dimensions before the channel dimension (NHWC: 1 and 2; HWC: 0 and 1).
+    return {rank - 3, rank - 2} if rank >= 3 else set()
+
+
+def _float_consumers(op: OperatorInfo, model: FlatbufferModel) -> str:
+    """The operators that read a DEQUANTIZE's float output, with their modules: the real culprits."""
+    names = []
+    for other in model.operators:
+        if op.outputs[0] in other.inputs:
+            found = _module_of(other, model)
+            where = f" in '{found[0] or '<root>'}' ({found[1]})" if found else ""
+            names.append(f"{other.opcode} #{other.index}{where}")
+    return ", ".join(names[:3]) if names else "the operations after it"
+
+
+def _fused_activation(op: OperatorInfo) -> int:
+    return int(getattr(op.options, "fusedActivationFunction", 0) or 0)
+
+
+def _own_rule(
+    op: OperatorInfo, model: FlatbufferModel, constants: dict[int, list[int]]
+) -> tuple[OpStatus, str] | None:
+    """The first published requirement ``op`` breaks, or None when it maps on its own."""
+    name = op.opcode
+    if name not in SUPPORTED_OPS:
+        if name == "DEQUANTIZE":
+            return OpStatus.NOT_SUPPORTED, (
+                "DEQUANTIZE inside the graph: the quantizer left "
+                + _float_consumers(op, model)
+                + " in float (a float island); the Edge TPU has no DEQUANTIZE"
+            )
+        return OpStatus.NOT_SUPPORTED, f"{name} is not on the Edge TPU's supported operator list"
+
+    if name in _PARAMETER_INPUTS:
+        for pos, what in zip(_PARAMETER_INPUTS[name], ("weights", "bias")):
+            if pos < len(op.inputs) and op.inputs[pos] >= 0 and not model.tensors[op.inputs[pos]].is_constant:
+                return OpStatus.UNSPECIFIED, f"the {what} are not constant (computed at run time)"
+    acts = _activation_tensors(op, model)
+    for t in acts:
+        if t.has_dynamic_dims:
+            return OpStatus.UNSPECIFIED, (
+                f"tensor '{t.name}' has a dynamic dimension (shape signature {list(t.shape_signature)}); "
+                "the Edge TPU needs static shapes"
+            )
+    for t in acts:
+        if t.dtype not in _INTEGER_ACTIVATION:
+            return OpStatus.UNSUPPORTED_DTYPE, (
+                f"tensor '{t.name}' is {t.dtype}; the Edge TPU computes only on int8/uint8 tensors"
+            )
+    for i in op.inputs:
+        if i >= 0 and model.tensors[i].is_constant and model.tensors[i].dtype not in _INTEGER_CONSTANT:
+            t = model.tensors[i]
+            return OpStatus.UNSUPPORTED_DTYPE, f"constant '{t.name}' is {t.dtype}; it must be an 8-bit (or int32 bias) tensor"
+    for t in acts:
+        if _rank_violation(t):
+            return OpStatus.UNSUPPORTED_RANK, (
+                f"tensor '{t.name}' has shape {list(t.shape)}: only the 3 innermost dimensions may "
+                "be larger than 1"
+            )
+
+    if name in ("AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION") and _fused_activation(op) != 0:
+        return OpStatus.UNSPECIFIED, f"{name} has a fused activation; pooling and concatenation may not have one"
+    if name == "CONCATENATION":
+        n_const = sum(1 for i in op.inputs if i >= 0 and model.tensors[i].is_constant)
+        if n_const and len(op.inputs) != 2:
+            return OpStatus.UNSPECIFIED, (
+                f"concatenation of {len(op.inputs)} inputs with a constant input; a constant input is "
+                "only allowed with exactly 2 inputs"
+            )
+    if name == "FULLY_CONNECTED" and int(getattr(op.options, "weightsFormat", 0) or 0) != 0:
+        return OpStatus.UNSPECIFIED, "fully connected with a non-default (shuffled) weight format"
+    if name in _X_Y_OPS:
+        found = _check_xy(op, model, constants)
+        if found:
+            return OpStatus.UNSPECIFIED, found
+    if name == "SOFTMAX":
+        shape = model.tensors[op.inputs[0]].shape
+        non_unit = [d for d in shape if d != 1]
+        elements = 1
+        for d in shape:
+            elements *= d
+        if len(non_unit) > 1:
+            return OpStatus.UNSPECIFIED, f"softmax input {list(shape)} is not 1-D"
+        if elements > _SOFTMAX_MAX_ELEMENTS:
+            return OpStatus.UNSPECIFIED, f"softmax over {elements} elements; at most {_SOFTMAX_MAX_ELEMENTS}"
+    if name == "SQUEEZE":
+        shape = model.tensors[op.inputs[0]].shape
+        dims = [int(d) for d in (getattr(op.options, "squeezeDims", None) if op.options is not None else None) or []]
+        dims = sorted(d % len(shape) for d in dims) if dims else [i for i, d in enumerate(shape) if d == 1]
+        if dims != list(range(len(dims))):
+            return OpStatus.UNSPECIFIED, f"squeeze of dimensions {dims} of {list(shape)}; only leading 1s may be squeezed"
+    if name == "STRIDED_SLICE":
+        opts = op.options
+        if opts is not None and (int(opts.ellipsisMask or 0) or int(opts.newAxisMask or 0)):
+            return OpStatus.UNSPECIFIED, "strided slice with an ellipsis or new-axis mask"
+        strides_index = op.inputs[3] if len(op.inputs) > 3 else -1
+        if strides_index < 0 or not model.tensors[strides_index].is_constant:
+            return OpStatus.UNSPECIFIED, "strided slice with run-time strides"
+        strides = constants.get(strides_index)
+        if strides is not None and any(s != 1 for s in strides):
+            return OpStatus.UNSPECIFIED, f"strided slice with strides {strides}; all strides must be 1"
+    if name in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"):
+        for t in (model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]):
+            if len(t.shape) not in (3, 4) or (len(t.shape) == 4 and t.shape[0] != 1):
+                return OpStatus.UNSPECIFIED, f"resize on {list(t.shape)}; input and output must be 3-D (batch 1)"
+    return None
+
+
+def _check_xy(op: OperatorInfo, model: FlatbufferModel, constants: dict[int, list[int]]) -> str | None:
+    src = model.tensors[op.inputs[0]]
+    rank = len(src.shape)
+    xy = _xy_axes(rank)
+    if op.opcode == "PAD":
+        out = model.tensors[op.outputs[0]]
+        paddings = constants.get(op.inputs[1]) if len(op.inputs) > 1 else None
+        if paddings is not None:
+            padded = {i // 2 for i, v in enumerate(paddings) if v != 0}
+        else:  # without the constant, the shapes say which dimensions grew
+            padded = {i for i, (a, b) in enumerate(zip(src.shape, out.shape)) if a != b}
+        if not padded <= xy:
+            return f"pad of dimensions {sorted(padded)} of {list(src.shape)}; only the x/y dimensions may be padded"
+        return None
+    axes = constants.get(op.inputs[1]) if len(op.inputs) > 1 else None
+    if axes is None:
+        return None
+    axes_n = {a % rank for a in axes} if rank else set()
+    if not axes_n <= xy:
+        return f"mean over axes {sorted(axes_n)} of {list(src.shape)}; only the x/y dimensions may be reduced"
+    return None
+
+
+# ---- partitioning -------------------------------------------------------------------------------
+
+
+def _is_boundary(op: OperatorInfo, model: FlatbufferModel) -> bool:
+    """A QUANTIZE of a float model input, or a DEQUANTIZE to a float model output."""
+    if op.opcode == "QUANTIZE" and op.inputs:
+        return op.inputs[0] in model.inputs and model.tensors[op.inputs[0]].is_float
+    if op.opcode == "DEQUANTIZE" and op.outputs:
+        return op.outputs[0] in model.outputs and model.tensors[op.outputs[0]].is_float
+    return False
+
+
+def _model_problems(model: FlatbufferModel) -> list[str]:
+    problems = []
+    for t in (*model.input_tensors, *model.output_tensors):
+        if t.has_dynamic_dims:
+            problems.append(
+                f"model input/output '{t.name}' has a dynamic dimension {list(t.shape_signature)} "
+                "(the compiler only supports static-sized tensors)"
+            )
+    if not model.operators:
+        problems.append("the model has no operators")
+    elif not any(t.dtype in _INTEGER_ACTIVATION for t in model.tensors if not t.is_constant):
+        problems.append("the model is not quantized (no int8/uint8 activations)")
+    return problems
+
+
+def check_edgetpu(
+    model: FlatbufferModel, model_bytes: bytes | None = None, *, source_module: Any = None
+) -> EdgeTPUReport:
+    """Predict the compiler's mapping of ``model``'s main subgraph.
+
+    ``model_bytes`` (the flatbuffer) lets the checker read constant axes, paddings and strides; without
+    it those rules are checked from shapes where possible. ``source_module`` (the PyTorch module
+    that was exported) adds the source location of the module at the cut.
+    """
+    wanted = set()
+    for op in model.operators:
+        if op.opcode in ("MEAN", "PAD", "STRIDED_SLICE"):
+            wanted.update(i for i in op.inputs[1:] if i >= 0 and model.tensors[i].is_constant)
+    constants = _constant_values(model_bytes, wanted)
+
+    problems = _model_problems(model)
+    mappings: list[OpMapping] = []
+    cut: UnmappedOp | None = None
+    for op in model.operators:
+        found_module = _module_of(op, model)
+        module_path = found_module[0] if found_module else None
+        in_names = tuple(model.tensors[i].name for i in op.inputs if i >= 0 and not model.tensors[i].is_constant)
+        out_names = tuple(model.tensors[i].name for i in op.outputs if i >= 0)
+        if _is_boundary(op, model):
+            status, reason, supported, on_tpu = (
+                OpStatus.UNSUPPORTED_DTYPE,
+                f"{op.opcode} between the float model I/O and the integer graph stays on the CPU "
+                "(it does not cut the graph)",
+                True,
+                False,
+            )
+        else:
+            rule = _own_rule(op, model, constants)
+            supported = rule is None
+            if cut is None and not supported:
+                status, reason = rule  # type: ignore[misc]
+                module_type = found_module[1] if found_module else None
+                cut = UnmappedOp(
+                    index=op.index,
+                    opcode=op.opcode,
+                    status=status,
+                    reason=reason,
+                    input_names=in_names,
+                    output_names=out_names,
+                    module_path=module_path,
+                    module_type=module_type,
+                    source=_source_of(source_module, module_path)
+                    if source_module is not None and module_path is not None
+                    else None,
+                    ops_before=op.index,
+                )
+                on_tpu = False
+            elif cut is None:
+                status, reason, on_tpu = OpStatus.MAPPED, "", not problems
+            elif supported:
+                status, reason, on_tpu = (
+                    OpStatus.AFTER_CUT,
+                    f"supported, but it comes after the cut at operator #{cut.index} {cut.opcode}",
+                    False,
+                )
+            else:
+                status, reason = rule  # type: ignore[misc]
+                on_tpu = False
+        mappings.append(
+            OpMapping(
+                index=op.index,
+                opcode=op.opcode,
+                status=status,
+                reason=reason,
+                on_tpu=on_tpu,
+                supported=supported,
+                input_names=in_names,
+                output_names=out_names,
+                module_path=module_path,
+            )
+        )
+    counts = Counter((m.opcode, m.status.value) for m in mappings)
+    # The compiler lists mapped rows first, then the rest, each by operator name.
+    table = tuple(
+        TableRow(operator=k[0], count=v, status=k[1])
+        for k, v in sorted(counts.items(), key=lambda kv: (kv[0][1] != OpStatus.MAPPED.value, kv[0][1], kv[0][0]))
+    )
+    return EdgeTPUReport(ops=tuple(mappings), model_problems=tuple(problems), first_unmapped=cut, table=table)
+
+
+def check_edgetpu_bytes(data: bytes, *, source_module: Any = None) -> EdgeTPUReport:
+    """Parse ``data`` and check it (the constant-value rules included)."""
+    return check_edgetpu(read_flatbuffer(data), data, source_module=source_module)
+
+
+def check_edgetpu_inputs(input_specs: Sequence[Any]) -> None:
+    """Refuse inputs the Edge TPU cannot take: a batch above 1 or a dynamic dimension.
+
+    Accepts InputSpec objects (anything with ``.shape``) or plain shape tuples; ``None`` or a
+    negative size marks a dynamic dimension.
+    """
+    for position, spec in enumerate(input_specs):
+        shape = tuple(getattr(spec, "shape", spec))
+        label = getattr(spec, "name", None) or f"input {position}"
+        text = ",".join("?" if d is None or d < 0 else str(d) for d in shape)
+        if any(d is None or d < 0 for d in shape):
+            raise TargetError(
+                f"The Edge TPU needs static shapes, but {label} has a dynamic dimension ({text}).",
+                "Give every dimension a fixed size with --input-shape (e.g. 1,3,224,224).",
+            )
+        if len(shape) >= 2 and shape[0] > 1:
+            raise TargetError(
+                f"The Edge TPU runs batch 1, but {label} has batch {shape[0]} ({text}): a batch "
+                "dimension above 1 breaks its rank rule (only the 3 innermost dimensions may exceed 1).",
+                f"Export with batch 1 (--input-shape 1,{','.join(str(d) for d in shape[1:])}) and run "
+                "the batch one sample at a time.",
+            )
+        if any(d > 1 for d in shape[:-4]):
+            raise TargetError(
+                f"{label} has shape ({text}): the Edge TPU maps only tensors whose dimensions "
+                "beyond the 3 innermost are 1.",
+                "Reshape the input to at most 4 dimensions with batch 1.",
+            )
