@@ -23,7 +23,7 @@ from .atomic_files import ArtifactSet, check_writable_folder
 from .config import InputSpec, QuantizeMode, Target, Thresholds, default_thresholds
 from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
 
-__all__ = ["ExportOptions", "ExportResult", "export", "default_output_path", "REPORT_SCHEMA_VERSION"]
+__all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
 
 REPORT_SCHEMA_VERSION = "1.0"
 
@@ -46,6 +46,8 @@ class ExportOptions:
     weights: str | None = None
     trust_pickle: bool = False
     verbose: bool = False
+    junit: str | None = None  # also write JUnit XML here
+    baseline: str | None = None  # an earlier report.json to gate regressions against
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantize", QuantizeMode(self.quantize))
@@ -191,6 +193,12 @@ def export(
         tflite_path = tflite_path.with_suffix(".tflite")
     json_path, md_path = report_paths(tflite_path)
     check_writable_folder(tflite_path)
+    if options.junit:
+        check_writable_folder(Path(options.junit))
+    if options.baseline:
+        from .reports.json_report import load_report
+
+        load_report(options.baseline)  # a missing or malformed baseline fails before the export
     from .library_output import quiet_libraries
 
     with quiet_libraries(options.verbose):
@@ -240,48 +248,88 @@ def _run_export(
     with stages.run("inspect", "Reading the flatbuffer"):
         fb = read_flatbuffer(model_bytes, origin="the converted model")
 
-    validation: dict
+    parity = None
     if options.validate:
         with stages.run("validate", f"Checking parity on {options.samples} samples"):
             parity = _validate(module, example, specs, options, model_bytes, fb, plan)
+
+    report = _base_report(loaded.to_dict(), specs, plan)
+    report["export"] = {
+        "quantize": options.quantize.value,
+        "target": options.target.value,
+        "channels_last": options.channels_last,
+        "channels_last_inputs": list(plan.inputs),
+        "channels_last_outputs": list(plan.outputs),
+        "strict": options.strict,
+    }
+    return _finalize(report, parity, options, stages, fb, model_bytes, tflite_path, json_path, md_path, write_tflite=True)
+
+
+def _base_report(model: dict, specs: list[InputSpec], plan: Any) -> dict:
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "tool": {"name": "edge-export", "version": __version__},
+        "libraries": _library_versions(),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "model": model,
+        "inputs": [{**s.to_dict(), "layout": "NHWC" if i in plan.inputs else None} for i, s in enumerate(specs)],
+    }
+
+
+def _finalize(
+    report: dict,
+    parity: Any,
+    options: Any,
+    stages: _Stages,
+    fb: Any,
+    model_bytes: bytes,
+    tflite_path: Path,
+    json_path: Path,
+    md_path: Path,
+    *,
+    write_tflite: bool,
+) -> ExportResult:
+    """Verdict, baseline gate, and the atomic write of every artifact."""
+    from .reports.json_report import load_report, render_json
+    from .reports.markdown import render_markdown
+
+    if parity is not None:
         validation = parity.to_dict()
         exit_code = EXIT_OK if parity.passed else EXIT_PARITY_FAILED
     else:
         validation = {"status": "skipped", "reason": "--no-validate was given"}
         exit_code = EXIT_OK
+    report["artifacts"] = {"tflite": str(tflite_path), "report_json": str(json_path), "report_markdown": str(md_path)}
+    if options.junit:
+        report["artifacts"]["junit"] = str(options.junit)
+    report["flatbuffer"] = _flatbuffer_section(fb, model_bytes)
+    report["stages"] = stages.times
+    report["validation"] = validation
+    if options.baseline:
+        from .reports.baseline import compare_with_baseline
 
-    report = {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "tool": {"name": "edge-export", "version": __version__},
-        "libraries": _library_versions(),
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "model": loaded.to_dict(),
-        "inputs": [
-            {**s.to_dict(), "layout": "NHWC" if i in plan.inputs else None} for i, s in enumerate(specs)
-        ],
-        "export": {
-            "quantize": options.quantize.value,
-            "target": options.target.value,
-            "channels_last": options.channels_last,
-            "channels_last_inputs": list(plan.inputs),
-            "channels_last_outputs": list(plan.outputs),
-            "strict": options.strict,
-        },
-        "artifacts": {"tflite": str(tflite_path), "report_json": str(json_path), "report_markdown": str(md_path)},
-        "flatbuffer": _flatbuffer_section(fb, model_bytes),
-        "stages": stages.times,
-        "validation": validation,
-        "verdict": _verdict(validation),
-        "exit_code": exit_code,
-    }
-    from .reports.json_report import render_json
-    from .reports.markdown import render_markdown
+        regressions = compare_with_baseline(report, load_report(options.baseline))
+        report["baseline"] = {
+            "path": str(options.baseline),
+            "status": "regressed" if regressions else "ok",
+            "regressions": [r.to_dict() for r in regressions],
+        }
+        if regressions:
+            exit_code = EXIT_PARITY_FAILED
+    report["verdict"] = _verdict(validation, report.get("baseline"))
+    report["exit_code"] = exit_code
 
     with stages.run("write", "Writing artifacts"):
         with ArtifactSet() as artifacts:
-            artifacts.add(tflite_path, model_bytes)
+            if write_tflite:
+                artifacts.add(tflite_path, model_bytes)
             artifacts.add(json_path, render_json(report))
             artifacts.add(md_path, render_markdown(report))
+            if options.junit:
+                from .reports.junit import render_junit
+
+                check_writable_folder(Path(options.junit))
+                artifacts.add(options.junit, render_junit(report))
             artifacts.commit()
     return ExportResult(tflite_path, json_path, md_path, report, exit_code)
 
@@ -297,8 +345,10 @@ def _example_for_loading(options: ExportOptions, example_inputs: tuple | None) -
     return None
 
 
-def _verdict(validation: dict) -> str:
+def _verdict(validation: dict, baseline: dict | None = None) -> str:
     status = validation.get("status")
+    if baseline and baseline.get("regressions"):
+        return "failed"
     if status == "passed":
         return "passed"
     if status == "failed":
@@ -354,3 +404,124 @@ def _validate(module: Any, example: tuple, specs: list[InputSpec], options: Expo
         runtime="ai-edge-litert interpreter (CPU, XNNPACK)",
         output_scales=scales,
     )
+
+
+def infer_precision(fb: Any) -> QuantizeMode:
+    """The precision a flatbuffer was exported at, read from its tensors (for default thresholds)."""
+    activations = [t for t in fb.tensors if not t.is_constant]
+    constants = [t for t in fb.tensors if t.is_constant]
+    if any(t.dtype == "int16" and t.quant for t in activations):
+        return QuantizeMode.INT16X8
+    if fb.is_fully_integer or any(t.dtype in ("int8", "uint8") and t.quant for t in activations):
+        return QuantizeMode.INT8
+    if any(t.dtype == "int8" and t.quant for t in constants):
+        return QuantizeMode.DYNAMIC_INT8
+    if any(t.dtype == "float16" for t in constants):
+        return QuantizeMode.FP16
+    return QuantizeMode.NONE
+
+
+def _channels_last_from_flatbuffer(fb: Any, specs: list[InputSpec]) -> tuple[int, ...]:
+    """Inputs whose flatbuffer shape is the NHWC form of the PyTorch NCHW shape."""
+    found = []
+    for i, (spec, t) in enumerate(zip(specs, fb.input_tensors)):
+        s = spec.shape
+        if len(s) == 4 and tuple(t.shape) != s and tuple(t.shape) == (s[0], s[2], s[3], s[1]):
+            found.append(i)
+    return tuple(found)
+
+
+def validate(
+    tflite: str | Path,
+    reference: Any,
+    *,
+    example_inputs: tuple | None = None,
+    report_prefix: str | Path | None = None,
+    options: ExportOptions | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    **option_values: Any,
+) -> ExportResult:
+    """Check an existing flatbuffer against a PyTorch model (any source kind ``export`` accepts).
+
+    Writes ``<stem>.validate.report.json`` / ``.md`` beside the flatbuffer (or at ``report_prefix``).
+    Thresholds default to the flatbuffer's precision, read from its tensors.
+    """
+    from .flatbuffer import load_flatbuffer
+
+    explicit_quantize = "quantize" in option_values
+    if options is None:
+        options = ExportOptions(**option_values)
+    tflite_path = Path(tflite)
+    model_bytes, fb = load_flatbuffer(tflite_path)  # rejects a bad file before any runtime sees it
+    if not explicit_quantize:
+        from dataclasses import replace
+
+        options = replace(options, quantize=infer_precision(fb))
+    prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
+    json_path, md_path = Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
+    check_writable_folder(json_path)
+    if options.baseline:
+        from .reports.json_report import load_report
+
+        load_report(options.baseline)
+    stages = _Stages(on_stage)
+    from .library_output import quiet_libraries
+
+    with quiet_libraries(options.verbose):
+        from .conversion import ChannelsLastPlan
+        from .inputs import check_model_accepts
+        from .loading import load_model
+
+        from .loading import ModelKind, detect_kind, is_module_reference
+
+        if not options.input_shapes and example_inputs is None:
+            stored_shapes = (
+                isinstance(reference, (str, Path))
+                and not is_module_reference(str(reference))
+                and detect_kind(Path(reference)) is ModelKind.EXPORTED_PROGRAM
+            )
+            if not stored_shapes:
+                # The flatbuffer knows its input shapes; with --channels-last they are NHWC.
+                from dataclasses import replace
+
+                shapes = []
+                for t in fb.input_tensors:
+                    s = tuple(t.shape)
+                    shapes.append((s[0], s[3], s[1], s[2]) if options.channels_last and len(s) == 4 else s)
+                dtypes = tuple("float32" if (t.quant or t.is_float) else t.dtype for t in fb.input_tensors)
+                options = replace(options, input_shapes=tuple(shapes), input_dtypes=dtypes)
+        with stages.run("load", "Loading the reference model"):
+            loaded = load_model(
+                reference,
+                example_inputs=_example_for_loading(options, example_inputs),
+                weights=options.weights,
+                trust_pickle=options.trust_pickle,
+            )
+            specs, example = _resolve_inputs(loaded, options, example_inputs)
+            module = loaded.module
+            ref_out = _flatten_outputs(check_model_accepts(module, example, specs))
+        if len(specs) != len(fb.inputs):
+            raise InputSpecError(
+                f"The flatbuffer has {len(fb.inputs)} inputs but the reference model was given {len(specs)}.",
+                "Pass one --input-shape per input of the model the flatbuffer was exported from.",
+            )
+        nhwc_in = _channels_last_from_flatbuffer(fb, specs)
+        nhwc_out = tuple(
+            i
+            for i, (r, t) in enumerate(zip(ref_out, fb.output_tensors))
+            if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
+        )
+        plan = ChannelsLastPlan(nhwc_in, nhwc_out)
+        with stages.run("validate", f"Checking parity on {options.samples} samples"):
+            parity = _validate(module, example, specs, options, model_bytes, fb, plan)
+        report = _base_report(loaded.to_dict(), specs, plan)
+        report["export"] = {
+            "command": "validate",
+            "quantize": options.quantize.value,
+            "target": options.target.value,
+            "channels_last": plan.active,
+            "channels_last_inputs": list(plan.inputs),
+            "channels_last_outputs": list(plan.outputs),
+            "strict": options.strict,
+        }
+        return _finalize(report, parity, options, stages, fb, model_bytes, tflite_path, json_path, md_path, write_tflite=False)

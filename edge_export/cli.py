@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
 from rich.console import Console
@@ -140,7 +140,52 @@ def _print_summary(result) -> None:
             + (f"; failed: {', '.join(failed)}" if failed else "")
             + (f"; {w['error']}" if w.get("error") else "")
         )
+    base = rep.get("baseline")
+    if base:
+        regs = base.get("regressions") or []
+        _out.print(f"  baseline {base['path']}: " + (f"{len(regs)} regression(s)" if regs else "no regression"))
+        for r in regs[:10]:
+            _out.print(f"    - {r['message']}")
     _out.print(f"  reports: {result.report_json_path}  {result.report_md_path}")
+    if rep.get("artifacts", {}).get("junit"):
+        _out.print(f"  junit: {rep['artifacts']['junit']}")
+
+
+# Options shared by `export` and `validate`, declared once.
+InputShapeOpt = Annotated[Optional[List[str]], typer.Option("--input-shape", help="Input shape such as 1,3,224,224; repeat once per input in forward() order.")]
+InputDtypeOpt = Annotated[Optional[List[str]], typer.Option("--input-dtype", help="Input dtype (float32, int64, ...); repeatable; default float32.")]
+SamplesOpt = Annotated[int, typer.Option("--samples", help="Number of parity inputs (example inputs plus seeded random ones).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the random parity inputs.")]
+AtolOpt = Annotated[Optional[float], typer.Option("--atol", help="Max absolute error allowed per output.")]
+MinSqnrOpt = Annotated[Optional[float], typer.Option("--min-sqnr", help="Minimum SQNR in dB per output.")]
+MinCosineOpt = Annotated[Optional[float], typer.Option("--min-cosine", help="Minimum cosine similarity per output.")]
+MinTop1Opt = Annotated[Optional[float], typer.Option("--min-top1", help="Minimum top-1 agreement (0..1) for logits outputs.")]
+WeightsOpt = Annotated[Optional[str], typer.Option("--weights", help="state_dict file for a package.module:attr model (loaded with weights_only=True).")]
+TrustPickleOpt = Annotated[bool, typer.Option("--trust-pickle", help="Allow loading a pickled module (runs arbitrary code: only for files you trust).")]
+JunitOpt = Annotated[Optional[Path], typer.Option("--junit", help="Also write JUnit XML here: one test case per output (and per layer with --per-layer).")]
+BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier <stem>.report.json: exit 1 when any metric got worse beyond tolerance.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show litert-torch's and absl's own output.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="Print only errors.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")]
+
+
+def _run(call, quiet: bool, debug: bool, summary: bool = True):
+    """Run an API call with progress; map errors to exit codes. The only place that exits."""
+    global _err
+    _err = _own_stderr()
+    reporter = _Reporter(quiet)
+    try:
+        result = call(reporter.stage)
+    except (Exception, KeyboardInterrupt) as exc:
+        reporter.stop()
+        code = _fail(exc, debug)
+        _close_err()
+        raise typer.Exit(code)
+    reporter.stop()
+    _close_err()
+    if summary and not quiet:
+        _print_summary(result)
+    raise typer.Exit(result.exit_code)
 
 
 @app.command("export", help="Export MODEL to a LiteRT flatbuffer, check parity and write reports.\n\n" + EXIT_CODES_HELP)
@@ -148,27 +193,26 @@ def export_command(
     model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output .tflite path (default: <model stem>.tflite beside the model)."),
     quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32) or fp16."),
-    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="Input shape such as 1,3,224,224; repeat once per input in forward() order."),
-    input_dtype: Optional[List[str]] = typer.Option(None, "--input-dtype", help="Input dtype (float32, int64, ...); repeatable; default float32."),
+    input_shape: InputShapeOpt = None,
+    input_dtype: InputDtypeOpt = None,
     channels_last: bool = typer.Option(False, "--channels-last/--no-channels-last", help="NHWC inputs/outputs for 4-D image tensors (no boundary TRANSPOSE ops)."),
     strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
-    samples: int = typer.Option(8, "--samples", help="Number of parity inputs (example inputs plus seeded random ones)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the random parity inputs."),
-    atol: Optional[float] = typer.Option(None, "--atol", help="Max absolute error allowed per output."),
-    min_sqnr: Optional[float] = typer.Option(None, "--min-sqnr", help="Minimum SQNR in dB per output."),
-    min_cosine: Optional[float] = typer.Option(None, "--min-cosine", help="Minimum cosine similarity per output."),
-    min_top1: Optional[float] = typer.Option(None, "--min-top1", help="Minimum top-1 agreement (0..1) for logits outputs."),
-    weights: Optional[str] = typer.Option(None, "--weights", help="state_dict file for a package.module:attr model (loaded with weights_only=True)."),
-    trust_pickle: bool = typer.Option(False, "--trust-pickle", help="Allow loading a pickled module (runs arbitrary code: only for files you trust)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show litert-torch's and absl's own output."),
-    quiet: bool = typer.Option(False, "--quiet", help="Print only errors."),
-    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks."),
+    samples: SamplesOpt = 8,
+    seed: SeedOpt = 0,
+    atol: AtolOpt = None,
+    min_sqnr: MinSqnrOpt = None,
+    min_cosine: MinCosineOpt = None,
+    min_top1: MinTop1Opt = None,
+    weights: WeightsOpt = None,
+    trust_pickle: TrustPickleOpt = False,
+    junit: JunitOpt = None,
+    baseline: BaselineOpt = None,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    debug: DebugOpt = False,
 ) -> None:
-    global _err
-    _err = _own_stderr()
-    reporter = _Reporter(quiet)
-    try:
+    def call(on_stage):
         from .api import ExportOptions, export
 
         options = ExportOptions(
@@ -187,18 +231,62 @@ def export_command(
             weights=weights,
             trust_pickle=trust_pickle,
             verbose=verbose,
+            junit=str(junit) if junit else None,
+            baseline=str(baseline) if baseline else None,
         )
-        result = export(model, output=output, options=options, on_stage=reporter.stage)
-    except (Exception, KeyboardInterrupt) as exc:
-        reporter.stop()
-        code = _fail(exc, debug)
-        _close_err()
-        raise typer.Exit(code)
-    reporter.stop()
-    _close_err()
-    if not quiet:
-        _print_summary(result)
-    raise typer.Exit(result.exit_code)
+        return export(model, output=output, options=options, on_stage=on_stage)
+
+    _run(call, quiet, debug)
+
+
+@app.command(
+    "validate",
+    help="Check an existing MODEL.tflite against a PyTorch reference (any source kind export accepts). "
+    "Thresholds default to the flatbuffer's precision. Writes <stem>.validate.report.json/.md.\n\n" + EXIT_CODES_HELP,
+)
+def validate_command(
+    tflite: Path = typer.Argument(..., help="The .tflite flatbuffer to check."),
+    reference: str = typer.Option(..., "--reference", "-r", help="The PyTorch model it was exported from (.pt2, TorchScript, package.module:attr, pickle)."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Report path prefix (default <tflite stem>.validate)."),
+    input_shape: InputShapeOpt = None,
+    input_dtype: InputDtypeOpt = None,
+    channels_last: bool = typer.Option(False, "--channels-last", help="The flatbuffer's 4-D inputs are NHWC (only needed when the reference has no example inputs)."),
+    samples: SamplesOpt = 8,
+    seed: SeedOpt = 0,
+    atol: AtolOpt = None,
+    min_sqnr: MinSqnrOpt = None,
+    min_cosine: MinCosineOpt = None,
+    min_top1: MinTop1Opt = None,
+    weights: WeightsOpt = None,
+    trust_pickle: TrustPickleOpt = False,
+    junit: JunitOpt = None,
+    baseline: BaselineOpt = None,
+    verbose: VerboseOpt = False,
+    quiet: QuietOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    def call(on_stage):
+        from .api import ExportOptions, validate
+
+        options = ExportOptions(
+            input_shapes=_parse_shapes(input_shape),
+            input_dtypes=tuple(input_dtype or ()),
+            channels_last=channels_last,
+            samples=samples,
+            seed=seed,
+            atol=atol,
+            min_sqnr=min_sqnr,
+            min_cosine=min_cosine,
+            min_top1=min_top1,
+            weights=weights,
+            trust_pickle=trust_pickle,
+            verbose=verbose,
+            junit=str(junit) if junit else None,
+            baseline=str(baseline) if baseline else None,
+        )
+        return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage)
+
+    _run(call, quiet, debug)
 
 
 def _close_err() -> None:

@@ -50,6 +50,16 @@ def render_markdown(report: dict) -> str:
             f"{_fmt(worst.get('max_abs_error'))}; failed checks: {failed})."
         )
     lines.append("")
+    base = report.get("baseline")
+    if base:
+        regs = base.get("regressions") or []
+        if regs:
+            lines.append(f"**Regressed against the baseline** `{base.get('path')}`:")
+            lines.append("")
+            lines.extend(f"- {r['message']}" for r in regs)
+        else:
+            lines.append(f"No regression against the baseline `{base.get('path')}`.")
+        lines.append("")
     if val.get("outputs"):
         t = val.get("thresholds", {})
         lines.append(f"## Outputs ({val.get('samples')} samples, {val.get('runtime')})")

@@ -1,0 +1,78 @@
+"""Compare a report with an earlier one and list every metric that got worse beyond a tolerance.
+
+Outputs are matched by name (falling back to position). Higher-is-better metrics (SQNR, cosine, top-1)
+may drop by at most an absolute tolerance; lower-is-better errors may grow by at most a relative one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["BaselineTolerance", "Regression", "compare_with_baseline"]
+
+
+@dataclass(frozen=True)
+class BaselineTolerance:
+    sqnr_db: float = 1.0  # dB drop allowed
+    cosine: float = 1e-4  # absolute drop allowed
+    top1_agreement: float = 0.01  # absolute drop allowed
+    error_ratio: float = 0.10  # errors may grow by 10 %
+    error_floor: float = 1e-6  # ...or by this much in absolute terms (fp32 noise)
+
+
+@dataclass(frozen=True)
+class Regression:
+    output: str
+    metric: str
+    baseline: float | None
+    current: float | None
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"output": self.output, "metric": self.metric, "baseline": self.baseline, "current": self.current, "message": self.message}
+
+
+_HIGHER = ("sqnr_db", "cosine", "top1_agreement")
+_LOWER = ("max_abs_error", "mean_abs_error", "relative_l2_error")
+
+
+def _outputs(report: dict) -> list[dict]:
+    return list((report.get("validation") or {}).get("outputs") or [])
+
+
+def compare_with_baseline(current: dict, baseline: dict, tol: BaselineTolerance | None = None) -> list[Regression]:
+    tol = tol or BaselineTolerance()
+    regressions: list[Regression] = []
+    if (baseline.get("validation") or {}).get("status") == "skipped":
+        return regressions
+    cur_outputs = _outputs(current)
+    if (current.get("validation") or {}).get("status") == "skipped":
+        return [Regression("*", "validation", None, None, "the baseline was validated but this run skipped validation")]
+    by_name = {o["name"]: o for o in cur_outputs}
+    for i, base in enumerate(_outputs(baseline)):
+        cur = by_name.get(base["name"]) or (cur_outputs[i] if i < len(cur_outputs) else None)
+        if cur is None:
+            regressions.append(Regression(base["name"], "presence", None, None, f"output {base['name']} is missing"))
+            continue
+        bm, cm = base.get("metrics") or {}, cur.get("metrics") or {}
+        if base.get("passed") and not cur.get("passed"):
+            regressions.append(Regression(base["name"], "verdict", None, None, f"output {base['name']} passed in the baseline and fails now"))
+        for key in _HIGHER:
+            b, c = bm.get(key), cm.get(key)
+            if b is None or c is None:
+                continue
+            allowed = getattr(tol, key)
+            if c < b - allowed:
+                regressions.append(
+                    Regression(base["name"], key, b, c, f"{base['name']}: {key} fell from {b:.6g} to {c:.6g} (tolerance {allowed:g})")
+                )
+        for key in _LOWER:
+            b, c = bm.get(key), cm.get(key)
+            if b is None or c is None:
+                continue
+            limit = max(b * (1 + tol.error_ratio), b + tol.error_floor)
+            if c > limit:
+                regressions.append(
+                    Regression(base["name"], key, b, c, f"{base['name']}: {key} grew from {b:.3g} to {c:.3g} (limit {limit:.3g})")
+                )
+    return regressions
