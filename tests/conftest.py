@@ -50,5 +50,14 @@ def run_cli_subprocess(*args: str, cwd: Path | None = None, timeout: float = 300
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def validate_report(report: dict) -> dict:
+    """Every report a test reads is checked against the published JSON schema."""
+    import jsonschema
+
+    schema = json.loads((REPO / "edge_export" / "reports" / "report.schema.json").read_text())
+    jsonschema.validate(report, schema, format_checker=jsonschema.FormatChecker())
+    return report
+
+
 def read_report(tflite_path: Path) -> dict:
-    return json.loads(Path(str(tflite_path.with_suffix("")) + ".report.json").read_text())
+    return validate_report(json.loads(Path(str(tflite_path.with_suffix("")) + ".report.json").read_text()))

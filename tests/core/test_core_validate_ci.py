@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 
-from conftest import read_report
+from conftest import read_report, validate_report
 from model_zoo import SmallCNN, small_cnn
 
 X = torch.randn(1, 3, 16, 16)
@@ -27,7 +27,7 @@ def test_validate_against_exported_program(exported, run_cli):
     src, out = exported
     res = run_cli("validate", out, "--reference", src)
     assert res.exit_code == 0, res.stderr
-    rep = json.loads(out.with_name("cnn.validate.report.json").read_text())
+    rep = validate_report(json.loads(out.with_name("cnn.validate.report.json").read_text()))
     assert rep["verdict"] == "passed" and rep["export"]["command"] == "validate"
     assert rep["validation"]["outputs"][0]["metrics"]["sqnr_db"] > 60
     assert out.with_name("cnn.validate.report.md").is_file()
@@ -40,7 +40,7 @@ def test_validate_detects_the_wrong_reference(exported, tmp_path, run_cli):
     torch.export.save(torch.export.export(SmallCNN().eval(), (X,)), other)
     res = run_cli("validate", out, "--reference", other)
     assert res.exit_code == 1
-    rep = json.loads(out.with_name("cnn.validate.report.json").read_text())
+    rep = validate_report(json.loads(out.with_name("cnn.validate.report.json").read_text()))
     assert rep["verdict"] == "failed"
     assert set(rep["validation"]["worst"]["failed_checks"]) >= {"sqnr_db", "cosine"}
 
