@@ -1,0 +1,91 @@
+"""The optional SQNR-per-layer PNG."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from edge_export.errors import UsageError
+from edge_export.validators.layers import LayerParity, LayerParityReport
+
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
+
+def _report(sqnrs: list[float]) -> LayerParityReport:
+    rows = tuple(
+        LayerParity(
+            position=i,
+            module_path=f"features.{i}",
+            module_type="Conv2d",
+            tflite_tensor=f"t{i}",
+            tflite_index=i,
+            opcode="CONV_2D",
+            shape=(1, 4, 4, 8),
+            dtype="int8",
+            torch_shape=(1, 8, 4, 4),
+            layout="NHWC->NCHW",
+            sqnr_db=v,
+            cosine=0.99,
+        )
+        for i, v in enumerate(sqnrs)
+    )
+    return LayerParityReport(
+        layers=rows,
+        first_jump=rows[2],
+        worst=rows[3],
+        unmatched_modules=(),
+        modules_total=len(rows),
+        tensors_total=len(rows),
+        tensors_matched=len(rows),
+        tensors_internal=0,
+        unmatched_tensors=(),
+        tensors_unmatched=0,
+        samples=1,
+    )
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib (the plot extra) is not installed")
+def test_plot_writes_a_png(tmp_path):
+    from edge_export.validators.layer_plot import plot_layer_sqnr
+
+    out = plot_layer_sqnr(_report([38.0, 36.0, 4.0, 2.0, 6.0]), tmp_path / "sqnr.png")
+
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 5_000
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib (the plot extra) is not installed")
+def test_plot_into_a_missing_directory_is_a_usage_error(tmp_path):
+    from edge_export.validators.layer_plot import plot_layer_sqnr
+
+    with pytest.raises(UsageError, match="Could not write the SQNR plot"):
+        plot_layer_sqnr(_report([30.0, 20.0, 4.0, 2.0]), tmp_path / "no" / "such" / "dir" / "sqnr.png")
+
+
+def test_without_matplotlib_the_error_names_the_extra(tmp_path):
+    # A fresh interpreter in which importing matplotlib fails, as on an install without the extra.
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["matplotlib"] = None
+        sys.modules["matplotlib.figure"] = None
+        sys.path.insert(0, {str(__file__.rsplit('/', 1)[0])!r})
+        from test_layers_plot import _report
+        from edge_export.errors import UsageError
+        from edge_export.validators.layer_plot import plot_layer_sqnr
+        try:
+            plot_layer_sqnr(_report([1.0, 2.0, 3.0, 4.0]), {str(tmp_path / "x.png")!r})
+        except UsageError as exc:
+            print(exc)
+            sys.exit(7)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 7, proc.stderr
+    assert "pip install edge-export[plot]" in proc.stdout
+    assert not (tmp_path / "x.png").exists()
