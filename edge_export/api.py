@@ -48,6 +48,9 @@ class ExportOptions:
     verbose: bool = False
     junit: str | None = None  # also write JUnit XML here
     baseline: str | None = None  # an earlier report.json to gate regressions against
+    per_layer: bool = False  # compare every matched layer, not just the outputs
+    per_layer_min_sqnr: float | None = None  # optional gate on every compared layer
+    per_layer_plot: str | None = None  # PNG of SQNR per layer (needs matplotlib)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantize", QuantizeMode(self.quantize))
@@ -193,16 +196,24 @@ def export(
         tflite_path = tflite_path.with_suffix(".tflite")
     json_path, md_path = report_paths(tflite_path)
     check_writable_folder(tflite_path)
-    if options.junit:
-        check_writable_folder(Path(options.junit))
-    if options.baseline:
-        from .reports.json_report import load_report
-
-        load_report(options.baseline)  # a missing or malformed baseline fails before the export
+    _check_side_outputs(options)
     from .library_output import quiet_libraries
 
     with quiet_libraries(options.verbose):
         return _run_export(model, example_inputs, options, stages, tflite_path, json_path, md_path)
+
+
+def _check_side_outputs(options: ExportOptions) -> None:
+    """Fail on unwritable extra outputs or a bad baseline before minutes of work, not after."""
+    for extra in (options.junit, options.per_layer_plot):
+        if extra:
+            check_writable_folder(Path(extra))
+    if options.per_layer_plot and not options.per_layer:
+        raise UsageError("--per-layer-plot needs --per-layer.", "Add --per-layer.")
+    if options.baseline:
+        from .reports.json_report import load_report
+
+        load_report(options.baseline)
 
 
 def _run_export(
@@ -248,10 +259,9 @@ def _run_export(
     with stages.run("inspect", "Reading the flatbuffer"):
         fb = read_flatbuffer(model_bytes, origin="the converted model")
 
-    parity = None
+    parity = layers = None
     if options.validate:
-        with stages.run("validate", f"Checking parity on {options.samples} samples"):
-            parity = _validate(module, example, specs, options, model_bytes, fb, plan)
+        parity, layers = _check_parity(module, example, specs, options, model_bytes, fb, plan, stages)
 
     report = _base_report(loaded.to_dict(), specs, plan)
     report["export"] = {
@@ -262,7 +272,9 @@ def _run_export(
         "channels_last_outputs": list(plan.outputs),
         "strict": options.strict,
     }
-    return _finalize(report, parity, options, stages, fb, model_bytes, tflite_path, json_path, md_path, write_tflite=True)
+    return _finalize(
+        report, parity, layers, options, stages, fb, model_bytes, tflite_path, json_path, md_path, write_tflite=True
+    )
 
 
 def _base_report(model: dict, specs: list[InputSpec], plan: Any) -> dict:
@@ -279,6 +291,7 @@ def _base_report(model: dict, specs: list[InputSpec], plan: Any) -> dict:
 def _finalize(
     report: dict,
     parity: Any,
+    layers: Any,
     options: Any,
     stages: _Stages,
     fb: Any,
@@ -305,6 +318,10 @@ def _finalize(
     report["flatbuffer"] = _flatbuffer_section(fb, model_bytes)
     report["stages"] = stages.times
     report["validation"] = validation
+    if layers is not None:
+        report["per_layer"] = layers.to_dict()
+        if layers.passed is False:
+            exit_code = EXIT_PARITY_FAILED
     if options.baseline:
         from .reports.baseline import compare_with_baseline
 
@@ -316,7 +333,7 @@ def _finalize(
         }
         if regressions:
             exit_code = EXIT_PARITY_FAILED
-    report["verdict"] = _verdict(validation, report.get("baseline"))
+    report["verdict"] = _verdict(validation, report.get("baseline"), report.get("per_layer"))
     report["exit_code"] = exit_code
 
     with stages.run("write", "Writing artifacts"):
@@ -325,6 +342,8 @@ def _finalize(
                 artifacts.add(tflite_path, model_bytes)
             artifacts.add(json_path, render_json(report))
             artifacts.add(md_path, render_markdown(report))
+            if layers is not None and options.per_layer_plot:
+                artifacts.add(options.per_layer_plot, _plot_bytes(layers))
             if options.junit:
                 from .reports.junit import render_junit
 
@@ -345,9 +364,11 @@ def _example_for_loading(options: ExportOptions, example_inputs: tuple | None) -
     return None
 
 
-def _verdict(validation: dict, baseline: dict | None = None) -> str:
+def _verdict(validation: dict, baseline: dict | None = None, per_layer: dict | None = None) -> str:
     status = validation.get("status")
     if baseline and baseline.get("regressions"):
+        return "failed"
+    if per_layer and per_layer.get("passed") is False:
         return "failed"
     if status == "passed":
         return "passed"
@@ -371,14 +392,56 @@ def _flatbuffer_section(fb: Any, model_bytes: bytes) -> dict:
     }
 
 
-def _validate(module: Any, example: tuple, specs: list[InputSpec], options: ExportOptions, model_bytes: bytes, fb: Any, plan: Any):
+def _plot_bytes(layers: Any) -> bytes:
+    import tempfile
+
+    from .validators.layer_plot import plot_layer_sqnr
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "layers.png"
+        plot_layer_sqnr(layers, path)
+        return path.read_bytes()
+
+
+def _check_parity(
+    module: Any,
+    example: tuple,
+    specs: list[InputSpec],
+    options: ExportOptions,
+    model_bytes: bytes,
+    fb: Any,
+    plan: Any,
+    stages: _Stages,
+) -> tuple[Any, Any]:
+    """Output parity, then (with --per-layer) the layer-by-layer comparison on the same samples."""
+    from .inputs import make_samples
+
+    samples = make_samples(specs, options.samples, options.seed, example)
+    with stages.run("validate", f"Checking parity on {len(samples)} samples"):
+        parity = _validate(module, samples, options, model_bytes, fb, plan)
+    layers = None
+    if options.per_layer:
+        from .validators.layers import per_layer_parity
+
+        with stages.run("per_layer", "Comparing every layer with PyTorch (reference kernels)"):
+            layers = per_layer_parity(
+                module,
+                tuple(example),
+                model_bytes,
+                samples=[tuple(t.numpy() for t in sample) for sample in samples],
+                channels_last_inputs=tuple(plan.inputs),
+                min_sqnr_db=options.per_layer_min_sqnr,
+                model=fb,
+            )
+    return parity, layers
+
+
+def _validate(module: Any, samples: list[tuple], options: ExportOptions, model_bytes: bytes, fb: Any, plan: Any):
     import torch
 
-    from .inputs import make_samples
     from .runtime import Resolver, TFLiteRunner
     from .validators.parity import compare_outputs
 
-    samples = make_samples(specs, options.samples, options.seed, example)
     runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
     references, candidates = [], []
     with torch.no_grad():
@@ -460,10 +523,7 @@ def validate(
     prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
     json_path, md_path = Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
     check_writable_folder(json_path)
-    if options.baseline:
-        from .reports.json_report import load_report
-
-        load_report(options.baseline)
+    _check_side_outputs(options)
     stages = _Stages(on_stage)
     from .library_output import quiet_libraries
 
@@ -512,8 +572,7 @@ def validate(
             if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
         )
         plan = ChannelsLastPlan(nhwc_in, nhwc_out)
-        with stages.run("validate", f"Checking parity on {options.samples} samples"):
-            parity = _validate(module, example, specs, options, model_bytes, fb, plan)
+        parity, layers = _check_parity(module, example, specs, options, model_bytes, fb, plan, stages)
         report = _base_report(loaded.to_dict(), specs, plan)
         report["export"] = {
             "command": "validate",
@@ -524,4 +583,6 @@ def validate(
             "channels_last_outputs": list(plan.outputs),
             "strict": options.strict,
         }
-        return _finalize(report, parity, options, stages, fb, model_bytes, tflite_path, json_path, md_path, write_tflite=False)
+        return _finalize(
+            report, parity, layers, options, stages, fb, model_bytes, tflite_path, json_path, md_path, write_tflite=False
+        )

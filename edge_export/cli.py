@@ -140,6 +140,14 @@ def _print_summary(result) -> None:
             + (f"; failed: {', '.join(failed)}" if failed else "")
             + (f"; {w['error']}" if w.get("error") else "")
         )
+    layers = rep.get("per_layer")
+    if layers:
+        jump, worst = layers.get("first_jump"), layers.get("worst")
+        _out.print(
+            f"  per-layer: {len(layers['layers'])} layers compared ({layers['match_fraction']:.0%} of modules matched)"
+            + (f"; worst {worst['module_path']} {worst['sqnr_db']:.1f} dB" if worst and worst.get("sqnr_db") is not None else "")
+            + (f"; error jumps at {jump['module_path']} ({jump['sqnr_db']:.1f} dB)" if jump else "; no jump")
+        )
     base = rep.get("baseline")
     if base:
         regs = base.get("regressions") or []
@@ -164,6 +172,9 @@ WeightsOpt = Annotated[Optional[str], typer.Option("--weights", help="state_dict
 TrustPickleOpt = Annotated[bool, typer.Option("--trust-pickle", help="Allow loading a pickled module (runs arbitrary code: only for files you trust).")]
 JunitOpt = Annotated[Optional[Path], typer.Option("--junit", help="Also write JUnit XML here: one test case per output (and per layer with --per-layer).")]
 BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier <stem>.report.json: exit 1 when any metric got worse beyond tolerance.")]
+PerLayerOpt = Annotated[bool, typer.Option("--per-layer", help="Also compare every layer with PyTorch (reference kernels, all intermediates kept).")]
+PerLayerMinSqnrOpt = Annotated[Optional[float], typer.Option("--per-layer-min-sqnr", help="Fail (exit 1) when any compared layer's SQNR is below this (dB).")]
+PerLayerPlotOpt = Annotated[Optional[Path], typer.Option("--per-layer-plot", help="Write a PNG of SQNR per layer (needs matplotlib: pip install edge-export[plot]).")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show litert-torch's and absl's own output.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="Print only errors.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")]
@@ -208,6 +219,9 @@ def export_command(
     trust_pickle: TrustPickleOpt = False,
     junit: JunitOpt = None,
     baseline: BaselineOpt = None,
+    per_layer: PerLayerOpt = False,
+    per_layer_min_sqnr: PerLayerMinSqnrOpt = None,
+    per_layer_plot: PerLayerPlotOpt = None,
     verbose: VerboseOpt = False,
     quiet: QuietOpt = False,
     debug: DebugOpt = False,
@@ -233,6 +247,9 @@ def export_command(
             verbose=verbose,
             junit=str(junit) if junit else None,
             baseline=str(baseline) if baseline else None,
+            per_layer=per_layer,
+            per_layer_min_sqnr=per_layer_min_sqnr,
+            per_layer_plot=str(per_layer_plot) if per_layer_plot else None,
         )
         return export(model, output=output, options=options, on_stage=on_stage)
 
@@ -261,6 +278,9 @@ def validate_command(
     trust_pickle: TrustPickleOpt = False,
     junit: JunitOpt = None,
     baseline: BaselineOpt = None,
+    per_layer: PerLayerOpt = False,
+    per_layer_min_sqnr: PerLayerMinSqnrOpt = None,
+    per_layer_plot: PerLayerPlotOpt = None,
     verbose: VerboseOpt = False,
     quiet: QuietOpt = False,
     debug: DebugOpt = False,
@@ -283,6 +303,9 @@ def validate_command(
             verbose=verbose,
             junit=str(junit) if junit else None,
             baseline=str(baseline) if baseline else None,
+            per_layer=per_layer,
+            per_layer_min_sqnr=per_layer_min_sqnr,
+            per_layer_plot=str(per_layer_plot) if per_layer_plot else None,
         )
         return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage)
 

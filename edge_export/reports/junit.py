@@ -48,7 +48,7 @@ def render_junit(report: dict) -> str:
         failure = None
         if layer.get("passed") is False:
             failure = f"SQNR {_fmt(layer.get('sqnr_db'))} dB below the layer threshold"
-        if culprit and culprit.get("module_path") == layer.get("module_path") and culprit.get("tensor") == layer.get("tensor"):
+        if culprit and culprit.get("module_path") == layer.get("module_path") and culprit.get("tflite_tensor") == layer.get("tflite_tensor"):
             failure = (failure + "; " if failure else "") + "first layer where the error jumps (likely culprit)"
         _case(suite, "edge_export.parity.layers", f"{i:03d} {name}", failure, details)
     for reg in (report.get("baseline") or {}).get("regressions", []):

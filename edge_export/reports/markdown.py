@@ -82,6 +82,9 @@ def render_markdown(report: dict) -> str:
             )
         )
         lines.append("")
+    layers = report.get("per_layer")
+    if layers:
+        lines.extend(_layer_section(layers))
     lines.append("## Flatbuffer")
     lines.append("")
     lines.append(f"- size: {_size(fb.get('size_bytes', 0))} ({fb.get('size_bytes')} bytes), sha256 `{(fb.get('sha256') or '')[:16]}…`")
@@ -111,3 +114,34 @@ def render_markdown(report: dict) -> str:
         + f" · report schema {report.get('schema_version')}</sub>"
     )
     return "\n".join(lines) + "\n"
+
+
+def _layer_section(layers: dict) -> list[str]:
+    rows = [r for r in layers.get("layers", []) if r.get("sqnr_db") is not None]
+    out = [f"## Layers ({len(layers.get('layers', []))} compared, {layers.get('match_fraction', 0):.0%} of modules matched)", ""]
+    jump = layers.get("first_jump")
+    if jump:
+        out.append(
+            f"The error first jumps at **`{jump.get('module_path')}`** ({jump.get('module_type')}): "
+            f"SQNR {_fmt(jump.get('sqnr_db'))} dB. This is the likely culprit."
+        )
+    else:
+        out.append("No layer shows a jump in error.")
+    out.append("")
+    worst = sorted(rows, key=lambda r: r["sqnr_db"])[:5]
+    if worst:
+        out.append("Worst layers:")
+        out.append("")
+        out.append("| # | module | type | op | SQNR dB | cosine |")
+        out.append("|---|---|---|---|---|---|")
+        for r in worst:
+            fused = f" (+ fused {', '.join(r['fused_modules'])})" if r.get("fused_modules") else ""
+            out.append(
+                f"| {r.get('position')} | `{r.get('module_path')}`{fused} | {r.get('module_type')} | {r.get('opcode')} | "
+                f"{_fmt(r.get('sqnr_db'))} | {_fmt(r.get('cosine'), 6)} |"
+            )
+        out.append("")
+    unmatched = layers.get("tensors_unmatched") or 0
+    out.append(f"{unmatched} flatbuffer tensor(s) could not be matched to a PyTorch module.")
+    out.append("")
+    return out
