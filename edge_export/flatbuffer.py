@@ -1,20 +1,24 @@
 """Read a LiteRT flatbuffer into small typed objects, in pure Python (no interpreter).
 
 Every later stage (reports, target checkers, inspect) reads the model through here, so that what a
-report says about a file is what the file holds. Parsing uses ai-edge-litert's generated schema
-reader; a buffer that does not parse, or whose indices point outside the model, raises
-``FlatbufferError`` before any runtime touches it.
+report says about a file is what the file holds. The buffer is verified first (see ``_Verifier``:
+the bounds rules of flatbuffers' C++ Verifier, which the native runtimes do not run), then parsed
+with ai-edge-litert's generated schema reader and checked for what the kernels trust (indices,
+shapes, buffer sizes, quantization parameters, kernel options). A buffer that fails any of this
+raises ``FlatbufferError`` before any runtime touches it: the fuzz test in tests/tools shows which
+mutated files used to crash the XNNPACK delegate.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import FlatbufferError
+from .errors import FlatbufferError, InternalError
 
 __all__ = [
     "QuantParams",
@@ -223,8 +227,11 @@ def read_flatbuffer(data: bytes, origin: str = "the model") -> FlatbufferModel:
     try:
         _Verifier(data).verify_model()
         return _parse(data)
+    except InternalError:
+        raise
     except FlatbufferError as exc:
-        raise FlatbufferError(exc.message.replace("The model", origin[:1].upper() + origin[1:], 1), exc.hint) from None
+        named = origin[:1].upper() + origin[1:] if origin.startswith("the ") else origin
+        raise FlatbufferError(exc.message.replace("The model", named, 1), exc.hint) from None
     except Exception as exc:  # the generated reader raises many kinds on malformed input
         raise FlatbufferError(
             f"{origin} is not a valid LiteRT flatbuffer: it could not be parsed "
@@ -260,6 +267,40 @@ _DTYPE_BITS = {
     "int64": 64, "uint64": 64, "int16": 16, "uint16": 16, "int8": 8, "uint8": 8, "bool": 8,
     "int4": 4, "complex64": 64, "complex128": 128,
 }
+
+
+_FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
+_MAX_TENSOR_BYTES = 2**31 - 1  # LiteRT sizes tensors in int32 arithmetic in places
+_ZERO_POINT_RANGES = {
+    "int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
+    "int4": (-8, 7), "int32": (-(2**31), 2**31 - 1),
+}
+# Options fields that kernels use as divisors or loop steps (a 0 there crashes native kernels), and
+# enum fields whose value selects a code path (an unknown value reads past a table in some kernels).
+_POSITIVE_OPTION_FIELDS = ("strideW", "strideH", "strideD", "filterWidth", "filterHeight",
+                           "dilationWFactor", "dilationHFactor", "dilationDFactor", "depthMultiplier")
+
+
+def _options_problem(options: Any, num_subgraphs: int) -> str | None:
+    """Why a builtin-options object cannot be handed to a kernel, or None."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    fields = vars(options)
+    for attr, value in fields.items():
+        if attr.lower().endswith("subgraphindex") and not 0 <= int(value) < num_subgraphs:
+            return f"calls subgraph {value}, which does not exist"
+        if attr in _POSITIVE_OPTION_FIELDS and int(value) < 1 and type(options).__name__ != "DepthwiseConv2DOptionsT":
+            return f"has {attr} = {value}; it must be at least 1"
+    enums = {"padding": schema.Padding, "fusedActivationFunction": schema.ActivationFunctionType}
+    for attr, enum_cls in enums.items():
+        if attr in fields:
+            allowed = {v for k, v in vars(enum_cls).items() if not k.startswith("_")}
+            if fields[attr] not in allowed:
+                return f"has an unknown {attr} value {fields[attr]}"
+    if "strideW" in fields and type(options).__name__ == "DepthwiseConv2DOptionsT":
+        if min(fields["strideW"], fields["strideH"], fields.get("dilationWFactor", 1), fields.get("dilationHFactor", 1)) < 1:
+            return "has a stride or dilation below 1"
+    return None
 
 
 def _parse(data: bytes) -> FlatbufferModel:
@@ -329,6 +370,14 @@ def _parse(data: bytes) -> FlatbufferModel:
                 qdim = int(q.quantizedDimension or 0)
                 if len(q.scale) > 1 and not (0 <= qdim < len(shape) and shape[qdim] == len(q.scale)):
                     raise _bad(f"{where} has {len(q.scale)} per-channel scales that do not fit its shape")
+                # XNNPACK crashes on zero or subnormal scales of integer tensors; quantizers never
+                # write them (ai-edge-quantizer clamps at 1e-9). On float tensors they are ignored.
+                allowed_zero = dtype in FLOAT_DTYPES
+                if not all((allowed_zero and float(x) == 0.0) or _FLOAT32_MIN_NORMAL <= float(x) < math.inf for x in q.scale):
+                    raise _bad(f"{where} has a zero, negative, subnormal or non-finite quantization scale")
+                lo, hi = _ZERO_POINT_RANGES.get(dtype, (-(2**63), 2**63 - 1))
+                if q.zeroPoint is not None and any(not lo <= int(z) <= hi for z in q.zeroPoint):
+                    raise _bad(f"{where} has a zero point outside the range of {dtype}")
                 zps = q.zeroPoint if q.zeroPoint is not None and len(q.zeroPoint) else np.zeros(len(q.scale), dtype=np.int64)
                 quant = QuantParams(
                     scales=tuple(float(s) for s in q.scale),
@@ -340,6 +389,8 @@ def _parse(data: bytes) -> FlatbufferModel:
                 raise _bad(f"{where} refers to buffer {buffer_index}, which does not exist")
             nbytes = buffer_bytes(buffer_index)
             bits = _DTYPE_BITS.get(dtype)
+            if bits and math.prod(max(d, 1) for d in shape) * bits // 8 > _MAX_TENSOR_BYTES:
+                raise _bad(f"{where} has shape {list(shape)}, larger than a LiteRT tensor can be (2 GB)")
             if nbytes and bits and t.sparsity is None:
                 needed = (math.prod(shape) * bits + 7) // 8
                 if nbytes < needed:
@@ -367,9 +418,9 @@ def _parse(data: bytes) -> FlatbufferModel:
             if any(i < 0 for i in outs):
                 raise _bad(f"operator {o_index} of subgraph {sg_index} has an omitted output")
             for options in (op.builtinOptions, op.builtinOptions2):
-                for attr, value in (vars(options) if options is not None else {}).items():
-                    if attr.lower().endswith("subgraphindex") and not 0 <= int(value) < num_subgraphs:
-                        raise _bad(f"operator {o_index} of subgraph {sg_index} calls subgraph {value}, which does not exist")
+                problem = _options_problem(options, num_subgraphs) if options is not None else None
+                if problem:
+                    raise _bad(f"operator {o_index} of subgraph {sg_index} ({opcode_name(op.opcodeIndex or 0)}) {problem}")
             ops.append(
                 OperatorInfo(
                     index=o_index,
@@ -395,16 +446,24 @@ def _parse(data: bytes) -> FlatbufferModel:
         sg_index = int(sd.subgraphIndex or 0)
         if not 0 <= sg_index < num_subgraphs:
             raise _bad(f"signature {_decode(sd.signatureKey)!r} names subgraph {sg_index}, which does not exist")
-        sg_size = len(model_t.subgraphs[sg_index].tensors or [])
-        for tm in (*(sd.inputs or []), *(sd.outputs or [])):
-            if not 0 <= int(tm.tensorIndex or 0) < sg_size:
-                raise _bad(f"signature {_decode(sd.signatureKey)!r} names tensor {tm.tensorIndex}, which does not exist")
+        sg = model_t.subgraphs[sg_index]
+        for kind, maps, allowed in (("input", sd.inputs, sg.inputs), ("output", sd.outputs, sg.outputs)):
+            allowed = {int(i) for i in (allowed if allowed is not None else ())}
+            for tm in maps or []:
+                if int(tm.tensorIndex or 0) not in allowed:
+                    raise _bad(
+                        f"signature {_decode(sd.signatureKey)!r} names tensor {tm.tensorIndex} as an {kind}, "
+                        f"but it is not an {kind} of subgraph {sg_index}"
+                    )
         signatures.append(
             {
                 "key": _decode(sd.signatureKey),
                 "inputs": [_decode(tm.name) for tm in sd.inputs or []],
                 "outputs": [_decode(tm.name) for tm in sd.outputs or []],
                 "subgraph": sg_index,
+                # Tensor indices in signature order (which need not be the subgraph's I/O order).
+                "input_tensors": [int(tm.tensorIndex or 0) for tm in sd.inputs or []],
+                "output_tensors": [int(tm.tensorIndex or 0) for tm in sd.outputs or []],
             }
         )
 
@@ -457,11 +516,15 @@ class _FieldSpec:
     type_slot: int | None = None  # a union's type field
 
 
-def _schema_layout() -> dict[str, tuple[_FieldSpec, ...]]:
-    """Map each table class of the generated schema to its fields, by reading the generated code."""
-    global _LAYOUT
-    if _LAYOUT is not None:
-        return _LAYOUT
+@dataclass(frozen=True)
+class _SchemaLayout:
+    tables: dict[str, tuple[_FieldSpec, ...]]  # table name -> its fields
+    unions: dict[str, dict[int, str]]  # union creator name -> {type value: table name}
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_layout() -> _SchemaLayout:
+    """Map each table of the generated schema to its fields, by reading the generated code (once)."""
     import ast
     import inspect
     import re
@@ -521,18 +584,17 @@ def _schema_layout() -> dict[str, tuple[_FieldSpec, ...]]:
                 fields.append(_FieldSpec(slot, "string"))
             elif "Vector(o)" in src:
                 if f"{mname}AsNumpy" not in methods:  # a vector of strings or structs: not in this schema
-                    raise FlatbufferError(f"unsupported schema field {name}.{mname}")
+                    raise InternalError(f"The flatbuffer verifier does not know the kind of schema field {name}.{mname}.")
             else:
                 flags = re.search(r"Get\(flatbuffers\.number_types\.(\w+)Flags, o \+ self\._tab\.Pos\)", src)
                 if flags:
                     fields.append(_FieldSpec(slot, "scalar", _SCALAR_SIZES[flags.group(1)]))
         layout[name] = tuple(sorted(fields, key=lambda f: f.slot))
-    layout["__creators__"] = creators  # type: ignore[assignment]
-    _LAYOUT = layout
-    return layout
-
-
-_LAYOUT: dict | None = None
+    # If a future generated schema changed shape, fail loudly rather than verify nothing.
+    model_fields = {f.target for f in layout.get("Model", ()) if f.kind == "table_vector"}
+    if not {"SubGraph", "Buffer", "OperatorCode"} <= model_fields or "Conv2DOptions" not in layout:
+        raise InternalError("The flatbuffer verifier could not read ai-edge-litert's generated schema.")
+    return _SchemaLayout(tables=layout, unions=creators)
 
 
 class _Verifier:
@@ -541,8 +603,8 @@ class _Verifier:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.size = len(data)
-        self.layout = _schema_layout()
-        self.creators = self.layout["__creators__"]
+        layout = _schema_layout()
+        self.tables_layout, self.unions = layout.tables, layout.unions
         self.tables = 0
 
     def fail(self, what: str) -> FlatbufferError:
@@ -574,6 +636,10 @@ class _Verifier:
         self.check_range(pos + 4, n + 1, 1, what)
         if self.data[pos + 4 + n] != 0:
             raise self.fail(f"{what} is not terminated")
+        try:  # the runtime's Python bindings decode names as UTF-8
+            self.data[pos + 4 : pos + 4 + n].decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail(f"{what} is not valid UTF-8") from None
 
     def verify_vector(self, pos: int, elem_size: int, what: str) -> int:
         self.check_range(pos, 4, 4, what)
@@ -584,7 +650,7 @@ class _Verifier:
         return n
 
     def verify_table(self, pos: int, cls: str, depth: int) -> None:
-        what = f"a {cls} table"
+        what = f"the {cls} table at byte {pos}"
         self.tables += 1
         if depth > _MAX_DEPTH or self.tables > _MAX_TABLES:
             raise self.fail("its tables nest too deeply or are too many")
@@ -596,7 +662,7 @@ class _Verifier:
             raise self.fail(f"the vtable of {what} is malformed")
         self.check_range(vtable, vsize, 2, f"the vtable of {what}")
         self.check_range(pos, tsize, 1, what)
-        for spec in self.layout[cls]:
+        for spec in self.tables_layout[cls]:
             voff = self.u16(vtable + spec.slot) if spec.slot < vsize else 0
             if voff == 0:
                 continue
@@ -619,7 +685,7 @@ class _Verifier:
                 if tvoff == 0:
                     continue
                 self.check_range(pos + tvoff, 1, 1, fwhat)
-                member = self.creators[spec.target].get(self.data[pos + tvoff])
+                member = self.unions[spec.target].get(self.data[pos + tvoff])
                 if member is not None:  # unknown union members are skipped by readers too
                     self.verify_table(self.deref(field, fwhat), member, depth + 1)
 

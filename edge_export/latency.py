@@ -1,0 +1,210 @@
+"""`edge-export bench`: host latency of a flatbuffer with LiteRT on CPU, with and without XNNPACK.
+
+Each configuration gets its own interpreter, random inputs of the model's own dtypes (set once),
+``warmup`` untimed invocations, then ``runs`` timed ones around ``invoke()`` alone. Host numbers
+say how two variants of a model compare (fp32 vs int8, delegate vs not); they are not a prediction
+of the latency on a phone or a board.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from .errors import RuntimeRunError, UsageError
+from .flatbuffer import read_flatbuffer
+from .runtime import IOTensor, Resolver, TFLiteRunner
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["LatencyStats", "LatencyReport", "benchmark_latency", "random_inputs", "render_latency"]
+
+# The two configurations the bench compares: what apps get by default, and the plain kernels.
+BENCH_RESOLVERS = (Resolver.XNNPACK, Resolver.BUILTIN)
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Latency of one configuration, in milliseconds, over the timed runs."""
+
+    resolver: Resolver
+    runs: int
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    min_ms: float
+    max_ms: float
+    mean_ms: float
+    stdev_ms: float
+
+    @classmethod
+    def from_samples(cls, resolver: Resolver, samples_ms: Sequence[float]) -> LatencyStats:
+        arr = np.asarray(samples_ms, dtype=np.float64)
+        return cls(
+            resolver=resolver,
+            runs=int(arr.size),
+            median_ms=float(np.median(arr)),
+            p10_ms=float(np.percentile(arr, 10)),
+            p90_ms=float(np.percentile(arr, 90)),
+            min_ms=float(arr.min()),
+            max_ms=float(arr.max()),
+            mean_ms=float(arr.mean()),
+            stdev_ms=float(statistics.stdev(arr)) if arr.size > 1 else 0.0,
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "resolver": self.resolver.value,
+            "runs": self.runs,
+            "median_ms": self.median_ms,
+            "p10_ms": self.p10_ms,
+            "p90_ms": self.p90_ms,
+            "min_ms": self.min_ms,
+            "max_ms": self.max_ms,
+            "mean_ms": self.mean_ms,
+            "stdev_ms": self.stdev_ms,
+        }
+
+
+@dataclass(frozen=True)
+class LatencyReport:
+    threads: int
+    runs: int
+    warmup: int
+    size_bytes: int
+    inputs: tuple[IOTensor, ...]
+    results: tuple[LatencyStats, ...]  # in BENCH_RESOLVERS order
+    host: str  # machine and CPU count, so numbers are not compared across hosts by accident
+
+    def stats(self, resolver: Resolver) -> LatencyStats:
+        for s in self.results:
+            if s.resolver == resolver:
+                return s
+        raise KeyError(resolver)
+
+    @property
+    def xnnpack_speedup(self) -> float | None:
+        """Median without XNNPACK divided by median with it (>1 means XNNPACK is faster)."""
+        try:
+            return self.stats(Resolver.BUILTIN).median_ms / self.stats(Resolver.XNNPACK).median_ms
+        except (KeyError, ZeroDivisionError):
+            return None
+
+    def to_dict(self) -> dict:
+        return {
+            "threads": self.threads,
+            "runs": self.runs,
+            "warmup": self.warmup,
+            "size_bytes": self.size_bytes,
+            "inputs": [t.to_dict() for t in self.inputs],
+            "results": [s.to_dict() for s in self.results],
+            "xnnpack_speedup": self.xnnpack_speedup,
+            "host": self.host,
+        }
+
+
+def random_inputs(specs: Sequence[IOTensor], seed: int = 0) -> list[np.ndarray]:
+    """Arrays in each input's own dtype and shape (raw values: integer inputs use their full range)."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in specs:
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            arrays.append(rng.standard_normal(spec.shape).astype(dtype))
+        elif dtype.kind == "b":
+            arrays.append(rng.integers(0, 2, size=spec.shape).astype(dtype))
+        elif spec.quantized and dtype.itemsize <= 2:
+            info = np.iinfo(dtype)
+            arrays.append(rng.integers(info.min, info.max, size=spec.shape, endpoint=True).astype(dtype))
+        else:  # ids, indices, counts: small non-negative values are the safe choice
+            arrays.append(rng.integers(0, 8, size=spec.shape).astype(dtype))
+    return arrays
+
+
+def _time_one(model_bytes: bytes, model, resolver: Resolver, threads: int, runs: int, warmup: int) -> LatencyStats:
+    runner = TFLiteRunner(model_bytes, model=model, resolver=resolver, num_threads=threads)
+    interp = runner.interpreter
+    for spec, arr in zip(runner.inputs, random_inputs(runner.inputs)):
+        interp.set_tensor(spec.index, arr)
+    samples = []
+    try:
+        for _ in range(warmup):
+            interp.invoke()
+        for _ in range(runs):
+            start = time.perf_counter_ns()
+            interp.invoke()
+            samples.append((time.perf_counter_ns() - start) / 1e6)
+    except Exception as exc:
+        raise RuntimeRunError(
+            f"The LiteRT interpreter ({resolver.value}) failed while benchmarking: {str(exc).strip()[:300]}",
+            "Run `edge-export inspect` on the file to see its operators and inputs.",
+        ) from exc
+    return LatencyStats.from_samples(resolver, samples)
+
+
+def benchmark_latency(
+    model_bytes: bytes,
+    *,
+    threads: int = 1,
+    runs: int = 50,
+    warmup: int = 5,
+    resolvers: Sequence[Resolver] = BENCH_RESOLVERS,
+) -> LatencyReport:
+    """Time ``invoke()`` for each resolver. The buffer is verified before any runtime sees it."""
+    if threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}.", "Use --threads 1 for one CPU thread.")
+    if runs < 2:
+        raise UsageError(f"--runs must be at least 2 to give a spread, got {runs}.", "Try --runs 50.")
+    if warmup < 0:
+        raise UsageError(f"--warmup cannot be negative, got {warmup}.", "Use --warmup 0 to skip warm-up.")
+    model = read_flatbuffer(model_bytes)
+    results = tuple(_time_one(model_bytes, model, r, threads, runs, warmup) for r in resolvers)
+    inputs = tuple(TFLiteRunner(model_bytes, model=model, resolver=Resolver.BUILTIN).inputs)
+    return LatencyReport(
+        threads=threads,
+        runs=runs,
+        warmup=warmup,
+        size_bytes=len(model_bytes),
+        inputs=inputs,
+        results=results,
+        host=f"{platform.machine()} {platform.processor() or platform.system()}, {os.cpu_count()} CPUs",
+    )
+
+
+_RESOLVER_LABELS = {
+    Resolver.XNNPACK: "LiteRT CPU + XNNPACK",
+    Resolver.BUILTIN: "LiteRT CPU, no delegate",
+    Resolver.REFERENCE: "LiteRT reference kernels",
+}
+
+
+def render_latency(report: LatencyReport, console: Console) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"Latency over {report.runs} runs after {report.warmup} warm-up, {report.threads} thread(s)",
+        title_justify="left",
+    )
+    table.add_column("runtime")
+    for col in ("median ms", "p10 ms", "p90 ms", "min ms", "stdev ms"):
+        table.add_column(col, justify="right")
+    for s in report.results:
+        table.add_row(
+            _RESOLVER_LABELS.get(s.resolver, s.resolver.value),
+            f"{s.median_ms:.3f}",
+            f"{s.p10_ms:.3f}",
+            f"{s.p90_ms:.3f}",
+            f"{s.min_ms:.3f}",
+            f"{s.stdev_ms:.3f}",
+        )
+    console.print(table)
+    speedup = report.xnnpack_speedup
+    if speedup is not None:
+        console.print(f"XNNPACK speed-up (median): {speedup:.2f}x   host: {report.host}")

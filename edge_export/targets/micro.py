@@ -1,0 +1,526 @@
+"""The microcontroller target: TFLite Micro (TFLM) operator support, arena size, host runs.
+
+What TFLM can run is narrower than LiteRT: only the kernels an application registers in its
+``MicroMutableOpResolver``, integer I/O in practice, and every byte of activation memory in one
+tensor arena whose size the firmware fixes at build time. This module checks a flatbuffer against
+those rules (``check_micro``), runs it through the TFLM host interpreter of the ``tflite-micro``
+package for parity and to measure the arena it really needs (``MicroRunner``), and writes the C++
+resolver lines for its operators (``emit_op_resolver`` / ``write_op_resolver``).
+
+Where TFLM_SUPPORTED_OPS comes from: the tflite-micro package does not expose its resolver's list
+to Python. The table below is the builtin-operator list of TFLM's host ``PythonOpsResolver``
+(tflite-micro ``python/tflite_micro/python_ops_resolver.cc``, which calls one ``AddXxx()`` of
+``micro_mutable_op_resolver.h`` per operator), brought up to the installed package: every entry
+has a ``Register_<OP>`` kernel exported by the installed ``tflite_micro/_runtime.so``
+(tflite-micro 0.dev20261023; ``installed_tflm_kernels`` reads them, and a test checks the table
+against them), and BATCH_MATMUL, REDUCE_MIN, REDUCE_ALL and REVERSE_V2 (newer than the public
+resolver file) were confirmed by running models through the host interpreter. GELU, SIGN and
+REDUCE_ANY were confirmed missing ("Didn't find op for builtin opcode").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import RuntimeRunError, TargetError, UsageError
+from ..flatbuffer import FlatbufferModel, read_flatbuffer
+from ..runtime import IOTensor, dequantize_array, quantize_array
+
+__all__ = [
+    "TFLM_OP_RESOLVER_METHODS",
+    "TFLM_SUPPORTED_OPS",
+    "TFLM_CUSTOM_OP_METHODS",
+    "MicroReport",
+    "check_micro",
+    "estimate_arena_bytes",
+    "MicroRunner",
+    "emit_op_resolver",
+    "write_op_resolver",
+    "installed_tflm_kernels",
+]
+
+# Builtin operator (schema name) -> MicroMutableOpResolver method that registers its kernel.
+TFLM_OP_RESOLVER_METHODS: dict[str, str] = {
+    "ABS": "AddAbs",
+    "ADD": "AddAdd",
+    "ADD_N": "AddAddN",
+    "ARG_MAX": "AddArgMax",
+    "ARG_MIN": "AddArgMin",
+    "ASSIGN_VARIABLE": "AddAssignVariable",
+    "AVERAGE_POOL_2D": "AddAveragePool2D",
+    "BATCH_MATMUL": "AddBatchMatMul",
+    "BATCH_TO_SPACE_ND": "AddBatchToSpaceNd",
+    "BROADCAST_ARGS": "AddBroadcastArgs",
+    "BROADCAST_TO": "AddBroadcastTo",
+    "CALL_ONCE": "AddCallOnce",
+    "CAST": "AddCast",
+    "CEIL": "AddCeil",
+    "CONCATENATION": "AddConcatenation",
+    "CONV_2D": "AddConv2D",
+    "COS": "AddCos",
+    "CUMSUM": "AddCumSum",
+    "DEPTH_TO_SPACE": "AddDepthToSpace",
+    "DEPTHWISE_CONV_2D": "AddDepthwiseConv2D",
+    "DEQUANTIZE": "AddDequantize",
+    "DIV": "AddDiv",
+    "DYNAMIC_UPDATE_SLICE": "AddDynamicUpdateSlice",
+    "ELU": "AddElu",
+    "EMBEDDING_LOOKUP": "AddEmbeddingLookup",
+    "EQUAL": "AddEqual",
+    "EXP": "AddExp",
+    "EXPAND_DIMS": "AddExpandDims",
+    "FILL": "AddFill",
+    "FLOOR": "AddFloor",
+    "FLOOR_DIV": "AddFloorDiv",
+    "FLOOR_MOD": "AddFloorMod",
+    "FULLY_CONNECTED": "AddFullyConnected",
+    "GATHER": "AddGather",
+    "GATHER_ND": "AddGatherNd",
+    "GREATER": "AddGreater",
+    "GREATER_EQUAL": "AddGreaterEqual",
+    "HARD_SWISH": "AddHardSwish",
+    "IF": "AddIf",
+    "L2_NORMALIZATION": "AddL2Normalization",
+    "L2_POOL_2D": "AddL2Pool2D",
+    "LEAKY_RELU": "AddLeakyRelu",
+    "LESS": "AddLess",
+    "LESS_EQUAL": "AddLessEqual",
+    "LOG": "AddLog",
+    "LOG_SOFTMAX": "AddLogSoftmax",
+    "LOGICAL_AND": "AddLogicalAnd",
+    "LOGICAL_NOT": "AddLogicalNot",
+    "LOGICAL_OR": "AddLogicalOr",
+    "LOGISTIC": "AddLogistic",
+    "MAX_POOL_2D": "AddMaxPool2D",
+    "MAXIMUM": "AddMaximum",
+    "MEAN": "AddMean",
+    "MINIMUM": "AddMinimum",
+    "MIRROR_PAD": "AddMirrorPad",
+    "MUL": "AddMul",
+    "NEG": "AddNeg",
+    "NOT_EQUAL": "AddNotEqual",
+    "PACK": "AddPack",
+    "PAD": "AddPad",
+    "PADV2": "AddPadV2",
+    "PRELU": "AddPrelu",
+    "QUANTIZE": "AddQuantize",
+    "READ_VARIABLE": "AddReadVariable",
+    "REDUCE_ALL": "AddReduceAll",
+    "REDUCE_MAX": "AddReduceMax",
+    "REDUCE_MIN": "AddReduceMin",
+    "RELU": "AddRelu",
+    "RELU6": "AddRelu6",
+    "RESHAPE": "AddReshape",
+    "RESIZE_BILINEAR": "AddResizeBilinear",
+    "RESIZE_NEAREST_NEIGHBOR": "AddResizeNearestNeighbor",
+    "REVERSE_V2": "AddReverseV2",
+    "ROUND": "AddRound",
+    "RSQRT": "AddRsqrt",
+    "SELECT_V2": "AddSelectV2",
+    "SHAPE": "AddShape",
+    "SIN": "AddSin",
+    "SLICE": "AddSlice",
+    "SOFTMAX": "AddSoftmax",
+    "SPACE_TO_BATCH_ND": "AddSpaceToBatchNd",
+    "SPACE_TO_DEPTH": "AddSpaceToDepth",
+    "SPLIT": "AddSplit",
+    "SPLIT_V": "AddSplitV",
+    "SQRT": "AddSqrt",
+    "SQUARE": "AddSquare",
+    "SQUARED_DIFFERENCE": "AddSquaredDifference",
+    "SQUEEZE": "AddSqueeze",
+    "STRIDED_SLICE": "AddStridedSlice",
+    "SUB": "AddSub",
+    "SUM": "AddSum",
+    "SVDF": "AddSvdf",
+    "TANH": "AddTanh",
+    "TRANSPOSE": "AddTranspose",
+    "TRANSPOSE_CONV": "AddTransposeConv",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": "AddUnidirectionalSequenceLSTM",
+    "UNPACK": "AddUnpack",
+    "VAR_HANDLE": "AddVarHandle",
+    "WHILE": "AddWhile",
+    "ZEROS_LIKE": "AddZerosLike",
+}
+TFLM_SUPPORTED_OPS = frozenset(TFLM_OP_RESOLVER_METHODS)
+# Custom operators (opcode CUSTOM with this name) that TFLM ships kernels for.
+TFLM_CUSTOM_OP_METHODS: dict[str, str] = {
+    "TFLite_Detection_PostProcess": "AddDetectionPostprocess",
+    "CIRCULAR_BUFFER": "AddCircularBuffer",
+}
+
+_INTEGER_IO = ("int8",)  # what TFLM applications feed (TFLM dropped most uint8 kernels)
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "int32": 4, "int64": 8, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+# Bookkeeping TFLM keeps in the arena besides activations, measured on the host interpreter's
+# RecordingMicroAllocator: a TfLiteEvalTensor (24 bytes) per tensor, a NodeAndRegistration
+# (64 bytes) per operator, per-channel multipliers and shifts (8 bytes per channel).
+_EVAL_TENSOR_BYTES = 24
+_NODE_BYTES = 64
+_ARENA_ALIGNMENT = 16
+# Beyond this the model is not a microcontroller model; stop growing the trial arena.
+_MAX_ARENA_BYTES = 64 << 20
+
+
+def _method_for(op: str) -> str | None:
+    if op.startswith("CUSTOM:"):
+        return TFLM_CUSTOM_OP_METHODS.get(op.split(":", 1)[1])
+    return TFLM_OP_RESOLVER_METHODS.get(op)
+
+
+def installed_tflm_kernels() -> frozenset[str]:
+    """Builtin operators the installed tflite-micro host runtime has a Register_<OP> kernel for.
+
+    Read from the exported symbols of its extension module (the package has no Python API for it).
+    """
+    from importlib.util import find_spec
+
+    from ai_edge_litert import schema_py_generated as schema
+
+    spec = find_spec("tflite_micro.python.tflite_micro._runtime")
+    if spec is None or spec.origin is None:
+        raise TargetError(
+            "The tflite-micro package is not installed, so the micro target cannot be checked or run.",
+            "Install it with `pip install edge-export[micro]`.",
+        )
+    names = set(re.findall(rb"Register_([A-Z0-9_]+?)Ev", Path(spec.origin).read_bytes()))
+    builtins = {k for k in vars(schema.BuiltinOperator) if not k.startswith("_")}
+    return frozenset(n.decode() for n in names) & builtins
+
+
+@dataclass(frozen=True)
+class MicroReport:
+    ops: tuple[str, ...]  # distinct operators, in first-use order (the resolver needs each once)
+    unsupported_ops: tuple[str, ...]
+    input_dtypes: tuple[str, ...]
+    output_dtypes: tuple[str, ...]
+    fully_integer: bool
+    float_tensors: tuple[str, ...]
+    arena_estimate_bytes: int  # static estimate from tensor lifetimes
+    arena_bytes: int | None = None  # measured by the TFLM host interpreter, when it ran
+
+    @property
+    def integer_io(self) -> bool:
+        return all(d in _INTEGER_IO for d in (*self.input_dtypes, *self.output_dtypes))
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        found = []
+        if self.unsupported_ops:
+            found.append(
+                f"TFLite Micro has no kernel for {', '.join(self.unsupported_ops)}; replace the layer(s) "
+                "that produce it or write a custom TFLM kernel."
+            )
+        if not self.integer_io:
+            found.append(
+                f"the model's inputs/outputs are {', '.join(sorted(set(self.input_dtypes + self.output_dtypes)))}, "
+                "not int8: export with --quantize int8 --io-dtype int8."
+            )
+        if not self.fully_integer:
+            found.append(
+                f"{len(self.float_tensors)} tensors inside the graph are float; microcontrollers without an "
+                "FPU run them slowly or not at all: use full-integer --quantize int8."
+            )
+        return tuple(found)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def with_arena(self, arena_bytes: int) -> MicroReport:
+        from dataclasses import replace
+
+        return replace(self, arena_bytes=arena_bytes)
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "ops": list(self.ops),
+            "unsupported_ops": list(self.unsupported_ops),
+            "input_dtypes": list(self.input_dtypes),
+            "output_dtypes": list(self.output_dtypes),
+            "integer_io": self.integer_io,
+            "fully_integer": self.fully_integer,
+            "float_tensors": list(self.float_tensors),
+            "arena_estimate_bytes": self.arena_estimate_bytes,
+            "arena_bytes": self.arena_bytes,
+            "problems": list(self.problems),
+        }
+
+
+def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
+    t = model.tensors[index]
+    size = math.prod(max(d, 1) for d in t.shape) * _DTYPE_BYTES.get(t.dtype, 4)
+    return -(-size // _ARENA_ALIGNMENT) * _ARENA_ALIGNMENT
+
+
+def estimate_arena_bytes(model: FlatbufferModel) -> int:
+    """Peak of live activation bytes over the operator order, plus TFLM's per-tensor/per-op
+    bookkeeping. TFLM's greedy memory planner can do a little better or worse; MicroRunner
+    measures the real figure."""
+    first_use: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    for i in model.inputs:
+        first_use[i] = 0
+    for step, op in enumerate(model.operators):
+        for t in (*op.inputs, *op.outputs):
+            if t < 0 or model.tensors[t].is_constant:
+                continue
+            first_use.setdefault(t, step)
+            last_use[t] = step
+    for o in model.outputs:
+        last_use[o] = len(model.operators)
+    peak = 0
+    for step in range(len(model.operators) + 1):
+        live = sum(_tensor_bytes(model, t) for t, s in first_use.items() if s <= step <= last_use.get(t, s))
+        peak = max(peak, live)
+    channels = sum(
+        len(model.tensors[op.inputs[1]].quant.scales)
+        for op in model.operators
+        if len(op.inputs) > 1 and op.inputs[1] >= 0 and model.tensors[op.inputs[1]].quant is not None
+    )
+    overhead = _EVAL_TENSOR_BYTES * len(model.tensors) + _NODE_BYTES * len(model.operators) + 8 * channels
+    return peak + overhead
+
+
+def check_micro(model: FlatbufferModel, *, arena_bytes: int | None = None) -> MicroReport:
+    """Check a verified model against TFLite Micro's rules. Never raises for a rule the model breaks:
+    the report lists the problems (the pipeline turns them into a TargetError or a failed gate)."""
+    ops: list[str] = []
+    for sg_ops in model.subgraph_operators or (model.operators,):
+        for op in sg_ops:
+            if op.opcode not in ops:
+                ops.append(op.opcode)
+    return MicroReport(
+        ops=tuple(ops),
+        unsupported_ops=tuple(op for op in ops if _method_for(op) is None),
+        input_dtypes=tuple(t.dtype for t in model.input_tensors),
+        output_dtypes=tuple(t.dtype for t in model.output_tensors),
+        fully_integer=model.is_fully_integer,
+        float_tensors=tuple(t.name for t in model.float_tensors),
+        arena_estimate_bytes=estimate_arena_bytes(model),
+        arena_bytes=arena_bytes,
+    )
+
+
+def emit_op_resolver(ops: Iterable[str], variable: str = "resolver") -> str:
+    """C++ lines registering exactly these operators (names as in FlatbufferModel.op_counts)."""
+    ops = list(dict.fromkeys(ops))
+    missing = [op for op in ops if _method_for(op) is None]
+    if missing:
+        raise TargetError(
+            f"Cannot write a TFLite Micro op resolver: TFLite Micro has no kernel for {', '.join(missing)}.",
+            "Change the model so that it does not use these operators, or register your own kernels.",
+        )
+    if not variable.isidentifier():
+        raise UsageError(f"{variable!r} is not a C++ identifier.", "Use a name such as `resolver`.")
+    methods = sorted({_method_for(op) for op in ops})
+    lines = [
+        f"// TFLite Micro op resolver for the {len(methods)} operators of this model (written by edge-export).",
+        '#include "tensorflow/lite/micro/micro_mutable_op_resolver.h"',
+        "",
+        f"static tflite::MicroMutableOpResolver<{len(methods)}> {variable};",
+    ]
+    lines += [f"{variable}.{m}();" for m in methods]
+    return "\n".join(lines) + "\n"
+
+
+def write_op_resolver(path: str | Path, ops: Iterable[str]) -> Path:
+    """Write emit_op_resolver's lines to ``path`` (for ``--emit-op-resolver PATH``)."""
+    p = Path(path)
+    text = emit_op_resolver(ops)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"Cannot write the op resolver to {p}: {exc.strerror}.", "Choose a writable path.") from exc
+    return p
+
+
+_MISSING_OP = re.compile(r"Didn't find op for (?:builtin opcode|custom opcode) '([^']+)'")
+_FAILED_NODE = re.compile(r"Node (\S+) \(number (\d+)\) failed to (prepare|invoke|init)")
+_ARENA_TOTAL = re.compile(r"Arena allocation total (\d+) bytes")
+
+
+class MicroRunner:
+    """Runs a flatbuffer in the TFLite Micro host interpreter, float in / float out like TFLiteRunner.
+
+    With ``arena_size=None`` the runner finds the arena the model needs: it asks TFLM's recording
+    allocator for the bytes it used, then confirms the smallest size that allocates (``arena_bytes``).
+    That is the figure on this 64-bit host; on a 32-bit microcontroller TFLM's own structures are
+    smaller (pointers), so it is a slight over-estimate there, and kernels optimized for a chip
+    (CMSIS-NN, ...) may ask for scratch buffers of their own.
+    """
+
+    def __init__(self, model_bytes: bytes, *, arena_size: int | None = None, model: FlatbufferModel | None = None) -> None:
+        # Verify in pure Python first: TFLM does not verify the buffer either.
+        self.model = model or read_flatbuffer(model_bytes)
+        self._bytes = bytes(model_bytes)
+        self.report = check_micro(self.model)
+        if arena_size is None:
+            self.arena_bytes = self._find_arena()
+        else:
+            self.arena_bytes = int(arena_size)
+        self._interp = self._create(self.arena_bytes)
+        self.report = self.report.with_arena(self.arena_bytes)
+        self.inputs, self.outputs = self._io()
+
+    # -- construction ---------------------------------------------------------------------------
+    def _try_create(self, arena: int):
+        """(interpreter or None, TFLM's log text)."""
+        from tflite_micro import runtime
+
+        from ..library_output import quiet_libraries
+
+        with quiet_libraries() as captured:
+            try:
+                interp = runtime.Interpreter.from_bytes(self._bytes, arena_size=int(arena))
+            except (RuntimeError, ValueError):
+                interp = None
+        return interp, captured.text
+
+    def _rejection(self, log: str, arena: int) -> RuntimeRunError:
+        missing = _MISSING_OP.findall(log)
+        if missing:
+            names = ", ".join(dict.fromkeys(missing))
+            return RuntimeRunError(
+                f"The TFLite Micro interpreter rejected the model: it has no kernel for {names}.",
+                "Replace the layer that produces this operator, or register a custom TFLM kernel for it.",
+            )
+        node = _FAILED_NODE.search(log)
+        if node:
+            return RuntimeRunError(
+                f"The TFLite Micro interpreter rejected the model: operator {node.group(1)} "
+                f"(number {node.group(2)}) failed to {node.group(3)}. TFLM said: {_first_lines(log)}",
+                "TFLM kernels support fewer types and options than LiteRT; export with full-integer "
+                "int8 (--quantize int8 --io-dtype int8).",
+            )
+        unsupported = self.report.unsupported_ops
+        named = f" (it has no kernel for {', '.join(unsupported)})" if unsupported else ""
+        return RuntimeRunError(
+            f"The TFLite Micro interpreter could not allocate the model with a {arena}-byte arena{named}. "
+            f"TFLM said: {_first_lines(log) or 'nothing'}",
+            "Run `edge-export inspect` on the file to see its operators.",
+        )
+
+    def _create(self, arena: int):
+        interp, log = self._try_create(arena)
+        if interp is None:
+            raise self._rejection(log, arena)
+        return interp
+
+    def _find_arena(self) -> int:
+        # A generous first try, growing while TFLM only complains about memory.
+        arena = max(16 * 1024, 4 * self.report.arena_estimate_bytes, 2 * len(self._bytes))
+        while True:
+            interp, log = self._try_create(arena)
+            if interp is not None:
+                break
+            if _MISSING_OP.search(log) or _FAILED_NODE.search(log) or arena >= _MAX_ARENA_BYTES:
+                raise self._rejection(log, arena)
+            arena = min(arena * 4, _MAX_ARENA_BYTES)
+        from ..library_output import quiet_libraries
+
+        with quiet_libraries() as captured:
+            interp.print_allocations()
+        match = _ARENA_TOTAL.search(captured.text)
+        used = int(match.group(1)) if match else arena
+        # The recorded total excludes the arena's own alignment; search the smallest size that
+        # allocates between the recorded figure and the size that worked.
+        if self._try_create(used)[0] is not None:
+            return used
+        lo, hi = used, arena
+        while hi - lo > _ARENA_ALIGNMENT:
+            mid = (lo + hi) // 2
+            if self._try_create(mid)[0] is not None:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    def _io(self) -> tuple[list[IOTensor], list[IOTensor]]:
+        m = self.model
+        sig = m.signatures[0] if m.signatures else None
+
+        def make(kind: str, positions_in_subgraph: list[int], names: list[str]) -> list[IOTensor]:
+            getter = self._interp.get_input_details if kind == "input" else self._interp.get_output_details
+            result = []
+            for name, pos in zip(names, positions_in_subgraph):
+                d = getter(pos)
+                q = d.get("quantization_parameters") or {}
+                scales = list(q.get("scales", []))
+                zps = list(q.get("zero_points", []))
+                scale = float(scales[0]) if len(scales) == 1 and scales[0] else None
+                result.append(
+                    IOTensor(
+                        name=name,
+                        index=pos,  # TFLM addresses inputs/outputs by position, not tensor index
+                        shape=tuple(int(s) for s in d["shape"]),
+                        dtype=np.dtype(d["dtype"]).name,
+                        scale=scale,
+                        zero_point=int(zps[0]) if scale is not None else None,
+                    )
+                )
+            return result
+
+        if sig and sig.get("input_tensors") is not None and len(sig["input_tensors"]) == len(m.inputs):
+            in_pos = [list(m.inputs).index(t) for t in sig["input_tensors"]]
+            out_pos = [list(m.outputs).index(t) for t in sig["output_tensors"]]
+            in_names, out_names = list(sig["inputs"]), list(sig["outputs"])
+        else:
+            in_pos, out_pos = list(range(len(m.inputs))), list(range(len(m.outputs)))
+            in_names = [m.tensors[i].name for i in m.inputs]
+            out_names = [m.tensors[i].name for i in m.outputs]
+        return make("input", in_pos, in_names), make("output", out_pos, out_names)
+
+    # -- running --------------------------------------------------------------------------------
+    def run_raw(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Arrays already in the model's input dtypes, in signature order; outputs as stored."""
+        if len(arrays) != len(self.inputs):
+            raise RuntimeRunError(f"The flatbuffer has {len(self.inputs)} inputs but {len(arrays)} arrays were given.")
+        from ..library_output import quiet_libraries
+
+        with quiet_libraries() as captured:
+            try:
+                for spec, arr in zip(self.inputs, arrays):
+                    self._interp.set_input(np.ascontiguousarray(arr, dtype=spec.dtype).reshape(spec.shape), spec.index)
+                self._interp.invoke()
+                outputs = [np.array(self._interp.get_output(o.index)) for o in self.outputs]
+            except (RuntimeError, ValueError) as exc:
+                error = exc
+            else:
+                error = None
+        if error is not None:
+            node = _FAILED_NODE.search(captured.text)
+            where = f" in operator {node.group(1)} (number {node.group(2)})" if node else ""
+            raise RuntimeRunError(
+                f"The TFLite Micro interpreter failed to run the model{where}: {error}. "
+                f"TFLM said: {_first_lines(captured.text) or 'nothing'}",
+                "Check that the inputs match the shapes the model was exported with.",
+            ) from error
+        return outputs
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Float in, float out: quantizes inputs and dequantizes outputs where the model is integer."""
+        raw = []
+        for spec, arr in zip(self.inputs, arrays):
+            arr = np.asarray(arr)
+            if spec.quantized and spec.dtype in ("int8", "uint8", "int16") and arr.dtype.kind == "f":
+                raw.append(quantize_array(arr, spec.scale, spec.zero_point, np.dtype(spec.dtype)))
+            else:
+                raw.append(arr.astype(spec.dtype, copy=False))
+        outs = self.run_raw(raw)
+        return [
+            dequantize_array(o, spec.scale, spec.zero_point) if spec.quantized and spec.dtype in ("int8", "uint8", "int16") else o
+            for spec, o in zip(self.outputs, outs)
+        ]
+
+
+def _first_lines(text: str, limit: int = 3) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(lines[:limit])[:400]

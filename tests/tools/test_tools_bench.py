@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from edge_export.errors import FlatbufferError, UsageError
+from edge_export.latency import LatencyStats, benchmark_latency, random_inputs, render_latency
+from edge_export.runtime import IOTensor, Resolver
+from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
+
+
+def test_stats_from_known_samples():
+    stats = LatencyStats.from_samples(Resolver.BUILTIN, [float(v) for v in range(1, 11)])
+    assert stats.runs == 10
+    assert stats.min_ms == 1.0 and stats.max_ms == 10.0
+    assert stats.median_ms == 5.5 and stats.mean_ms == 5.5
+    assert stats.p10_ms == pytest.approx(1.9) and stats.p90_ms == pytest.approx(9.1)
+    assert stats.stdev_ms == pytest.approx(np.std(np.arange(1, 11), ddof=1))
+
+
+@pytest.mark.parametrize("kind", ["fp32", "int8"])
+def test_bench_reports_both_runtimes(cnn_models, kind):
+    data = getattr(cnn_models, kind)
+    report = benchmark_latency(data, threads=1, runs=5, warmup=1)
+
+    assert [s.resolver for s in report.results] == [Resolver.XNNPACK, Resolver.BUILTIN]
+    for s in report.results:
+        assert s.runs == 5
+        assert 0 < s.min_ms <= s.p10_ms <= s.median_ms <= s.p90_ms <= s.max_ms
+        assert s.stdev_ms >= 0
+    assert report.inputs[0].dtype == ("float32" if kind == "fp32" else "int8")
+    assert report.xnnpack_speedup > 0
+
+    d = json.loads(json.dumps(report.to_dict()))
+    assert list(d["results"][0]) == [
+        "resolver", "runs", "median_ms", "p10_ms", "p90_ms", "min_ms", "max_ms", "mean_ms", "stdev_ms",
+    ]
+    assert d["threads"] == 1 and d["runs"] == 5 and d["warmup"] == 1
+
+    buf = io.StringIO()
+    render_latency(report, Console(file=buf, width=160, color_system=None))
+    text = buf.getvalue()
+    assert "XNNPACK" in text and "no delegate" in text and "median ms" in text
+
+
+def test_random_inputs_use_each_dtype():
+    specs = [
+        IOTensor("a", 0, (2, 3), "float32", None, None),
+        IOTensor("b", 1, (4,), "int8", 0.1, -3),
+        IOTensor("c", 2, (5,), "int32", None, None),
+        IOTensor("d", 3, (2,), "bool", None, None),
+    ]
+    arrays = random_inputs(specs)
+    assert [a.dtype.name for a in arrays] == ["float32", "int8", "int32", "bool"]
+    assert [a.shape for a in arrays] == [(2, 3), (4,), (5,), (2,)]
+    assert arrays[2].min() >= 0
+
+
+def test_bench_rejects_bad_arguments_and_files(cnn_models):
+    with pytest.raises(UsageError, match="--threads"):
+        benchmark_latency(cnn_models.fp32, threads=0, runs=5, warmup=0)
+    with pytest.raises(UsageError, match="--runs"):
+        benchmark_latency(cnn_models.fp32, threads=1, runs=1, warmup=0)
+    with pytest.raises(FlatbufferError):
+        benchmark_latency(cnn_models.fp32[: len(cnn_models.fp32) // 2], threads=1, runs=5, warmup=0)
