@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from conftest import run_cli_subprocess
+from cli_harness import run_cli_subprocess
 from model_zoo import ComplexOp, DataDependent, small_cnn
 
 X = torch.randn(1, 3, 16, 16)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import REPO
+from cli_harness import REPO
 
 SCRIPT = REPO / "examples" / "ci" / "parity_gate.sh"
 

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import read_report
+from cli_harness import read_report
 from model_zoo import SmallCNN, TwoInputs, TwoOutputs, small_cnn
 
 X = torch.randn(1, 3, 16, 16)

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import torch
 from torch import nn
 
-from conftest import read_report
+from cli_harness import read_report
 
 X = torch.randn(1, 3, 16, 16)
 
@@ -46,7 +46,7 @@ def test_per_layer_points_at_damaged_layer(tmp_path, run_cli):
     assert res.exit_code == 1
     import json
 
-    from conftest import validate_report
+    from cli_harness import validate_report
 
     rep = validate_report(json.loads((tmp_path / "bad.validate.report.json").read_text()))
     layers = rep["per_layer"]

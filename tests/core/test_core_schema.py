@@ -8,7 +8,7 @@ import json
 import jsonschema
 import pytest
 
-from conftest import REPO, validate_report
+from cli_harness import REPO, validate_report
 
 
 def _schema():

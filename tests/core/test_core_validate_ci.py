@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 
-from conftest import read_report, validate_report
+from cli_harness import read_report, validate_report
 from model_zoo import SmallCNN, small_cnn
 
 X = torch.randn(1, 3, 16, 16)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import edit_flatbuffer, export_int8, find_op
+from edgetpu_helpers import edit_flatbuffer, export_int8, find_op
 from edge_export.errors import TargetError
 from edge_export.flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, QuantParams, read_flatbuffer
 from edge_export.targets.edgetpu import (

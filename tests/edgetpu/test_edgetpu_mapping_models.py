@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import cached_int8, export_int8
+from edgetpu_helpers import cached_int8, export_int8
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.runtime import TFLiteRunner
 from edge_export.targets.edgetpu import OpStatus, check_edgetpu_bytes
