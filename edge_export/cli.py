@@ -312,6 +312,77 @@ def validate_command(
     _run(call, quiet, debug)
 
 
+def _run_tool(call, debug: bool) -> None:
+    """Run a command that prints its own result (inspect, bench)."""
+    global _err
+    _err = _own_stderr()
+    try:
+        call()
+    except (Exception, KeyboardInterrupt) as exc:
+        code = _fail(exc, debug)
+        _close_err()
+        raise typer.Exit(code)
+    _close_err()
+    raise typer.Exit(0)
+
+
+@app.command(
+    "inspect",
+    help="Describe a .tflite file: signatures, inputs and outputs with dtypes, shapes and quantization, "
+    "operator table, tensor count, size, whether it is fully integer, and the minimum runtime version. "
+    "Exit code 2 when the file is not a valid LiteRT flatbuffer.",
+)
+def inspect_command(
+    tflite: Path = typer.Argument(..., help="The .tflite flatbuffer."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    debug: DebugOpt = False,
+) -> None:
+    def call() -> None:
+        import json
+
+        from .inspection import inspect_flatbuffer, render_inspection
+
+        report = inspect_flatbuffer(tflite)
+        if as_json:
+            _out.print_json(json.dumps(report.to_dict()))
+        else:
+            render_inspection(report, _out)
+
+    _run_tool(call, debug)
+
+
+@app.command(
+    "bench",
+    help="Host latency of a .tflite file with LiteRT on CPU, with and without XNNPACK: median and spread "
+    "after warm-up, on random inputs. Exit code 2 when the file is not a valid LiteRT flatbuffer.",
+)
+def bench_command(
+    tflite: Path = typer.Argument(..., help="The .tflite flatbuffer."),
+    threads: int = typer.Option(1, "--threads", help="Interpreter threads."),
+    runs: int = typer.Option(50, "--runs", help="Timed runs per runtime."),
+    warmup: int = typer.Option(5, "--warmup", help="Untimed runs first."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    verbose: VerboseOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    def call() -> None:
+        import json
+
+        from .flatbuffer import load_flatbuffer
+        from .latency import benchmark_latency, render_latency
+        from .library_output import quiet_libraries
+
+        data, _ = load_flatbuffer(tflite)
+        with quiet_libraries(verbose):
+            report = benchmark_latency(data, threads=threads, runs=runs, warmup=warmup)
+        if as_json:
+            _out.print_json(json.dumps(report.to_dict()))
+        else:
+            render_latency(report, _out)
+
+    _run_tool(call, debug)
+
+
 def _close_err() -> None:
     global _err, _err_stream
     if _err_stream is not None:
