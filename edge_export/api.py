@@ -20,7 +20,7 @@ import numpy as np
 
 from . import __version__
 from .atomic_files import ArtifactSet, check_writable_folder
-from .config import InputSpec, QuantizeMode, Target, Thresholds, default_thresholds
+from .config import InputSpec, IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
 from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
 
 __all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
@@ -51,10 +51,32 @@ class ExportOptions:
     per_layer: bool = False  # compare every matched layer, not just the outputs
     per_layer_min_sqnr: float | None = None  # optional gate on every compared layer
     per_layer_plot: str | None = None  # PNG of SQNR per layer (needs matplotlib)
+    # quantization (int modes)
+    calibration_data: str | None = None
+    calibration_samples: int | None = None
+    image_size: tuple[int, int] | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    image_layout: str = "nchw"  # the layout the PyTorch model takes
+    quant_backend: QuantBackend = QuantBackend.AUTO
+    io_dtype: IODtype | None = None  # None: float32, or the target's default
+    # targets
+    edgetpu_compiler: str | None = None
+    compiler_timeout: float = 180.0
+    require_compiler: bool = False
+    delegate: str | None = None  # "edgetpu": run parity through libedgetpu when present
+    emit_op_resolver: str | None = None  # micro: write the C++ op-resolver lines here
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantize", QuantizeMode(self.quantize))
         object.__setattr__(self, "target", Target(self.target))
+        object.__setattr__(self, "quant_backend", QuantBackend(self.quant_backend))
+        if self.io_dtype is not None:
+            object.__setattr__(self, "io_dtype", IODtype(self.io_dtype))
+        if self.delegate not in (None, "edgetpu"):
+            raise UsageError(f"--delegate {self.delegate} is not known.", "Use --delegate edgetpu.")
+        if self.calibration_samples is not None and self.calibration_samples < 1:
+            raise UsageError(f"--calibration-samples {self.calibration_samples} must be at least 1.")
         if self.samples < 1:
             raise UsageError(f"--samples {self.samples} must be at least 1.", "Use e.g. --samples 8.")
 
@@ -184,11 +206,7 @@ def export(
         options = ExportOptions(**option_values)
     elif option_values:
         raise UsageError("Pass either options=ExportOptions(...) or keyword options, not both.")
-    if options.quantize.is_integer:
-        raise UsageError(
-            f"--quantize {options.quantize.value} is not available in this version.",
-            "Use --quantize none or fp16.",
-        )
+    options, implied = resolve_target_options(options)
     stages = _Stages(on_stage)
     source_text = "<in-memory module>" if not isinstance(model, (str, Path)) else str(model)
     tflite_path = Path(output) if output is not None else default_output_path(source_text)
@@ -200,12 +218,64 @@ def export(
     from .library_output import quiet_libraries
 
     with quiet_libraries(options.verbose):
-        return _run_export(model, example_inputs, options, stages, tflite_path, json_path, md_path)
+        return _run_export(model, example_inputs, options, stages, tflite_path, json_path, md_path, implied)
+
+
+def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[str]]:
+    """Apply what a target implies, refusing contradictions instead of rewriting them silently."""
+    from dataclasses import replace
+
+    implied: list[str] = []
+    if options.target in (Target.EDGETPU, Target.MICRO):
+        name = "--target " + options.target.value
+        if options.quantize not in (QuantizeMode.NONE, QuantizeMode.INT8):
+            raise UsageError(
+                f"{name} runs only fully integer int8 models, but --quantize {options.quantize.value} was given.",
+                f"Drop --quantize (it implies int8) or use --quantize int8.",
+            )
+        if options.quantize is QuantizeMode.NONE:
+            options = replace(options, quantize=QuantizeMode.INT8)
+            implied.append(f"{name} implies --quantize int8 (full integer)")
+        if options.target is Target.EDGETPU:
+            if not options.channels_last:
+                options = replace(options, channels_last=True)
+                implied.append("--target edgetpu implies NHWC image I/O (--channels-last)")
+            if options.io_dtype is None:
+                options = replace(options, io_dtype=IODtype.UINT8)
+                implied.append("--target edgetpu implies --io-dtype uint8 (what Coral apps expect)")
+        else:
+            if options.io_dtype not in (None, IODtype.INT8):
+                raise UsageError(
+                    f"--target micro needs int8 model inputs and outputs, but --io-dtype {options.io_dtype.value} was given.",
+                    "Drop --io-dtype (micro implies int8).",
+                )
+            if options.io_dtype is None:
+                options = replace(options, io_dtype=IODtype.INT8)
+                implied.append("--target micro implies --io-dtype int8")
+    else:
+        if options.edgetpu_compiler or options.require_compiler or options.delegate:
+            raise UsageError(
+                "--edgetpu-compiler, --require-compiler and --delegate apply to --target edgetpu only.",
+                "Add --target edgetpu.",
+            )
+        if options.emit_op_resolver:
+            raise UsageError("--emit-op-resolver applies to --target micro only.", "Add --target micro.")
+    if options.io_dtype not in (None, IODtype.FLOAT32) and options.quantize is not QuantizeMode.INT8:
+        raise UsageError(
+            f"--io-dtype {options.io_dtype.value} applies to --quantize int8 only.",
+            "Drop --io-dtype, or use --quantize int8.",
+        )
+    if options.calibration_data and not options.quantize.needs_calibration:
+        raise UsageError(
+            f"--calibration-data applies to --quantize int8 and int16x8, not {options.quantize.value}.",
+            "Drop --calibration-data, or choose a calibrated mode.",
+        )
+    return options, implied
 
 
 def _check_side_outputs(options: ExportOptions) -> None:
     """Fail on unwritable extra outputs or a bad baseline before minutes of work, not after."""
-    for extra in (options.junit, options.per_layer_plot):
+    for extra in (options.junit, options.per_layer_plot, options.emit_op_resolver):
         if extra:
             check_writable_folder(Path(extra))
     if options.per_layer_plot and not options.per_layer:
@@ -224,6 +294,7 @@ def _run_export(
     tflite_path: Path,
     json_path: Path,
     md_path: Path,
+    implied: list[str],
 ) -> ExportResult:
     from .conversion import convert_module, fp16_quant_config, plan_channels_last, wrap_channels_last
     from .flatbuffer import read_flatbuffer
@@ -241,27 +312,70 @@ def _run_export(
         module = loaded.module
         reference_out = _flatten_outputs(check_model_accepts(module, example, specs))
 
+    target_report: dict = {"name": options.target.value, "implied": implied}
+    export_base = module
+    if options.target is Target.EDGETPU:
+        from .targets.edgetpu import check_edgetpu_inputs
+        from .targets.edgetpu_rewrites import prepare_module_for_edgetpu
+
+        check_edgetpu_inputs(specs)
+        prep = prepare_module_for_edgetpu(module, example)
+        export_base = prep.module
+        target_report["rewrites"] = prep.to_dict()["rewrites"]
+
     plan = plan_channels_last(
         [len(s.shape) for s in specs] if options.channels_last else [],
         [t.dim() for t in reference_out] if options.channels_last else [],
     )
-    export_module = wrap_channels_last(module, plan) if plan.active else module
+    export_module = wrap_channels_last(export_base, plan) if plan.active else export_base
     export_example = tuple(
         t.permute(0, 2, 3, 1).contiguous() if i in plan.inputs else t for i, t in enumerate(example)
     )
 
-    with stages.run("convert", "Tracing and converting with litert-torch"):
-        quant_config = fp16_quant_config() if options.quantize is QuantizeMode.FP16 else None
-        model_bytes = convert_module(
-            export_module, export_example, strict=options.strict, quant_config=quant_config, verbose=options.verbose
-        )
+    quant_result = None
+    parity_samples = None
+    if options.quantize.is_integer:
+        calibration, parity_samples = _calibration_sets(options, specs)
+        with stages.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
+            from .quantization import quantize_model
 
+            quant_result = quantize_model(
+                export_module,
+                export_example,
+                options.quantize,
+                calibration=_calibration_in_layout(calibration, plan.inputs),
+                backend=options.quant_backend,
+                io_dtype=options.io_dtype or IODtype.FLOAT32,
+                require_full_integer=options.target in (Target.EDGETPU, Target.MICRO),
+                strict=options.strict,
+                verbose=options.verbose,
+            )
+        model_bytes = quant_result.model_bytes
+    else:
+        with stages.run("convert", "Tracing and converting with litert-torch"):
+            quant_config = fp16_quant_config() if options.quantize is QuantizeMode.FP16 else None
+            model_bytes = convert_module(
+                export_module, export_example, strict=options.strict, quant_config=quant_config, verbose=options.verbose
+            )
+
+    extra_artifacts: list[tuple[str, Path, bytes]] = []  # (report key, path, bytes)
+    runner_factory = None
+    if options.target is Target.EDGETPU:
+        with stages.run("target", "Checking the Edge TPU mapping"):
+            model_bytes, runner_factory = _edgetpu_stage(
+                model_bytes, module, options, tflite_path, target_report, extra_artifacts
+            )
     with stages.run("inspect", "Reading the flatbuffer"):
         fb = read_flatbuffer(model_bytes, origin="the converted model")
+    if options.target is Target.MICRO:
+        with stages.run("target", "Checking TFLite Micro support"):
+            runner_factory = _micro_stage(model_bytes, fb, options, target_report, extra_artifacts)
 
     parity = layers = None
     if options.validate:
-        parity, layers = _check_parity(module, example, specs, options, model_bytes, fb, plan, stages)
+        parity, layers = _check_parity(
+            module, example, specs, options, model_bytes, fb, plan, stages, samples=parity_samples, runner_factory=runner_factory
+        )
 
     report = _base_report(loaded.to_dict(), specs, plan)
     report["export"] = {
@@ -271,10 +385,138 @@ def _run_export(
         "channels_last_inputs": list(plan.inputs),
         "channels_last_outputs": list(plan.outputs),
         "strict": options.strict,
+        "io_dtype": (options.io_dtype or IODtype.FLOAT32).value if options.quantize.is_integer else None,
     }
+    if quant_result is not None:
+        report["quantization"] = quant_result.to_dict()
+    if options.target is not Target.CPU:
+        report["target"] = target_report
     return _finalize(
-        report, parity, layers, options, stages, fb, model_bytes, tflite_path, json_path, md_path, write_tflite=True
+        report, parity, layers, options, stages, fb, model_bytes, tflite_path, json_path, md_path,
+        write_tflite=True, extra_artifacts=extra_artifacts,
     )
+
+
+def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:
+    """Calibration samples, and held-out real samples for parity (None: parity uses seeded random
+    inputs, which are never the calibration inputs)."""
+    import torch
+
+    from .quantization import DEFAULT_CALIBRATION_SAMPLES, load_calibration_data, synthetic_calibration
+
+    if options.calibration_data:
+        data = load_calibration_data(
+            options.calibration_data,
+            specs,
+            image_size=options.image_size,
+            mean=options.mean,
+            std=options.std,
+            layout=options.image_layout,
+        )
+        if len(data) < 2:
+            raise UsageError(
+                f"The calibration data {options.calibration_data} holds {len(data)} sample; at least 2 are needed "
+                "(some are held out to check parity on inputs the model was not calibrated on).",
+                "Add more samples.",
+            )
+        holdout_n = min(options.samples, max(1, len(data) // 4))
+        calibration, holdout = data.split(holdout_n)
+        calibration = calibration.limit(options.calibration_samples)
+        parity = [tuple(torch.from_numpy(np_array_copy(a)) for a in sample) for sample in holdout.samples]
+        return calibration, parity
+    n = options.calibration_samples or DEFAULT_CALIBRATION_SAMPLES
+    # a seed apart from the parity inputs' seed, so parity never runs on calibration inputs
+    return synthetic_calibration(specs, n, seed=options.seed + 1_000_003), None
+
+
+def np_array_copy(a: Any) -> Any:
+    return np.ascontiguousarray(np.array(a, copy=True))
+
+
+def _calibration_in_layout(calibration: Any, nhwc_inputs: Sequence[int]) -> Any:
+    """The wrapped module takes NHWC for the channels-last inputs: move the samples there too."""
+    if not nhwc_inputs:
+        return calibration
+    from .quantization import CalibrationSet
+
+    moved = tuple(tuple(_to_layout(list(sample), nhwc_inputs, nhwc=True)) for sample in calibration.samples)
+    moved = tuple(tuple(np.ascontiguousarray(a) for a in sample) for sample in moved)
+    return CalibrationSet(moved, calibration.source, calibration.real_data)
+
+
+def _edgetpu_stage(
+    model_bytes: bytes,
+    module: Any,
+    options: ExportOptions,
+    tflite_path: Path,
+    target_report: dict,
+    extra_artifacts: list,
+) -> tuple[bytes, Any]:
+    import tempfile
+
+    from .flatbuffer import read_flatbuffer
+    from .targets.edgetpu import check_edgetpu
+    from .targets.edgetpu_compiler import compare_with_prediction, compile_for_edgetpu, load_edgetpu_delegate, require_compiled
+    from .targets.edgetpu_rewrites import reorder_for_edgetpu
+
+    model_bytes, reordered = reorder_for_edgetpu(model_bytes)
+    target_report["reordered_operators"] = reordered
+    fb = read_flatbuffer(model_bytes, origin="the quantized model")
+    mapping = check_edgetpu(fb, model_bytes, source_module=module)
+    target_report["edgetpu"] = mapping.to_dict()
+    target_report["edgetpu"]["summary"] = mapping.summary()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / f"{tflite_path.stem}.tflite"
+        src.write_bytes(model_bytes)
+        result = compile_for_edgetpu(src, tmp, explicit_compiler=options.edgetpu_compiler, timeout_s=options.compiler_timeout)
+        target_report["compiler"] = result.to_dict()
+        target_report["compiler"]["disagreements"] = compare_with_prediction(mapping, result)
+        if options.require_compiler:
+            require_compiled(result)
+        if result.compiled and result.compiled_model:
+            compiled = Path(result.compiled_model)
+            extra_artifacts.append(("edgetpu_tflite", tflite_path.with_name(f"{tflite_path.stem}_edgetpu.tflite"), compiled.read_bytes()))
+            log = compiled.with_suffix(".log")
+            if log.is_file():
+                extra_artifacts.append(("edgetpu_log", tflite_path.with_name(f"{tflite_path.stem}_edgetpu.log"), log.read_bytes()))
+    runner_factory = None
+    if options.delegate == "edgetpu":
+        from .errors import TargetError
+
+        try:
+            delegate = load_edgetpu_delegate()
+        except TargetError as exc:
+            target_report["delegate"] = {"requested": "edgetpu", "used": False, "reason": exc.message}
+        else:
+            target_report["delegate"] = {"requested": "edgetpu", "used": True, "reason": ""}
+            compiled_bytes = next((b for key, _, b in extra_artifacts if key == "edgetpu_tflite"), None)
+
+            def runner_factory(data: bytes, fb: Any, _compiled=compiled_bytes, _delegate=delegate):
+                from .runtime import TFLiteRunner
+
+                return TFLiteRunner(_compiled or data, delegates=[_delegate])
+
+    return model_bytes, runner_factory
+
+
+def _micro_stage(model_bytes: bytes, fb: Any, options: ExportOptions, target_report: dict, extra_artifacts: list) -> Any:
+    from .errors import ConversionError
+    from .targets.micro import MicroRunner, check_micro, emit_op_resolver
+
+    report = check_micro(fb)
+    if report.unsupported_ops:
+        raise ConversionError(
+            "The model cannot run on TFLite Micro: it has no kernel for "
+            + ", ".join(report.unsupported_ops)
+            + ". " + " ".join(report.problems),
+            "Replace those operators in the model (or pick --target cpu).",
+        )
+    runner = MicroRunner(model_bytes, model=fb)  # raises RuntimeRunError naming the operator TFLM rejects
+    target_report["micro"] = runner.report.to_dict()
+    if options.emit_op_resolver:
+        extra_artifacts.append(("op_resolver", Path(options.emit_op_resolver), emit_op_resolver(runner.report.ops).encode()))
+        target_report["micro"]["op_resolver"] = str(options.emit_op_resolver)
+    return lambda data, fb, _runner=runner: _runner
 
 
 def _base_report(model: dict, specs: list[InputSpec], plan: Any) -> dict:
@@ -301,6 +543,7 @@ def _finalize(
     md_path: Path,
     *,
     write_tflite: bool,
+    extra_artifacts: Sequence[tuple[str, Path, bytes]] = (),
 ) -> ExportResult:
     """Verdict, baseline gate, and the atomic write of every artifact."""
     from .reports.json_report import load_report, render_json
@@ -340,6 +583,9 @@ def _finalize(
         with ArtifactSet() as artifacts:
             if write_tflite:
                 artifacts.add(tflite_path, model_bytes)
+            for key, path, data in extra_artifacts:
+                artifacts.add(path, data)
+                report["artifacts"][key] = str(path)
             artifacts.add(json_path, render_json(report))
             artifacts.add(md_path, render_markdown(report))
             if layers is not None and options.per_layer_plot:
@@ -412,13 +658,17 @@ def _check_parity(
     fb: Any,
     plan: Any,
     stages: _Stages,
+    *,
+    samples: list[tuple] | None = None,
+    runner_factory: Callable[[bytes, Any], Any] | None = None,
 ) -> tuple[Any, Any]:
     """Output parity, then (with --per-layer) the layer-by-layer comparison on the same samples."""
     from .inputs import make_samples
 
-    samples = make_samples(specs, options.samples, options.seed, example)
+    if samples is None:
+        samples = make_samples(specs, options.samples, options.seed, example)
     with stages.run("validate", f"Checking parity on {len(samples)} samples"):
-        parity = _validate(module, samples, options, model_bytes, fb, plan)
+        parity = _validate(module, samples, options, model_bytes, fb, plan, runner_factory)
     layers = None
     if options.per_layer:
         from .validators.layers import per_layer_parity
@@ -436,13 +686,26 @@ def _check_parity(
     return parity, layers
 
 
-def _validate(module: Any, samples: list[tuple], options: ExportOptions, model_bytes: bytes, fb: Any, plan: Any):
+def _validate(
+    module: Any,
+    samples: list[tuple],
+    options: ExportOptions,
+    model_bytes: bytes,
+    fb: Any,
+    plan: Any,
+    runner_factory: Callable[[bytes, Any], Any] | None = None,
+):
     import torch
 
     from .runtime import Resolver, TFLiteRunner
     from .validators.parity import compare_outputs
 
-    runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
+    if runner_factory is not None:
+        runner = runner_factory(model_bytes, fb)
+        runtime = _runtime_name(runner)
+    else:
+        runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
+        runtime = "ai-edge-litert interpreter (CPU, XNNPACK)"
     references, candidates = [], []
     with torch.no_grad():
         for sample in samples:
@@ -464,9 +727,15 @@ def _validate(module: Any, samples: list[tuple], options: ExportOptions, model_b
         candidates,
         names=names,
         thresholds=options.thresholds(),
-        runtime="ai-edge-litert interpreter (CPU, XNNPACK)",
+        runtime=runtime,
         output_scales=scales,
     )
+
+
+def _runtime_name(runner: Any) -> str:
+    if type(runner).__name__ == "MicroRunner":
+        return "TFLite Micro host interpreter"
+    return "ai-edge-litert interpreter with the Edge TPU delegate"
 
 
 def infer_precision(fb: Any) -> QuantizeMode:

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from .config import IODtype, QuantBackend, QuantizeMode, Target, parse_shape
-from .errors import EXIT_INTERNAL, EXIT_USAGE, EdgeExportError
+from .errors import EXIT_INTERNAL, EXIT_USAGE, EdgeExportError, UsageError
 
 EXIT_CODES_HELP = """Exit codes: 0 exported and parity passed; 1 exported but parity (or a
 regression gate) failed, artifacts kept and the report says why; 2 bad usage or unreadable input,
@@ -117,6 +117,27 @@ def _parse_shapes(values: Optional[List[str]]) -> tuple[tuple[int, ...], ...]:
     return tuple(parse_shape(v) for v in (values or []))
 
 
+def _parse_floats(text: Optional[str], option: str) -> Optional[tuple[float, ...]]:
+    if text is None:
+        return None
+    try:
+        values = tuple(float(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        values = ()
+    if not values:
+        raise UsageError(f"Cannot read {option} '{text}'.", f"Write comma-separated numbers, e.g. {option} 0.5,0.5,0.5.")
+    return values
+
+
+def _parse_pair(text: Optional[str], option: str) -> Optional[tuple[int, int]]:
+    if text is None:
+        return None
+    shape = parse_shape(text)
+    if len(shape) != 2:
+        raise UsageError(f"{option} '{text}' must be two numbers, height and width, e.g. {option} 224,224.")
+    return (shape[0], shape[1])
+
+
 def _print_summary(result) -> None:
     rep = result.report
     fb = rep["flatbuffer"]
@@ -203,7 +224,21 @@ def _run(call, quiet: bool, debug: bool, summary: bool = True):
 def export_command(
     model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output .tflite path (default: <model stem>.tflite beside the model)."),
-    quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32) or fp16."),
+    quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights)."),
+    target: Target = typer.Option(Target.CPU, "--target", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O) or micro (int8 with int8 I/O, TFLite Micro)."),
+    io_dtype: Optional[IODtype] = typer.Option(None, "--io-dtype", help="Model input/output type for int8: float32 (default), int8 or uint8."),
+    quant_backend: QuantBackend = typer.Option(QuantBackend.AUTO, "--quant-backend", help="auto (measure, fall back), pt2e (exported graph) or flatbuffer (ai-edge-quantizer)."),
+    calibration_data: Optional[Path] = typer.Option(None, "--calibration-data", help="Calibration data: .npz (arrays keyed by input name or position), .npy, a folder of .npy, or a folder of JPEG/PNG images."),
+    calibration_samples: Optional[int] = typer.Option(None, "--calibration-samples", help="Use at most this many calibration samples."),
+    image_size: Optional[str] = typer.Option(None, "--image-size", help="Resize calibration images to H,W (default: the input shape's)."),
+    mean: Optional[str] = typer.Option(None, "--mean", help="Per-channel mean for calibration images on a 0..1 scale, e.g. 0.485,0.456,0.406."),
+    std: Optional[str] = typer.Option(None, "--std", help="Per-channel std for calibration images, e.g. 0.229,0.224,0.225."),
+    image_layout: str = typer.Option("nchw", "--image-layout", help="Layout the PyTorch model takes images in: nchw or nhwc."),
+    edgetpu_compiler: Optional[str] = typer.Option(None, "--edgetpu-compiler", help="Path of edgetpu_compiler (default: found on PATH)."),
+    compiler_timeout: float = typer.Option(180.0, "--compiler-timeout", help="Seconds before edgetpu_compiler is stopped."),
+    require_compiler: bool = typer.Option(False, "--require-compiler", help="Fail when edgetpu_compiler is absent or fails (default: report it and go on)."),
+    delegate: Optional[str] = typer.Option(None, "--delegate", help="edgetpu: run parity through the Edge TPU delegate (libedgetpu) when present."),
+    emit_op_resolver: Optional[Path] = typer.Option(None, "--emit-op-resolver", help="micro: write the C++ MicroMutableOpResolver lines for the model's operators here."),
     input_shape: InputShapeOpt = None,
     input_dtype: InputDtypeOpt = None,
     channels_last: bool = typer.Option(False, "--channels-last/--no-channels-last", help="NHWC inputs/outputs for 4-D image tensors (no boundary TRANSPOSE ops)."),
@@ -231,6 +266,20 @@ def export_command(
 
         options = ExportOptions(
             quantize=quantize,
+            target=target,
+            io_dtype=io_dtype,
+            quant_backend=quant_backend,
+            calibration_data=str(calibration_data) if calibration_data else None,
+            calibration_samples=calibration_samples,
+            image_size=_parse_pair(image_size, "--image-size"),
+            mean=_parse_floats(mean, "--mean"),
+            std=_parse_floats(std, "--std"),
+            image_layout=image_layout,
+            edgetpu_compiler=edgetpu_compiler,
+            compiler_timeout=compiler_timeout,
+            require_compiler=require_compiler,
+            delegate=delegate,
+            emit_op_resolver=str(emit_op_resolver) if emit_op_resolver else None,
             input_shapes=_parse_shapes(input_shape),
             input_dtypes=tuple(input_dtype or ()),
             channels_last=channels_last,

@@ -38,9 +38,42 @@ def plan_channels_last(input_ranks: Sequence[int], output_ranks: Sequence[int]) 
 
 
 def wrap_channels_last(module: Any, plan: ChannelsLastPlan) -> Any:
+    """NHWC I/O for the planned inputs/outputs. An nn.Module is wrapped (litert-torch's
+    to_channel_last_io); a GraphModule from an ExportedProgram gets the permutes written into its
+    own graph instead, because re-tracing a wrapped GraphModule drops the nn.Module paths that
+    the flatbuffer's tensor names (and so per-layer parity and the Edge TPU report) rely on."""
+    import torch
+
+    if isinstance(module, torch.fx.GraphModule):
+        return _channels_last_graph(module, plan)
     import litert_torch
 
     return litert_torch.to_channel_last_io(module, args=list(plan.inputs), outputs=list(plan.outputs))
+
+
+def _channels_last_graph(module: Any, plan: ChannelsLastPlan) -> Any:
+    import copy
+
+    import torch
+
+    gm = copy.deepcopy(module)
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for i in plan.inputs:
+        ph = placeholders[i]
+        with graph.inserting_after(ph):
+            nchw = graph.call_function(torch.ops.aten.permute.default, (ph, [0, 3, 1, 2]))
+        ph.replace_all_uses_with(nchw, delete_user_cb=lambda user, _n=nchw: user is not _n)
+    output = next(n for n in graph.nodes if n.op == "output")
+    flat = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    for j in plan.outputs:
+        with graph.inserting_before(output):
+            flat[j] = graph.call_function(torch.ops.aten.permute.default, (flat[j], [0, 2, 3, 1]))
+    if plan.outputs:
+        output.args = (type(output.args[0])(flat) if isinstance(output.args[0], (tuple, list)) else flat[0],)
+    graph.lint()
+    gm.recompile()
+    return gm
 
 
 def fp16_quant_config() -> Any:

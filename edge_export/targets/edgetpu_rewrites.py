@@ -163,8 +163,11 @@ def prepare_module_for_edgetpu(module: Any, example_inputs: tuple | None = None)
     ``example_inputs`` (one forward pass, no gradients) lets the reused-activation rewrite count
     calls; without them that rewrite is skipped.
     """
+    import torch
     from torch import nn
 
+    if isinstance(module, torch.fx.GraphModule):
+        return _prepare_graph_for_edgetpu(module)
     classes = _replacement_classes()
     module = copy.deepcopy(module).eval()
     rewrites: list[AppliedRewrite] = []
@@ -209,7 +212,154 @@ def prepare_module_for_edgetpu(module: Any, example_inputs: tuple | None = None)
                         f"{type(sub).__name__} is called {calls} times; PT2E then leaves the adds it follows in float",
                     )
                 )
+        # Functional calls in forward() (x.mean((2, 3)), F.hardswish, ...) are only visible in the
+        # traced graph: export once and apply the graph-level rewrites as well.
+        try:
+            graph = torch.export.export(module, tuple(example_inputs)).module()
+        except Exception:  # tracing problems are reported by the conversion stage itself
+            graph = None
+        if graph is not None:
+            graph_prep = _prepare_graph_for_edgetpu(graph)
+            if graph_prep.rewrites:
+                module = graph_prep.module
+                rewrites.extend(graph_prep.rewrites)
     return EdgeTPUPreparation(module=module, rewrites=tuple(rewrites))
+
+
+# ---- graph level (an ExportedProgram's GraphModule has no submodules to swap) -------------------
+
+
+def _replicate_pad_max_pool2d(x: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
+    """max_pool2d with edge-replicating padding (SLICE + CONCATENATION instead of PADV2); the same
+    values as -inf padding whenever padding < kernel size (see ReplicatePadMaxPool2d)."""
+    import torch
+
+    h, w = padding
+    if h:
+        x = torch.cat([x[:, :, :1]] * h + [x] + [x[:, :, -1:]] * h, dim=2)
+    if w:
+        x = torch.cat([x[:, :, :, :1]] * w + [x] + [x[:, :, :, -1:]] * w, dim=3)
+    return torch.nn.functional.max_pool2d(x, kernel_size, stride or kernel_size, 0)
+
+
+def _hardswish(x: Any) -> Any:
+    import torch.nn.functional as F
+
+    return x * F.hardtanh(x + 3.0, 0.0, 6.0) * (1.0 / 6.0)
+
+
+def _hardsigmoid(x: Any) -> Any:
+    import torch.nn.functional as F
+
+    return F.hardtanh(x + 3.0, 0.0, 6.0) * (1.0 / 6.0)
+
+
+def _gelu_sigmoid(x: Any, approximate: str = "none") -> Any:
+    import torch
+
+    return x * torch.sigmoid((x + 0.044715 * (x * x * x)) * (2.0 * math.sqrt(2.0 / math.pi)))
+
+
+def _silu(x: Any) -> Any:
+    import torch
+
+    return x * torch.sigmoid(x)
+
+
+def _spatial_mean(x: Any, keepdim: bool) -> Any:
+    """Global average over H, W as AVERAGE_POOL_2D (+ RESHAPE): a MEAN over the NCHW axes 2, 3 is not
+    an x/y reduction once the converter has moved the tensor, and the Edge TPU rejects it."""
+    import torch.nn.functional as F
+
+    y = F.avg_pool2d(x, (int(x.shape[2]), int(x.shape[3])))
+    return y if keepdim else y.flatten(2).squeeze(2)
+
+
+def _node_module_path(node: Any) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return f"forward() ({node.name})"
+    path = list(stack.values())[-1][0]
+    return str(path).replace("L['self'].", "") or node.name
+
+
+def _is_global_spatial(node: Any) -> bool:
+    """mean(x, [2, 3]) or adaptive_avg_pool2d(x, 1) on a 4-D NCHW tensor with a known shape."""
+    import torch
+
+    x = node.args[0]
+    val = getattr(x, "meta", {}).get("val")
+    if val is None or val.dim() != 4:
+        return False
+    if node.target is torch.ops.aten.adaptive_avg_pool2d.default:
+        return list(node.args[1]) in ([1, 1], [1])
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if dims is None:
+        return False
+    return sorted(int(d) % 4 for d in dims) == [2, 3] and node.kwargs.get("dtype") is None
+
+
+def _prepare_graph_for_edgetpu(module: Any) -> EdgeTPUPreparation:
+    """The same rewrites as for an nn.Module, as an FX pass over the aten calls. Each replaced node
+    keeps its metadata so the flatbuffer's tensor names still carry the module path."""
+    import torch
+
+    aten = torch.ops.aten
+    gm = copy.deepcopy(module)
+    rewrites: list[AppliedRewrite] = []
+    activations = {
+        aten.hardswish.default: (_hardswish, "hardswish-as-relu6", "HARD_SWISH is not supported"),
+        aten.hardsigmoid.default: (_hardsigmoid, "hardsigmoid-as-relu6", "hardsigmoid is not supported"),
+        aten.gelu.default: (
+            _gelu_sigmoid,
+            "gelu-as-sigmoid",
+            "GELU is not supported and PT2E leaves it in float (tanh form, error < 1e-3)",
+        ),
+        aten.silu.default: (_silu, "silu-as-sigmoid", "SiLU is written as LOGISTIC + MUL"),
+    }
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is aten.max_pool2d.default:
+            args = list(node.args) + [None] * (6 - len(node.args))
+            x, kernel, stride, padding, dilation, ceil_mode = args[:6]
+            padding = list(padding or [0, 0])
+            padding = padding * 2 if len(padding) == 1 else padding
+            dilation = list(dilation or [1, 1])
+            if any(padding) and not ceil_mode and all(d == 1 for d in dilation):
+                node.target = _replicate_pad_max_pool2d
+                node.args = (x, kernel, stride, tuple(padding))
+                node.kwargs = {}
+                rewrites.append(
+                    AppliedRewrite(
+                        _node_module_path(node),
+                        "maxpool-replicate-padding",
+                        "max_pool2d padding lowers to PADV2 (-inf), not supported",
+                    )
+                )
+        elif node.target in (aten.mean.dim, aten.adaptive_avg_pool2d.default) and _is_global_spatial(node):
+            keepdim = node.target is aten.adaptive_avg_pool2d.default or bool(
+                node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+            )
+            node.target = _spatial_mean
+            node.args = (node.args[0], keepdim)
+            node.kwargs = {}
+            rewrites.append(
+                AppliedRewrite(
+                    _node_module_path(node),
+                    "global-mean-as-avgpool",
+                    "a mean over H, W lowers to MEAN on non-x/y axes; AVERAGE_POOL_2D maps",
+                )
+            )
+        elif node.target in activations:
+            fn, kind, why = activations[node.target]
+            node.target = fn
+            node.args = node.args[:1]
+            node.kwargs = {}
+            rewrites.append(AppliedRewrite(_node_module_path(node), kind, why))
+    gm.graph.lint()
+    gm.recompile()
+    return EdgeTPUPreparation(module=gm, rewrites=tuple(rewrites))
 
 
 # ---- flatbuffer level ---------------------------------------------------------------------------
