@@ -284,15 +284,11 @@ def _node_module_path(node: Any) -> str:
 
 
 def _is_global_spatial(node: Any) -> bool:
-    """mean(x, [2, 3]) or adaptive_avg_pool2d(x, 1) on a 4-D NCHW tensor with a known shape."""
-    import torch
-
+    """mean(x, [2, 3]) on a 4-D NCHW tensor with a known shape."""
     x = node.args[0]
     val = getattr(x, "meta", {}).get("val")
     if val is None or val.dim() != 4:
         return False
-    if node.target is torch.ops.aten.adaptive_avg_pool2d.default:
-        return list(node.args[1]) in ([1, 1], [1])
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
     if dims is None:
         return False
@@ -337,10 +333,10 @@ def _prepare_graph_for_edgetpu(module: Any) -> EdgeTPUPreparation:
                         "max_pool2d padding lowers to PADV2 (-inf), not supported",
                     )
                 )
-        elif node.target in (aten.mean.dim, aten.adaptive_avg_pool2d.default) and _is_global_spatial(node):
-            keepdim = node.target is aten.adaptive_avg_pool2d.default or bool(
-                node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-            )
+        elif node.target is aten.mean.dim and _is_global_spatial(node):
+            # (adaptive_avg_pool2d is left alone: it already lowers to an x/y MEAN, and PT2E's
+            # annotator for it insists on seeing the original op)
+            keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
             node.target = _spatial_mean
             node.args = (node.args[0], keepdim)
             node.kwargs = {}

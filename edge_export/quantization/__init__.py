@@ -1,0 +1,277 @@
+"""Quantization: dynamic int8, full-integer int8 and int16x8, with two backends chosen by measurement.
+
+    quantize_model(module, example_inputs, mode, calibration=...) -> QuantizationResult
+
+Backends (``QuantBackend``): ``pt2e`` quantizes the exported PyTorch graph (pt2e.py); ``flatbuffer``
+applies ai-edge-quantizer recipes to the converted float flatbuffer (flatbuffer_recipes.py);
+``auto`` runs each that supports the mode and keeps one by the rules in selection.py (for
+dynamic-int8 it stops at the first that works: flatbuffer, then PT2E). The chosen
+model's I/O types are then set (io_types.py) and it is checked for being fully integer, with every
+float tensor and inner QUANTIZE/DEQUANTIZE mapped back to the PyTorch module it came from.
+Calibration data loading and checking lives in calibration.py.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import InputSpec, IODtype, QuantBackend, QuantizeMode
+from ..errors import EdgeExportError, QuantizationError, UsageError
+from .calibration import (
+    DEFAULT_CALIBRATION_SAMPLES,
+    DEFAULT_SYNTHETIC_SAMPLES,
+    CalibrationSet,
+    load_calibration_data,
+    synthetic_calibration,
+)
+from .flatbuffer_recipes import DEFAULT_FLATBUFFER_OBSERVER, FLATBUFFER_OBSERVERS, RECIPES
+from .io_types import IOQuantInfo, describe_io, set_io_dtype
+from .pt2e import DEFAULT_PT2E_OBSERVER, PT2E_OBSERVERS, pt2e_supports
+from .selection import BackendAttempt, IntegerCheck, check_integer, module_path_for
+
+__all__ = [
+    "DEFAULT_CALIBRATION_SAMPLES",
+    "DEFAULT_SYNTHETIC_SAMPLES",
+    "FLATBUFFER_OBSERVERS",
+    "PARITY_SAMPLES",
+    "PT2E_OBSERVERS",
+    "BackendAttempt",
+    "CalibrationSet",
+    "IOQuantInfo",
+    "InputSpec",
+    "IntegerCheck",
+    "QuantizationResult",
+    "backends_for",
+    "check_integer",
+    "describe_io",
+    "load_calibration_data",
+    "module_path_for",
+    "quantize_model",
+    "set_io_dtype",
+    "synthetic_calibration",
+]
+
+# Samples used to measure each backend's parity during selection (the first N calibration samples).
+PARITY_SAMPLES = 16
+_QUANTIZE_MODES = (QuantizeMode.DYNAMIC_INT8, QuantizeMode.INT8, QuantizeMode.INT16X8)
+
+
+@dataclass(frozen=True)
+class QuantizationResult:
+    model_bytes: bytes = field(repr=False)
+    mode: QuantizeMode
+    backend: str  # "pt2e" | "flatbuffer"
+    recipe: str  # ai-edge-quantizer recipe name, or the PT2E config used
+    observer: str | None  # activation-range observer (None for dynamic-int8)
+    attempts: tuple[BackendAttempt, ...]
+    reason: str
+    fully_integer: bool
+    integer_check: IntegerCheck
+    io: tuple[IOQuantInfo, ...]
+    io_dtype: IODtype
+    calibration: dict  # CalibrationSet.to_dict(): source, samples, real_data, input_shapes
+    sqnr_db: float | None  # chosen model vs fp32 module, worst output, on calibration inputs
+    cosine: float | None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.model_bytes)
+
+    @property
+    def calibrated_on_real_data(self) -> bool:
+        return bool(self.calibration.get("real_data"))
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode.value,
+            "backend": self.backend,
+            "recipe": self.recipe,
+            "observer": self.observer,
+            "reason": self.reason,
+            "attempts": [a.to_dict() for a in self.attempts],
+            "fully_integer": self.fully_integer,
+            "integer_check": self.integer_check.to_dict(),
+            "io_dtype": self.io_dtype.value,
+            "io": [x.to_dict() for x in self.io],
+            "calibration": dict(self.calibration),
+            "calibration_parity": {"sqnr_db": self.sqnr_db, "cosine": self.cosine},
+            "size_bytes": self.size_bytes,
+            "warnings": list(self.warnings),
+        }
+
+
+def backends_for(mode: QuantizeMode, backend: QuantBackend) -> list[str]:
+    """Backends to try, in order. Raises UsageError for a backend that cannot do the mode."""
+    if backend == QuantBackend.PT2E:
+        if not pt2e_supports(mode):
+            raise UsageError(
+                f"--quant-backend pt2e cannot do --quantize {mode.value}: litert-torch's PT2E lowering "
+                "has int8 activations only.",
+                "Use --quant-backend flatbuffer or auto.",
+            )
+        return ["pt2e"]
+    if backend == QuantBackend.FLATBUFFER:
+        return ["flatbuffer"]
+    if mode == QuantizeMode.DYNAMIC_INT8:
+        # Both backends emit the same dynamic-range kernels; parity differed by < 0.5 dB on the
+        # models measured, and the flatbuffer recipe is 10-50x faster. PT2E is the fallback.
+        return ["flatbuffer", "pt2e"]
+    return (["pt2e"] if pt2e_supports(mode) else []) + ["flatbuffer"]
+
+
+# Modes where auto stops at the first backend that works instead of measuring all of them.
+_FIRST_SUCCESS_MODES = (QuantizeMode.DYNAMIC_INT8,)
+
+
+def _check_arguments(mode: QuantizeMode, io_dtype: IODtype, calibration: CalibrationSet, example_inputs) -> None:
+    if mode not in _QUANTIZE_MODES:
+        raise UsageError(
+            f"quantize_model handles dynamic-int8, int8 and int16x8, not {mode.value}.",
+            "fp32 and fp16 are plain conversions (edge_export.conversion).",
+        )
+    if io_dtype != IODtype.FLOAT32 and mode != QuantizeMode.INT8:
+        raise UsageError(
+            f"--io-dtype {io_dtype.value} applies to --quantize int8 only; {mode.value} models take and "
+            "return float32.",
+            "Drop --io-dtype, or use --quantize int8.",
+        )
+    if calibration.num_inputs != len(example_inputs):
+        raise UsageError(
+            f"The calibration samples have {calibration.num_inputs} inputs but the model takes "
+            f"{len(example_inputs)}."
+        )
+
+
+def _pt2e_recipe_name(mode: QuantizeMode) -> str:
+    kind = "dynamic" if mode == QuantizeMode.DYNAMIC_INT8 else "static"
+    return f"pt2e_{kind}_per_channel_symmetric"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = exc.message if isinstance(exc, EdgeExportError) else str(exc)
+    lines = text.strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def quantize_model(
+    module: Any,
+    example_inputs: tuple,
+    mode: QuantizeMode,
+    *,
+    calibration: CalibrationSet,
+    backend: QuantBackend = QuantBackend.AUTO,
+    io_dtype: IODtype = IODtype.FLOAT32,
+    require_full_integer: bool = False,
+    strict: bool = False,
+    verbose: bool = False,
+    float_model_bytes: bytes | None = None,
+    pt2e_observer: str = DEFAULT_PT2E_OBSERVER,
+    flatbuffer_observer: str = DEFAULT_FLATBUFFER_OBSERVER,
+    parity_samples: int = PARITY_SAMPLES,
+) -> QuantizationResult:
+    """Quantize ``module`` (eval mode, already wrapped for its final I/O layout) and return the
+    flatbuffer with what was tried and why it was kept.
+
+    ``float_model_bytes`` is the fp32 flatbuffer of the same module if the caller already has it
+    (saves one conversion for the flatbuffer backend). Raises QuantizationError when every backend
+    failed, UsageError for argument combinations that make no sense.
+    """
+    from . import flatbuffer_recipes, pt2e, selection
+
+    mode = QuantizeMode(mode)
+    backend = QuantBackend(backend)
+    io_dtype = IODtype(io_dtype)
+    _check_arguments(mode, io_dtype, calibration, example_inputs)
+    parity_set = calibration.samples[: max(1, parity_samples)]
+    refs = selection.reference_outputs(module, parity_set)
+
+    attempts: list[BackendAttempt] = []
+    products: list[bytes | None] = []
+    for name in backends_for(mode, backend):
+        if mode in _FIRST_SUCCESS_MODES and any(a.ok for a in attempts):
+            break
+        start = time.perf_counter()
+        recipe = RECIPES[mode] if name == "flatbuffer" else _pt2e_recipe_name(mode)
+        observer = None
+        if mode.needs_calibration:
+            observer = flatbuffer_observer if name == "flatbuffer" else pt2e_observer
+        try:
+            if name == "pt2e":
+                data = pt2e.quantize_pt2e(
+                    module, example_inputs, mode, calibration, observer=pt2e_observer, strict=strict, verbose=verbose
+                )
+            else:
+                if float_model_bytes is None:
+                    from ..conversion import convert_module
+
+                    float_model_bytes = convert_module(module, tuple(example_inputs), strict=strict, verbose=verbose)
+                data = flatbuffer_recipes.quantize_flatbuffer(
+                    float_model_bytes, mode, calibration, observer=flatbuffer_observer, verbose=verbose
+                )
+            sqnr, cosine = selection.measure_parity(data, parity_set, refs)
+            check = check_integer(data)
+            attempts.append(
+                BackendAttempt(
+                    backend=name, ok=True, fully_integer=check.fully_integer, sqnr_db=round(sqnr, 3),
+                    cosine=round(cosine, 6), seconds=time.perf_counter() - start, recipe=recipe,
+                    observer=observer, size_bytes=len(data),
+                )
+            )
+            products.append(data)
+        except EdgeExportError as exc:
+            if backend != QuantBackend.AUTO:
+                raise
+            attempts.append(
+                BackendAttempt(
+                    backend=name, ok=False, error=_one_line(exc), seconds=time.perf_counter() - start,
+                    recipe=recipe, observer=observer,
+                )
+            )
+            products.append(None)
+
+    best, reason = selection.choose_attempt(attempts, require_full_integer)
+    if best is None:
+        raise QuantizationError(
+            f"Every quantization backend failed for --quantize {mode.value}: {reason}.",
+            "Run with --verbose for the libraries' output, or try --quantize dynamic-int8 or fp16.",
+        )
+    chosen = attempts[best]
+    if backend == QuantBackend.AUTO and mode in _FIRST_SUCCESS_MODES and len(attempts) == 1:
+        reason = (
+            f"{chosen.backend} succeeded first; for {mode.value} both backends give the same "
+            "dynamic-range kernels, so the other was not tried"
+        )
+    data = set_io_dtype(products[best], io_dtype)
+    check = check_integer(data, module)
+    warnings = []
+    if not calibration.real_data and mode.needs_calibration:
+        warnings.append(
+            "Activation ranges were calibrated on synthetic inputs, not real data: accuracy may be "
+            "much worse than the parity numbers suggest. Pass --calibration-data."
+        )
+    if mode == QuantizeMode.INT8 and not check.fully_integer:
+        where = ", ".join(m or "the top-level forward()" for m in check.float_modules[:5]) or "unnamed ops"
+        warnings.append(
+            f"The int8 model is not fully integer: {len(check.float_tensors)} float tensor(s) and "
+            f"{len(check.inner_quantize_ops)} inner QUANTIZE/DEQUANTIZE op(s) (in {where})."
+        )
+    return QuantizationResult(
+        model_bytes=data,
+        mode=mode,
+        backend=chosen.backend,
+        recipe=chosen.recipe or "",
+        observer=chosen.observer,
+        attempts=tuple(attempts),
+        reason=reason,
+        fully_integer=check.fully_integer,
+        integer_check=check,
+        io=describe_io(data),
+        io_dtype=io_dtype,
+        calibration=calibration.to_dict(),
+        sqnr_db=chosen.sqnr_db,
+        cosine=chosen.cosine,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,120 @@
+"""PT2E backend: quantize the exported PyTorch graph, then lower it with litert-torch.
+
+The path litert-torch documents: ``torch.export`` -> torchao ``prepare_pt2e`` with litert-torch's
+``PT2EQuantizer`` -> run the calibration samples -> ``convert_pt2e(fold_quantize=False)`` ->
+``litert_torch.convert(..., quant_config=QuantConfig(pt2e_quantizer=q))``. Without the quant_config
+the converter would keep the Q/DQ pairs as float fake-quant ops.
+
+Static mode gives per-channel symmetric int8 weights, int8 activations, int32 bias and int8 model
+I/O. Activation ranges come from an observer we choose (see ``PT2E_OBSERVERS``): litert-torch's
+default is the histogram observer, which searches the range that minimizes the L2 quantization
+error; min-max takes the absolute extremes, and moving-average min-max the per-batch extremes
+averaged. litert-torch's static PT2E path has no int16-activation variant, so int16x8 is left to
+the flatbuffer backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..config import QuantizeMode
+from ..conversion import convert_module
+from ..errors import ExportFailure, QuantizationError
+from ..library_output import quiet_libraries
+from .calibration import CalibrationSet
+
+__all__ = ["DEFAULT_PT2E_OBSERVER", "PT2E_OBSERVERS", "pt2e_supports", "quantize_pt2e"]
+
+PT2E_OBSERVERS = ("histogram", "minmax", "moving_average")
+DEFAULT_PT2E_OBSERVER = "histogram"
+
+
+def pt2e_supports(mode: QuantizeMode) -> bool:
+    return mode in (QuantizeMode.INT8, QuantizeMode.DYNAMIC_INT8)
+
+
+def _observer_class(name: str):
+    from torchao.quantization.pt2e import observer
+
+    return {
+        "histogram": observer.HistogramObserver,
+        "minmax": observer.MinMaxObserver,
+        "moving_average": observer.MovingAverageMinMaxObserver,
+    }[name]
+
+
+def make_pt2e_quantizer(mode: QuantizeMode, observer: str = DEFAULT_PT2E_OBSERVER) -> Any:
+    """litert-torch's PT2EQuantizer with per-channel weights and the chosen activation observer."""
+    from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+
+    if observer not in PT2E_OBSERVERS:
+        raise QuantizationError(f"Unknown PT2E observer '{observer}'.", f"Use one of {', '.join(PT2E_OBSERVERS)}.")
+    dynamic = mode == QuantizeMode.DYNAMIC_INT8
+    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
+    if not dynamic and observer != DEFAULT_PT2E_OBSERVER:
+        # The config is lru_cached inside litert-torch: replace, never mutate.
+        act = config.input_activation
+        act = dataclasses.replace(act, observer_or_fake_quant_ctr=_observer_class(observer).with_args(eps=2**-12))
+        config = dataclasses.replace(config, input_activation=act, output_activation=act)
+    return PT2EQuantizer().set_global(config)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+def quantize_pt2e(
+    module: Any,
+    example_inputs: tuple,
+    mode: QuantizeMode,
+    calibration: CalibrationSet,
+    *,
+    observer: str = DEFAULT_PT2E_OBSERVER,
+    strict: bool = False,
+    verbose: bool = False,
+) -> bytes:
+    """Return the quantized flatbuffer. Raises QuantizationError (or TraceError/ConversionError from
+    the final lowering) when PT2E cannot handle the model."""
+    if not pt2e_supports(mode):
+        raise QuantizationError(
+            f"The PT2E backend does not support --quantize {mode.value} (litert-torch's static PT2E "
+            "lowering is int8-only).",
+            "Use --quant-backend flatbuffer (or auto) for this mode.",
+        )
+    if observer not in PT2E_OBSERVERS:
+        raise QuantizationError(f"Unknown PT2E observer '{observer}'.", f"Use one of {', '.join(PT2E_OBSERVERS)}.")
+    import torch
+
+    with quiet_libraries(verbose):  # importing torchao/litert-torch prints load warnings
+        try:
+            from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+            quantizer = make_pt2e_quantizer(mode, observer)
+
+            exported = torch.export.export(module, tuple(example_inputs), strict=strict).module()
+            prepared = prepare_pt2e(exported, quantizer)
+            with torch.no_grad():
+                batches = calibration.torch_batches()
+                # Dynamic mode has no activation observers; one pass validates the graph.
+                for batch in batches[:1] if mode == QuantizeMode.DYNAMIC_INT8 else batches:
+                    prepared(*batch)
+            converted = convert_pt2e(prepared, fold_quantize=False)
+        except Exception as exc:
+            raise QuantizationError(
+                f"PT2E could not quantize the model: {_one_line(exc)}",
+                "Try --quant-backend flatbuffer, which quantizes the converted float model instead.",
+            ) from exc
+    from litert_torch.quantize.quant_config import QuantConfig
+
+    try:
+        return convert_module(
+            converted, tuple(example_inputs), strict=strict, quant_config=QuantConfig(pt2e_quantizer=quantizer),
+            verbose=verbose,
+        )
+    except ExportFailure as exc:
+        raise QuantizationError(
+            f"litert-torch could not lower the PT2E-quantized graph: {exc.message}",
+            "Try --quant-backend flatbuffer, which quantizes the converted float model instead.",
+        ) from exc

@@ -1,0 +1,307 @@
+"""Which backend's model to keep, the fully-integer check, and the parity measured to decide.
+
+``auto`` runs every backend that supports the mode, measures each result against the fp32 PyTorch
+module on the calibration inputs, and keeps:
+1. when a fully integer model is required (Edge TPU, microcontrollers): the fully integer result
+   with the best parity; if none is fully integer, the best one, and the reason says so;
+2. otherwise the result with the best parity (lowest SQNR over the outputs; within 0.05 dB a fully
+   integer result wins, then the backend tried first).
+Every attempt is recorded (ok or not, error one-liner, fully integer, SQNR, cosine, seconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..flatbuffer import FlatbufferModel, read_flatbuffer
+
+__all__ = [
+    "PARITY_TIE_DB",
+    "BackendAttempt",
+    "FloatTensorEntry",
+    "IntegerCheck",
+    "QuantOpEntry",
+    "check_integer",
+    "choose_attempt",
+    "measure_parity",
+    "module_path_for",
+    "reference_outputs",
+]
+
+PARITY_TIE_DB = 0.05
+
+
+@dataclass(frozen=True)
+class BackendAttempt:
+    backend: str  # "pt2e" | "flatbuffer"
+    ok: bool
+    error: str | None = None
+    fully_integer: bool | None = None
+    sqnr_db: float | None = None  # worst output, on the calibration inputs, vs the fp32 module
+    cosine: float | None = None  # worst output
+    seconds: float = 0.0
+    recipe: str | None = None
+    observer: str | None = None
+    size_bytes: int | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "backend": self.backend,
+            "ok": self.ok,
+            "error": self.error,
+            "fully_integer": self.fully_integer,
+            "sqnr_db": self.sqnr_db,
+            "cosine": self.cosine,
+            "seconds": round(self.seconds, 3),
+            "recipe": self.recipe,
+            "observer": self.observer,
+            "size_bytes": self.size_bytes,
+        }
+
+
+# ---- fully-integer check ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FloatTensorEntry:
+    index: int
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    module: str | None  # PyTorch module path, e.g. "encoder.layers.0.norm1"; "" = the root's forward()
+    producer: str | None  # opcode of the op writing it
+
+    def to_dict(self) -> dict:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "module": self.module,
+            "producer": self.producer,
+        }
+
+
+@dataclass(frozen=True)
+class QuantOpEntry:
+    index: int
+    opcode: str  # QUANTIZE | DEQUANTIZE
+    tensor: str  # the float side's tensor name
+    module: str | None
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "opcode": self.opcode, "tensor": self.tensor, "module": self.module}
+
+
+@dataclass(frozen=True)
+class IntegerCheck:
+    fully_integer: bool
+    float_tensors: tuple[FloatTensorEntry, ...]
+    inner_quantize_ops: tuple[QuantOpEntry, ...]
+
+    @property
+    def float_modules(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for entry in (*self.float_tensors, *self.inner_quantize_ops):
+            if entry.module is not None:
+                seen.setdefault(entry.module, None)
+        return tuple(seen)
+
+    def to_dict(self) -> dict:
+        return {
+            "fully_integer": self.fully_integer,
+            "float_tensors": [t.to_dict() for t in self.float_tensors],
+            "inner_quantize_ops": [op.to_dict() for op in self.inner_quantize_ops],
+            "float_modules": list(self.float_modules),
+        }
+
+
+# litert-torch names a tensor after the nn.Module stack of the node that made it:
+# "<class fullname>_<attribute>/<class fullname>_<attribute>;" with ";;" between fused nodes and a
+# trailing ";N" to make names unique. The root module has no attribute suffix.
+
+
+def _hierarchies(tensor_name: str) -> list[list[tuple[str, str]]]:
+    """Module stacks named in a tensor name; an empty stack means the root module's own forward()."""
+    result = []
+    for part in tensor_name.split(";"):
+        if not part or part.isdigit() or ("/" not in part and "." not in part) or "<locals>" in part:
+            continue  # uniquifier, plain name (serving_default_*), or torch.export's own wrapper
+        segments = part.split("/")
+        levels = []
+        for segment in segments:
+            last = segment.rsplit(".", 1)[-1]
+            if "_" not in last:
+                continue  # the root module (no attribute name)
+            cls, attr = last.split("_", 1)
+            levels.append((cls, attr))
+        root_only = len(segments) == 1 and segments[0].rsplit(".", 1)[-1][:1].isupper()
+        if levels or root_only:
+            result.append(levels)
+    return result
+
+
+def module_path_for(tensor_name: str, module: Any | None = None) -> str | None:
+    """The dotted PyTorch module path a flatbuffer tensor came from ("" for the root module's own
+    forward()), or None when the name carries no module. With ``module`` the path is resolved
+    against its real submodules (so ModuleList names dropped from the stack come back); without it,
+    the attribute names are joined."""
+    hierarchies = _hierarchies(tensor_name)
+    if not hierarchies:
+        return None
+    levels = hierarchies[0]  # the first fused node is the op's own (outermost) result
+    fallback = ".".join(attr for _, attr in levels)
+    if module is None or not hasattr(module, "named_modules") or not levels:
+        return fallback
+    named = [(path, type(m).__name__) for path, m in module.named_modules() if path]
+    prefix = ""
+    for cls, attr in levels:
+        candidates = [
+            path
+            for path, type_name in named
+            if type_name == cls
+            and path.split(".")[-1] == attr
+            and (not prefix or path.startswith(prefix + "."))
+        ]
+        if not candidates:
+            return fallback
+        prefix = min(candidates, key=len)
+    return prefix
+
+
+def _module_near(fb: FlatbufferModel, tensor_index: int, module: Any | None) -> str | None:
+    """Module of a tensor, or, for the converter's unnamed glue tensors (e.g. the DEQUANTIZE feeding
+    a float ADD), of the op that consumes it, else of the op that produces it."""
+    found = module_path_for(fb.tensors[tensor_index].name, module)
+    if found is not None:
+        return found
+    for op in fb.operators:
+        if tensor_index in op.inputs:
+            for out in op.outputs:
+                found = module_path_for(fb.tensors[out].name, module)
+                if found is not None:
+                    return found
+    producer = fb.producer_of(tensor_index)
+    for i in producer.inputs if producer else ():
+        if i >= 0:
+            found = module_path_for(fb.tensors[i].name, module)
+            if found is not None:
+                return found
+    return None
+
+
+def check_integer(model: bytes | FlatbufferModel, module: Any | None = None) -> IntegerCheck:
+    fb = model if isinstance(model, FlatbufferModel) else read_flatbuffer(model)
+    floats = []
+    for t in fb.float_tensors:
+        producer = fb.producer_of(t.index)
+        floats.append(
+            FloatTensorEntry(
+                index=t.index,
+                name=t.name,
+                dtype=t.dtype,
+                shape=t.shape,
+                module=_module_near(fb, t.index, module),
+                producer=producer.opcode if producer else None,
+            )
+        )
+    ops = []
+    for op in fb.inner_quantize_ops:
+        float_side = op.inputs[0] if op.opcode == "QUANTIZE" else op.outputs[0]
+        name = fb.tensors[float_side].name
+        ops.append(QuantOpEntry(op.index, op.opcode, name, _module_near(fb, float_side, module)))
+    return IntegerCheck(fb.is_fully_integer, tuple(floats), tuple(ops))
+
+
+# ---- parity on the calibration inputs ---------------------------------------------------------
+
+
+def reference_outputs(module: Any, samples: Sequence[tuple[np.ndarray, ...]]) -> list[list[np.ndarray]]:
+    """fp32 PyTorch outputs per sample, flattened to a list of arrays in forward()'s order."""
+    import torch
+    from torch.utils import _pytree
+
+    refs = []
+    with torch.no_grad():
+        for sample in samples:
+            out = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in sample))
+            leaves = [x for x in _pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
+            refs.append([x.detach().float().numpy() for x in leaves])
+    return refs
+
+
+def measure_parity(
+    model_bytes: bytes, samples: Sequence[tuple[np.ndarray, ...]], refs: list[list[np.ndarray]]
+) -> tuple[float, float]:
+    """(worst-output SQNR dB, worst-output cosine) of the flatbuffer vs the reference outputs."""
+    from ..runtime import Resolver, TFLiteRunner
+    from ..validators.metrics import cosine_similarity, sqnr_db
+
+    runner = TFLiteRunner(model_bytes, resolver=Resolver.BUILTIN)
+    outs = [runner.run(list(sample)) for sample in samples]
+    n_out = min(len(refs[0]), len(outs[0]))
+    sqnrs, cosines = [], []
+    for k in range(n_out):
+        ref = np.concatenate([r[k].ravel() for r in refs])
+        out = np.concatenate([o[k].ravel() for o in outs])
+        sqnrs.append(sqnr_db(ref, out))
+        cosines.append(cosine_similarity(ref, out))
+    return float(min(sqnrs)), float(min(cosines))
+
+
+# ---- the choice -------------------------------------------------------------------------------
+
+
+def _fmt(a: BackendAttempt) -> str:
+    return f"{a.backend} ({a.sqnr_db:.1f} dB, {'fully integer' if a.fully_integer else 'mixed precision'})"
+
+
+def choose_attempt(attempts: Sequence[BackendAttempt], require_full_integer: bool) -> tuple[int | None, str]:
+    """Index of the attempt to keep (None when all failed) and the reason, in one sentence."""
+    ok = [i for i, a in enumerate(attempts) if a.ok]
+    failed = [a for a in attempts if not a.ok]
+    failed_text = "; ".join(f"{a.backend} failed ({a.error})" for a in failed)
+    if not ok:
+        return None, failed_text or "no backend was tried"
+    if len(ok) == 1:
+        a = attempts[ok[0]]
+        reason = f"{a.backend} was the only backend that produced a model"
+        if len(attempts) == 1:
+            reason = f"{a.backend} was the only backend tried"
+        if failed_text:
+            reason += f"; {failed_text}"
+        if require_full_integer and not a.fully_integer:
+            reason += "; it is not fully integer although the target needs it"
+        return ok[0], reason
+
+    def parity_key(i: int) -> tuple[float, int, int]:
+        a = attempts[i]
+        sqnr = a.sqnr_db if a.sqnr_db is not None else float("-inf")
+        # Quantize SQNR to the tie band so near-equal results fall back to integer-ness, then order.
+        return (round(sqnr / PARITY_TIE_DB), 1 if a.fully_integer else 0, -i)
+
+    pool = ok
+    if require_full_integer:
+        integer = [i for i in ok if attempts[i].fully_integer]
+        if integer:
+            pool = integer
+    best = max(pool, key=parity_key)
+    others = [attempts[i] for i in ok if i != best]
+    chosen = attempts[best]
+    if require_full_integer and chosen.fully_integer and any(not a.fully_integer for a in others):
+        reason = f"the target needs a fully integer model: kept {_fmt(chosen)} over " + ", ".join(
+            _fmt(a) for a in others
+        )
+    elif require_full_integer and not chosen.fully_integer:
+        reason = "no backend produced a fully integer model; kept the better parity: " + _fmt(chosen)
+    else:
+        reason = f"better parity on the calibration inputs: kept {_fmt(chosen)} over " + ", ".join(
+            _fmt(a) for a in others
+        )
+    if failed_text:
+        reason += f"; {failed_text}"
+    return best, reason

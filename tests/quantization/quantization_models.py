@@ -1,0 +1,101 @@
+"""Small models and helpers for the quantization tests, built in code (a uniquely named module, not
+conftest.py: several test folders have a conftest.py, so `from conftest import` would clash)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from edge_export.config import InputSpec
+
+
+class QuantCNN(nn.Module):
+    """Conv-BN-ReLU, strided conv, pooling, linear head: what PT2E and both recipes handle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
+        )
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+
+class PadResidual(nn.Module):
+    """A conv output read both by a (zero) pad and by a residual add, as in Hugging Face's
+    MobileNetV2 with tf_padding. litert-torch 0.10 cannot lower its PT2E-quantized graph:
+    'Attempting to convert non-NHWC compatible node to NHWC: dequantize_per_tensor_…'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.reduce = nn.Conv2d(8, 8, 1)
+        self.expand = nn.Conv2d(8, 8, 1)
+        self.project = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.reduce(torch.relu(self.stem(x)))
+        z = self.project(torch.relu(self.expand(F.pad(y, (0, 0, 0, 0)))))
+        return y + z
+
+
+class TinyEncoder(nn.Module):
+    """One transformer encoder layer: PT2E leaves LayerNorm/softmax/matmuls in float."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x).mean(dim=1))
+
+
+CNN_SPEC = InputSpec((1, 3, 16, 16), name="image")
+
+
+def make(cls: type[nn.Module], seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    model = cls().eval()
+    # Non-trivial BatchNorm statistics, so that folding them is actually exercised.
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    return model
+
+
+def heldout(spec: InputSpec, n: int = 8, seed: int = 123) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(spec.shape).astype(np.float32) for _ in range(n)]
+
+
+def torch_outputs(model: nn.Module, xs: list[np.ndarray]) -> np.ndarray:
+    with torch.no_grad():
+        return np.concatenate([model(torch.from_numpy(x)).numpy() for x in xs])
+
+
+def tflite_outputs(model_bytes: bytes, xs: list[np.ndarray]) -> np.ndarray:
+    from edge_export.runtime import TFLiteRunner
+
+    runner = TFLiteRunner(model_bytes)
+    return np.concatenate([runner.run([x])[0] for x in xs])
+
+
+class Residual(nn.Module):
+    """ResNet-style block, ``relu(x + f(x))``: litert-torch's PT2E leaves the residual ADD in float
+    (DEQUANTIZE -> ADD -> QUANTIZE), the flatbuffer recipe quantizes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.body = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        return torch.relu(y + self.body(y))

@@ -1,0 +1,25 @@
+"""The trained digits example (quick version): int8 keeps the held-out accuracy within 1 point."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits" / "digits_example.py"
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("digits_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_digits_int8_accuracy_drop_within_one_point(tmp_path):
+    results = _load_example().run(quick=True, out_dir=tmp_path, modes=("int8",))
+    models = results["models"]
+    assert models["pytorch"]["top1"] > 0.9  # the model actually learned the task
+    assert models["int8"]["fully_integer"]
+    assert models["int8"]["drop_points"] <= 1.0, models
+    assert models["fp32"]["drop_points"] <= 0.3, models
+    assert (tmp_path / "digits_int8.tflite").stat().st_size < 0.4 * (tmp_path / "digits_fp32.tflite").stat().st_size
