@@ -161,6 +161,31 @@ def _print_summary(result) -> None:
             + (f"; failed: {', '.join(failed)}" if failed else "")
             + (f"; {w['error']}" if w.get("error") else "")
         )
+    quant = rep.get("quantization")
+    if quant:
+        integer = "fully integer" if quant["fully_integer"] else "NOT fully integer"
+        io = ", ".join(
+            f"{x['kind']} {x['name']} {x['dtype']}" + (f" (scale {x['scale']:.6g}, zero point {x['zero_point']})" if x.get("scale") else "")
+            for x in quant.get("io", [])
+        )
+        _out.print(f"  quantization: {quant['mode']} via {quant['backend']} ({quant['reason']}); {integer}; {io}")
+        warn = Console(stderr=True, highlight=False, soft_wrap=True)
+        for w in quant.get("warnings", []):
+            warn.print(f"[yellow]warning:[/yellow] {w}")
+    target = rep.get("target")
+    if target:
+        if "edgetpu" in target:
+            _out.print(f"  edge tpu: {target['edgetpu']['summary']}")
+            comp = target.get("compiler") or {}
+            if comp.get("compiled"):
+                _out.print(f"  edgetpu_compiler: compiled -> {rep['artifacts'].get('edgetpu_tflite')}")
+            else:
+                _out.print(f"  edgetpu_compiler: not compiled: {comp.get('reason')}")
+            for d in comp.get("disagreements") or []:
+                _out.print(f"    disagreement: {d}")
+        if "micro" in target:
+            m = target["micro"]
+            _out.print(f"  tflite micro: arena {m.get('arena_bytes')} bytes; ops {', '.join(m.get('ops', []))}")
     layers = rep.get("per_layer")
     if layers:
         jump, worst = layers.get("first_jump"), layers.get("worst")

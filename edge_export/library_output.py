@@ -51,6 +51,12 @@ def quiet_libraries(verbose: bool = False) -> Iterator[CapturedOutput]:
         if saved_fd is not None:
             os.close(saved_fd)
         saved_fd = None
+    # Python-level writes to sys.stderr (progress bars such as ai-edge-quantizer's) go to the same
+    # capture; the CLI writes its own messages to a duplicate of the original fd 2.
+    old_stderr = sys.stderr
+    py_stderr = open(os.dup(2), "w", encoding="utf-8", errors="replace") if saved_fd is not None else None
+    if py_stderr is not None:
+        sys.stderr = py_stderr
     try:
         # catch_warnings is scoped to this block (no global filter); it records rather than prints.
         with warnings.catch_warnings(record=True) as caught:
@@ -60,6 +66,9 @@ def quiet_libraries(verbose: bool = False) -> Iterator[CapturedOutput]:
             finally:
                 captured.warnings = [str(w.message) for w in caught]
     finally:
+        if py_stderr is not None:
+            sys.stderr = old_stderr
+            py_stderr.close()
         if saved_fd is not None:
             sys.stderr.flush()
             os.dup2(saved_fd, 2)

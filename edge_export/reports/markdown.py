@@ -85,6 +85,10 @@ def render_markdown(report: dict) -> str:
     layers = report.get("per_layer")
     if layers:
         lines.extend(_layer_section(layers))
+    if report.get("quantization"):
+        lines.extend(_quant_section(report["quantization"]))
+    if report.get("target"):
+        lines.extend(_target_section(report["target"], report.get("artifacts", {})))
     lines.append("## Flatbuffer")
     lines.append("")
     lines.append(f"- size: {_size(fb.get('size_bytes', 0))} ({fb.get('size_bytes')} bytes), sha256 `{(fb.get('sha256') or '')[:16]}…`")
@@ -144,4 +148,74 @@ def _layer_section(layers: dict) -> list[str]:
     unmatched = layers.get("tensors_unmatched") or 0
     out.append(f"{unmatched} flatbuffer tensor(s) could not be matched to a PyTorch module.")
     out.append("")
+    return out
+
+
+def _quant_section(q: dict) -> list[str]:
+    out = ["## Quantization", ""]
+    out.append(f"- mode **{q['mode']}**, backend **{q['backend']}** ({q.get('recipe')}, observer {q.get('observer')}): {q['reason']}")
+    cal = q.get("calibration") or {}
+    real = "real data" if cal.get("real_data") else "**synthetic inputs (not real data)**"
+    out.append(f"- calibrated on {cal.get('samples')} samples of {real} from `{cal.get('source')}`")
+    out.append(f"- fully integer: **{q['fully_integer']}**")
+    check = q.get("integer_check") or {}
+    for t in (check.get("float_tensors") or [])[:20]:
+        out.append(f"  - float tensor `{t.get('name')}` ({t.get('dtype')}) from module `{t.get('module_path')}`")
+    for op in (check.get("inner_quantize_ops") or [])[:20]:
+        out.append(f"  - {op.get('opcode')} #{op.get('index')} inside the graph, from module `{op.get('module_path')}`")
+    for w in q.get("warnings") or []:
+        out.append(f"- ⚠️ {w}")
+    out.append("")
+    out.append("| tensor | dtype | scale | zero point |")
+    out.append("|---|---|---|---|")
+    for x in q.get("io") or []:
+        out.append(f"| {x['kind']} `{x['name']}` | {x['dtype']} | {_fmt(x.get('scale'), 6)} | {x.get('zero_point', '–')} |")
+    out.append("")
+    attempts = q.get("attempts") or []
+    if attempts:
+        out.append("| backend tried | ok | fully integer | SQNR dB (calibration inputs) | seconds | error |")
+        out.append("|---|---|---|---|---|---|")
+        for a in attempts:
+            out.append(
+                f"| {a['backend']} | {a['ok']} | {a.get('fully_integer')} | {_fmt(a.get('sqnr_db'))} | "
+                f"{_fmt(a.get('seconds'), 3)} | {a.get('error') or ''} |"
+            )
+        out.append("")
+    return out
+
+
+def _target_section(t: dict, artifacts: dict) -> list[str]:
+    out = [f"## Target: {t.get('name')}", ""]
+    for note in t.get("implied") or []:
+        out.append(f"- {note}")
+    for r in t.get("rewrites") or []:
+        out.append(f"- rewrite `{r['module_path']}`: {r['kind']} ({r['why']})")
+    tpu = t.get("edgetpu")
+    if tpu:
+        out.append("")
+        out.append(f"**Edge TPU mapping (predicted):** {tpu.get('summary')}")
+        out.append("")
+        out.append("| Operator | Count | Status |")
+        out.append("|---|---|---|")
+        for row in tpu.get("table") or []:
+            out.append(f"| {row['operator']} | {row['count']} | {row['status']} |")
+        out.append("")
+        comp = t.get("compiler") or {}
+        if comp.get("compiled"):
+            out.append(f"Compiled with edgetpu_compiler: `{artifacts.get('edgetpu_tflite')}`.")
+        else:
+            out.append(f"Not compiled: {comp.get('reason')}")
+        for d in comp.get("disagreements") or []:
+            out.append(f"- compiler disagrees with the prediction: {d}")
+        delegate = t.get("delegate")
+        if delegate:
+            out.append(f"- delegate edgetpu used for parity: {delegate['used']} {delegate.get('reason') or ''}")
+        out.append("")
+    micro = t.get("micro")
+    if micro:
+        out.append("")
+        out.append(f"**TFLite Micro:** tensor arena {micro.get('arena_bytes')} bytes; operators: {', '.join(micro.get('ops') or [])}.")
+        if micro.get("op_resolver"):
+            out.append(f"Op resolver lines written to `{micro['op_resolver']}`.")
+        out.append("")
     return out

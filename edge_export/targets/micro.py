@@ -320,13 +320,19 @@ def emit_op_resolver(ops: Iterable[str], variable: str = "resolver") -> str:
     if not variable.isidentifier():
         raise UsageError(f"{variable!r} is not a C++ identifier.", "Use a name such as `resolver`.")
     methods = sorted({_method_for(op) for op in ops})
+    n = len(methods)
+    fn = "RegisterEdgeExportOps" if variable == "resolver" else f"Register_{variable}"
     lines = [
-        f"// TFLite Micro op resolver for the {len(methods)} operators of this model (written by edge-export).",
+        f"// TFLite Micro op resolver for the {n} operators of this model (written by edge-export).",
         '#include "tensorflow/lite/micro/micro_mutable_op_resolver.h"',
         "",
-        f"static tflite::MicroMutableOpResolver<{len(methods)}> {variable};",
+        "// Registers exactly the operators the model uses. Before creating the MicroInterpreter:",
+        f"//   static tflite::MicroMutableOpResolver<{n}> {variable};",
+        f"//   if ({fn}({variable}) != kTfLiteOk) {{ /* handle the error */ }}",
+        f"inline TfLiteStatus {fn}(tflite::MicroMutableOpResolver<{n}>& {variable}) {{",
     ]
-    lines += [f"{variable}.{m}();" for m in methods]
+    lines += [f"  if ({variable}.{m}() != kTfLiteOk) return kTfLiteError;" for m in methods]
+    lines += ["  return kTfLiteOk;", "}"]
     return "\n".join(lines) + "\n"
 
 

@@ -96,20 +96,42 @@ def test_tflm_rejection_names_the_operator(gelu_model):
 def test_op_resolver_text(tmp_path, cnn_models):
     text = emit_op_resolver(["CONV_2D", "FULLY_CONNECTED", "CONV_2D", "SOFTMAX", "CUSTOM:TFLite_Detection_PostProcess"])
     lines = text.splitlines()
-    assert "static tflite::MicroMutableOpResolver<4> resolver;" in lines
-    assert [ln for ln in lines if ln.startswith("resolver.")] == [
-        "resolver.AddConv2D();",
-        "resolver.AddDetectionPostprocess();",
-        "resolver.AddFullyConnected();",
-        "resolver.AddSoftmax();",
+    assert "inline TfLiteStatus RegisterEdgeExportOps(tflite::MicroMutableOpResolver<4>& resolver) {" in lines
+    assert [ln.strip() for ln in lines if "resolver.Add" in ln and not ln.startswith("//")] == [
+        "if (resolver.AddConv2D() != kTfLiteOk) return kTfLiteError;",
+        "if (resolver.AddDetectionPostprocess() != kTfLiteOk) return kTfLiteError;",
+        "if (resolver.AddFullyConnected() != kTfLiteOk) return kTfLiteError;",
+        "if (resolver.AddSoftmax() != kTfLiteOk) return kTfLiteError;",
     ]
     assert '#include "tensorflow/lite/micro/micro_mutable_op_resolver.h"' in lines
+    _compiles(tmp_path, text, ["AddConv2D", "AddDetectionPostprocess", "AddFullyConnected", "AddSoftmax"])
 
     ops = check_micro(read_flatbuffer(cnn_models.int8)).ops
     path = write_op_resolver(tmp_path / "src" / "ops.inc", ops)
     written = path.read_text()
     assert f"MicroMutableOpResolver<{len(ops)}>" in written
-    assert "resolver.AddTranspose();" in written and "resolver.AddQuantize();" in written
+    assert "resolver.AddTranspose()" in written and "resolver.AddQuantize()" in written
+
+
+def _compiles(tmp_path, text, methods):
+    """The emitted C++ compiles against a stand-in for TFLM's header with the same API shape."""
+    import shutil
+    import subprocess
+
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not installed")
+    inc = tmp_path / "inc" / "tensorflow" / "lite" / "micro"
+    inc.mkdir(parents=True)
+    adds = "\n".join(f"  TfLiteStatus {m}() {{ return kTfLiteOk; }}" for m in methods)
+    (inc / "micro_mutable_op_resolver.h").write_text(
+        "#pragma once\nenum TfLiteStatus { kTfLiteOk = 0, kTfLiteError = 1 };\n"
+        f"namespace tflite {{ template <unsigned N> class MicroMutableOpResolver {{ public:\n{adds}\n}}; }}\n"
+    )
+    src = tmp_path / "ops.cc"
+    src.write_text(text + "\nint main() { static tflite::MicroMutableOpResolver<4> r; return RegisterEdgeExportOps(r); }\n")
+    proc = subprocess.run([gxx, "-std=c++17", "-fsyntax-only", f"-I{tmp_path / 'inc'}", str(src)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_float_model_fails_the_micro_rules(cnn_models):
