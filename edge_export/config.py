@@ -151,8 +151,8 @@ DEFAULT_THRESHOLDS: dict[QuantizeMode, Thresholds] = {
     QuantizeMode.NONE: Thresholds(atol=1e-4, min_sqnr_db=60.0, min_cosine=0.99999),
     QuantizeMode.FP16: Thresholds(atol=5e-2, min_sqnr_db=35.0, min_cosine=0.999),
     QuantizeMode.DYNAMIC_INT8: Thresholds(min_sqnr_db=20.0, min_cosine=0.99, min_top1=0.75),
-    QuantizeMode.INT8: Thresholds(min_sqnr_db=15.0, min_cosine=0.98, min_top1=0.75),
-    QuantizeMode.INT16X8: Thresholds(min_sqnr_db=25.0, min_cosine=0.995, min_top1=0.85),
+    QuantizeMode.INT8: Thresholds(min_sqnr_db=20.0, min_cosine=0.99, min_top1=0.75),
+    QuantizeMode.INT16X8: Thresholds(min_sqnr_db=30.0, min_cosine=0.999, min_top1=0.85),
 }
 
 
