@@ -8,6 +8,7 @@ and committed together at the end, so a failure leaves no output behind.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import platform
 import time
@@ -231,7 +232,7 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
         if options.quantize not in (QuantizeMode.NONE, QuantizeMode.INT8):
             raise UsageError(
                 f"{name} runs only fully integer int8 models, but --quantize {options.quantize.value} was given.",
-                f"Drop --quantize (it implies int8) or use --quantize int8.",
+                "Drop --quantize (it implies int8) or use --quantize int8.",
             )
         if options.quantize is QuantizeMode.NONE:
             options = replace(options, quantize=QuantizeMode.INT8)
@@ -298,19 +299,10 @@ def _run_export(
 ) -> ExportResult:
     from .conversion import convert_module, fp16_quant_config, plan_channels_last, wrap_channels_last
     from .flatbuffer import read_flatbuffer
-    from .inputs import check_model_accepts
-    from .loading import load_model
 
     with stages.run("load", "Loading the model"):
-        loaded = load_model(
-            model,
-            example_inputs=_example_for_loading(options, example_inputs),
-            weights=options.weights,
-            trust_pickle=options.trust_pickle,
-        )
-        specs, example = _resolve_inputs(loaded, options, example_inputs)
+        loaded, specs, example, reference_out = _load_with_inputs(model, options, example_inputs)
         module = loaded.module
-        reference_out = _flatten_outputs(check_model_accepts(module, example, specs))
 
     target_report: dict = {"name": options.target.value, "implied": implied}
     export_base = module
@@ -490,13 +482,16 @@ def _edgetpu_stage(
         else:
             target_report["delegate"] = {"requested": "edgetpu", "used": True, "reason": ""}
             compiled_bytes = next((b for key, _, b in extra_artifacts if key == "edgetpu_tflite"), None)
-
-            def runner_factory(data: bytes, fb: Any, _compiled=compiled_bytes, _delegate=delegate):
-                from .runtime import TFLiteRunner
-
-                return TFLiteRunner(_compiled or data, delegates=[_delegate])
-
+            runner_factory = functools.partial(_delegate_runner, compiled_bytes, delegate)
     return model_bytes, runner_factory
+
+
+def _delegate_runner(compiled: bytes | None, delegate: Any, data: bytes, fb: Any) -> Any:
+    """Parity through libedgetpu runs the compiled model when there is one (its edgetpu-custom op
+    is what the delegate executes); without it, the delegate has nothing to take over."""
+    from .runtime import TFLiteRunner
+
+    return TFLiteRunner(compiled or data, delegates=[delegate])
 
 
 def _micro_stage(model_bytes: bytes, fb: Any, options: ExportOptions, target_report: dict, extra_artifacts: list) -> Any:
@@ -597,6 +592,22 @@ def _finalize(
                 artifacts.add(options.junit, render_junit(report))
             artifacts.commit()
     return ExportResult(tflite_path, json_path, md_path, report, exit_code)
+
+
+def _load_with_inputs(model: Any, options: ExportOptions, example_inputs: tuple | None) -> tuple[Any, list[InputSpec], tuple, list]:
+    """Load the model, settle its input specs and example, and run it once eagerly."""
+    from .inputs import check_model_accepts
+    from .loading import load_model
+
+    loaded = load_model(
+        model,
+        example_inputs=_example_for_loading(options, example_inputs),
+        weights=options.weights,
+        trust_pickle=options.trust_pickle,
+    )
+    specs, example = _resolve_inputs(loaded, options, example_inputs)
+    outputs = _flatten_outputs(check_model_accepts(loaded.module, example, specs))
+    return loaded, specs, example, outputs
 
 
 def _example_for_loading(options: ExportOptions, example_inputs: tuple | None) -> tuple | None:
@@ -798,8 +809,6 @@ def validate(
 
     with quiet_libraries(options.verbose):
         from .conversion import ChannelsLastPlan
-        from .inputs import check_model_accepts
-        from .loading import load_model
 
         from .loading import ModelKind, detect_kind, is_module_reference
 
@@ -820,15 +829,8 @@ def validate(
                 dtypes = tuple("float32" if (t.quant or t.is_float) else t.dtype for t in fb.input_tensors)
                 options = replace(options, input_shapes=tuple(shapes), input_dtypes=dtypes)
         with stages.run("load", "Loading the reference model"):
-            loaded = load_model(
-                reference,
-                example_inputs=_example_for_loading(options, example_inputs),
-                weights=options.weights,
-                trust_pickle=options.trust_pickle,
-            )
-            specs, example = _resolve_inputs(loaded, options, example_inputs)
+            loaded, specs, example, ref_out = _load_with_inputs(reference, options, example_inputs)
             module = loaded.module
-            ref_out = _flatten_outputs(check_model_accepts(module, example, specs))
         if len(specs) != len(fb.inputs):
             raise InputSpecError(
                 f"The flatbuffer has {len(fb.inputs)} inputs but the reference model was given {len(specs)}.",

@@ -226,6 +226,32 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", help="Print only errors.")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")]
 
 
+def _checking_options(
+    input_shape, input_dtype, channels_last, samples, seed, atol, min_sqnr, min_cosine, min_top1,
+    weights, trust_pickle, junit, baseline, per_layer, per_layer_min_sqnr, per_layer_plot, verbose,
+) -> dict:
+    """The ExportOptions fields that export and validate share, from their CLI values."""
+    return {
+        "input_shapes": _parse_shapes(input_shape),
+        "input_dtypes": tuple(input_dtype or ()),
+        "channels_last": channels_last,
+        "samples": samples,
+        "seed": seed,
+        "atol": atol,
+        "min_sqnr": min_sqnr,
+        "min_cosine": min_cosine,
+        "min_top1": min_top1,
+        "weights": weights,
+        "trust_pickle": trust_pickle,
+        "verbose": verbose,
+        "junit": str(junit) if junit else None,
+        "baseline": str(baseline) if baseline else None,
+        "per_layer": per_layer,
+        "per_layer_min_sqnr": per_layer_min_sqnr,
+        "per_layer_plot": str(per_layer_plot) if per_layer_plot else None,
+    }
+
+
 def _run(call, quiet: bool, debug: bool, summary: bool = True):
     """Run an API call with progress; map errors to exit codes. The only place that exits."""
     global _err
@@ -305,25 +331,12 @@ def export_command(
             require_compiler=require_compiler,
             delegate=delegate,
             emit_op_resolver=str(emit_op_resolver) if emit_op_resolver else None,
-            input_shapes=_parse_shapes(input_shape),
-            input_dtypes=tuple(input_dtype or ()),
-            channels_last=channels_last,
             strict=strict,
             validate=validate,
-            samples=samples,
-            seed=seed,
-            atol=atol,
-            min_sqnr=min_sqnr,
-            min_cosine=min_cosine,
-            min_top1=min_top1,
-            weights=weights,
-            trust_pickle=trust_pickle,
-            verbose=verbose,
-            junit=str(junit) if junit else None,
-            baseline=str(baseline) if baseline else None,
-            per_layer=per_layer,
-            per_layer_min_sqnr=per_layer_min_sqnr,
-            per_layer_plot=str(per_layer_plot) if per_layer_plot else None,
+            **_checking_options(
+                input_shape, input_dtype, channels_last, samples, seed, atol, min_sqnr, min_cosine, min_top1,
+                weights, trust_pickle, junit, baseline, per_layer, per_layer_min_sqnr, per_layer_plot, verbose,
+            ),
         )
         return export(model, output=output, options=options, on_stage=on_stage)
 
@@ -363,23 +376,10 @@ def validate_command(
         from .api import ExportOptions, validate
 
         options = ExportOptions(
-            input_shapes=_parse_shapes(input_shape),
-            input_dtypes=tuple(input_dtype or ()),
-            channels_last=channels_last,
-            samples=samples,
-            seed=seed,
-            atol=atol,
-            min_sqnr=min_sqnr,
-            min_cosine=min_cosine,
-            min_top1=min_top1,
-            weights=weights,
-            trust_pickle=trust_pickle,
-            verbose=verbose,
-            junit=str(junit) if junit else None,
-            baseline=str(baseline) if baseline else None,
-            per_layer=per_layer,
-            per_layer_min_sqnr=per_layer_min_sqnr,
-            per_layer_plot=str(per_layer_plot) if per_layer_plot else None,
+            **_checking_options(
+                input_shape, input_dtype, channels_last, samples, seed, atol, min_sqnr, min_cosine, min_top1,
+                weights, trust_pickle, junit, baseline, per_layer, per_layer_min_sqnr, per_layer_plot, verbose,
+            ),
         )
         return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage)
 
