@@ -154,3 +154,20 @@ def test_micro_names_the_missing_operator(tmp_path, run_cli):
     assert res.exit_code == 3, res.stderr
     assert "GELU" in res.stderr and "TFLite Micro" in res.stderr
     assert not out.exists()
+
+
+def test_edgetpu_delegate_absent_is_said_plainly(tmp_path, run_cli, cnn_pt2):
+    out = tmp_path / "tpu.tflite"
+    res = run_cli(cnn_pt2, "--target", "edgetpu", "--delegate", "edgetpu", "--quant-backend", "flatbuffer", "-o", out)
+    assert res.exit_code == 0, res.stderr
+    rep = read_report(out)
+    delegate = rep["target"]["delegate"]
+    assert delegate["used"] is False and "libedgetpu" in delegate["reason"]
+    assert rep["validation"]["runtime"].startswith("ai-edge-litert interpreter (CPU")  # parity still ran, on the CPU
+    assert rep["target"]["compiler"]["compiled"] is False and "not on PATH" in rep["target"]["compiler"]["reason"]
+    assert "Not compiled" in (tmp_path / "tpu.report.md").read_text()
+    # --require-compiler turns the missing compiler into a failure, with nothing written
+    out2 = tmp_path / "tpu2.tflite"
+    res = run_cli(cnn_pt2, "--target", "edgetpu", "--require-compiler", "--quant-backend", "flatbuffer", "-o", out2)
+    assert res.exit_code == 2 and "edgetpu_compiler" in res.stderr
+    assert not out2.exists()

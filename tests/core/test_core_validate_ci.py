@@ -134,3 +134,41 @@ def test_baseline_unit_tolerances():
     assert compare_with_baseline(rep(40.5, 0.0105), rep(41.0, 0.01)) == []  # within 1 dB and 10 %
     regs = compare_with_baseline(rep(38.0, 0.02), rep(41.0, 0.01), BaselineTolerance())
     assert {r.metric for r in regs} == {"sqnr_db", "max_abs_error"}
+
+
+def test_validate_against_module_reference_and_pickle(tmp_path, run_cli, monkeypatch):
+    import textwrap
+
+    (tmp_path / "valmodels.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+            def build():
+                torch.manual_seed(7)
+                return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    model = importlib.import_module("valmodels").build().eval()
+    torch.save(model.state_dict(), tmp_path / "w.pt")
+    torch.save(model, tmp_path / "full.pt")
+    pt2 = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(model, (torch.randn(1, 6),)), pt2)
+    tfl = tmp_path / "m.tflite"
+    assert run_cli(pt2, "-o", tfl, "--no-validate").exit_code == 0
+    # a module reference: shapes come from the flatbuffer
+    res = run_cli("validate", tfl, "--reference", "valmodels:build", "--weights", "w.pt", "--report", tmp_path / "ref")
+    assert res.exit_code == 0, res.stderr
+    assert validate_report(json.loads((tmp_path / "ref.report.json").read_text()))["model"]["kind"] == "module_reference"
+    # a pickled module, only with --trust-pickle
+    res = run_cli("validate", tfl, "--reference", tmp_path / "full.pt", "--report", tmp_path / "pk")
+    assert res.exit_code == 2 and "--trust-pickle" in res.stderr
+    res = run_cli("validate", tfl, "--reference", tmp_path / "full.pt", "--trust-pickle", "--report", tmp_path / "pk")
+    assert res.exit_code == 0, res.stderr
+    assert validate_report(json.loads((tmp_path / "pk.report.json").read_text()))["model"]["kind"] == "pickle"
