@@ -4,8 +4,10 @@
 module on the calibration inputs, and keeps:
 1. when a fully integer model is required (Edge TPU, microcontrollers): the fully integer result
    with the best parity; if none is fully integer, the best one, and the reason says so;
-2. otherwise the result with the best parity (lowest SQNR over the outputs; within 0.05 dB a fully
-   integer result wins, then the backend tried first).
+2. otherwise the result with the best parity (lowest SQNR over the outputs), except that a fully
+   integer result is kept over a mixed-precision one that is better by at most
+   FULL_INTEGER_PREFERENCE_DB: "int8" promises integer kernels, and 1 dB is within the noise of a
+   calibration run (within 0.05 dB, then the backend tried first).
 Every attempt is recorded (ok or not, error one-liner, fully integer, SQNR, cosine, seconds).
 """
 
@@ -20,6 +22,7 @@ import numpy as np
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
 
 __all__ = [
+    "FULL_INTEGER_PREFERENCE_DB",
     "PARITY_TIE_DB",
     "BackendAttempt",
     "FloatTensorEntry",
@@ -33,6 +36,7 @@ __all__ = [
 ]
 
 PARITY_TIE_DB = 0.05
+FULL_INTEGER_PREFERENCE_DB = 1.0
 
 
 @dataclass(frozen=True)
@@ -290,11 +294,25 @@ def choose_attempt(attempts: Sequence[BackendAttempt], require_full_integer: boo
         if integer:
             pool = integer
     best = max(pool, key=parity_key)
+    preferred_integer = False
+    if not attempts[best].fully_integer:
+        integer = [i for i in ok if attempts[i].fully_integer]
+        if integer:
+            alt = max(integer, key=parity_key)
+            gap = (attempts[best].sqnr_db or 0.0) - (attempts[alt].sqnr_db or 0.0)
+            if gap <= FULL_INTEGER_PREFERENCE_DB:
+                best, preferred_integer = alt, True
     others = [attempts[i] for i in ok if i != best]
     chosen = attempts[best]
     if require_full_integer and chosen.fully_integer and any(not a.fully_integer for a in others):
         reason = f"the target needs a fully integer model: kept {_fmt(chosen)} over " + ", ".join(
             _fmt(a) for a in others
+        )
+    elif preferred_integer:
+        reason = (
+            f"kept the fully integer {_fmt(chosen)}: the mixed-precision "
+            + ", ".join(_fmt(a) for a in others)
+            + f" is not better by more than {FULL_INTEGER_PREFERENCE_DB:g} dB"
         )
     elif require_full_integer and not chosen.fully_integer:
         reason = "no backend produced a fully integer model; kept the better parity: " + _fmt(chosen)
