@@ -28,6 +28,9 @@ class CapturedOutput:
 
 @contextlib.contextmanager
 def quiet_libraries(verbose: bool = False) -> Iterator[CapturedOutput]:
+    """Send the libraries' stdout and stderr (native fds 1 and 2, and Python's sys.stdout/stderr)
+    to one temporary file; restore everything on exit. The CLI's own output goes to duplicates of
+    the original fds, made before this is entered."""
     captured = CapturedOutput()
     if verbose:
         yield captured
@@ -40,23 +43,22 @@ def quiet_libraries(verbose: bool = False) -> Iterator[CapturedOutput]:
     for lg in loggers:
         lg.setLevel(logging.ERROR)
 
-    sys.stderr.flush()
-    saved_fd = None
-    tmp = None
-    try:
-        saved_fd = os.dup(2)
-        tmp = tempfile.TemporaryFile(mode="w+b")
-        os.dup2(tmp.fileno(), 2)
-    except OSError:  # no real fd 2 (e.g. some embedded interpreters): just don't capture
-        if saved_fd is not None:
-            os.close(saved_fd)
-        saved_fd = None
-    # Python-level writes to sys.stderr (progress bars such as ai-edge-quantizer's) go to the same
-    # capture; the CLI writes its own messages to a duplicate of the original fd 2.
-    old_stderr = sys.stderr
-    py_stderr = open(os.dup(2), "w", encoding="utf-8", errors="replace") if saved_fd is not None else None
-    if py_stderr is not None:
-        sys.stderr = py_stderr
+    old_streams = (sys.stdout, sys.stderr)
+    for stream in old_streams:
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    tmp = tempfile.TemporaryFile(mode="w+b")
+    saved: dict[int, int] = {}
+    for fd in (1, 2):
+        try:
+            saved[fd] = os.dup(fd)
+            os.dup2(tmp.fileno(), fd)
+        except OSError:  # no such fd (some embedded interpreters): leave it alone
+            saved.pop(fd, None)
+    py_stream = open(os.dup(tmp.fileno()), "w", encoding="utf-8", errors="replace")
+    sys.stdout = sys.stderr = py_stream
     try:
         # catch_warnings is scoped to this block (no global filter); it records rather than prints.
         with warnings.catch_warnings(record=True) as caught:
@@ -66,17 +68,14 @@ def quiet_libraries(verbose: bool = False) -> Iterator[CapturedOutput]:
             finally:
                 captured.warnings = [str(w.message) for w in caught]
     finally:
-        if py_stderr is not None:
-            sys.stderr = old_stderr
-            py_stderr.close()
-        if saved_fd is not None:
-            sys.stderr.flush()
-            os.dup2(saved_fd, 2)
-            os.close(saved_fd)
-        if tmp is not None:
-            tmp.seek(0)
-            captured.text = tmp.read().decode("utf-8", errors="replace")
-            tmp.close()
+        sys.stdout, sys.stderr = old_streams
+        py_stream.close()
+        for fd, dup in saved.items():
+            os.dup2(dup, fd)
+            os.close(dup)
+        tmp.seek(0)
+        captured.text = tmp.read().decode("utf-8", errors="replace")
+        tmp.close()
         for lg, level in zip(loggers, old_levels):
             lg.setLevel(level)
         if old_env is None:

@@ -253,3 +253,18 @@ def test_channels_last_cnn_has_no_transpose(tmp_path, run_cli):
     report = read_report(out)
     assert "TRANSPOSE" not in report["flatbuffer"]["op_counts"]
     _assert_passed(report, "none")
+
+
+def test_quiet_prints_nothing_and_library_chatter_is_hidden(tmp_path):
+    from cli_harness import run_cli_subprocess
+
+    src = tmp_path / "cnn.pt2"
+    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
+    # fp16 goes through ai-edge-quantizer, which prints its own size summary to stdout
+    res = run_cli_subprocess(src, "--quantize", "fp16", "--quiet", "-o", tmp_path / "q.tflite")
+    assert res.exit_code == 0
+    assert res.stdout == "" and res.stderr == "", (res.stdout, res.stderr)
+    res = run_cli_subprocess(src, "--quantize", "fp16", "-o", tmp_path / "v.tflite")
+    assert res.exit_code == 0 and "Quantized model size" not in res.stdout + res.stderr
+    assert "I0000" not in res.stderr and "XNNPACK" not in res.stderr
+    assert res.stdout.startswith("PASSED")
