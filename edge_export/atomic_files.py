@@ -35,9 +35,17 @@ def check_writable_folder(path: Path) -> None:
         raise UsageError(f"The output path {path} is a directory.", "Pass a file path such as out/model.tflite.")
 
 
+def _default_mode() -> int:
+    """What open() would give a new file: 0o666 less the umask (mkstemp makes files 0o600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _stage(path: Path, data: bytes) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _default_mode())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -33,3 +33,15 @@ def test_artifact_set_commit(tmp_path):
         arts.add(tmp_path / "x.report.md", "# hi")
         arts.commit()
     assert sorted(x.name for x in tmp_path.iterdir()) == ["x.report.md", "x.tflite"]
+
+
+def test_files_get_the_usual_permissions(tmp_path):
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    try:
+        p = write_atomic(tmp_path / "m.tflite", b"x")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(p.stat().st_mode) == 0o644
