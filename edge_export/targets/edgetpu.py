@@ -308,7 +308,9 @@ def _source_of(source_module: Any, module_path: str) -> str | None:
         line = inspect.getsourcelines(cls)[1]
     except (AttributeError, OSError, TypeError):
         return None
-    return f"{file}:{line}" if file else None
+    if not file or "site-packages" in file or "/torch/" in file:
+        return None  # a library class (nn.Conv2d, a GraphModule) says nothing about the user's code
+    return f"{file}:{line}"
 
 
 # ---- constant values (axes, paddings, strides) ---------------------------------------------------
