@@ -18,6 +18,12 @@ We default to ``minmax``: the moving average clips hard and gets worse with more
 int8 logits SQNR 18.1 dB vs 40.9 dB with min-max at 128 samples; 2-layer encoder 12.1 vs 30.8 dB
 at 32), and the percentile gave no gain on the models measured
 (benchmarks/quantization_calibration.py).
+
+Every calibrated activation range is widened to at least ``MIN_SCALE`` per quantization step (the
+float32 epsilon PyTorch's observers also floor their scales at). ai-edge-quantizer has no floor: a
+tensor whose calibrated values are all (nearly) zero, such as a dead or vanishing layer in a randomly
+initialised or badly calibrated network, got a scale of ~1e-9, and LiteRT then refuses the whole
+model ("no_integer_overflow_from_quantization": a fused RELU6's bound 6/scale no longer fits int32).
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from .calibration import CalibrationSet
 __all__ = [
     "DEFAULT_FLATBUFFER_OBSERVER",
     "FLATBUFFER_OBSERVERS",
+    "MIN_SCALE",
     "PERCENTILE",
     "RECIPES",
+    "floor_ranges",
     "quantize_flatbuffer",
 ]
 
@@ -49,6 +57,10 @@ RECIPES = {
 FLATBUFFER_OBSERVERS = ("moving_average", "minmax", "percentile")
 DEFAULT_FLATBUFFER_OBSERVER = "minmax"
 PERCENTILE = 99.99
+# Smallest activation scale kept (float32 epsilon, PyTorch observers' default eps).
+MIN_SCALE = float(np.finfo(np.float32).eps)
+# Quantization steps across an activation's range per mode (int8 asymmetric, int16 symmetric).
+_LEVELS = {QuantizeMode.INT8: 255, QuantizeMode.INT16X8: 65535}
 # Values kept per tensor per sample for the percentile: bounds memory on large activations.
 _PERCENTILE_SUBSAMPLE = 20000
 
@@ -111,6 +123,41 @@ def _percentile_ranges(
     return result
 
 
+def floor_ranges(
+    qsvs: dict[str, dict], mode: QuantizeMode, constant_names: frozenset[str] | set[str] = frozenset()
+) -> tuple[dict, list[str]]:
+    """Widen every activation range narrower than ``MIN_SCALE`` per step, keeping zero inside it.
+
+    Returns the new QSVs and the names of the tensors widened. Constant tensors (weights) are left
+    alone: their scales come from their values.
+    """
+    width = MIN_SCALE * _LEVELS.get(mode, 255)
+    result = dict(qsvs)
+    widened = []
+    for name, qsv in qsvs.items():
+        if name in constant_names or not isinstance(qsv, dict) or "min" not in qsv or "max" not in qsv:
+            continue
+        lo = np.asarray(qsv["min"], dtype=np.float32)
+        hi = np.asarray(qsv["max"], dtype=np.float32)
+        deficit = width - (hi - lo)
+        if not np.any(deficit > 0):
+            continue
+        deficit = np.maximum(deficit, 0.0)
+        # Grow away from zero: a non-negative range grows upwards, a non-positive one downwards,
+        # a range across zero on both sides.
+        up = np.where(lo >= 0, deficit, np.where(hi <= 0, 0.0, deficit / 2))
+        down = deficit - up
+        result[name] = {**qsv, "min": (lo - down).astype(np.float32), "max": (hi + up).astype(np.float32)}
+        widened.append(name)
+    return result, widened
+
+
+def _constant_tensor_names(float_bytes: bytes) -> set[str]:
+    from ..flatbuffer import read_flatbuffer
+
+    return {t.name for t in read_flatbuffer(float_bytes).tensors if t.is_constant}
+
+
 def _calibrate(quantizer: Any, float_bytes: bytes, data: dict, observer: str) -> dict:
     if observer == "moving_average":
         return quantizer.calibrate(data, num_threads=2)
@@ -153,6 +200,7 @@ def quantize_flatbuffer(
                     qsvs = _calibrate(qz, float_bytes, data, observer)
                 if observer == "percentile":
                     qsvs = _percentile_ranges(float_bytes, calibration, qsvs, percentile)
+                qsvs, _ = floor_ranges(qsvs, mode, _constant_tensor_names(float_bytes))
             result = qz.quantize(qsvs, enable_progress_report=False)
             model = result.quantized_model
         except QuantizationError:
