@@ -223,7 +223,13 @@ def quantize_model(
             products.append(data)
         except EdgeExportError as exc:
             if backend != QuantBackend.AUTO:
-                raise
+                if isinstance(exc, (QuantizationError, UsageError)):
+                    raise
+                other = "pt2e" if name == "flatbuffer" else "flatbuffer"
+                raise QuantizationError(
+                    f"The {name} quantization backend did not produce a usable model: {_one_line(exc)}",
+                    f"Try --quant-backend {other}, or auto (which falls back by itself).",
+                ) from exc
             attempts.append(
                 BackendAttempt(
                     backend=name, ok=False, error=_one_line(exc), seconds=time.perf_counter() - start,

@@ -85,7 +85,11 @@ def _signature_data(float_bytes: bytes, calibration: CalibrationSet) -> dict[str
             f"{calibration.num_inputs}.",
             "Check that the calibration data matches --input-shape.",
         )
-    return {key: [dict(zip(names, sample)) for sample in calibration.samples]}
+    # The converter narrows int64/float64 inputs to 32 bits: feed the samples in the model's dtypes.
+    dtypes = [t.dtype for t in runner.inputs]
+    return {
+        key: [{n: np.asarray(a).astype(d, copy=False) for n, a, d in zip(names, sample, dtypes)} for sample in calibration.samples]
+    }
 
 
 def _percentile_ranges(

@@ -28,8 +28,9 @@ class QuantCNN(nn.Module):
 
 class PadResidual(nn.Module):
     """A conv output read both by a (zero) pad and by a residual add, as in Hugging Face's
-    MobileNetV2 with tf_padding. litert-torch 0.10 cannot lower its PT2E-quantized graph:
-    'Attempting to convert non-NHWC compatible node to NHWC: dequantize_per_tensor_…'."""
+    MobileNetV2 with tf_padding. litert-torch 0.10 failed to lower its PT2E graph ('Attempting to
+    convert non-NHWC compatible node to NHWC') while the residual ADD was left in float; since the
+    PT2E backend restores the metadata that lets the ADD be annotated, it lowers, fully integer."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -57,6 +58,34 @@ class TinyEncoder(nn.Module):
 
 
 CNN_SPEC = InputSpec((1, 3, 16, 16), name="image")
+
+
+class GatedConv(nn.Module):
+    """A GLU-style gate, ``a * sigmoid(b)`` over the two halves of a conv's channels (as in gated
+    convolutions and squeeze-excite blocks). litert-torch 0.10's PT2E gives the LOGISTIC output
+    a scale other than 1/256, which the LiteRT int8 kernel refuses at load time: a real PT2E
+    failure, on which the flatbuffer backend still gives a fully integer model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.out = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = torch.chunk(self.conv(x), 2, dim=1)
+        return self.out(a) * torch.sigmoid(b)
+
+
+class GroupNormBlock(nn.Module):
+    """conv -> GroupNorm -> ReLU: PT2E leaves the GroupNorm in float, the flatbuffer recipe does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.GroupNorm(2, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.norm(self.conv(x)))
 
 
 def make(cls: type[nn.Module], seed: int = 0) -> nn.Module:
@@ -88,8 +117,8 @@ def tflite_outputs(model_bytes: bytes, xs: list[np.ndarray]) -> np.ndarray:
 
 
 class Residual(nn.Module):
-    """ResNet-style block, ``relu(x + f(x))``: litert-torch's PT2E leaves the residual ADD in float
-    (DEQUANTIZE -> ADD -> QUANTIZE), the flatbuffer recipe quantizes it."""
+    """ResNet-style block, ``relu(x + f(x))``: plain litert-torch PT2E under non-strict export left
+    the residual ADD in float; the PT2E backend now quantizes it (see pt2e.restore_source_functions)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from quantization_models import PadResidual, Residual, TinyEncoder, heldout, make, tflite_outputs, torch_outputs
+from quantization_models import (
+    GatedConv,
+    GroupNormBlock,
+    PadResidual,
+    Residual,
+    TinyEncoder,
+    heldout,
+    make,
+    tflite_outputs,
+    torch_outputs,
+)
 
 from edge_export.config import InputSpec, QuantBackend, QuantizeMode
 from edge_export.errors import QuantizationError, UsageError
@@ -24,41 +34,47 @@ SEQ_SPEC = InputSpec((1, 8, 16))
 
 
 def test_pt2e_failure_falls_back_to_a_fully_integer_flatbuffer_model():
-    model = make(PadResidual)
+    model = make(GatedConv)
     calib = synthetic_calibration([PAD_SPEC], n=8)
     result = quantize_model(
         model, (torch.zeros(PAD_SPEC.shape),), QuantizeMode.INT8, calibration=calib, require_full_integer=True
     )
     pt2e, flat = result.attempts
-    assert pt2e.backend == "pt2e" and not pt2e.ok and "non-NHWC compatible node" in pt2e.error
+    assert pt2e.backend == "pt2e" and not pt2e.ok and "LOGISTIC" in pt2e.error
     assert flat.ok and result.backend == "flatbuffer" and result.fully_integer
     assert "pt2e failed" in result.reason
     xs = heldout(PAD_SPEC, 6)
     assert sqnr_db(torch_outputs(model, xs), tflite_outputs(result.model_bytes, xs)) > 25.0
 
 
-def test_residual_cnn_full_integer_requirement_picks_the_integer_backend():
-    model = make(Residual)
+def test_residual_blocks_are_fully_integer_with_both_backends():
+    for cls in (Residual, PadResidual):
+        model = make(cls)
+        calib = synthetic_calibration([PAD_SPEC], n=8)
+        result = quantize_model(model, (torch.zeros(PAD_SPEC.shape),), QuantizeMode.INT8, calibration=calib)
+        assert all(a.ok and a.fully_integer for a in result.attempts), result.attempts
+        assert result.fully_integer
+
+
+def test_full_integer_requirement_picks_the_integer_backend():
+    model = make(GroupNormBlock)
     calib = synthetic_calibration([PAD_SPEC], n=8)
     example = (torch.zeros(PAD_SPEC.shape),)
     result = quantize_model(model, example, QuantizeMode.INT8, calibration=calib, require_full_integer=True)
     pt2e, flat = result.attempts
-    assert pt2e.ok and pt2e.fully_integer is False  # the residual ADD stayed float
+    assert pt2e.ok and pt2e.fully_integer is False  # the GroupNorm stayed float
     assert flat.ok and flat.fully_integer and result.backend == "flatbuffer" and result.fully_integer
-    assert "needs a fully integer model" in result.reason
-    # The PT2E model's float island is traced back to the module whose forward() does the add:
-    # here the root module ("").
+    # The PT2E model's float island is traced back to the GroupNorm module.
     data = quantize_pt2e(model, example, QuantizeMode.INT8, calib, observer="minmax")
     check = check_integer(data, model)
-    assert any(t.producer == "ADD" for t in check.float_tensors)
-    assert check.float_modules == ("",)
+    assert check.float_tensors and "norm" in check.float_modules
 
 
 def test_explicit_pt2e_backend_reports_its_failure():
     calib = synthetic_calibration([PAD_SPEC], n=2)
-    with pytest.raises(QuantizationError, match="non-NHWC compatible node") as info:
+    with pytest.raises(QuantizationError, match="LOGISTIC") as info:
         quantize_model(
-            make(PadResidual), (torch.zeros(PAD_SPEC.shape),), QuantizeMode.INT8, calibration=calib,
+            make(GatedConv), (torch.zeros(PAD_SPEC.shape),), QuantizeMode.INT8, calibration=calib,
             backend=QuantBackend.PT2E,
         )
     assert "--quant-backend flatbuffer" in str(info.value)
