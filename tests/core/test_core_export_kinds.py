@@ -236,13 +236,15 @@ def test_report_contents(tmp_path, run_cli):
 
 def test_python_api_in_memory_module(tmp_path):
     import edge_export
-    from edge_export.api import export
 
-    res = export(SmallCNN().eval(), example_inputs=(X,), output=tmp_path / "api.tflite", quantize="fp16", samples=3)
+    res = edge_export.export(SmallCNN().eval(), example_inputs=(X,), output=tmp_path / "api.tflite", quantize="fp16", samples=3)
     assert res.exit_code == 0 and res.passed
     assert res.tflite_path.is_file() and res.report_json_path.is_file()
     assert res.parity["samples"] == 3
     assert edge_export.__version__
+    check = edge_export.validate(res.tflite_path, SmallCNN().eval(), example_inputs=(X,), samples=2)
+    assert check.exit_code == 1  # a fresh random SmallCNN is not the exported one
+    assert check.report["validation"]["worst"]["failed_checks"]
 
 
 def test_channels_last_cnn_has_no_transpose(tmp_path, run_cli):
