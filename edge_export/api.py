@@ -355,7 +355,7 @@ def _run_export(
     if options.target is Target.EDGETPU:
         with stages.run("target", "Checking the Edge TPU mapping"):
             model_bytes, runner_factory = _edgetpu_stage(
-                model_bytes, module, options, tflite_path, target_report, extra_artifacts
+                model_bytes, export_base, options, tflite_path, target_report, extra_artifacts
             )
     with stages.run("inspect", "Reading the flatbuffer"):
         fb = read_flatbuffer(model_bytes, origin="the converted model")

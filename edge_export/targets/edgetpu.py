@@ -167,7 +167,7 @@ class UnmappedOp:
             if self.module_type:
                 where += f" ({self.module_type})"
             if self.source:
-                where += f", defined at {self.source}"
+                where += f", at {self.source}"
         return f"operator #{self.index} {self.opcode}{where}: {self.reason}"
 
     def to_dict(self) -> dict:
@@ -252,7 +252,7 @@ class EdgeTPUReport:
 
 # ---- module paths from tensor names -------------------------------------------------------------
 
-_NAME_SUFFIX = re.compile(r";\d*$")
+_NAME_SUFFIX = re.compile(r";[^/]*$")  # ";4", ";", ";4_dequant": a location index and derived-tensor suffixes
 _WRAPPER_ROOTS = ("ChannelLastIOWrapper",)
 # "Class_attr": the class name is CamelCase (maybe with leading underscores), the attribute follows.
 _CLASS_ATTR = re.compile(r"^(_*[^_]+)_(.+)$")
@@ -300,7 +300,34 @@ def _module_of(op: OperatorInfo, model: FlatbufferModel) -> tuple[str, str | Non
     return None
 
 
+def _source_from_graph(graph_module: Any, module_path: str) -> str | None:
+    """The user's source line of the first graph node that ran inside ``module_path`` (an exported
+    graph keeps each node's nn_module_stack and stack trace)."""
+    import re
+
+    for node in graph_module.graph.nodes:
+        stack = node.meta.get("nn_module_stack") or {}
+        if not stack:
+            continue
+        path = str(list(stack.values())[-1][0])
+        path = re.sub(r"^L\['self'\]\.?", "", path)
+        path = re.sub(r"\[(\d+)\]", r".\1", path).strip(".")
+        if path != module_path:
+            continue
+        frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
+        user = [(f, n) for f, n in frames if "site-packages" not in f and "/torch/" not in f]
+        if user:
+            return f"{user[-1][0]}:{user[-1][1]}"
+    return None
+
+
 def _source_of(source_module: Any, module_path: str) -> str | None:
+    import torch
+
+    if isinstance(source_module, torch.fx.GraphModule):
+        found = _source_from_graph(source_module, module_path)
+        if found:
+            return found
     try:
         sub = source_module.get_submodule(module_path) if module_path else source_module
         cls = type(sub)
