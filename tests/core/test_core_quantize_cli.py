@@ -171,3 +171,42 @@ def test_edgetpu_delegate_absent_is_said_plainly(tmp_path, run_cli, cnn_pt2):
     res = run_cli(cnn_pt2, "--target", "edgetpu", "--require-compiler", "--quant-backend", "flatbuffer", "-o", out2)
     assert res.exit_code == 2 and "edgetpu_compiler" in res.stderr
     assert not out2.exists()
+
+
+class _EluBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.c(x)
+        return torch.nn.functional.elu(y)  # ELU is not on the Edge TPU's list
+
+
+class _EluNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.blk = _EluBlock()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(self.blk(torch.relu(self.stem(x))).mean((2, 3)))
+
+
+def test_edgetpu_cut_names_module_and_source_line(tmp_path, run_cli):
+    torch.manual_seed(0)
+    src = tmp_path / "elu.pt2"
+    torch.export.save(torch.export.export(_EluNet().eval(), (X,)), src)
+    out = tmp_path / "elu.tflite"
+    res = run_cli(src, "--target", "edgetpu", "-o", out)
+    assert res.exit_code == 0, res.stderr
+    tpu = read_report(out)["target"]["edgetpu"]
+    cut = tpu["first_unmapped"]
+    assert not tpu["fully_mapped"] and cut is not None and tpu["share_on_tpu"] < 1.0
+    assert cut["module_path"].startswith("blk")
+    assert cut["source"] and "test_core_quantize_cli.py:" in cut["source"]
+    assert cut["output_names"] and cut["reason"]
+    assert "the graph is cut at operator" in res.stdout
+    md = (tmp_path / "elu.report.md").read_text()
+    assert "| Operator | Count | Status |" in md and "Operation not supported" in md
