@@ -115,8 +115,35 @@ ARCHITECTURES = {
 }
 
 
-def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    cls, shape = ARCHITECTURES[name]
+def set_batchnorm_statistics(model: nn.Module, shape: tuple[int, ...], batches: int = 2, batch_size: int = 4) -> nn.Module:
+    """Give every BatchNorm the running statistics of random inputs, as training would.
+
+    With default initialisation (running mean 0, variance 1) activations shrink layer after layer:
+    the MobileNetV2-style model's output is then its classifier bias for every input, which makes
+    parity numbers (SQNR, cosine) meaningless. Statistics gathered in train mode keep each layer's
+    activations at unit scale, as in a trained network.
+    """
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return model.eval()
+    gen = torch.Generator().manual_seed(1234)
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the batches
+    model.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            model(torch.randn((batch_size, *shape[1:]), generator=gen))
+    for m, momentum in zip(norms, momenta):
+        m.momentum = momentum
+    return model.eval()
+
+
+def build(name: str, shape: tuple[int, ...] | None = None) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The model (random weights, BatchNorm statistics of random inputs) and an example input."""
+    cls, default_shape = ARCHITECTURES[name]
+    shape = tuple(shape or default_shape)
     torch.manual_seed(0)
-    model = cls().eval()
+    model = set_batchnorm_statistics(cls(), shape)
     return model, (torch.randn(*shape),)
