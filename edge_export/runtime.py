@@ -16,7 +16,15 @@ import numpy as np
 from .errors import RuntimeRunError
 from .flatbuffer import FlatbufferModel, read_flatbuffer
 
-__all__ = ["Resolver", "IOTensor", "TFLiteRunner", "quantize_array", "dequantize_array"]
+__all__ = [
+    "Resolver",
+    "IOTensor",
+    "TFLiteRunner",
+    "quantize_array",
+    "dequantize_array",
+    "to_model_inputs",
+    "from_model_outputs",
+]
 
 
 class Resolver(str, enum.Enum):
@@ -56,6 +64,29 @@ def quantize_array(x: np.ndarray, scale: float, zero_point: int, dtype: np.dtype
 
 def dequantize_array(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
     return ((q.astype(np.float64) - zero_point) * scale).astype(np.float32)
+
+
+_INTEGER_IO = ("int8", "uint8", "int16")
+
+
+def to_model_inputs(specs: Sequence[IOTensor], arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Float arrays to what the model takes: quantized with each input's scale and zero point."""
+    out = []
+    for spec, arr in zip(specs, arrays):
+        arr = np.asarray(arr)
+        if spec.quantized and spec.dtype in _INTEGER_IO and arr.dtype.kind == "f":
+            out.append(quantize_array(arr, spec.scale, spec.zero_point, np.dtype(spec.dtype)))
+        else:
+            out.append(arr.astype(spec.dtype, copy=False))
+    return out
+
+
+def from_model_outputs(specs: Sequence[IOTensor], arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Model outputs back to float, dequantized with each output's scale and zero point."""
+    return [
+        dequantize_array(arr, spec.scale, spec.zero_point) if spec.quantized and spec.dtype in _INTEGER_IO else arr
+        for spec, arr in zip(specs, arrays)
+    ]
 
 
 def _resolver_type(resolver: Resolver):
@@ -153,23 +184,10 @@ class TFLiteRunner:
             ) from exc
 
     def quantize_inputs(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        out = []
-        for spec, arr in zip(self.inputs, arrays):
-            arr = np.asarray(arr)
-            if spec.quantized and spec.dtype in ("int8", "uint8", "int16") and arr.dtype.kind == "f":
-                out.append(quantize_array(arr, spec.scale, spec.zero_point, np.dtype(spec.dtype)))
-            else:
-                out.append(arr.astype(spec.dtype, copy=False))
-        return out
+        return to_model_inputs(self.inputs, arrays)
 
     def dequantize_outputs(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        out = []
-        for spec, arr in zip(self.outputs, arrays):
-            if spec.quantized and spec.dtype in ("int8", "uint8", "int16"):
-                out.append(dequantize_array(arr, spec.scale, spec.zero_point))
-            else:
-                out.append(arr)
-        return out
+        return from_model_outputs(self.outputs, arrays)
 
     def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Float in, float out: quantizes inputs and dequantizes outputs where the model is integer."""

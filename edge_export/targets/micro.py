@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import RuntimeRunError, TargetError, UsageError
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
-from ..runtime import IOTensor, dequantize_array, quantize_array
+from ..runtime import IOTensor, from_model_outputs, to_model_inputs
 
 __all__ = [
     "TFLM_OP_RESOLVER_METHODS",
@@ -513,18 +513,7 @@ class MicroRunner:
 
     def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Float in, float out: quantizes inputs and dequantizes outputs where the model is integer."""
-        raw = []
-        for spec, arr in zip(self.inputs, arrays):
-            arr = np.asarray(arr)
-            if spec.quantized and spec.dtype in ("int8", "uint8", "int16") and arr.dtype.kind == "f":
-                raw.append(quantize_array(arr, spec.scale, spec.zero_point, np.dtype(spec.dtype)))
-            else:
-                raw.append(arr.astype(spec.dtype, copy=False))
-        outs = self.run_raw(raw)
-        return [
-            dequantize_array(o, spec.scale, spec.zero_point) if spec.quantized and spec.dtype in ("int8", "uint8", "int16") else o
-            for spec, o in zip(self.outputs, outs)
-        ]
+        return from_model_outputs(self.outputs, self.run_raw(to_model_inputs(self.inputs, arrays)))
 
 
 def _first_lines(text: str, limit: int = 3) -> str:
