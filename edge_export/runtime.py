@@ -138,14 +138,15 @@ class TFLiteRunner:
     def _io_tensors(self) -> tuple[list[IOTensor], list[IOTensor]]:
         interp = self._interp
         details = {d["index"]: d for d in interp.get_input_details() + interp.get_output_details()}
-        sigs = interp._get_full_signature_list()  # ordered like forward()'s arguments and results
-        if sigs:
-            sig = next(iter(sigs.values()))
-            in_pairs = list(sig["inputs"].items())
-            out_pairs = list(sig["outputs"].items())
-        else:
-            in_pairs = [(d["name"], d["index"]) for d in interp.get_input_details()]
-            out_pairs = [(d["name"], d["index"]) for d in interp.get_output_details()]
+        # Order by the subgraph's own input/output lists: they follow forward()'s arguments and the
+        # flattened outputs. The signature map is sorted by name ("output_10" < "output_2", and
+        # dict keys alphabetically), so it only supplies the names.
+        sigs = interp._get_full_signature_list()
+        sig = next(iter(sigs.values())) if sigs else {"inputs": {}, "outputs": {}}
+        in_names = {index: name for name, index in sig["inputs"].items()}
+        out_names = {index: name for name, index in sig["outputs"].items()}
+        in_pairs = [(in_names.get(i, details[i]["name"]), i) for i in self.model.inputs]
+        out_pairs = [(out_names.get(i, details[i]["name"]), i) for i in self.model.outputs]
 
         def make(pairs):
             result = []

@@ -63,14 +63,21 @@ def _signature_order(model_bytes: bytes) -> tuple[list[tuple[str, int]], list[tu
 
 
 def describe_io(model_bytes: bytes) -> tuple[IOQuantInfo, ...]:
-    """Inputs then outputs, in signature order (the order TFLiteRunner and apps use) when the model
-    has a signature, else in subgraph order."""
+    """Inputs then outputs in subgraph order, named by the signature when there is one."""
     from ..flatbuffer import read_flatbuffer
 
     fb = read_flatbuffer(model_bytes)
-    order = _signature_order(bytes(model_bytes))
-    if order is None:
-        order = [(fb.tensors[i].name, i) for i in fb.inputs], [(fb.tensors[i].name, i) for i in fb.outputs]
+    # Subgraph order (forward()'s arguments, flattened outputs), as the runners use; the signature
+    # (sorted by name) only supplies the names.
+    names: dict[int, str] = {}
+    sig_order = _signature_order(bytes(model_bytes))
+    if sig_order is not None:
+        for pairs in sig_order:
+            names.update({idx: name for name, idx in pairs})
+    order = (
+        [(names.get(i, fb.tensors[i].name), i) for i in fb.inputs],
+        [(names.get(i, fb.tensors[i].name), i) for i in fb.outputs],
+    )
     result = []
     for kind, pairs in zip(("input", "output"), order):
         for name, idx in pairs:

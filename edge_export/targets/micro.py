@@ -474,19 +474,20 @@ class MicroRunner:
                 )
             return result
 
-        if sig and sig.get("input_tensors") is not None and len(sig["input_tensors"]) == len(m.inputs):
-            in_pos = [list(m.inputs).index(t) for t in sig["input_tensors"]]
-            out_pos = [list(m.outputs).index(t) for t in sig["output_tensors"]]
-            in_names, out_names = list(sig["inputs"]), list(sig["outputs"])
-        else:
-            in_pos, out_pos = list(range(len(m.inputs))), list(range(len(m.outputs)))
-            in_names = [m.tensors[i].name for i in m.inputs]
-            out_names = [m.tensors[i].name for i in m.outputs]
+        # Subgraph order (forward()'s arguments, flattened outputs), like TFLiteRunner; the
+        # signature only supplies names (its lists are sorted by name).
+        in_pos, out_pos = list(range(len(m.inputs))), list(range(len(m.outputs)))
+        by_index: dict[int, str] = {}
+        if sig and sig.get("input_tensors") is not None:
+            by_index.update(zip(sig["input_tensors"], sig["inputs"]))
+            by_index.update(zip(sig["output_tensors"], sig["outputs"]))
+        in_names = [by_index.get(i, m.tensors[i].name) for i in m.inputs]
+        out_names = [by_index.get(i, m.tensors[i].name) for i in m.outputs]
         return make("input", in_pos, in_names), make("output", out_pos, out_names)
 
     # -- running --------------------------------------------------------------------------------
     def run_raw(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Arrays already in the model's input dtypes, in signature order; outputs as stored."""
+        """Arrays already in the model's input dtypes, in forward() order; outputs as stored."""
         if len(arrays) != len(self.inputs):
             raise RuntimeRunError(f"The flatbuffer has {len(self.inputs)} inputs but {len(arrays)} arrays were given.")
         from ..library_output import quiet_libraries

@@ -270,3 +270,36 @@ def test_quiet_prints_nothing_and_library_chatter_is_hidden(tmp_path):
     assert res.exit_code == 0 and "Quantized model size" not in res.stdout + res.stderr
     assert "I0000" not in res.stderr and "XNNPACK" not in res.stderr
     assert res.stdout.startswith("PASSED")
+
+
+class _ManyIO(torch.nn.Module):
+    """11 inputs and 12 outputs: signature names sort as args_0, args_1, args_10, args_2, ..."""
+
+    def forward(self, *xs):
+        total = sum((i + 1) * x for i, x in enumerate(xs))
+        return tuple(total * (j + 1) - j for j in range(12))
+
+
+class _DictOut(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return {"zeta": y * 3, "alpha": y - 1}  # not in alphabetical order
+
+
+@pytest.mark.parametrize("target", ["cpu", "micro"])
+def test_io_order_follows_forward_not_names(tmp_path, target):
+    import edge_export
+
+    xs = tuple(torch.randn(1, 3) for _ in range(11))
+    extra = {"target": target} if target == "micro" else {}
+    res = edge_export.export(_ManyIO(), example_inputs=xs, output=tmp_path / "many.tflite", samples=3, **extra)
+    assert res.exit_code == 0, res.report["validation"]["worst"]
+    names = [o["name"] for o in res.report["validation"]["outputs"]]
+    assert names[:3] == ["output_0", "output_1", "output_2"] and names[-1] == "output_11"
+    res = edge_export.export(_DictOut(), example_inputs=(torch.randn(1, 4),), output=tmp_path / "d.tflite", samples=3, **extra)
+    assert res.exit_code == 0
+    assert [o["name"] for o in res.report["validation"]["outputs"]] == ["zeta", "alpha"]
