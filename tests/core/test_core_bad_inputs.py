@@ -11,7 +11,7 @@ import torch
 from cli_harness import run_cli_subprocess
 from model_zoo import ComplexOp, DataDependent, small_cnn
 
-X = torch.randn(1, 3, 16, 16)
+X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 
 
 def _no_outputs(folder, stem="out"):

@@ -11,7 +11,7 @@ import torch
 from cli_harness import read_report, validate_report
 from model_zoo import SmallCNN, small_cnn
 
-X = torch.randn(1, 3, 16, 16)
+X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ def _source(kind: str, arch: str, tmp_path: Path) -> list[str]:
     model = FACTORIES[arch]()
     if kind == "pt2":
         path = tmp_path / f"{arch}.pt2"
-        torch.export.save(torch.export.export(model, (torch.randn(SHAPE),)), path)
+        torch.export.save(torch.export.export(model, (torch.randn(SHAPE, generator=torch.Generator().manual_seed(0)),)), path)
         return [str(path)]
     path = tmp_path / f"{arch}.pt"
     torch.save(model, path)
