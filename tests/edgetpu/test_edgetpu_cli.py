@@ -8,7 +8,6 @@ I/O and passing parity; the compiler is absent here (the report says so), and a 
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import torch
 
 from cli_harness import read_report
 from edgetpu_cli_models import FACTORIES
+from edgetpu_helpers import FAKE_COMPILER_PROLOGUE, write_fake_compiler
 
 HERE = Path(__file__).resolve().parent
 SHAPE = (1, 3, 32, 32)
@@ -70,18 +70,7 @@ def test_standard_classifiers_map_fully_from_every_source(run_cli, tmp_path, imp
     assert not out.with_name(f"{arch}_edgetpu.tflite").exists()
 
 
-_FAKE_COMPILER = """#!/bin/sh
-out=""; model=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -o|--out_dir) out="$2"; shift 2;;
-    -t|--timeout_sec) shift 2;;
-    -s|--show_operations) shift;;
-    *) model="$1"; shift;;
-  esac
-done
-name=$(basename "$model" .tflite)
-cp "$model" "$out/${name}_edgetpu.tflite" || exit 1
+_FAKE_COMPILER_BODY = FAKE_COMPILER_PROLOGUE + """\
 echo "Edge TPU Compiler version 16.0.384591198"
 echo "Model compiled successfully in 12 ms."
 echo "Number of Edge TPU subgraphs: 1"
@@ -89,10 +78,8 @@ echo "Number of Edge TPU subgraphs: 1"
 
 
 def test_mobilenet_v2_pt2_with_a_fake_compiler_writes_the_compiled_model_beside_it(run_cli, tmp_path, importable_models):
-    compiler = tmp_path / "bin" / "edgetpu_compiler"
-    compiler.parent.mkdir()
-    compiler.write_text(_FAKE_COMPILER)
-    compiler.chmod(compiler.stat().st_mode | stat.S_IXUSR)
+    (tmp_path / "bin").mkdir()
+    compiler = write_fake_compiler(tmp_path / "bin", _FAKE_COMPILER_BODY)
     out = tmp_path / "out" / "tiny.tflite"
     result = run_cli(
         *_source("pt2", "mobilenet_v2", tmp_path), "--target", "edgetpu", "-o", out,

@@ -4,10 +4,10 @@ missing-compiler and missing-delegate paths (for real)."""
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import pytest
+from edgetpu_helpers import FAKE_COMPILER_PROLOGUE, write_fake_compiler
 
 from edge_export.errors import ConversionError, TargetError
 from edge_export.targets.edgetpu import check_edgetpu_bytes
@@ -122,27 +122,8 @@ def test_parse_failure_lines():
     assert out.errors == ("ERROR: Model not quantized",) and out.total_ops is None
 
 
-def _fake_compiler(bin_dir: Path, body: str) -> Path:
-    """A shell script named edgetpu_compiler: the only stand-in in these tests (process boundary)."""
-    path = bin_dir / "edgetpu_compiler"
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
-
-
 # Writes <name>_edgetpu.tflite and .log into the -o directory and prints the documented output.
-_WRITING_BODY = """\
-out=""; model=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -o|--out_dir) out="$2"; shift 2;;
-    -t|--timeout_sec) shift 2;;
-    -s|--show_operations) shift;;
-    *) model="$1"; shift;;
-  esac
-done
-name=$(basename "$model" .tflite)
-cp "$model" "$out/${name}_edgetpu.tflite"
+_WRITING_BODY = FAKE_COMPILER_PROLOGUE + """\
 cat > "$out/${name}_edgetpu.log" <<'LOG'
 %s
 LOG
@@ -153,7 +134,7 @@ OUT
 
 
 def test_run_fake_compiler_end_to_end(tmp_path, fake_compiler_dir, small_cnn_int8, monkeypatch):
-    _fake_compiler(fake_compiler_dir, _WRITING_BODY)
+    write_fake_compiler(fake_compiler_dir, _WRITING_BODY)
     monkeypatch.setenv("PATH", f"{fake_compiler_dir}{os.pathsep}{os.environ['PATH']}")
     model = tmp_path / "model.tflite"
     model.write_bytes(small_cnn_int8)
@@ -178,7 +159,7 @@ def test_compare_reports_disagreements(tmp_path, small_cnn_int8):
 
 
 def test_fake_compiler_nonzero_exit(tmp_path, fake_compiler_dir, small_cnn_int8):
-    compiler = _fake_compiler(
+    compiler = write_fake_compiler(
         fake_compiler_dir,
         'echo "Edge TPU Compiler version 16.0.384591198"\necho "Internal compiler error. Aborting!"\nexit 1\n',
     )
@@ -193,7 +174,7 @@ def test_fake_compiler_nonzero_exit(tmp_path, fake_compiler_dir, small_cnn_int8)
 
 
 def test_fake_compiler_timeout(tmp_path, fake_compiler_dir, small_cnn_int8):
-    compiler = _fake_compiler(fake_compiler_dir, "exec sleep 30\n")
+    compiler = write_fake_compiler(fake_compiler_dir, "exec sleep 30\n")
     model = tmp_path / "m.tflite"
     model.write_bytes(small_cnn_int8)
     result = run_compiler(model, tmp_path / "out", str(compiler), timeout_s=0.2)
