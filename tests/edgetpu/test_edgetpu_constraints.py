@@ -8,7 +8,7 @@ from torch import nn
 
 from edgetpu_helpers import edit_flatbuffer, export_int8, find_op
 from edge_export.errors import TargetError
-from edge_export.flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, QuantParams, read_flatbuffer
+from edge_export.flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, QuantParams
 from edge_export.targets.edgetpu import (
     OpStatus,
     check_edgetpu,
