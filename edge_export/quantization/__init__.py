@@ -19,6 +19,7 @@ from typing import Any
 
 from ..config import InputSpec, IODtype, QuantBackend, QuantizeMode
 from ..errors import EdgeExportError, QuantizationError, UsageError
+from ..flatbuffer_packing import share_quantization_vectors
 from .calibration import (
     DEFAULT_CALIBRATION_SAMPLES,
     DEFAULT_SYNTHETIC_SAMPLES,
@@ -211,6 +212,7 @@ def quantize_model(
                 data = flatbuffer_recipes.quantize_flatbuffer(
                     float_model_bytes, mode, calibration, observer=flatbuffer_observer, verbose=verbose
                 )
+            data = share_quantization_vectors(data)
             sqnr, cosine = selection.measure_parity(data, parity_set, refs)
             check = check_integer(data)
             attempts.append(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..config import IODtype
 from ..errors import InternalError, QuantizationError
+from ..flatbuffer_packing import pack_model
 
 __all__ = ["IOQuantInfo", "describe_io", "set_io_dtype"]
 
@@ -244,4 +245,4 @@ def set_io_dtype(model_bytes: bytes, io_dtype: IODtype) -> bytes:
     if not changed:
         return bytes(model_bytes)
     sg.operators = new_in_ops + ops + new_out_ops
-    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+    return pack_model(model)

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import InternalError
 from ..flatbuffer import read_flatbuffer
+from ..flatbuffer_packing import pack_model
 
 __all__ = [
     "AppliedRewrite",
@@ -396,4 +397,4 @@ def reorder_for_edgetpu(data: bytes) -> tuple[bytes, bool]:
     if len(sg.operators) != len(order):
         raise InternalError("The operator count of the flatbuffer changed while reordering it.")
     sg.operators = [sg.operators[i] for i in order]
-    return bytes(flatbuffer_utils.convert_object_to_bytearray(model_t)), True
+    return pack_model(model_t), True
