@@ -74,24 +74,41 @@ class InvertedResidual(nn.Module):
         return x + self.block(x) if self.use_res else self.block(x)
 
 
-class MobileNetV2Like(nn.Module):
-    """MobileNetV2's structure at width 0.5: depthwise convs, ReLU6, inverted residuals."""
+# MobileNetV2's block table (expansion t, channels c, repeats n, first stride s) at width 1.0.
+MOBILENETV2_BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
 
-    def __init__(self, num_classes: int = 1000) -> None:
+
+class MobileNetV2(nn.Module):
+    """MobileNetV2 (Sandler et al. 2018; torchvision's layout without dropout): depthwise convs, ReLU6,
+    inverted residuals. Width 1.0 is the published network (3.5 M parameters); ``width=0.5``
+    halves every channel count (and the last conv's, unlike the paper, which keeps 1280)."""
+
+    def __init__(self, width: float = 1.0, num_classes: int = 1000) -> None:
         super().__init__()
-        cfg = [(1, 8, 1, 1), (6, 16, 2, 2), (6, 16, 3, 2), (6, 32, 4, 2), (6, 48, 3, 1), (6, 80, 3, 2), (6, 160, 1, 1)]
-        layers = [nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6()]
-        cin = 16
-        for t, c, n, s in cfg:
+
+        def ch(c: int) -> int:
+            return max(8, int(c * width + 4) // 8 * 8)  # channels rounded to multiples of 8
+
+        stem, last = ch(32), ch(1280)
+        layers = [nn.Conv2d(3, stem, 3, 2, 1, bias=False), nn.BatchNorm2d(stem), nn.ReLU6()]
+        cin = stem
+        for t, c, n, s in MOBILENETV2_BLOCKS:
             for i in range(n):
-                layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
-                cin = c
-        layers += [nn.Conv2d(cin, 640, 1, bias=False), nn.BatchNorm2d(640), nn.ReLU6()]
+                layers.append(InvertedResidual(cin, ch(c), s if i == 0 else 1, t))
+                cin = ch(c)
+        layers += [nn.Conv2d(cin, last, 1, bias=False), nn.BatchNorm2d(last), nn.ReLU6()]
         self.features = nn.Sequential(*layers)
-        self.classifier = nn.Linear(640, num_classes)
+        self.classifier = nn.Linear(last, num_classes)
 
     def forward(self, x):
         return self.classifier(self.features(x).mean(dim=(2, 3)))
+
+
+class MobileNetV2Like(MobileNetV2):
+    """MobileNetV2 at width 0.5 (1.2 M parameters): the narrow variant the first benchmarks used."""
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__(width=0.5, num_classes=num_classes)
 
 
 class SmallTransformer(nn.Module):
@@ -110,6 +127,7 @@ class SmallTransformer(nn.Module):
 ARCHITECTURES = {
     "small_cnn": (SmallCNN, (1, 3, 64, 64)),
     "resnet18": (ResNet18, (1, 3, 224, 224)),
+    "mobilenetv2": (MobileNetV2, (1, 3, 224, 224)),
     "mobilenetv2_like": (MobileNetV2Like, (1, 3, 224, 224)),
     "transformer": (SmallTransformer, (1, 64, 128)),
 }

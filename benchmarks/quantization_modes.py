@@ -10,7 +10,7 @@ interpreter each time; the figure reported is the median of the per-round median
 calibration (the tool's default): parity numbers say how faithful each mode is, not what accuracy a
 trained model keeps (see examples/digits for that).
 
-    .venv/bin/python benchmarks/quantization_modes.py [--models small_cnn,resnet18,mobilenetv2_like,transformer]
+    .venv/bin/python benchmarks/quantization_modes.py [--models small_cnn,resnet18,mobilenetv2,mobilenetv2_like,transformer]
         [--modes none,fp16,dynamic-int8,int8,int16x8] [--size 224] [--threads 1,2] [--rounds 5]
         [--runs 20] [--warmup 3] [--max-seconds 2] [--calibration-samples N] [--json out.json]
 
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-ALL_MODELS = ("small_cnn", "resnet18", "mobilenetv2_like", "transformer")
+ALL_MODELS = ("small_cnn", "resnet18", "mobilenetv2", "mobilenetv2_like", "transformer")
 ALL_MODES = ("none", "fp16", "dynamic-int8", "int8", "int16x8")
 TORCH = "pytorch-eager"  # the row label of the PyTorch eager baseline
 
