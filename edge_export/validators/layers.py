@@ -30,7 +30,8 @@ compared, and listed on the row of the op it was fused into. A module that retur
 tensor a matched module returned (a Sequential and its last child) shares that row. A module no
 tensor names at all but whose input was a matched module's output was folded into that module
 before conversion (PT2E folds BatchNorm into the conv's weights and drops the BN node): the tensor
-is compared with the folded module's output instead. Modules whose output is one of the model's
+is compared with the folded module's output instead (also when it ends a Sequential, whose output
+it then shares). Modules whose output is one of the model's
 outputs are matched to the flatbuffer's output tensors, whose names the converter replaces with
 ``serving_default_output_N``. Modules that return their input unchanged (Dropout in eval) are
 reported as *identity* and left out of the match fraction. A module whose tensor cannot be brought
@@ -801,24 +802,11 @@ def _compare(
             continue
         assignment[key] = chosen
 
-    # Modules that return the very tensor a matched module returned (a ReLU6 whose op the
-    # converter named after its enclosing ConvLayer) share that module's tensor.
-    for key, c in in_order:
-        miss = unmatched.get(key)
-        if miss is None or miss.reason in (UnmatchedReason.IDENTITY, UnmatchedReason.AMBIGUOUS_NAME):
-            continue
-        same = [k for k in assignment if c.out_id is not None and calls[k].out_id == c.out_id]
-        if same:
-            if miss.reason == UnmatchedReason.FUSED:
-                for paths in fused_into.values():
-                    if c.path in paths:
-                        paths.remove(c.path)
-            del unmatched[key]
-            assignment[key] = assignment[same[0]]
-
     # A module that left no tensor at all but took a matched module's output as its input was
     # folded into it before naming (PT2E folds BatchNorm into the conv's weights and drops the BN
-    # node): the tensor holds the folded module's output, so compare it with that instead.
+    # node): the tensor holds the folded module's output, so compare it with that instead. This
+    # comes before sharing rows: a folded BN that ends a Sequential returns the Sequential's
+    # tensor, and sharing that row would leave the conv (which finished first) as its reference.
     for key, c in in_order:
         miss = unmatched.get(key)
         if miss is None or miss.reason != UnmatchedReason.NO_TENSOR or c.in_id is None:
@@ -840,6 +828,21 @@ def _compare(
             fused_into.setdefault(t, []).append(sc.path)
         del unmatched[key]
         assignment[key] = t
+
+    # Modules that return the very tensor a matched module returned (a ReLU6 whose op the
+    # converter named after its enclosing ConvLayer) share that module's tensor.
+    for key, c in in_order:
+        miss = unmatched.get(key)
+        if miss is None or miss.reason in (UnmatchedReason.IDENTITY, UnmatchedReason.AMBIGUOUS_NAME):
+            continue
+        same = [k for k in assignment if c.out_id is not None and calls[k].out_id == c.out_id]
+        if same:
+            if miss.reason == UnmatchedReason.FUSED:
+                for paths in fused_into.values():
+                    if c.path in paths:
+                        paths.remove(c.path)
+            del unmatched[key]
+            assignment[key] = assignment[same[0]]
 
     # One row per flatbuffer tensor: the innermost module owns it, enclosing ones are aliases.
     by_tensor: dict[int, list[tuple[str, ...]]] = {}

@@ -253,6 +253,69 @@ def test_pt2e_folded_batch_norm_is_compared_after_the_fold(deep_and_example):
     assert report.first_jump is None
 
 
+class LinearBottleneck(torch.nn.Module):
+    """MobileNetV2's inverted residual: the Sequential ends with the 1x1 projection's conv + BN and
+    no activation, so the Sequential (and, without the residual, the block) returns the BN's output."""
+
+    def __init__(self, ch: int, hidden: int, residual: bool) -> None:
+        super().__init__()
+        self.residual = residual
+        self.block = torch.nn.Sequential(
+            torch.nn.Conv2d(ch, hidden, 1, bias=False), torch.nn.BatchNorm2d(hidden), torch.nn.ReLU6(),
+            torch.nn.Conv2d(hidden, ch, 1, bias=False), torch.nn.BatchNorm2d(ch),
+        )
+
+    def forward(self, x):
+        return x + self.block(x) if self.residual else self.block(x)
+
+
+@pytest.fixture(scope="module")
+def bottleneck_and_example():
+    torch.manual_seed(8)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        LinearBottleneck(8, 16, residual=True),
+        LinearBottleneck(8, 16, residual=False),
+        torch.nn.Conv2d(8, 4, 1),
+    ).eval()
+    with torch.no_grad():  # BNs far from identity: the conv's output is nothing like the BN's
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-1.0, 1.0)
+                m.running_var.uniform_(0.3, 3.0)
+                m.weight.uniform_(0.5, 2.0)
+                m.bias.uniform_(-1.0, 1.0)
+    return model, (torch.randn(*INPUT_SHAPE),)
+
+
+@pytest.mark.parametrize("mode, min_db", [("fp32", 60.0), ("pt2e", 25.0)])
+def test_batch_norm_ending_a_sequential_without_activation_is_compared_after_the_fold(
+    bottleneck_and_example, mode, min_db
+):
+    model, example = bottleneck_and_example
+    if mode == "fp32":
+        model_bytes = convert_module(model, example)
+    else:
+        model_bytes = pt2e_int8(model, example, samples_for(INPUT_SHAPE, 8, seed=18))
+
+    report = per_layer_parity(model, example, model_bytes, samples=samples_for(INPUT_SHAPE, 2, seed=19))
+
+    # The projection's tensor holds the BN's output (folded by the converter, or by PT2E before
+    # naming); the Sequential returns that same tensor, which must not make the conv, whose output
+    # comes before the BN, the row's reference.
+    rows = {row.module_path: row for row in report.layers}
+    for i, parents in ((1, ("1.block",)), (2, ("2.block", "2"))):
+        assert f"{i}.block.4" in rows, _sqnrs(report)
+        row = rows[f"{i}.block.4"]
+        assert row.module_type == "BatchNorm2d"
+        assert row.fused_modules == (f"{i}.block.3",)
+        assert row.also_outputs_of == parents
+        assert f"{i}.block.3" not in rows
+        assert _reasons(report)[f"{i}.block.3"] == "fused"
+    assert all(row.sqnr_db > min_db for row in report.layers), _sqnrs(report)
+    assert report.first_jump is None
+
+
 def test_exported_program_module_is_read_from_its_graph_nodes(net, example, net_fp32_bytes):
     # ExportedProgram.module() inlines every submodule, so hooks see nothing; the nodes'
     # nn_module_stack gives the same names litert-torch writes.
