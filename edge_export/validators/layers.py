@@ -829,6 +829,32 @@ def _compare(
         del unmatched[key]
         assignment[key] = t
 
+    # The same fold when the BN's output is a model output: the BN was matched to the output tensor
+    # above, and the conv to the value it computes before the output's TRANSPOSE or DEQUANTIZE,
+    # which is already the BN's (folded) output, not the conv's: report the conv as fused into the
+    # output row.
+    for key, c in in_order:
+        out = by_output.get(key)
+        if out is None or assignment.get(key) != out or c.in_id is None or "BatchNorm" not in c.module_type:
+            continue
+        if any(_is_under(s, key) for t in order for s in scopes[t]):
+            continue  # the BN named a tensor of its own: it was not folded away
+        upstream: set[int] = set()  # tensors the output is only a layout change or requantization of
+        t = out
+        while (op := producer.get(t)) is not None and op.opcode in _DATA_MOVEMENT_OPS:
+            moved = [i for i in op.inputs if i >= 0 and not fm.tensors[i].is_constant]
+            if len(moved) != 1:
+                break
+            t = moved[0]
+            upstream.add(t)
+        for k in [k for k in assignment if k != key and calls[k].out_id == c.in_id]:
+            if assignment[k] not in upstream:
+                continue
+            sc = calls[k]
+            del assignment[k]
+            unmatched[k] = UnmatchedModule(sc.path, sc.module_type, UnmatchedReason.FUSED, fused_into=fm.tensors[out].name)
+            fused_into.setdefault(out, []).append(sc.path)
+
     # Modules that return the very tensor a matched module returned (a ReLU6 whose op the
     # converter named after its enclosing ConvLayer) share that module's tensor.
     for key, c in in_order:

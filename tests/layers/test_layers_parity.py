@@ -316,6 +316,27 @@ def test_batch_norm_ending_a_sequential_without_activation_is_compared_after_the
     assert report.first_jump is None
 
 
+@pytest.mark.parametrize("mode, min_db", [("fp32", 60.0), ("pt2e", 25.0)])
+def test_batch_norm_producing_the_model_output_is_compared_after_the_fold(bottleneck_and_example, mode, min_db):
+    # The projection conv + BN is the model's last layer: the BN owns the output row, and under
+    # PT2E the conv's int8 tensor before the output DEQUANTIZE (already the BN's folded value)
+    # must not become a row of its own compared with the conv's pre-BN output.
+    bottleneck, example = bottleneck_and_example
+    model = torch.nn.Sequential(bottleneck[0], bottleneck[1].block).eval()
+    if mode == "fp32":
+        model_bytes = convert_module(model, example)
+    else:
+        model_bytes = pt2e_int8(model, example, samples_for(INPUT_SHAPE, 8, seed=20))
+
+    report = per_layer_parity(model, example, model_bytes, samples=samples_for(INPUT_SHAPE, 2, seed=21))
+
+    rows = {row.module_path: row for row in report.layers}
+    assert "1.4" in rows and rows["1.4"].module_type == "BatchNorm2d", _sqnrs(report)
+    assert "1.3" not in rows and _reasons(report)["1.3"] == "fused", _sqnrs(report)
+    assert all(row.sqnr_db > min_db for row in report.layers), _sqnrs(report)
+    assert report.first_jump is None
+
+
 def test_exported_program_module_is_read_from_its_graph_nodes(net, example, net_fp32_bytes):
     # ExportedProgram.module() inlines every submodule, so hooks see nothing; the nodes'
     # nn_module_stack gives the same names litert-torch writes.
