@@ -52,6 +52,7 @@ class ExportOptions:
     per_layer: bool = False  # compare every matched layer, not just the outputs
     per_layer_min_sqnr: float | None = None  # optional gate on every compared layer
     per_layer_plot: str | None = None  # PNG of SQNR per layer (needs matplotlib)
+    strip_names: bool = False  # drop inner tensor names from the written flatbuffer
     # quantization (int modes)
     calibration_data: str | None = None
     calibration_samples: int | None = None
@@ -370,6 +371,14 @@ def _run_export(
         )
 
     report = _base_report(loaded.to_dict(), specs, plan)
+    named_size = len(model_bytes)
+    if options.strip_names:
+        # After every check: parity, per-layer rows and module paths need the names, and the
+        # stripped model computes exactly the same (the runtimes never read inner tensor names).
+        from .flatbuffer_packing import strip_tensor_names
+
+        model_bytes = strip_tensor_names(model_bytes)
+        fb = read_flatbuffer(model_bytes, origin="the model without tensor names")
     report["export"] = {
         "quantize": options.quantize.value,
         "target": options.target.value,
@@ -378,7 +387,10 @@ def _run_export(
         "channels_last_outputs": list(plan.outputs),
         "strict": options.strict,
         "io_dtype": (options.io_dtype or IODtype.FLOAT32).value if options.quantize.is_integer else None,
+        "strip_names": options.strip_names,
     }
+    if options.strip_names:
+        report["export"]["size_bytes_with_names"] = named_size
     if quant_result is not None:
         report["quantization"] = quant_result.to_dict()
     if options.target is not Target.CPU:
@@ -796,6 +808,17 @@ def validate(
         options = ExportOptions(**option_values)
     tflite_path = Path(tflite)
     model_bytes, fb = load_flatbuffer(tflite_path)  # rejects a bad file before any runtime sees it
+    if options.per_layer:
+        from .flatbuffer_packing import has_inner_tensor_names
+
+        if not has_inner_tensor_names(model_bytes):
+            raise UsageError(
+                f"{tflite_path} has no tensor names besides its inputs and outputs (it was written with "
+                "--strip-names), and per-layer parity finds each layer's tensor by the PyTorch module "
+                "path in its name.",
+                "Run --per-layer on an export made without --strip-names: stripping changes no "
+                "computation, so its per-layer numbers hold for the stripped file too.",
+            )
     if not explicit_quantize:
         from dataclasses import replace
 

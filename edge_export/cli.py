@@ -293,6 +293,7 @@ def export_command(
     input_shape: InputShapeOpt = None,
     input_dtype: InputDtypeOpt = None,
     channels_last: bool = typer.Option(False, "--channels-last/--no-channels-last", help="NHWC inputs/outputs for 4-D image tensors (no boundary TRANSPOSE ops)."),
+    strip_names: bool = typer.Option(False, "--strip-names", help="Drop inner tensor names from the written .tflite (smaller; same computation). The report keeps the module paths; later `validate --per-layer` on the file cannot."),
     strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
     samples: SamplesOpt = 8,
@@ -331,6 +332,7 @@ def export_command(
             require_compiler=require_compiler,
             delegate=delegate,
             emit_op_resolver=str(emit_op_resolver) if emit_op_resolver else None,
+            strip_names=strip_names,
             strict=strict,
             validate=validate,
             **_checking_options(
