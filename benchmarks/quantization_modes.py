@@ -59,6 +59,7 @@ def _build(name: str, size: int):
 def _export_mode(model, example, is_image: bool, mode: str, out_dir: Path, name: str, calibration_samples):
     from edge_export.api import export
     from edge_export.errors import EdgeExportError
+    from edge_export.flatbuffer_packing import strip_tensor_names
 
     path = out_dir / f"{name}_{mode}.tflite"
     kwargs = {"calibration_samples": calibration_samples} if calibration_samples and mode in ("int8", "int16x8") else {}
@@ -79,6 +80,8 @@ def _export_mode(model, example, is_image: bool, mode: str, out_dir: Path, name:
         "exit_code": result.exit_code,
         "export_seconds": round(seconds, 2),
         "size_bytes": path.stat().st_size,
+        # What --strip-names would write: the same model without inner tensor names.
+        "size_bytes_stripped": len(strip_tensor_names(path.read_bytes())),
         "backend": quant.get("backend") or ("litert-torch fp16" if mode == "fp16" else "litert-torch"),
         "quant_observer": quant.get("observer"),
         "quant_reason": quant.get("reason"),
@@ -170,6 +173,7 @@ def bench_model(name: str, opts, out_dir: Path) -> list[dict]:
         if row["error"]:
             continue
         row["size_vs_fp32"] = row["size_bytes"] / fp32["size_bytes"] if fp32 else None
+        row["stripped_size_vs_fp32"] = row["size_bytes_stripped"] / fp32["size_bytes_stripped"] if fp32 else None
         row["latency"] = {}
         for threads in opts.threads:
             ms, base, eager = med((row["mode"], threads)), med(("none", threads)), med((TORCH, threads))
@@ -195,7 +199,7 @@ def _fmt(value, spec: str, empty: str = "-") -> str:
 
 
 def markdown_table(rows: list[dict], threads: list[int]) -> str:
-    head = ["model", "mode", "backend", "size KB", "size/fp32", "full int", "SQNR dB", "cosine", "exit"]
+    head = ["model", "mode", "backend", "size KB", "size/fp32", "no names /fp32", "full int", "SQNR dB", "cosine", "exit"]
     for t in threads:
         head += [f"{t}T ms", f"{t}T /fp32", f"{t}T /torch"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -204,12 +208,13 @@ def markdown_table(rows: list[dict], threads: list[int]) -> str:
             lines.append(f"| {r['model']} | {r['mode']} | failed: {r['error'][:120]} |" + " |" * (len(head) - 3))
             continue
         if r["mode"] == TORCH:
-            cells = [r["model"], "PyTorch eager", "-", "-", "-", "-", "-", "-", "-"]
+            cells = [r["model"], "PyTorch eager", "-", "-", "-", "-", "-", "-", "-", "-"]
             for t in threads:
                 cells += [_fmt(r["latency"][str(t)]["torch_ms"], ".2f"), "-", "1.00"]
         else:
             cells = [
                 r["model"], r["mode"], r["backend"], f"{r['size_bytes'] / 1024:.0f}", _fmt(r.get("size_vs_fp32"), ".3f"),
+                _fmt(r.get("stripped_size_vs_fp32"), ".3f"),
                 "yes" if r["fully_integer"] else "no", _fmt(r["sqnr_db"], ".1f"), _fmt(r["cosine"], ".5f"),
                 str(r["exit_code"]),  # 1: the export's parity check failed its default thresholds
             ]
