@@ -808,17 +808,14 @@ def validate(
         options = ExportOptions(**option_values)
     tflite_path = Path(tflite)
     model_bytes, fb = load_flatbuffer(tflite_path)  # rejects a bad file before any runtime sees it
-    if options.per_layer:
-        from .flatbuffer_packing import has_inner_tensor_names
-
-        if not has_inner_tensor_names(model_bytes):
-            raise UsageError(
-                f"{tflite_path} has no tensor names besides its inputs and outputs (it was written with "
-                "--strip-names), and per-layer parity finds each layer's tensor by the PyTorch module "
-                "path in its name.",
-                "Run --per-layer on an export made without --strip-names: stripping changes no "
-                "computation, so its per-layer numbers hold for the stripped file too.",
-            )
+    if options.per_layer and not fb.has_inner_tensor_names:
+        raise UsageError(
+            f"{tflite_path} has no tensor names besides its inputs and outputs (it was written with "
+            "--strip-names), and per-layer parity finds each layer's tensor by the PyTorch module "
+            "path in its name.",
+            "Run --per-layer on an export made without --strip-names: stripping changes no "
+            "computation, so its per-layer numbers hold for the stripped file too.",
+        )
     if not explicit_quantize:
         from dataclasses import replace
 

@@ -122,6 +122,12 @@ class FlatbufferModel:
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
     @property
+    def has_inner_tensor_names(self) -> bool:
+        """Whether any tensor besides the inputs and outputs has a name (``--strip-names`` drops them)."""
+        boundary = {*self.inputs, *self.outputs}
+        return any(t.name for t in self.tensors if t.index not in boundary)
+
+    @property
     def num_operators(self) -> int:
         return sum(len(ops) for ops in (self.subgraph_operators or (self.operators,)))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["has_inner_tensor_names", "pack_model", "share_quantization_vectors", "strip_tensor_names"]
+__all__ = ["pack_model", "share_quantization_vectors", "strip_tensor_names"]
 
 _TFLITE_FILE_IDENTIFIER = b"TFL3"
 # Element types of QuantizationParameters' vectors (zero_point: [long], scale/min/max: [float]).
@@ -98,14 +98,3 @@ def strip_tensor_names(model_bytes: bytes) -> bytes:
                 tensor.name = b""
     return pack_model(model)
 
-
-def has_inner_tensor_names(model_bytes: bytes) -> bool:
-    """Whether any tensor besides the subgraphs' inputs and outputs has a name."""
-    from ai_edge_litert.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
-    for sg in model.subgraphs or ():
-        keep = {int(i) for i in (*(sg.inputs if sg.inputs is not None else ()), *(sg.outputs if sg.outputs is not None else ()))}
-        if any(t.name for i, t in enumerate(sg.tensors or ()) if i not in keep):
-            return True
-    return False

@@ -802,6 +802,13 @@ def _compare(
             continue
         assignment[key] = chosen
 
+    def fold_into(k: tuple[str, ...], t: int) -> None:
+        """Report matched module ``k`` as fused into tensor ``t`` instead of owning a row."""
+        sc = calls[k]
+        del assignment[k]
+        unmatched[k] = UnmatchedModule(sc.path, sc.module_type, UnmatchedReason.FUSED, fused_into=fm.tensors[t].name)
+        fused_into.setdefault(t, []).append(sc.path)
+
     # A module that left no tensor at all but took a matched module's output as its input was
     # folded into it before naming (PT2E folds BatchNorm into the conv's weights and drops the BN
     # node): the tensor holds the folded module's output, so compare it with that instead. This
@@ -820,12 +827,7 @@ def _compare(
         if not _layout_candidates(fm.tensors[t].shape, tuple(c.output.shape)):
             continue
         for k in sources:
-            del assignment[k]
-            sc = calls[k]
-            unmatched[k] = UnmatchedModule(
-                sc.path, sc.module_type, UnmatchedReason.FUSED, fused_into=fm.tensors[t].name
-            )
-            fused_into.setdefault(t, []).append(sc.path)
+            fold_into(k, t)
         del unmatched[key]
         assignment[key] = t
 
@@ -850,10 +852,7 @@ def _compare(
         for k in [k for k in assignment if k != key and calls[k].out_id == c.in_id]:
             if assignment[k] not in upstream:
                 continue
-            sc = calls[k]
-            del assignment[k]
-            unmatched[k] = UnmatchedModule(sc.path, sc.module_type, UnmatchedReason.FUSED, fused_into=fm.tensors[out].name)
-            fused_into.setdefault(out, []).append(sc.path)
+            fold_into(k, out)
 
     # Modules that return the very tensor a matched module returned (a ReLU6 whose op the
     # converter named after its enclosing ConvLayer) share that module's tensor.
