@@ -36,23 +36,7 @@ app = typer.Typer(
     ),
 )
 
-_out = Console(highlight=False, soft_wrap=True)
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
-_err_stream = None
-
-
-def _own_stderr() -> Console:
-    """A console on a duplicate of fd 2: the API captures fd 2 itself to hide the libraries' native
-    logging, and our progress and errors must still reach the terminal."""
-    import os
-
-    try:
-        stream = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
-    except OSError:
-        return Console(stderr=True, highlight=False, soft_wrap=True)
-    global _err_stream
-    _err_stream = stream
-    return Console(file=stream, highlight=False, soft_wrap=True)
+_out = Console(highlight=False, soft_wrap=True)  # --version only; commands print through a TerminalSession
 
 
 def _version_callback(value: bool) -> None:
@@ -70,42 +54,20 @@ def _root(
     """Group entry point (commands: export, validate, inspect, bench)."""
 
 
-class _Reporter:
-    """Stage progress on stderr; silent with --quiet."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self._status = None
-
-    def stage(self, label: str) -> None:
-        if self.quiet:
-            return
-        if self._status is None:
-            self._status = _err.status(label, spinner="dots")
-            self._status.start()
-        else:
-            self._status.update(label)
-        _err.print(f"[dim]•[/dim] {label}")
-
-    def stop(self) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
-
-
-def _fail(exc: BaseException, debug: bool) -> int:
+def _fail(exc: BaseException, debug: bool, err: Console) -> int:
+    """Print one paragraph for a failed command and return its exit code."""
     if debug:
-        _err.print(traceback.format_exc(), markup=False)
+        err.print("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), markup=False)
     if isinstance(exc, EdgeExportError):
-        _err.print(f"[bold red]error:[/bold red] {exc}", soft_wrap=True)
+        err.print(f"[bold red]error:[/bold red] {exc}", soft_wrap=True)
         if not debug:
-            _err.print("[dim](run with --debug for the full traceback)[/dim]")
+            err.print("[dim](run with --debug for the full traceback)[/dim]")
         return exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
-        _err.print("[bold red]interrupted[/bold red]: nothing was written.")
+        err.print("[bold red]interrupted[/bold red]: nothing was written.")
         return 130
     code = getattr(exc, "exit_code", EXIT_INTERNAL)
-    _err.print(
+    err.print(
         f"[bold red]internal error:[/bold red] {type(exc).__name__}: {str(exc)[:500]} "
         "This is a bug in edge-export; please report it with the output of --debug.",
         markup=True,
@@ -138,24 +100,24 @@ def _parse_pair(text: Optional[str], option: str) -> Optional[tuple[int, int]]:
     return (shape[0], shape[1])
 
 
-def _print_summary(result) -> None:
+def _print_summary(result, out: Console, err: Console) -> None:
     rep = result.report
     fb = rep["flatbuffer"]
     val = rep["validation"]
     verdict = rep["verdict"]
     color = {"passed": "green", "failed": "red"}.get(verdict, "yellow")
-    _out.print(f"[bold {color}]{verdict.upper()}[/bold {color}]  {result.tflite_path}")
+    out.print(f"[bold {color}]{verdict.upper()}[/bold {color}]  {result.tflite_path}")
     ops = ", ".join(f"{k}×{v}" for k, v in list(fb["op_counts"].items())[:8])
     more = "" if len(fb["op_counts"]) <= 8 else f", … ({len(fb['op_counts'])} kinds)"
-    _out.print(f"  size {fb['size_bytes'] / 1024:.1f} KiB · {fb['num_operators']} ops: {ops}{more}")
+    out.print(f"  size {fb['size_bytes'] / 1024:.1f} KiB · {fb['num_operators']} ops: {ops}{more}")
     if val.get("status") == "skipped":
-        _out.print(f"  parity: not checked ({val.get('reason')})")
+        out.print(f"  parity: not checked ({val.get('reason')})")
     elif val.get("worst"):
         w = val["worst"]
         sq = w.get("sqnr_db")
         mae = w.get("max_abs_error")
         failed = w.get("failed_checks") or []
-        _out.print(
+        out.print(
             f"  parity ({val['samples']} samples): worst output {w['output']}: SQNR "
             f"{'–' if sq is None else f'{sq:.1f}'} dB, max abs error {'–' if mae is None else f'{mae:.3g}'}"
             + (f"; failed: {', '.join(failed)}" if failed else "")
@@ -168,28 +130,27 @@ def _print_summary(result) -> None:
             f"{x['kind']} {x['name']} {x['dtype']}" + (f" (scale {x['scale']:.6g}, zero point {x['zero_point']})" if x.get("scale") else "")
             for x in quant.get("io", [])
         )
-        _out.print(f"  quantization: {quant['mode']} via {quant['backend']} ({quant['reason']}); {integer}; {io}")
-        warn = Console(stderr=True, highlight=False, soft_wrap=True)
+        out.print(f"  quantization: {quant['mode']} via {quant['backend']} ({quant['reason']}); {integer}; {io}")
         for w in quant.get("warnings", []):
-            warn.print(f"[yellow]warning:[/yellow] {w}")
+            err.print(f"[yellow]warning:[/yellow] {w}")
     target = rep.get("target")
     if target:
         if "edgetpu" in target:
-            _out.print(f"  edge tpu: {target['edgetpu']['summary']}")
+            out.print(f"  edge tpu: {target['edgetpu']['summary']}")
             comp = target.get("compiler") or {}
             if comp.get("compiled"):
-                _out.print(f"  edgetpu_compiler: compiled -> {rep['artifacts'].get('edgetpu_tflite')}")
+                out.print(f"  edgetpu_compiler: compiled -> {rep['artifacts'].get('edgetpu_tflite')}")
             else:
-                _out.print(f"  edgetpu_compiler: not compiled: {comp.get('reason')}")
+                out.print(f"  edgetpu_compiler: not compiled: {comp.get('reason')}")
             for d in comp.get("disagreements") or []:
-                _out.print(f"    disagreement: {d}")
+                out.print(f"    disagreement: {d}")
         if "micro" in target:
             m = target["micro"]
-            _out.print(f"  tflite micro: arena {m.get('arena_bytes')} bytes; ops {', '.join(m.get('ops', []))}")
+            out.print(f"  tflite micro: arena {m.get('arena_bytes')} bytes; ops {', '.join(m.get('ops', []))}")
     layers = rep.get("per_layer")
     if layers:
         jump, worst = layers.get("first_jump"), layers.get("worst")
-        _out.print(
+        out.print(
             f"  per-layer: {len(layers['layers'])} layers compared ({layers['match_fraction']:.0%} of modules matched)"
             + (f"; worst {worst['module_path']} {worst['sqnr_db']:.1f} dB" if worst and worst.get("sqnr_db") is not None else "")
             + (f"; error jumps at {jump['module_path']} ({jump['sqnr_db']:.1f} dB)" if jump else "; no jump")
@@ -197,12 +158,12 @@ def _print_summary(result) -> None:
     base = rep.get("baseline")
     if base:
         regs = base.get("regressions") or []
-        _out.print(f"  baseline {base['path']}: " + (f"{len(regs)} regression(s)" if regs else "no regression"))
+        out.print(f"  baseline {base['path']}: " + (f"{len(regs)} regression(s)" if regs else "no regression"))
         for r in regs[:10]:
-            _out.print(f"    - {r['message']}")
-    _out.print(f"  reports: {result.report_json_path}  {result.report_md_path}")
+            out.print(f"    - {r['message']}")
+    out.print(f"  reports: {result.report_json_path}  {result.report_md_path}")
     if rep.get("artifacts", {}).get("junit"):
-        _out.print(f"  junit: {rep['artifacts']['junit']}")
+        out.print(f"  junit: {rep['artifacts']['junit']}")
 
 
 # Options shared by `export` and `validate`, declared once.
@@ -252,23 +213,24 @@ def _checking_options(
     }
 
 
-def _run(call, quiet: bool, debug: bool, summary: bool = True):
-    """Run an API call with progress; map errors to exit codes. The only place that exits."""
-    global _err
-    _err = _own_stderr()
-    reporter = _Reporter(quiet)
-    try:
-        result = call(reporter.stage)
-    except (Exception, KeyboardInterrupt) as exc:
-        reporter.stop()
-        code = _fail(exc, debug)
-        _close_err()
-        raise typer.Exit(code)
-    reporter.stop()
-    _close_err()
-    if summary and not quiet:
-        _print_summary(result)
-    raise typer.Exit(result.exit_code)
+def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
+    """Run an export or validate call with stage progress, print its summary or its error, and exit
+    with its code. The only place that exits; the session owns the streams until the last line."""
+    from .terminal import StageDisplay, TerminalSession
+
+    with TerminalSession(capture=not verbose) as term:
+        display = StageDisplay(term.err, quiet, spinner=not verbose)
+        try:
+            result = call(display.stage)
+        except (Exception, KeyboardInterrupt) as exc:
+            display.stop()
+            code = _fail(exc, debug, term.err)
+        else:
+            display.stop()
+            if not quiet:
+                _print_summary(result, term.out, term.err)
+            code = result.exit_code
+    raise typer.Exit(code)
 
 
 @app.command("export", help="Export MODEL to a LiteRT flatbuffer, check parity and write reports.\n\n" + EXIT_CODES_HELP)
@@ -342,7 +304,7 @@ def export_command(
         )
         return export(model, output=output, options=options, on_stage=on_stage)
 
-    _run(call, quiet, debug)
+    _run(call, quiet, debug, verbose)
 
 
 @app.command(
@@ -385,21 +347,21 @@ def validate_command(
         )
         return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage)
 
-    _run(call, quiet, debug)
+    _run(call, quiet, debug, verbose)
 
 
-def _run_tool(call, debug: bool) -> None:
-    """Run a command that prints its own result (inspect, bench)."""
-    global _err
-    _err = _own_stderr()
-    try:
-        call()
-    except (Exception, KeyboardInterrupt) as exc:
-        code = _fail(exc, debug)
-        _close_err()
-        raise typer.Exit(code)
-    _close_err()
-    raise typer.Exit(0)
+def _run_tool(call, debug: bool, verbose: bool = False) -> None:
+    """Run a command that prints its own result (inspect, bench) with ``call(out_console)``."""
+    from .terminal import TerminalSession
+
+    with TerminalSession(capture=not verbose) as term:
+        try:
+            call(term.out)
+        except (Exception, KeyboardInterrupt) as exc:
+            code = _fail(exc, debug, term.err)
+        else:
+            code = 0
+    raise typer.Exit(code)
 
 
 @app.command(
@@ -413,16 +375,16 @@ def inspect_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     debug: DebugOpt = False,
 ) -> None:
-    def call() -> None:
+    def call(out: Console) -> None:
         import json
 
         from .inspection import inspect_flatbuffer, render_inspection
 
         report = inspect_flatbuffer(tflite)
         if as_json:
-            _out.print_json(json.dumps(report.to_dict()))
+            out.print_json(json.dumps(report.to_dict()))
         else:
-            render_inspection(report, _out)
+            render_inspection(report, out)
 
     _run_tool(call, debug)
 
@@ -441,33 +403,20 @@ def bench_command(
     verbose: VerboseOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    def call() -> None:
+    def call(out: Console) -> None:
         import json
 
         from .flatbuffer import load_flatbuffer
         from .latency import benchmark_latency, render_latency
-        from .library_output import quiet_libraries
 
         data, _ = load_flatbuffer(tflite)
-        with quiet_libraries(verbose):
-            report = benchmark_latency(data, threads=threads, runs=runs, warmup=warmup)
+        report = benchmark_latency(data, threads=threads, runs=runs, warmup=warmup)
         if as_json:
-            _out.print_json(json.dumps(report.to_dict()))
+            out.print_json(json.dumps(report.to_dict()))
         else:
-            render_latency(report, _out)
+            render_latency(report, out)
 
-    _run_tool(call, debug)
-
-
-def _close_err() -> None:
-    global _err, _err_stream
-    if _err_stream is not None:
-        try:
-            _err_stream.close()
-        except OSError:
-            pass
-        _err_stream = None
-    _err = Console(stderr=True, highlight=False, soft_wrap=True)
+    _run_tool(call, debug, verbose)
 
 
 _COMMANDS = {"export", "validate", "inspect", "bench"}

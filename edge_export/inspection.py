@@ -151,7 +151,7 @@ def render_inspection(report: InspectionReport, console: Console) -> None:
 
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_column(style="bold")
-    summary.add_column()
+    summary.add_column(overflow="fold")
     if report.path:
         summary.add_row("File", report.path)
     summary.add_row("Size", _size_text(report.size_bytes))
@@ -180,7 +180,8 @@ def render_inspection(report: InspectionReport, console: Console) -> None:
     for title, tensors in (("Inputs", report.inputs), ("Outputs", report.outputs)):
         table = Table(title=title, title_justify="left")
         for col in ("#", "name", "dtype", "shape", "quantization"):
-            table.add_column(col)
+            # Names are what an app binds to: fold them in a narrow terminal, never cut them with "…".
+            table.add_column(col, overflow="fold")
         for i, t in enumerate(tensors):
             table.add_row(str(i), t.name, t.dtype, _shape_text(t), _quant_text(t))
         console.print(table)
@@ -196,7 +197,7 @@ def render_inspection(report: InspectionReport, console: Console) -> None:
         islands = Table(title="Float islands (inner QUANTIZE/DEQUANTIZE)", title_justify="left")
         islands.add_column("op #", justify="right")
         islands.add_column("operator")
-        islands.add_column("float tensor")
+        islands.add_column("float tensor", overflow="fold")
         for f in report.float_islands:
             islands.add_row(str(f.operator_index), f.opcode, f.tensor)
         console.print(islands)
