@@ -14,6 +14,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from .provenance import node_module
+
 __all__ = ["FailureLocation", "locate_failure", "is_trace_failure", "reason_line"]
 
 _WHILE_EXECUTING = re.compile(r"While executing %(?P<node>[\w.]+)\s*:.*?target=(?P<target>[\w.:]+)")
@@ -108,21 +110,10 @@ def _module_from_graph(graph_module: Any, node_name: str | None, source: str | N
             if f"{file}\", line {line}" in trace:
                 candidates.append(node)
     for node in candidates:
-        stack = node.meta.get("nn_module_stack") or {}
-        path, mtype = "", None
-        if stack:
-            path, mtype = list(stack.values())[-1]
-            mtype = mtype if isinstance(mtype, str) else getattr(mtype, "__name__", str(mtype))
-            path = _clean_path(path)
+        found = node_module(node)
+        path, mtype = (found.path, found.type_name) if found else ("", None)
         return _op_name(node.target), path, mtype
     return None, None, None
-
-
-def _clean_path(path: str) -> str:
-    # torch.export spells submodules as "L['self'].layer1[0].conv" or "layer1.0.conv"
-    path = re.sub(r"^L\['self'\]\.?", "", path)
-    path = re.sub(r"\[(\d+)\]", r".\1", path)
-    return path.strip(".")
 
 
 def _op_name(target: Any) -> str:

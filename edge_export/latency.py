@@ -189,11 +189,12 @@ def render_latency(report: LatencyReport, console: Console) -> None:
     from rich.table import Table
 
     table = Table(
-        title=f"Latency over {report.runs} runs after {report.warmup} warm-up, {report.threads} thread(s)",
+        title=f"Latency in ms over {report.runs} runs after {report.warmup} warm-up, {report.threads} thread(s)",
         title_justify="left",
     )
-    table.add_column("runtime")
-    for col in ("median ms", "p10 ms", "p90 ms", "min ms", "stdev ms"):
+    # Short headers so that a narrow terminal folds the runtime's name rather than cutting it.
+    table.add_column("runtime", overflow="fold")
+    for col in ("median", "p10", "p90", "min", "stdev"):
         table.add_column(col, justify="right")
     for s in report.results:
         table.add_row(

@@ -124,40 +124,17 @@ class IntegerCheck:
         }
 
 
-# litert-torch names a tensor after the nn.Module stack of the node that made it:
-# "<class fullname>_<attribute>/<class fullname>_<attribute>;" with ";;" between fused nodes and a
-# trailing ";N" to make names unique. The root module has no attribute suffix.
-
-
-def _hierarchies(tensor_name: str) -> list[list[tuple[str, str]]]:
-    """Module stacks named in a tensor name; an empty stack means the root module's own forward()."""
-    result = []
-    for part in tensor_name.split(";"):
-        if not part or part.isdigit() or ("/" not in part and "." not in part) or "<locals>" in part:
-            continue  # uniquifier, plain name (serving_default_*), or torch.export's own wrapper
-        segments = part.split("/")
-        levels = []
-        for segment in segments:
-            last = segment.rsplit(".", 1)[-1]
-            if "_" not in last:
-                continue  # the root module (no attribute name)
-            cls, attr = last.split("_", 1)
-            levels.append((cls, attr))
-        root_only = len(segments) == 1 and segments[0].rsplit(".", 1)[-1][:1].isupper()
-        if levels or root_only:
-            result.append(levels)
-    return result
-
-
 def module_path_for(tensor_name: str, module: Any | None = None) -> str | None:
     """The dotted PyTorch module path a flatbuffer tensor came from ("" for the root module's own
     forward()), or None when the name carries no module. With ``module`` the path is resolved
     against its real submodules (so ModuleList names dropped from the stack come back); without it,
     the attribute names are joined."""
-    hierarchies = _hierarchies(tensor_name)
-    if not hierarchies:
+    from ..provenance import scope_levels, tensor_scopes
+
+    scopes = tensor_scopes(tensor_name)
+    levels = scope_levels(scopes[0]) if scopes else None  # the first location is the op's own result
+    if levels is None:
         return None
-    levels = hierarchies[0]  # the first fused node is the op's own (outermost) result
     fallback = ".".join(attr for _, attr in levels)
     if module is None or not hasattr(module, "named_modules") or not levels:
         return fallback

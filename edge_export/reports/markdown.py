@@ -160,9 +160,9 @@ def _quant_section(q: dict) -> list[str]:
     out.append(f"- fully integer: **{q['fully_integer']}**")
     check = q.get("integer_check") or {}
     for t in (check.get("float_tensors") or [])[:20]:
-        out.append(f"  - float tensor `{t.get('name')}` ({t.get('dtype')}) from module `{t.get('module_path')}`")
+        out.append(f"  - float tensor `{t.get('name')}` ({t.get('dtype')}) from module `{t.get('module')}`")
     for op in (check.get("inner_quantize_ops") or [])[:20]:
-        out.append(f"  - {op.get('opcode')} #{op.get('index')} inside the graph, from module `{op.get('module_path')}`")
+        out.append(f"  - {op.get('opcode')} #{op.get('index')} inside the graph, from module `{op.get('module')}`")
     for w in q.get("warnings") or []:
         out.append(f"- ⚠️ {w}")
     out.append("")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import enum
 import inspect
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -252,38 +251,14 @@ class EdgeTPUReport:
 
 # ---- module paths from tensor names -------------------------------------------------------------
 
-_NAME_SUFFIX = re.compile(r";[^/]*$")  # ";4", ";", ";4_dequant": a location index and derived-tensor suffixes
-_WRAPPER_ROOTS = ("ChannelLastIOWrapper",)
-# "Class_attr": the class name is CamelCase (maybe with leading underscores), the attribute follows.
-_CLASS_ATTR = re.compile(r"^(_*[^_]+)_(.+)$")
-
 
 def module_path_from_tensor_name(name: str) -> tuple[str, str | None] | None:
-    """``(module_path, module_type)`` from a litert-torch tensor name, or None when it names none.
+    """``(module_path, module_type)`` of the module a flatbuffer tensor came from (see
+    edge_export.provenance), or None when its name names none."""
+    from ..provenance import tensor_module
 
-    litert-torch writes the nn.Module stack into tensor names as ``Root/pkg.Class_attr/...;N``
-    (several locations of a fused op joined by ``;;``). The first location is used; the
-    channels-last I/O wrapper that edge-export adds is dropped so paths match the user's model.
-    """
-    first = name.split(";;", 1)[0]
-    first = _NAME_SUFFIX.sub("", first)
-    parts = [p for p in first.split("/") if p]
-    if len(parts) < 1 or "torch.export._trace" in parts[0] or "." not in parts[0] and len(parts) == 1:
-        return None
-    attrs: list[str] = []
-    types: list[str] = []
-    root_type = parts[0].rsplit(".", 1)[-1]
-    for part in parts[1:]:
-        m = _CLASS_ATTR.match(part.rsplit(".", 1)[-1])
-        if not m:
-            return None
-        types.append(m.group(1))
-        attrs.append(m.group(2))
-    if root_type in _WRAPPER_ROOTS and attrs:
-        # The wrapper holds the user's module as ``wrapped``.
-        root_type = parts[1].rsplit(".", 1)[-1].rsplit("_", 1)[0]
-        attrs, types = attrs[1:], types[1:]
-    return ".".join(attrs), (types[-1] if types else root_type)
+    found = tensor_module(name)
+    return None if found is None else (found.path, found.type_name)
 
 
 def _module_of(op: OperatorInfo, model: FlatbufferModel) -> tuple[str, str | None] | None:
@@ -303,21 +278,15 @@ def _module_of(op: OperatorInfo, model: FlatbufferModel) -> tuple[str, str | Non
 def _source_from_graph(graph_module: Any, module_path: str) -> str | None:
     """The user's source line of the first graph node that ran inside ``module_path`` (an exported
     graph keeps each node's nn_module_stack and stack trace)."""
-    import re
+    from ..provenance import node_module, node_user_source
 
     for node in graph_module.graph.nodes:
-        stack = node.meta.get("nn_module_stack") or {}
-        if not stack:
+        found = node_module(node)
+        if found is None or found.path != module_path:
             continue
-        path = str(list(stack.values())[-1][0])
-        path = re.sub(r"^L\['self'\]\.?", "", path)
-        path = re.sub(r"\[(\d+)\]", r".\1", path).strip(".")
-        if path != module_path:
-            continue
-        frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
-        user = [(f, n) for f, n in frames if "site-packages" not in f and "/torch/" not in f]
-        if user:
-            return f"{user[-1][0]}:{user[-1][1]}"
+        source = node_user_source(node)
+        if source:
+            return source
     return None
 
 

@@ -277,11 +277,12 @@ def _spatial_mean(x: Any, keepdim: bool) -> Any:
 
 
 def _node_module_path(node: Any) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
+    from ..provenance import node_module
+
+    found = node_module(node)
+    if found is None:
         return f"forward() ({node.name})"
-    path = list(stack.values())[-1][0]
-    return str(path).replace("L['self'].", "") or node.name
+    return found.path or node.name
 
 
 def _is_global_spatial(node: Any) -> bool:

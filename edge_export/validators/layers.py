@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -78,6 +77,7 @@ import numpy as np
 
 from ..errors import InputSpecError, RuntimeRunError, UsageError
 from ..flatbuffer import FlatbufferModel, TensorInfo, read_flatbuffer
+from ..provenance import clean_module_path, tensor_scopes
 from .metrics import cosine_similarity, sqnr_db
 
 __all__ = [
@@ -86,7 +86,6 @@ __all__ = [
     "UnmatchedReason",
     "LayerParityReport",
     "per_layer_parity",
-    "parse_tensor_scopes",
     "first_jump_index",
     "JUMP_DROP_DB",
     "JUMP_FLOOR_DB",
@@ -103,7 +102,6 @@ _DATA_MOVEMENT_OPS = frozenset(
 )
 # A less likely layout wins only when its cosine is better by more than this.
 _LAYOUT_TIE_COSINE = 0.05
-_COUNTER = re.compile(r"^\d*$")
 # Unmatched tensor names listed in the report, beyond which only the count is given.
 _MAX_LISTED = 50
 
@@ -252,24 +250,6 @@ class LayerParityReport:
 
 
 # ---- names ------------------------------------------------------------------------------------
-
-
-def parse_tensor_scopes(name: str) -> tuple[tuple[str, ...], ...]:
-    """Split a litert-torch tensor name into its module scopes, each a tuple of components.
-
-    ``"m.A/m.B_x;;m.A/m.C_y;2"`` -> ``(("m.A", "m.B_x"), ("m.A", "m.C_y"))``. Names that do not
-    start with a qualified class name (``serving_default_output_0_output``) give ``()``.
-    """
-    scopes = []
-    for part in name.split(";"):
-        if _COUNTER.match(part):  # empty separators and the uniqueness counter
-            continue
-        comps = tuple(part.split("/"))
-        if "." not in comps[0]:  # not a qualified class name: serving_default_output_0_output
-            continue
-        if comps not in scopes:
-            scopes.append(comps)
-    return tuple(scopes)
 
 
 def _class_fullname(cls: type) -> str:
@@ -427,7 +407,7 @@ def _capture_graph(gm: Any, inputs: tuple) -> tuple[dict[tuple[str, ...], _Call]
         for depth in range(len(comps) + 1):
             key = tuple(comps[:depth])
             path, layer = stack[depth]
-            path = re.sub(r"^L\['self'\]\.?", "", path)
+            path = clean_module_path(path)
             type_name = (layer if isinstance(layer, str) else layer.__qualname__).rsplit(".", 1)[-1]
             if meta.setdefault(key, (path, type_name))[0] != path:
                 ambiguous.add(key)
@@ -718,12 +698,12 @@ def _compare(
             producer[t] = op
             order.append(t)
             info = fm.tensors[t]
-            found = list(parse_tensor_scopes(info.name))
+            found = list(tensor_scopes(info.name))
             if not found and t in graph_outputs:
                 # Outputs are renamed serving_default_output_N; the op's weights keep the scope.
                 for i in op.inputs:
                     if i >= 0 and fm.tensors[i].is_constant:
-                        found += parse_tensor_scopes(fm.tensors[i].name)
+                        found += tensor_scopes(fm.tensors[i].name)
             scopes[t] = {k for s in found if (k := _resolve_scope(s, root_name, calls)) is not None}
             # A name that only resolves to an ancestor names a module the PyTorch model lacks.
             named[t] = any(s[_root_key_index(s, root_name, calls) :] in calls for s in found)

@@ -1,4 +1,4 @@
-"""The pure pieces of per-layer matching: tensor names, layouts, the jump rule."""
+"""The pure pieces of per-layer matching: layouts and the jump rule (tensor names: test_core_provenance.py)."""
 
 from __future__ import annotations
 
@@ -8,40 +8,7 @@ from edge_export.validators.layers import (
     _apply_layout,
     _layout_candidates,
     first_jump_index,
-    parse_tensor_scopes,
 )
-
-NET = "__main__.Net"
-SEQ = "torch.nn.modules.container.Sequential_stem"
-
-
-def test_fused_name_splits_into_scopes_in_order():
-    name = (
-        f"{NET}/{SEQ}/torch.nn.modules.activation.ReLU_2;;"
-        f"{NET}/{SEQ}/torch.nn.modules.batchnorm.BatchNorm2d_1;;"
-        f"{NET}/{SEQ}/torch.nn.modules.conv.Conv2d_0;2"
-    )
-    assert parse_tensor_scopes(name) == (
-        (NET, SEQ, "torch.nn.modules.activation.ReLU_2"),
-        (NET, SEQ, "torch.nn.modules.batchnorm.BatchNorm2d_1"),
-        (NET, SEQ, "torch.nn.modules.conv.Conv2d_0"),
-    )
-
-
-def test_counter_and_duplicates_are_dropped():
-    layer = "torch.nn.modules.transformer.TransformerEncoderLayer"
-    attn = f"{layer}/torch.nn.modules.activation.MultiheadAttention_self_attn"
-    assert parse_tensor_scopes(f"{attn};;{attn};;{attn};12") == (tuple(attn.split("/")),)
-    assert parse_tensor_scopes(f"{layer}/torch.nn.modules.normalization.LayerNorm_norm2;10") == (
-        (layer, "torch.nn.modules.normalization.LayerNorm_norm2"),
-    )
-    assert parse_tensor_scopes(f"{layer};") == ((layer,),)
-
-
-def test_names_without_a_module_path_give_no_scope():
-    assert parse_tensor_scopes("serving_default_output_0_output") == ()
-    assert parse_tensor_scopes("") == ()
-
 
 def test_nhwc_to_nchw_is_found_from_shapes():
     cands = _layout_candidates((1, 12, 16, 8), (1, 8, 12, 16))

@@ -44,7 +44,7 @@ def test_bench_reports_both_runtimes(cnn_models, kind):
     buf = io.StringIO()
     render_latency(report, Console(file=buf, width=160, color_system=None))
     text = buf.getvalue()
-    assert "XNNPACK" in text and "no delegate" in text and "median ms" in text
+    assert "XNNPACK" in text and "no delegate" in text and "median" in text and "Latency in ms" in text
 
 
 def test_random_inputs_use_each_dtype():
