@@ -1,33 +1,66 @@
-"""Writing a LiteRT model object back to flatbuffer bytes, without repeating identical vectors.
+"""Writing a LiteRT model object back to flatbuffer bytes: every buffer 16-byte aligned, each
+distinct quantization vector stored once. Every .tflite edge-export writes goes through
+``pack_model`` (or ``align_buffers`` for bytes straight from the converter).
 
-A per-channel quantized tensor stores a float32 scale and an int64 zero point per channel, and the
-bias of every quantized conv or linear stores another such pair. The zero points are all zero for
-symmetric weights, so a MobileNetV2 repeats the same all-zero vectors thousands of bytes at a time:
-about 7% of its int8 file (289 kB of 4.1 MB). FlatBuffers allows any number of tables to point at
-one vector, and readers (LiteRT, TFLite Micro, flatc, the Edge TPU compiler) only follow offsets,
-so writing each distinct quantization vector once is lossless: the model decodes to the same
-values and runs bit-identically.
+Alignment. The TFLite schema declares ``force_align: 16`` on ``Buffer.data``, but Python's
+``flatbuffers.Builder`` ignores the attribute (tflite-micro PR 3177), so neither litert-torch's
+converter nor a plain ``ModelT.Pack`` honours it: a small CNN's weights start at 4, 8 or 12 mod 16.
+Cortex-M cores fault on misaligned wide loads (an int16x8 model's int64 biases), TFLite Micro
+documents 16-byte alignment for model data, and LiteRT copies buffers it cannot use in place.
+The builder here places each buffer's bytes at a multiple of 16 from the file start: it aligns the
+vector to 16 from the end of the (back-to-front) build, and ``Finish`` pads the file to a multiple
+of the largest alignment used, so the two coincide. The padding costs at most 15 bytes a buffer.
 
-Only the numeric vectors of quantization parameters are shared (int64 zero points, float32
-scales/min/max): the generated packer writes every other vector (weights, shapes, names) itself.
+Sharing. A per-channel quantized tensor stores a float32 scale and an int64 zero point per channel,
+and the bias of every quantized conv or linear stores another such pair. The zero points are all
+zero for symmetric weights, so a MobileNetV2 repeats the same all-zero vectors thousands of bytes at
+a time: about 7% of its int8 file (289 kB of 4.1 MB). FlatBuffers allows any number of tables to
+point at one vector, and readers (LiteRT, TFLite Micro, flatc, the Edge TPU compiler) only follow
+offsets, so writing each distinct quantization vector once is lossless: the model decodes to the
+same values and runs bit-identically. Only the numeric vectors of quantization parameters are shared
+(int64 zero points, float32 scales/min/max): the generated packer writes every other vector
+(weights, shapes, names) itself.
+
+Buffers stored outside the flatbuffer. A model over 2 GB keeps buffer data after the flatbuffer,
+located by ``Buffer.offset`` (from the file start, > 1) and ``Buffer.size``. Re-packing moves the
+flatbuffer's end, so those bytes are re-placed after the new flatbuffer, each at a multiple of 16,
+and the offsets rewritten; their bytes are read from the file the model was read from (``source``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["pack_model", "share_quantization_vectors", "strip_tensor_names"]
+from .errors import FlatbufferError, InternalError
 
+__all__ = [
+    "BUFFER_ALIGNMENT",
+    "align_buffers",
+    "misaligned_buffers",
+    "pack_model",
+    "read_model",
+    "share_quantization_vectors",
+    "strip_tensor_names",
+]
+
+BUFFER_ALIGNMENT = 16  # the schema's force_align on Buffer.data
 _TFLITE_FILE_IDENTIFIER = b"TFL3"
 # Element types of QuantizationParameters' vectors (zero_point: [long], scale/min/max: [float]).
 _SHARED_DTYPES = ("<i8", "<f4")
+# Buffer.offset values 0 and 1 mean "data inline" (1 is the converter's placeholder); see the
+# runtimes' readers, which take data from the file only for offset > 1.
+_EXTERNAL_OFFSET_MIN = 2
 
 
-def _sharing_builder(initial_size: int) -> Any:
+def _model_builder(initial_size: int, aligned_vectors: set[int]) -> Any:
     import flatbuffers
 
-    class SharingBuilder(flatbuffers.Builder):
-        """A Builder that returns the offset of an identical earlier vector instead of a copy."""
+    class ModelBuilder(flatbuffers.Builder):
+        """A Builder that aligns buffer data to 16 bytes and writes each quantization vector once.
+
+        ``aligned_vectors`` holds the ``id`` of each buffer's data array: the generated packer
+        hands those arrays to ``CreateNumpyVector`` as they are, and no other vector is one of them.
+        """
 
         def __init__(self, size: int) -> None:
             super().__init__(size)
@@ -35,6 +68,8 @@ def _sharing_builder(initial_size: int) -> Any:
             self.shared_bytes = 0
 
         def CreateNumpyVector(self, x: Any) -> int:  # noqa: N802 (the flatbuffers API's name)
+            if id(x) in aligned_vectors:
+                return self._create_aligned_bytes(x.tobytes())
             if x.ndim != 1 or x.dtype.str not in _SHARED_DTYPES:
                 return super().CreateNumpyVector(x)
             key = (x.dtype.str, x.tobytes())
@@ -46,14 +81,121 @@ def _sharing_builder(initial_size: int) -> Any:
             self._vectors[key] = offset
             return offset
 
-    return SharingBuilder(initial_size)
+        def _create_aligned_bytes(self, payload: bytes) -> int:
+            # StartVector pads so that the payload starts at a multiple of the alignment counted
+            # from the end of the finished buffer, and raises minalign so that Finish pads the
+            # whole file to a multiple of it: counted from the start, the payload is aligned too.
+            self.StartVector(1, len(payload), BUFFER_ALIGNMENT)
+            self.head -= len(payload)
+            self.Bytes[self.head : self.head + len(payload)] = payload
+            return self.EndVector()
+
+    return ModelBuilder(initial_size)
 
 
-def pack_model(model: Any) -> bytes:
-    """Serialize a ``schema_py_generated.ModelT``, writing repeated quantization vectors once."""
-    builder = _sharing_builder(1024)
+def _pack_flatbuffer(model: Any) -> bytes:
+    import numpy as np
+
+    aligned: set[int] = set()
+    for buf in model.buffers or ():
+        if buf.data is None:
+            continue
+        if type(buf.data) is not np.ndarray or buf.data.dtype != np.uint8:
+            buf.data = np.asarray(buf.data, dtype=np.uint8)  # the packer's fast path needs an ndarray
+        if buf.data.size:
+            aligned.add(id(buf.data))
+    builder = _model_builder(1024, aligned)
     builder.Finish(model.Pack(builder), file_identifier=_TFLITE_FILE_IDENTIFIER)
     return bytes(builder.Output())
+
+
+def _round_up(n: int) -> int:
+    return -(-n // BUFFER_ALIGNMENT) * BUFFER_ALIGNMENT
+
+
+def pack_model(model: Any, source: bytes | None = None) -> bytes:
+    """Serialize a ``schema_py_generated.ModelT``: every buffer's data at a multiple of 16 bytes
+    from the file start, repeated quantization vectors written once. Deterministic: the same model
+    packs to the same bytes.
+
+    ``source`` is the file the model was read from; it is needed only when buffers store their
+    data after the flatbuffer (``Buffer.offset`` > 1, models over 2 GB), and those buffers are
+    written after the new flatbuffer again, at aligned offsets.
+    """
+    external = [buf for buf in model.buffers or () if int(buf.offset or 0) >= _EXTERNAL_OFFSET_MIN]
+    if not external:
+        return _pack_flatbuffer(model)
+    if source is None:
+        raise InternalError("A model with buffers stored after the flatbuffer was packed without the file it came from.")
+    payloads = []
+    for buf in external:
+        start, size = int(buf.offset), int(buf.size or 0)
+        if start + size > len(source):
+            raise FlatbufferError(
+                f"The model's buffer data at byte {start} ({size} bytes) lies outside the file "
+                f"({len(source)} bytes). The file may be truncated or corrupted.",
+                "Re-export the model, or check that the file was copied completely.",
+            )
+        payloads.append(bytes(source[start : start + size]))
+        if buf.data is not None and len(buf.data):
+            raise FlatbufferError(
+                "The model has a buffer that holds data both inside and after the flatbuffer.",
+                "Re-export the model with the LiteRT converter.",
+            )
+        buf.data = None
+    # The offsets' values do not change the flatbuffer's layout (only whether the field is present),
+    # so pack once with placeholders to learn where the flatbuffer ends, then with the real offsets.
+    for buf, payload in zip(external, payloads):
+        buf.offset, buf.size = _EXTERNAL_OFFSET_MIN, len(payload)
+    end = len(_pack_flatbuffer(model))
+    position = _round_up(end)
+    for buf, payload in zip(external, payloads):
+        buf.offset = position
+        position = _round_up(position + len(payload))
+    flat = _pack_flatbuffer(model)
+    if len(flat) != end:
+        raise InternalError("The flatbuffer's size changed when its external buffer offsets were set.")
+    out = bytearray(flat)
+    for buf, payload in zip(external, payloads):
+        out += bytes(int(buf.offset) - len(out))
+        out += payload
+    return bytes(out)
+
+
+def read_model(model_bytes: bytes) -> Any:
+    """The ``ModelT`` object of ``model_bytes`` (pass the same bytes to ``pack_model`` as ``source``)."""
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    return flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
+
+
+def misaligned_buffers(model_bytes: bytes) -> list[tuple[int, int]]:
+    """``(buffer index, byte offset)`` of every non-empty buffer whose data does not start at a
+    multiple of 16 from the file start. Reads only the buffer table, not the whole model."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    data = bytes(model_bytes)
+    model = schema.Model.GetRootAs(data, 0)
+    found = []
+    for index in range(model.BuffersLength()):
+        buf = model.Buffers(index)
+        if buf.Offset() >= _EXTERNAL_OFFSET_MIN:
+            start = buf.Offset()
+        elif buf.DataLength():
+            start = buf._tab.Vector(buf._tab.Offset(4))  # Buffer.data is field 0 (vtable slot 4)
+        else:
+            continue
+        if start % BUFFER_ALIGNMENT:
+            found.append((index, start))
+    return found
+
+
+def align_buffers(model_bytes: bytes) -> bytes:
+    """``model_bytes`` with every buffer 16-byte aligned: unchanged when already so, else re-packed
+    (same tensors, buffer contents and operators; only the padding moves)."""
+    if not misaligned_buffers(model_bytes):
+        return bytes(model_bytes)
+    return pack_model(read_model(model_bytes), source=model_bytes)
 
 
 def _has_quantization_vectors(model: Any) -> bool:
@@ -65,18 +207,14 @@ def _has_quantization_vectors(model: Any) -> bool:
 
 
 def share_quantization_vectors(model_bytes: bytes) -> bytes:
-    """The same model with each distinct quantization vector stored once.
+    """The same model with each distinct quantization vector stored once, and aligned buffers.
 
-    Returns ``model_bytes`` unchanged for a model without quantization parameters (a float model
-    keeps the converter's exact bytes) or when rewriting would not make the file smaller.
+    A model without quantization parameters is only aligned (``align_buffers``).
     """
-    from ai_edge_litert.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
+    model = read_model(model_bytes)
     if not _has_quantization_vectors(model):
-        return bytes(model_bytes)
-    packed = pack_model(model)
-    return packed if len(packed) < len(model_bytes) else bytes(model_bytes)
+        return align_buffers(model_bytes)
+    return pack_model(model, source=model_bytes)
 
 
 def strip_tensor_names(model_bytes: bytes) -> bytes:
@@ -88,13 +226,10 @@ def strip_tensor_names(model_bytes: bytes) -> bytes:
     and output tensors keep their names (apps look tensors up by them). What is lost is the map
     from tensors back to PyTorch modules that per-layer parity and the reports' module paths use.
     """
-    from ai_edge_litert.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
+    model = read_model(model_bytes)
     for sg in model.subgraphs or ():
         keep = {int(i) for i in (*(sg.inputs if sg.inputs is not None else ()), *(sg.outputs if sg.outputs is not None else ()))}
         for index, tensor in enumerate(sg.tensors or ()):
             if index not in keep:
                 tensor.name = b""
-    return pack_model(model)
-
+    return pack_model(model, source=model_bytes)
