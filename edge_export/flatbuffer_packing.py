@@ -21,17 +21,19 @@ same values and runs bit-identically. Only the numeric vectors of quantization p
 (int64 zero points, float32 scales/min/max): the generated packer writes every other vector
 (weights, shapes, names) itself.
 
-Buffers stored outside the flatbuffer. A model over 2 GB keeps buffer data after the flatbuffer,
-located by ``Buffer.offset`` (from the file start, > 1) and ``Buffer.size``. Re-packing moves the
-flatbuffer's end, so those bytes are re-placed after the new flatbuffer, each at a multiple of 16,
-and the offsets rewritten; their bytes are read from the file the model was read from (``source``).
+Buffers stored outside the flatbuffer. The converter keeps the data of a model over 2 GB after
+the flatbuffer, located by ``Buffer.offset`` (from the file start, > 1) and ``Buffer.size``.
+ai-edge-litert's reader moves such data inside the model object, so every pass sees one layout, and
+the writer does the same (reading the bytes from ``source``); a model whose constants do not fit in
+one flatbuffer is refused with a ConversionError rather than written with the data misplaced.
+Converter output that is already aligned is kept as it is, external buffers included.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .errors import FlatbufferError, InternalError
+from .errors import ConversionError, FlatbufferError, InternalError
 
 __all__ = [
     "BUFFER_ALIGNMENT",
@@ -50,6 +52,8 @@ _SHARED_DTYPES = ("<i8", "<f4")
 # Buffer.offset values 0 and 1 mean "data inline" (1 is the converter's placeholder); see the
 # runtimes' readers, which take data from the file only for offset > 1.
 _EXTERNAL_OFFSET_MIN = 2
+# A flatbuffer addresses itself with signed 32-bit offsets; leave room for the tables around the data.
+_MAX_FLATBUFFER_BYTES = 2**31 - 2**24
 
 
 def _model_builder(initial_size: int, aligned_vectors: set[int]) -> Any:
@@ -100,8 +104,10 @@ def _pack_flatbuffer(model: Any) -> bytes:
     for buf in model.buffers or ():
         if buf.data is None:
             continue
-        if type(buf.data) is not np.ndarray or buf.data.dtype != np.uint8:
-            buf.data = np.asarray(buf.data, dtype=np.uint8)  # the packer's fast path needs an ndarray
+        if type(buf.data) is not np.ndarray or buf.data.dtype != np.uint8:  # the packer's fast path needs one
+            raw = buf.data
+            bytes_like = isinstance(raw, (bytes, bytearray, memoryview))
+            buf.data = np.frombuffer(bytes(raw), dtype=np.uint8) if bytes_like else np.asarray(raw, dtype=np.uint8)
         if buf.data.size:
             aligned.add(id(buf.data))
     builder = _model_builder(1024, aligned)
@@ -109,8 +115,22 @@ def _pack_flatbuffer(model: Any) -> bytes:
     return bytes(builder.Output())
 
 
-def _round_up(n: int) -> int:
-    return -(-n // BUFFER_ALIGNMENT) * BUFFER_ALIGNMENT
+def _inline_external_buffers(model: Any, source: bytes | None) -> None:
+    """Move the data of buffers stored after the flatbuffer (``Buffer.offset`` > 1) into it, as
+    ai-edge-litert's reader (``read_model``) already does: the writer keeps one layout."""
+    for buf in model.buffers or ():
+        start, size = int(buf.offset or 0), int(buf.size or 0)
+        if start < _EXTERNAL_OFFSET_MIN:
+            continue
+        if source is None:
+            raise InternalError("A model with buffers stored after the flatbuffer was packed without the file it came from.")
+        if start + size > len(source):
+            raise FlatbufferError(
+                f"The model's buffer data at byte {start} ({size} bytes) lies outside the file "
+                f"({len(source)} bytes). The file may be truncated or corrupted.",
+                "Re-export the model, or check that the file was copied completely.",
+            )
+        buf.data, buf.offset, buf.size = bytes(source[start : start + size]), 0, 0
 
 
 def pack_model(model: Any, source: bytes | None = None) -> bytes:
@@ -118,48 +138,21 @@ def pack_model(model: Any, source: bytes | None = None) -> bytes:
     from the file start, repeated quantization vectors written once. Deterministic: the same model
     packs to the same bytes.
 
-    ``source`` is the file the model was read from; it is needed only when buffers store their
-    data after the flatbuffer (``Buffer.offset`` > 1, models over 2 GB), and those buffers are
-    written after the new flatbuffer again, at aligned offsets.
+    Buffer data is written inside the flatbuffer. Data a model stores after it (``Buffer.offset``
+    > 1, the converter's layout for models over 2 GB) is read from ``source``, the file the model
+    came from, and moved inside; a model whose constants cannot fit in one flatbuffer is refused.
     """
-    external = [buf for buf in model.buffers or () if int(buf.offset or 0) >= _EXTERNAL_OFFSET_MIN]
-    if not external:
-        return _pack_flatbuffer(model)
-    if source is None:
-        raise InternalError("A model with buffers stored after the flatbuffer was packed without the file it came from.")
-    payloads = []
-    for buf in external:
-        start, size = int(buf.offset), int(buf.size or 0)
-        if start + size > len(source):
-            raise FlatbufferError(
-                f"The model's buffer data at byte {start} ({size} bytes) lies outside the file "
-                f"({len(source)} bytes). The file may be truncated or corrupted.",
-                "Re-export the model, or check that the file was copied completely.",
-            )
-        payloads.append(bytes(source[start : start + size]))
-        if buf.data is not None and len(buf.data):
-            raise FlatbufferError(
-                "The model has a buffer that holds data both inside and after the flatbuffer.",
-                "Re-export the model with the LiteRT converter.",
-            )
-        buf.data = None
-    # The offsets' values do not change the flatbuffer's layout (only whether the field is present),
-    # so pack once with placeholders to learn where the flatbuffer ends, then with the real offsets.
-    for buf, payload in zip(external, payloads):
-        buf.offset, buf.size = _EXTERNAL_OFFSET_MIN, len(payload)
-    end = len(_pack_flatbuffer(model))
-    position = _round_up(end)
-    for buf, payload in zip(external, payloads):
-        buf.offset = position
-        position = _round_up(position + len(payload))
-    flat = _pack_flatbuffer(model)
-    if len(flat) != end:
-        raise InternalError("The flatbuffer's size changed when its external buffer offsets were set.")
-    out = bytearray(flat)
-    for buf, payload in zip(external, payloads):
-        out += bytes(int(buf.offset) - len(out))
-        out += payload
-    return bytes(out)
+    _inline_external_buffers(model, source)
+    constant_bytes = sum(len(buf.data) for buf in model.buffers or () if buf.data is not None)
+    if constant_bytes > _MAX_FLATBUFFER_BYTES:
+        raise ConversionError(
+            f"The model holds {constant_bytes / 2**30:.1f} GiB of constant data, more than one "
+            "flatbuffer can hold (2 GiB); edge-export writes every buffer inside the flatbuffer, "
+            "16-byte aligned, as the devices it targets load them.",
+            "Quantize the weights (--quantize fp16, dynamic-int8 or int8) to bring them under 2 GiB, "
+            "or export a smaller model.",
+        )
+    return _pack_flatbuffer(model)
 
 
 def read_model(model_bytes: bytes) -> Any:
