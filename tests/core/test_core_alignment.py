@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from model_zoo import small_cnn
 
 SHAPE = (1, 3, 16, 16)
@@ -134,7 +133,7 @@ def exported(tmp_path_factory) -> dict[str, Exported]:
     recorded on the way (the converter's for float modes, the quantizer's for integer ones)."""
     import edge_export
     import edge_export.flatbuffer_packing as packing
-    import edge_export.quantization as quantization
+    from edge_export import quantization
 
     folder = tmp_path_factory.mktemp("aligned")
     compiler = folder / "edgetpu_compiler"
