@@ -73,7 +73,7 @@ def _model_builder(initial_size: int, aligned_vectors: set[int]) -> Any:
 
         def CreateNumpyVector(self, x: Any) -> int:  # noqa: N802 (the flatbuffers API's name)
             if id(x) in aligned_vectors:
-                return self._create_aligned_bytes(x.tobytes())
+                return self._create_aligned_bytes(x)
             if x.ndim != 1 or x.dtype.str not in _SHARED_DTYPES:
                 return super().CreateNumpyVector(x)
             key = (x.dtype.str, x.tobytes())
@@ -85,13 +85,15 @@ def _model_builder(initial_size: int, aligned_vectors: set[int]) -> Any:
             self._vectors[key] = offset
             return offset
 
-        def _create_aligned_bytes(self, payload: bytes) -> int:
-            # StartVector pads so that the payload starts at a multiple of the alignment counted
-            # from the end of the finished buffer, and raises minalign so that Finish pads the
-            # whole file to a multiple of it: counted from the start, the payload is aligned too.
-            self.StartVector(1, len(payload), BUFFER_ALIGNMENT)
-            self.head -= len(payload)
-            self.Bytes[self.head : self.head + len(payload)] = payload
+        def _create_aligned_bytes(self, data: Any) -> int:
+            # StartVector pads so that the data starts at a multiple of the alignment counted from
+            # the end of the finished buffer, and raises minalign so that Finish pads the whole
+            # file to a multiple of it: counted from the start, the data is aligned too.
+            size = data.nbytes
+            self.StartVector(1, size, BUFFER_ALIGNMENT)
+            self.head -= size
+            # Copied once, straight from the array (weights are most of a model's bytes).
+            self.Bytes[self.head : self.head + size] = data.data if data.flags.c_contiguous else data.tobytes()
             return self.EndVector()
 
     return ModelBuilder(initial_size)
@@ -110,9 +112,11 @@ def _pack_flatbuffer(model: Any) -> bytes:
             buf.data = np.frombuffer(bytes(raw), dtype=np.uint8) if bytes_like else np.asarray(raw, dtype=np.uint8)
         if buf.data.size:
             aligned.add(id(buf.data))
-    builder = _model_builder(1024, aligned)
+    # Sized for the constants up front: growing the builder copies everything written so far.
+    constant_bytes = sum(len(buf.data) for buf in model.buffers or () if buf.data is not None)
+    builder = _model_builder(constant_bytes + BUFFER_ALIGNMENT * len(aligned) + 2**16, aligned)
     builder.Finish(model.Pack(builder), file_identifier=_TFLITE_FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return bytes(memoryview(builder.Bytes)[builder.Head() :])
 
 
 def _inline_external_buffers(model: Any, source: bytes | None) -> None:
