@@ -189,7 +189,8 @@ def misaligned_buffers(model_bytes: bytes) -> list[tuple[int, int]]:
 
 def align_buffers(model_bytes: bytes) -> bytes:
     """``model_bytes`` with every buffer 16-byte aligned: unchanged when already so, else re-packed
-    (same tensors, buffer contents and operators; only the padding moves)."""
+    (same tensors, constants and operators; ai-edge-litert's reader may renumber buffers as it
+    drops unused empty ones, which the tensors follow)."""
     if not misaligned_buffers(model_bytes):
         return bytes(model_bytes)
     return pack_model(read_model(model_bytes), source=model_bytes)
