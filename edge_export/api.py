@@ -350,6 +350,11 @@ def _run_export(
             model_bytes = convert_module(
                 export_module, export_example, strict=options.strict, quant_config=quant_config, verbose=options.verbose
             )
+    # The converter ignores the schema's 16-byte alignment of buffer data; every check below runs
+    # on, and every file is written from, the aligned model (later rewrites re-pack it aligned).
+    from .flatbuffer_packing import align_buffers
+
+    model_bytes = align_buffers(model_bytes)
 
     extra_artifacts: list[tuple[str, Path, bytes]] = []  # (report key, path, bytes)
     runner_factory = None

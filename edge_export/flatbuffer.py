@@ -12,6 +12,7 @@ mutated files used to crash the XNNPACK delegate.
 from __future__ import annotations
 
 import functools
+import json
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -528,53 +529,64 @@ class _SchemaLayout:
     unions: dict[str, dict[int, str]]  # union creator name -> {type value: table name}
 
 
-def _layout_cache_file(schema_source: bytes) -> Path | None:
-    import hashlib
-    import os
+# The layout of the pinned ai-edge-litert schema (constraints.txt), shipped with the package:
+# deriving it parses the generated module's source, ~0.6 s that every export would pay.
+# Regenerate after changing the pin: `python -m edge_export.flatbuffer --write-layout`
+# (tests/core/test_core_schema_layout.py checks the shipped file against the installed schema).
+_SHIPPED_LAYOUT = Path(__file__).with_name("flatbuffer_schema_layout.json")
 
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if not base:
-        return None
-    digest = hashlib.sha256(schema_source).hexdigest()[:20]
-    return Path(base) / "edge-export" / f"flatbuffer-schema-layout-{digest}.json"
+
+def _schema_source_digest() -> str:
+    """SHA-256 of the installed generated schema module's source: which schema a layout is for."""
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.find_spec("ai_edge_litert.schema_py_generated")
+    if spec is None or not spec.origin:
+        raise InternalError("ai-edge-litert's generated schema module (schema_py_generated) is not installed.")
+    return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
+
+
+def _layout_to_json(layout: _SchemaLayout, schema_digest: str) -> str:
+    """Deterministic JSON, one table or union a line (readable diffs when the pin moves)."""
+
+    def section(items: dict) -> str:
+        return ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(items.items()))
+
+    tables = {k: [vars(f) for f in v] for k, v in layout.tables.items()}
+    unions = {k: {str(t): n for t, n in sorted(v.items())} for k, v in layout.unions.items()}
+    return (
+        f'{{\n"schema_sha256": {json.dumps(schema_digest)},\n'
+        f'"tables": {{\n{section(tables)}\n}},\n"unions": {{\n{section(unions)}\n}}\n}}\n'
+    )
+
+
+def _layout_from_json(text: str) -> tuple[_SchemaLayout, str]:
+    raw = json.loads(text)
+    layout = _SchemaLayout(
+        tables={k: tuple(_FieldSpec(**f) for f in v) for k, v in raw["tables"].items()},
+        unions={k: {int(t): n for t, n in v.items()} for k, v in raw["unions"].items()},
+    )
+    return layout, raw["schema_sha256"]
 
 
 @functools.lru_cache(maxsize=1)
 def _schema_layout() -> _SchemaLayout:
-    """The schema layout, derived once per ai-edge-litert schema and cached on disk: parsing the
-    generated code takes ~0.6 s, which would otherwise be paid by every export."""
-    import importlib.util
-    import json
-    import os
-    import tempfile
+    """The shipped layout when it was written for the installed schema; with another
+    ai-edge-litert's schema (the pin admits a range), the layout derived from it, once per process."""
+    try:
+        layout, digest = _layout_from_json(_SHIPPED_LAYOUT.read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InternalError(f"The flatbuffer verifier's schema layout ({_SHIPPED_LAYOUT.name}) is missing or damaged: {exc}.") from exc
+    if digest == _schema_source_digest():
+        return layout
+    return _derive_schema_layout()
 
-    spec = importlib.util.find_spec("ai_edge_litert.schema_py_generated")
-    source = Path(spec.origin).read_bytes() if spec and spec.origin else b""
-    cache = _layout_cache_file(source) if source else None
-    if cache is not None and cache.is_file():
-        try:
-            raw = json.loads(cache.read_text())
-            return _SchemaLayout(
-                tables={k: tuple(_FieldSpec(**f) for f in v) for k, v in raw["tables"].items()},
-                unions={k: {int(t): n for t, n in v.items()} for k, v in raw["unions"].items()},
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # a damaged cache is recomputed and rewritten
-    layout = _derive_schema_layout()
-    if cache is not None:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            data = {
-                "tables": {k: [vars(f) for f in v] for k, v in layout.tables.items()},
-                "unions": {k: {str(t): n for t, n in v.items()} for k, v in layout.unions.items()},
-            }
-            fd, tmp = tempfile.mkstemp(dir=cache.parent, suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh)
-            os.replace(tmp, cache)
-        except OSError:
-            pass  # no writable cache: derive it again next time
-    return layout
+
+def write_schema_layout(path: Path = _SHIPPED_LAYOUT) -> Path:
+    """Write the layout derived from the installed schema (the data file shipped in the package)."""
+    path.write_text(_layout_to_json(_derive_schema_layout(), _schema_source_digest()), encoding="utf-8")
+    return path
 
 
 def _derive_schema_layout() -> _SchemaLayout:
@@ -745,3 +757,20 @@ class _Verifier:
 
     def verify_model(self) -> None:
         self.verify_table(self.deref(0, "the root table"), "Model", 0)
+
+
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m edge_export.flatbuffer")
+    parser.add_argument(
+        "--write-layout", action="store_true", required=True,
+        help=f"Write {_SHIPPED_LAYOUT.name} (the verifier's schema layout) from the installed ai-edge-litert.",
+    )
+    parser.parse_args(argv)
+    print(f"wrote {write_schema_layout()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

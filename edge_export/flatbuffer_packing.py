@@ -1,33 +1,70 @@
-"""Writing a LiteRT model object back to flatbuffer bytes, without repeating identical vectors.
+"""Writing a LiteRT model object back to flatbuffer bytes: every buffer 16-byte aligned, each
+distinct quantization vector stored once. Every .tflite edge-export writes goes through
+``pack_model`` (or ``align_buffers`` for bytes straight from the converter).
 
-A per-channel quantized tensor stores a float32 scale and an int64 zero point per channel, and the
-bias of every quantized conv or linear stores another such pair. The zero points are all zero for
-symmetric weights, so a MobileNetV2 repeats the same all-zero vectors thousands of bytes at a time:
-about 7% of its int8 file (289 kB of 4.1 MB). FlatBuffers allows any number of tables to point at
-one vector, and readers (LiteRT, TFLite Micro, flatc, the Edge TPU compiler) only follow offsets,
-so writing each distinct quantization vector once is lossless: the model decodes to the same
-values and runs bit-identically.
+Alignment. The TFLite schema declares ``force_align: 16`` on ``Buffer.data``, but Python's
+``flatbuffers.Builder`` ignores the attribute (tflite-micro PR 3177), so neither litert-torch's
+converter nor a plain ``ModelT.Pack`` honours it: a small CNN's weights start at 4, 8 or 12 mod 16.
+Cortex-M cores fault on misaligned wide loads (an int16x8 model's int64 biases), TFLite Micro
+documents 16-byte alignment for model data, and LiteRT copies buffers it cannot use in place.
+The builder here places each buffer's bytes at a multiple of 16 from the file start: it aligns the
+vector to 16 from the end of the (back-to-front) build, and ``Finish`` pads the file to a multiple
+of the largest alignment used, so the two coincide. The padding costs at most 15 bytes a buffer.
 
-Only the numeric vectors of quantization parameters are shared (int64 zero points, float32
-scales/min/max): the generated packer writes every other vector (weights, shapes, names) itself.
+Sharing. A per-channel quantized tensor stores a float32 scale and an int64 zero point per channel,
+and the bias of every quantized conv or linear stores another such pair. The zero points are all
+zero for symmetric weights, so a MobileNetV2 repeats the same all-zero vectors thousands of bytes at
+a time: about 7% of its int8 file (289 kB of 4.1 MB). FlatBuffers allows any number of tables to
+point at one vector, and readers (LiteRT, TFLite Micro, flatc, the Edge TPU compiler) only follow
+offsets, so writing each distinct quantization vector once is lossless: the model decodes to the
+same values and runs bit-identically. Only the numeric vectors of quantization parameters are shared
+(int64 zero points, float32 scales/min/max): the generated packer writes every other vector
+(weights, shapes, names) itself.
+
+Buffers stored outside the flatbuffer. The converter keeps the data of a model over 2 GB after
+the flatbuffer, located by ``Buffer.offset`` (from the file start, > 1) and ``Buffer.size``.
+ai-edge-litert's reader moves such data inside the model object, so every pass sees one layout, and
+the writer does the same (reading the bytes from ``source``); a model whose constants do not fit in
+one flatbuffer is refused with a ConversionError rather than written with the data misplaced.
+Converter output that is already aligned is kept as it is, external buffers included.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["pack_model", "share_quantization_vectors", "strip_tensor_names"]
+from .errors import ConversionError, FlatbufferError, InternalError
 
+__all__ = [
+    "BUFFER_ALIGNMENT",
+    "align_buffers",
+    "misaligned_buffers",
+    "pack_model",
+    "read_model",
+    "share_quantization_vectors",
+    "strip_tensor_names",
+]
+
+BUFFER_ALIGNMENT = 16  # the schema's force_align on Buffer.data
 _TFLITE_FILE_IDENTIFIER = b"TFL3"
 # Element types of QuantizationParameters' vectors (zero_point: [long], scale/min/max: [float]).
 _SHARED_DTYPES = ("<i8", "<f4")
+# Buffer.offset values 0 and 1 mean "data inline" (1 is the converter's placeholder); see the
+# runtimes' readers, which take data from the file only for offset > 1.
+_EXTERNAL_OFFSET_MIN = 2
+# A flatbuffer addresses itself with signed 32-bit offsets; leave room for the tables around the data.
+_MAX_FLATBUFFER_BYTES = 2**31 - 2**24
 
 
-def _sharing_builder(initial_size: int) -> Any:
+def _model_builder(initial_size: int, aligned_vectors: set[int]) -> Any:
     import flatbuffers
 
-    class SharingBuilder(flatbuffers.Builder):
-        """A Builder that returns the offset of an identical earlier vector instead of a copy."""
+    class ModelBuilder(flatbuffers.Builder):
+        """A Builder that aligns buffer data to 16 bytes and writes each quantization vector once.
+
+        ``aligned_vectors`` holds the ``id`` of each buffer's data array: the generated packer
+        hands those arrays to ``CreateNumpyVector`` as they are, and no other vector is one of them.
+        """
 
         def __init__(self, size: int) -> None:
             super().__init__(size)
@@ -35,6 +72,8 @@ def _sharing_builder(initial_size: int) -> Any:
             self.shared_bytes = 0
 
         def CreateNumpyVector(self, x: Any) -> int:  # noqa: N802 (the flatbuffers API's name)
+            if id(x) in aligned_vectors:
+                return self._create_aligned_bytes(x)
             if x.ndim != 1 or x.dtype.str not in _SHARED_DTYPES:
                 return super().CreateNumpyVector(x)
             key = (x.dtype.str, x.tobytes())
@@ -46,14 +85,115 @@ def _sharing_builder(initial_size: int) -> Any:
             self._vectors[key] = offset
             return offset
 
-    return SharingBuilder(initial_size)
+        def _create_aligned_bytes(self, data: Any) -> int:
+            # StartVector pads so that the data starts at a multiple of the alignment counted from
+            # the end of the finished buffer, and raises minalign so that Finish pads the whole
+            # file to a multiple of it: counted from the start, the data is aligned too.
+            size = data.nbytes
+            self.StartVector(1, size, BUFFER_ALIGNMENT)
+            self.head -= size
+            # Copied once, straight from the array (weights are most of a model's bytes).
+            self.Bytes[self.head : self.head + size] = data.data if data.flags.c_contiguous else data.tobytes()
+            return self.EndVector()
+
+    return ModelBuilder(initial_size)
 
 
-def pack_model(model: Any) -> bytes:
-    """Serialize a ``schema_py_generated.ModelT``, writing repeated quantization vectors once."""
-    builder = _sharing_builder(1024)
+def _pack_flatbuffer(model: Any) -> bytes:
+    import numpy as np
+
+    aligned: set[int] = set()
+    for buf in model.buffers or ():
+        if buf.data is None:
+            continue
+        if type(buf.data) is not np.ndarray or buf.data.dtype != np.uint8:  # the packer's fast path needs one
+            raw = buf.data
+            bytes_like = isinstance(raw, (bytes, bytearray, memoryview))
+            buf.data = np.frombuffer(bytes(raw), dtype=np.uint8) if bytes_like else np.asarray(raw, dtype=np.uint8)
+        if buf.data.size:
+            aligned.add(id(buf.data))
+    # Sized for the constants up front: growing the builder copies everything written so far.
+    constant_bytes = sum(len(buf.data) for buf in model.buffers or () if buf.data is not None)
+    builder = _model_builder(constant_bytes + BUFFER_ALIGNMENT * len(aligned) + 2**16, aligned)
     builder.Finish(model.Pack(builder), file_identifier=_TFLITE_FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return bytes(memoryview(builder.Bytes)[builder.Head() :])
+
+
+def _inline_external_buffers(model: Any, source: bytes | None) -> None:
+    """Move the data of buffers stored after the flatbuffer (``Buffer.offset`` > 1) into it, as
+    ai-edge-litert's reader (``read_model``) already does: the writer keeps one layout."""
+    for buf in model.buffers or ():
+        start, size = int(buf.offset or 0), int(buf.size or 0)
+        if start < _EXTERNAL_OFFSET_MIN:
+            continue
+        if source is None:
+            raise InternalError("A model with buffers stored after the flatbuffer was packed without the file it came from.")
+        if start + size > len(source):
+            raise FlatbufferError(
+                f"The model's buffer data at byte {start} ({size} bytes) lies outside the file "
+                f"({len(source)} bytes). The file may be truncated or corrupted.",
+                "Re-export the model, or check that the file was copied completely.",
+            )
+        buf.data, buf.offset, buf.size = bytes(source[start : start + size]), 0, 0
+
+
+def pack_model(model: Any, source: bytes | None = None) -> bytes:
+    """Serialize a ``schema_py_generated.ModelT``: every buffer's data at a multiple of 16 bytes
+    from the file start, repeated quantization vectors written once. Deterministic: the same model
+    packs to the same bytes.
+
+    Buffer data is written inside the flatbuffer. Data a model stores after it (``Buffer.offset``
+    > 1, the converter's layout for models over 2 GB) is read from ``source``, the file the model
+    came from, and moved inside; a model whose constants cannot fit in one flatbuffer is refused.
+    """
+    _inline_external_buffers(model, source)
+    constant_bytes = sum(len(buf.data) for buf in model.buffers or () if buf.data is not None)
+    if constant_bytes > _MAX_FLATBUFFER_BYTES:
+        raise ConversionError(
+            f"The model holds {constant_bytes / 2**30:.1f} GiB of constant data, more than one "
+            "flatbuffer can hold (2 GiB); edge-export writes every buffer inside the flatbuffer, "
+            "16-byte aligned, as the devices it targets load them.",
+            "Quantize the weights (--quantize fp16, dynamic-int8 or int8) to bring them under 2 GiB, "
+            "or export a smaller model.",
+        )
+    return _pack_flatbuffer(model)
+
+
+def read_model(model_bytes: bytes) -> Any:
+    """The ``ModelT`` object of ``model_bytes`` (pass the same bytes to ``pack_model`` as ``source``)."""
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    return flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
+
+
+def misaligned_buffers(model_bytes: bytes) -> list[tuple[int, int]]:
+    """``(buffer index, byte offset)`` of every non-empty buffer whose data does not start at a
+    multiple of 16 from the file start. Reads only the buffer table, not the whole model."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    data = bytes(model_bytes)
+    model = schema.Model.GetRootAs(data, 0)
+    found = []
+    for index in range(model.BuffersLength()):
+        buf = model.Buffers(index)
+        if buf.Offset() >= _EXTERNAL_OFFSET_MIN:
+            start = buf.Offset()
+        elif buf.DataLength():
+            start = buf._tab.Vector(buf._tab.Offset(4))  # Buffer.data is field 0 (vtable slot 4)
+        else:
+            continue
+        if start % BUFFER_ALIGNMENT:
+            found.append((index, start))
+    return found
+
+
+def align_buffers(model_bytes: bytes) -> bytes:
+    """``model_bytes`` with every buffer 16-byte aligned: unchanged when already so, else re-packed
+    (same tensors, constants and operators; ai-edge-litert's reader may renumber buffers as it
+    drops unused empty ones, which the tensors follow)."""
+    if not misaligned_buffers(model_bytes):
+        return bytes(model_bytes)
+    return pack_model(read_model(model_bytes), source=model_bytes)
 
 
 def _has_quantization_vectors(model: Any) -> bool:
@@ -65,18 +205,14 @@ def _has_quantization_vectors(model: Any) -> bool:
 
 
 def share_quantization_vectors(model_bytes: bytes) -> bytes:
-    """The same model with each distinct quantization vector stored once.
+    """The same model with each distinct quantization vector stored once, and aligned buffers.
 
-    Returns ``model_bytes`` unchanged for a model without quantization parameters (a float model
-    keeps the converter's exact bytes) or when rewriting would not make the file smaller.
+    A model without quantization parameters is only aligned (``align_buffers``).
     """
-    from ai_edge_litert.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
+    model = read_model(model_bytes)
     if not _has_quantization_vectors(model):
-        return bytes(model_bytes)
-    packed = pack_model(model)
-    return packed if len(packed) < len(model_bytes) else bytes(model_bytes)
+        return align_buffers(model_bytes)
+    return pack_model(model, source=model_bytes)
 
 
 def strip_tensor_names(model_bytes: bytes) -> bytes:
@@ -88,13 +224,10 @@ def strip_tensor_names(model_bytes: bytes) -> bytes:
     and output tensors keep their names (apps look tensors up by them). What is lost is the map
     from tensors back to PyTorch modules that per-layer parity and the reports' module paths use.
     """
-    from ai_edge_litert.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
+    model = read_model(model_bytes)
     for sg in model.subgraphs or ():
         keep = {int(i) for i in (*(sg.inputs if sg.inputs is not None else ()), *(sg.outputs if sg.outputs is not None else ()))}
         for index, tensor in enumerate(sg.tensors or ()):
             if index not in keep:
                 tensor.name = b""
-    return pack_model(model)
-
+    return pack_model(model, source=model_bytes)

@@ -245,4 +245,4 @@ def set_io_dtype(model_bytes: bytes, io_dtype: IODtype) -> bytes:
     if not changed:
         return bytes(model_bytes)
     sg.operators = new_in_ops + ops + new_out_ops
-    return pack_model(model)
+    return pack_model(model, source=model_bytes)

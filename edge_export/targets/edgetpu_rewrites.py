@@ -398,4 +398,4 @@ def reorder_for_edgetpu(data: bytes) -> tuple[bytes, bool]:
     if len(sg.operators) != len(order):
         raise InternalError("The operator count of the flatbuffer changed while reordering it.")
     sg.operators = [sg.operators[i] for i in order]
-    return pack_model(model_t), True
+    return pack_model(model_t, source=data), True
