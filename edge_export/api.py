@@ -26,7 +26,7 @@ from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
 
 __all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
 
-REPORT_SCHEMA_VERSION = "1.0"
+REPORT_SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
