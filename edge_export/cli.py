@@ -163,6 +163,8 @@ def _print_summary(result) -> None:
             + (f"; failed: {', '.join(failed)}" if failed else "")
             + (f"; {w['error']}" if w.get("error") else "")
         )
+        for note in val.get("notes") or []:
+            _out.print(f"  note: {note}")
     quant = rep.get("quantization")
     if quant:
         integer = "fully integer" if quant["fully_integer"] else "NOT fully integer"

@@ -118,7 +118,8 @@ def _kind(text: str, given: str) -> OutputKind:
     try:
         return OutputKind(text.strip().lower())
     except ValueError:
-        raise UsageError(f"--output-kind '{given}' names no kind of output ('{text}').", _KIND_HINT) from None
+        what = f"'{given}' is" if given == text else f"'{given}': '{text}' is"
+        raise UsageError(f"--output-kind {what} not a kind of output.", _KIND_HINT) from None
 
 
 def _split(text: str) -> tuple[str | None, str]:

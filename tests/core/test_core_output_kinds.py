@@ -96,8 +96,10 @@ def test_bad_labels_are_usage_errors(tmp_path, outputs, kinds, labels_text, mess
 
 def test_bad_kind_options_are_usage_errors(tmp_path):
     outs = _outs((("output_0",), (1, 10)))
-    with pytest.raises(UsageError, match="names no kind"):
+    with pytest.raises(UsageError, match="'logits' is not a kind of output"):
         parse_output_kinds("logits")
+    with pytest.raises(UsageError, match="'y=vector': 'vector' is not a kind"):
+        parse_output_kinds("y=vector")
     with pytest.raises(UsageError, match="more than one kind for all"):
         parse_output_kinds(["embedding", "regression"])
     with pytest.raises(UsageError, match="twice"):
