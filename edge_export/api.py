@@ -774,6 +774,16 @@ def _validate(
         )
     scales = [o.scale for o in runner.outputs]
     kinds = _output_kinds(names, torch_names, [tuple(r.shape) for r in references[0]], options)
+    unnamed = [n for n, d in zip(names, kinds) if d.source.value == "default"]
+    notes = (
+        [
+            f"judged as regression because nothing says what they are: {', '.join(unnamed)}; "
+            "--output-kind NAME=classification (or --labels) adds top-1/top-5, NAME=embedding the "
+            "worst-sample cosine and neighbour checks"
+        ]
+        if unnamed
+        else []
+    )
     return compare_outputs(
         references,
         candidates,
@@ -781,6 +791,7 @@ def _validate(
         thresholds=options.thresholds(),
         runtime=runtime,
         output_scales=scales,
+        notes=notes,
         kinds=kinds,
     )
 

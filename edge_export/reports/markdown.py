@@ -134,7 +134,6 @@ def _outputs_section(val: dict) -> list[str]:
     head = ["output", "kind", "shape", *(c[0] for c in _METRIC_COLUMNS), "verdict"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
-    reasons: list[str] = []
     for o in val["outputs"]:
         m = o.get("metrics") or {}
         missing = o.get("not_computable") or {}
@@ -148,11 +147,11 @@ def _outputs_section(val: dict) -> list[str]:
         lines.append(
             f"| `{o['name']}` | {kind_cell} | {'×'.join(str(d) for d in o['shape'])} | " + " | ".join(cells) + f" | {status} |"
         )
-        if not o.get("error"):
-            reasons.extend(f"`{o['name']}` {key}: {why}" for key, why in missing.items())
     lines.append("")
-    if reasons:
-        lines.append("n/c: not computable, counted as neither pass nor fail: " + "; ".join(reasons) + ".")
+    # n/c cells: why is in the notes (checks that could not be computed) or in the verdict (NaN/Inf)
+    for note in val.get("notes") or []:
+        lines.append(f"- {note}")
+    if val.get("notes"):
         lines.append("")
     t = val.get("thresholds", {})
     kinds = list(dict.fromkeys(o.get("kind") for o in val["outputs"] if o.get("kind") in _GATES_BY_KIND))

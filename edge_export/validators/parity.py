@@ -93,8 +93,8 @@ class ParityResult:
         return all(o.passed for o in self.outputs)
 
     def worst(self) -> dict | None:
-        """The first failing output with the lowest SQNR (an unknown SQNR counts as lowest), or the
-        lowest-SQNR output when all pass."""
+        """Among the failing outputs (all of them when none fails), the one with the lowest SQNR; an
+        unknown SQNR (NaN/Inf, shape mismatch) counts as the lowest."""
         if not self.outputs:
             return None
         failing = [o for o in self.outputs if not o.passed]

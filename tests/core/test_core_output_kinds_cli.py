@@ -126,9 +126,12 @@ def test_unnamed_classifier_gets_top1_only_when_told(models, classifier_tflite, 
     res, rep = check()
     assert res.exit_code == 0, res.stderr
     assert rep["validation"]["outputs"][0]["kind"] == "regression" and "top1_agreement" not in _checks(rep)
+    # the report says how to ask for top-1, since nothing told it what the output is
+    assert any("output_0; --output-kind NAME=classification" in n for n in rep["validation"]["notes"])
+    assert "note: judged as regression" in res.stdout
     res, rep = check("--output-kind", "classification")
     assert res.exit_code == 0, res.stderr
-    assert rep["validation"]["outputs"][0]["kind_source"] == "option"
+    assert rep["validation"]["outputs"][0]["kind_source"] == "option" and rep["validation"]["notes"] == []
     assert {"top1_agreement", "top5_agreement"} <= set(_checks(rep))
     labels = tmp_path / "labels.txt"
     labels.write_text("".join(f"digit {i}\n" for i in range(10)))
