@@ -272,3 +272,18 @@ def test_markdown_and_junit_show_the_kind_and_what_was_not_computable():
     xml = render_junit(report)
     assert 'name="output 0 y (embedding)"' in xml and "kind: embedding (decided by option)" in xml
     assert "neighbour_agreement: not computable" in xml
+
+
+def test_pytorch_side_output_names_come_from_dict_keys_and_attributes():
+    from collections import namedtuple
+
+    import torch
+
+    from edge_export.api import _output_keys
+
+    t = torch.zeros(1)
+    Out = namedtuple("Out", ["logits", "pooler_output"])
+    assert _output_keys({"logits": t, "embedding": t}) == ["logits", "embedding"]
+    assert _output_keys(Out(t, t)) == ["logits", "pooler_output"]
+    assert _output_keys((t, [t])) == [None, None]
+    assert _output_keys(t) == [None]
