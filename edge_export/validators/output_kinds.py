@@ -17,7 +17,6 @@ Import-light (no numpy, no torch): the CLI checks these options before any heavy
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
