@@ -46,7 +46,8 @@ def render_markdown(report: dict) -> str:
     elif worst:
         failed = ", ".join(worst.get("failed_checks") or []) or "none"
         lines.append(
-            f"Worst output: `{worst.get('output')}`{' (' + worst['kind'] + ')' if worst.get('kind') else ''} (SQNR {_fmt(worst.get('sqnr_db'))} dB, max abs error "
+            f"Worst output: `{worst.get('output')}` ({worst['kind'] + '; ' if worst.get('kind') else ''}"
+            f"SQNR {_fmt(worst.get('sqnr_db'))} dB, max abs error "
             f"{_fmt(worst.get('max_abs_error'))}; failed checks: {failed})."
         )
     lines.append("")
