@@ -175,4 +175,4 @@ def test_a_nan_output_fails_and_reads_no_sqnr(tmp_path, run_cli):
     o = rep["validation"]["outputs"][0]
     assert rep["verdict"] == "failed" and "NaN or Inf" in o["error"]
     assert o["metrics"]["sqnr_db"] is None and "NaN or Inf" in o["not_computable"]["sqnr_db"]
-    assert "SQNR – dB" in res.stdout and "200" not in res.stdout
+    assert "SQNR – dB" in res.stdout and "SQNR 200" not in res.stdout
