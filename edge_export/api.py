@@ -777,9 +777,9 @@ def _validate(
     unnamed = [n for n, d in zip(names, kinds) if d.source.value == "default"]
     notes = (
         [
-            f"judged as regression because nothing says what they are: {', '.join(unnamed)}; "
-            "--output-kind NAME=classification (or --labels) adds top-1/top-5, NAME=embedding the "
-            "worst-sample cosine and neighbour checks"
+            f"{', '.join(unnamed)} judged as regression (no option, name or labels says what "
+            f"{'it is' if len(unnamed) == 1 else 'they are'}): --output-kind NAME=classification adds "
+            "top-1/top-5, NAME=embedding worst-sample cosine and neighbours"
         ]
         if unnamed
         else []

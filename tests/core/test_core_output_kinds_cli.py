@@ -127,8 +127,8 @@ def test_unnamed_classifier_gets_top1_only_when_told(models, classifier_tflite, 
     assert res.exit_code == 0, res.stderr
     assert rep["validation"]["outputs"][0]["kind"] == "regression" and "top1_agreement" not in _checks(rep)
     # the report says how to ask for top-1, since nothing told it what the output is
-    assert any("output_0; --output-kind NAME=classification" in n for n in rep["validation"]["notes"])
-    assert "note: judged as regression" in res.stdout
+    assert any("--output-kind NAME=classification adds top-1" in n for n in rep["validation"]["notes"])
+    assert "note: output_0 judged as regression (no option, name or labels says what it is)" in res.stdout
     res, rep = check("--output-kind", "classification")
     assert res.exit_code == 0, res.stderr
     assert rep["validation"]["outputs"][0]["kind_source"] == "option" and rep["validation"]["notes"] == []
