@@ -26,7 +26,7 @@ from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
 
 __all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
 
-REPORT_SCHEMA_VERSION = "1.0"
+REPORT_SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,13 @@ class ExportOptions:
     min_sqnr: float | None = None
     min_cosine: float | None = None
     min_top1: float | None = None
+    min_top5: float | None = None
+    min_neighbour_agreement: float | None = None
+    max_rel_l2: float | None = None
+    max_error_steps: float | None = None
+    # what each output is: "KIND" for all, "NAME=KIND" pairs, or {name: kind} (see output_kinds.py)
+    output_kinds: Any = ()
+    labels: Any = ()  # "FILE" for the classifier output, "NAME=FILE" pairs, or {name: file}
     weights: str | None = None
     trust_pickle: bool = False
     verbose: bool = False
@@ -81,10 +88,22 @@ class ExportOptions:
             raise UsageError(f"--calibration-samples {self.calibration_samples} must be at least 1.")
         if self.samples < 1:
             raise UsageError(f"--samples {self.samples} must be at least 1.", "Use e.g. --samples 8.")
+        from .validators.output_kinds import parse_labels, parse_output_kinds
+
+        object.__setattr__(self, "output_kinds", parse_output_kinds(self.output_kinds))
+        object.__setattr__(self, "labels", parse_labels(self.labels))
+        self.thresholds()  # a bad threshold is a usage error now, not after the export
 
     def thresholds(self) -> Thresholds:
         return default_thresholds(self.quantize).override(
-            atol=self.atol, min_sqnr_db=self.min_sqnr, min_cosine=self.min_cosine, min_top1=self.min_top1
+            atol=self.atol,
+            min_sqnr_db=self.min_sqnr,
+            min_cosine=self.min_cosine,
+            min_top1=self.min_top1,
+            min_top5=self.min_top5,
+            min_neighbour_agreement=self.min_neighbour_agreement,
+            max_rel_l2=self.max_rel_l2,
+            max_error_steps=self.max_error_steps,
         )
 
 
@@ -286,6 +305,11 @@ def _check_side_outputs(options: ExportOptions) -> None:
         from .reports.json_report import load_report
 
         load_report(options.baseline)
+    if options.labels:
+        from .validators.output_kinds import read_labels
+
+        for _, path in options.labels:
+            read_labels(path)  # missing or empty: exit 2 now; the class count is checked at parity
 
 
 def _run_export(
@@ -735,9 +759,13 @@ def _validate(
         runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
         runtime = "ai-edge-litert interpreter (CPU, XNNPACK)"
     references, candidates = [], []
+    torch_names: list[str | None] = []
     with torch.no_grad():
         for sample in samples:
-            ref = [t.detach().float().numpy() for t in _flatten_outputs(module(*sample))]
+            returned = module(*sample)
+            if not torch_names:
+                torch_names = _output_keys(returned)
+            ref = [t.detach().float().numpy() for t in _flatten_outputs(returned)]
             feed = _to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True)
             out = runner.run(feed)
             out = _to_layout(out, plan.outputs, nhwc=False)
@@ -750,6 +778,17 @@ def _validate(
             "This can happen when outputs are constants or duplicates; run with --no-validate to export anyway.",
         )
     scales = [o.scale for o in runner.outputs]
+    kinds = _output_kinds(names, torch_names, [tuple(r.shape) for r in references[0]], options)
+    unnamed = [n for n, d in zip(names, kinds) if d.source.value == "default"]
+    notes = (
+        [
+            f"{', '.join(unnamed)} judged as regression (no option, name or labels says what "
+            f"{'it is' if len(unnamed) == 1 else 'they are'}): --output-kind NAME=classification adds "
+            "top-1/top-5, NAME=embedding worst-sample cosine and neighbours"
+        ]
+        if unnamed
+        else []
+    )
     return compare_outputs(
         references,
         candidates,
@@ -757,7 +796,35 @@ def _validate(
         thresholds=options.thresholds(),
         runtime=runtime,
         output_scales=scales,
+        notes=notes,
+        kinds=kinds,
     )
+
+
+def _output_keys(returned: Any) -> list[str | None]:
+    """Per flattened output, the dict key or attribute PyTorch returned it under (None for a
+    tuple/list position or a bare tensor): names such as ``logits`` or ``pooler_output``."""
+    from torch.utils import _pytree as pytree
+
+    keys: list[str | None] = []
+    for path, _ in pytree.tree_flatten_with_path(returned)[0]:
+        last = path[-1] if path else None
+        key = getattr(last, "key", None)
+        if key is None:
+            key = getattr(last, "name", None)
+        keys.append(key if isinstance(key, str) else None)
+    return keys
+
+
+def _output_kinds(names: Sequence[str], torch_names: Sequence[str | None], shapes: Sequence[tuple[int, ...]], options: ExportOptions) -> list:
+    """What each output is (classification, embedding, regression) and how that was decided."""
+    from .validators.output_kinds import OutputIdentity, resolve_output_kinds
+
+    identities = []
+    for i, (name, shape) in enumerate(zip(names, shapes)):
+        torch_name = torch_names[i] if i < len(torch_names) else None
+        identities.append(OutputIdentity(i, tuple(dict.fromkeys(n for n in (name, torch_name) if n)), shape))
+    return resolve_output_kinds(identities, options.output_kinds, options.labels)
 
 
 def _runtime_name(runner: Any) -> str:

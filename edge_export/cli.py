@@ -118,11 +118,15 @@ def _print_summary(result, out: Console, err: Console) -> None:
         mae = w.get("max_abs_error")
         failed = w.get("failed_checks") or []
         out.print(
-            f"  parity ({val['samples']} samples): worst output {w['output']}: SQNR "
+            f"  parity ({val['samples']} samples): worst output {w['output']}"
+            + (f" ({w['kind']})" if w.get("kind") else "")
+            + ": SQNR "
             f"{'–' if sq is None else f'{sq:.1f}'} dB, max abs error {'–' if mae is None else f'{mae:.3g}'}"
             + (f"; failed: {', '.join(failed)}" if failed else "")
             + (f"; {w['error']}" if w.get("error") else "")
         )
+        for note in val.get("notes") or []:
+            out.print(f"  note: {note}")
     quant = rep.get("quantization")
     if quant:
         integer = "fully integer" if quant["fully_integer"] else "NOT fully integer"
@@ -171,10 +175,16 @@ InputShapeOpt = Annotated[Optional[List[str]], typer.Option("--input-shape", hel
 InputDtypeOpt = Annotated[Optional[List[str]], typer.Option("--input-dtype", help="Input dtype (float32, int64, ...); repeatable; default float32.")]
 SamplesOpt = Annotated[int, typer.Option("--samples", help="Number of parity inputs (example inputs plus seeded random ones).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the random parity inputs.")]
-AtolOpt = Annotated[Optional[float], typer.Option("--atol", help="Max absolute error allowed per output.")]
-MinSqnrOpt = Annotated[Optional[float], typer.Option("--min-sqnr", help="Minimum SQNR in dB per output.")]
-MinCosineOpt = Annotated[Optional[float], typer.Option("--min-cosine", help="Minimum cosine similarity per output.")]
-MinTop1Opt = Annotated[Optional[float], typer.Option("--min-top1", help="Minimum top-1 agreement (0..1) for logits outputs.")]
+AtolOpt = Annotated[Optional[float], typer.Option("--atol", help="Max absolute error allowed per classification or regression output.")]
+MinSqnrOpt = Annotated[Optional[float], typer.Option("--min-sqnr", help="Minimum SQNR in dB per classification or regression output.")]
+MinCosineOpt = Annotated[Optional[float], typer.Option("--min-cosine", help="Minimum cosine similarity: over all samples for classification outputs, of the worst sample for embeddings.")]
+MinTop1Opt = Annotated[Optional[float], typer.Option("--min-top1", help="Minimum top-1 agreement (0..1) for classification outputs.")]
+MinTop5Opt = Annotated[Optional[float], typer.Option("--min-top5", help="Minimum top-5 agreement (0..1) for classification outputs with at least 10 classes.")]
+MinNeighbourOpt = Annotated[Optional[float], typer.Option("--min-neighbour-agreement", help="Minimum fraction (0..1) of samples whose nearest neighbour by cosine is the same as in PyTorch, for embedding outputs.")]
+MaxRelL2Opt = Annotated[Optional[float], typer.Option("--max-rel-l2", help="Maximum relative L2 error per classification or regression output (default: not gated; SQNR covers it).")]
+MaxErrorStepsOpt = Annotated[Optional[float], typer.Option("--max-error-steps", help="Maximum abs error in output quantization steps, for integer outputs (default: not gated).")]
+OutputKindOpt = Annotated[Optional[List[str]], typer.Option("--output-kind", help="What an output is: NAME=KIND (repeatable) or KIND for all; KIND is classification, embedding or regression. Default: from the output's name, then --labels, else regression.")]
+LabelsOpt = Annotated[Optional[List[str]], typer.Option("--labels", help="[NAME=]FILE: class labels, one per line, for a classifier output; marks it classification and must match its class count.")]
 WeightsOpt = Annotated[Optional[str], typer.Option("--weights", help="state_dict file for a package.module:attr model (loaded with weights_only=True).")]
 TrustPickleOpt = Annotated[bool, typer.Option("--trust-pickle", help="Allow loading a pickled module (runs arbitrary code: only for files you trust).")]
 JunitOpt = Annotated[Optional[Path], typer.Option("--junit", help="Also write JUnit XML here: one test case per output (and per layer with --per-layer).")]
@@ -190,9 +200,14 @@ DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")
 def _checking_options(
     input_shape, input_dtype, channels_last, samples, seed, atol, min_sqnr, min_cosine, min_top1,
     weights, trust_pickle, junit, baseline, per_layer, per_layer_min_sqnr, per_layer_plot, verbose,
+    **kind_checks,
 ) -> dict:
-    """The ExportOptions fields that export and validate share, from their CLI values."""
+    """The ExportOptions fields that export and validate share, from their CLI values
+    (``kind_checks``: output kinds, labels and the per-kind thresholds, passed by name)."""
     return {
+        **kind_checks,
+        "output_kinds": tuple(kind_checks.get("output_kinds") or ()),
+        "labels": tuple(kind_checks.get("labels") or ()),
         "input_shapes": _parse_shapes(input_shape),
         "input_dtypes": tuple(input_dtype or ()),
         "channels_last": channels_last,
@@ -264,6 +279,12 @@ def export_command(
     min_sqnr: MinSqnrOpt = None,
     min_cosine: MinCosineOpt = None,
     min_top1: MinTop1Opt = None,
+    min_top5: MinTop5Opt = None,
+    min_neighbour_agreement: MinNeighbourOpt = None,
+    max_rel_l2: MaxRelL2Opt = None,
+    max_error_steps: MaxErrorStepsOpt = None,
+    output_kind: OutputKindOpt = None,
+    labels: LabelsOpt = None,
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     junit: JunitOpt = None,
@@ -300,6 +321,8 @@ def export_command(
             **_checking_options(
                 input_shape, input_dtype, channels_last, samples, seed, atol, min_sqnr, min_cosine, min_top1,
                 weights, trust_pickle, junit, baseline, per_layer, per_layer_min_sqnr, per_layer_plot, verbose,
+                min_top5=min_top5, min_neighbour_agreement=min_neighbour_agreement, max_rel_l2=max_rel_l2,
+                max_error_steps=max_error_steps, output_kinds=output_kind, labels=labels,
             ),
         )
         return export(model, output=output, options=options, on_stage=on_stage)
@@ -325,6 +348,12 @@ def validate_command(
     min_sqnr: MinSqnrOpt = None,
     min_cosine: MinCosineOpt = None,
     min_top1: MinTop1Opt = None,
+    min_top5: MinTop5Opt = None,
+    min_neighbour_agreement: MinNeighbourOpt = None,
+    max_rel_l2: MaxRelL2Opt = None,
+    max_error_steps: MaxErrorStepsOpt = None,
+    output_kind: OutputKindOpt = None,
+    labels: LabelsOpt = None,
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     junit: JunitOpt = None,
@@ -343,6 +372,8 @@ def validate_command(
             **_checking_options(
                 input_shape, input_dtype, channels_last, samples, seed, atol, min_sqnr, min_cosine, min_top1,
                 weights, trust_pickle, junit, baseline, per_layer, per_layer_min_sqnr, per_layer_plot, verbose,
+                min_top5=min_top5, min_neighbour_agreement=min_neighbour_agreement, max_rel_l2=max_rel_l2,
+                max_error_steps=max_error_steps, output_kinds=output_kind, labels=labels,
             ),
         )
         return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage)

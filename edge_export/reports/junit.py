@@ -32,14 +32,20 @@ def render_junit(report: dict) -> str:
         _case(suite, "edge_export.parity", "outputs", None, "", skipped=val.get("reason", "skipped"))
     for o in val.get("outputs", []):
         m = o.get("metrics") or {}
-        details = "\n".join(f"{k}: {_fmt(v)}" for k, v in m.items())
-        failed = [c for c in o.get("checks", []) if not c.get("passed")]
+        missing = o.get("not_computable") or {}
+        kind = o.get("kind")
+        details = "\n".join(
+            ([f"kind: {kind} (decided by {o.get('kind_source')})"] if kind else [])
+            + [f"{k}: {'not computable: ' + missing[k] if k in missing else _fmt(v)}" for k, v in m.items()]
+        )
+        failed = [c for c in o.get("checks", []) if c.get("passed") is False]
         failure = None
         if o.get("error"):
             failure = o["error"]
         elif failed:
             failure = "; ".join(f"{c['metric']} {_fmt(c['value'])} not {c['op']} {_fmt(c['threshold'])}" for c in failed)
-        _case(suite, "edge_export.parity.outputs", f"output {o['index']} {o['name']}", failure, details)
+        name = f"output {o['index']} {o['name']}" + (f" ({kind})" if kind else "")
+        _case(suite, "edge_export.parity.outputs", name, failure, details)
     layers = (report.get("per_layer") or {}).get("layers") or []
     culprit = (report.get("per_layer") or {}).get("first_jump") or {}
     for i, layer in enumerate(layers):

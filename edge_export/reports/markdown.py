@@ -46,7 +46,8 @@ def render_markdown(report: dict) -> str:
     elif worst:
         failed = ", ".join(worst.get("failed_checks") or []) or "none"
         lines.append(
-            f"Worst output: `{worst.get('output')}` (SQNR {_fmt(worst.get('sqnr_db'))} dB, max abs error "
+            f"Worst output: `{worst.get('output')}` ({worst['kind'] + '; ' if worst.get('kind') else ''}"
+            f"SQNR {_fmt(worst.get('sqnr_db'))} dB, max abs error "
             f"{_fmt(worst.get('max_abs_error'))}; failed checks: {failed})."
         )
     lines.append("")
@@ -61,27 +62,7 @@ def render_markdown(report: dict) -> str:
             lines.append(f"No regression against the baseline `{base.get('path')}`.")
         lines.append("")
     if val.get("outputs"):
-        t = val.get("thresholds", {})
-        lines.append(f"## Outputs ({val.get('samples')} samples, {val.get('runtime')})")
-        lines.append("")
-        lines.append("| output | shape | max abs err | mean abs err | rel L2 | cosine | SQNR dB | top-1 | verdict |")
-        lines.append("|---|---|---|---|---|---|---|---|---|")
-        for o in val["outputs"]:
-            m = o.get("metrics") or {}
-            status = "✅" if o.get("passed") else "❌ " + (o.get("error") or ", ".join(c["metric"] for c in o.get("checks", []) if not c["passed"]))
-            lines.append(
-                f"| `{o['name']}` | {'×'.join(str(d) for d in o['shape'])} | {_fmt(m.get('max_abs_error'))} | "
-                f"{_fmt(m.get('mean_abs_error'))} | {_fmt(m.get('relative_l2_error'))} | {_fmt(m.get('cosine'), 6)} | "
-                f"{_fmt(m.get('sqnr_db'))} | {_fmt(m.get('top1_agreement'))} | {status} |"
-            )
-        lines.append("")
-        lines.append(
-            "Thresholds: "
-            + ", ".join(
-                f"{k} {'≤' if k == 'atol' else '≥'} {v}" for k, v in t.items() if v is not None
-            )
-        )
-        lines.append("")
+        lines.extend(_outputs_section(val))
     layers = report.get("per_layer")
     if layers:
         lines.extend(_layer_section(layers))
@@ -118,6 +99,70 @@ def render_markdown(report: dict) -> str:
         + f" · report schema {report.get('schema_version')}</sub>"
     )
     return "\n".join(lines) + "\n"
+
+
+_METRIC_COLUMNS = (
+    ("max abs err", "max_abs_error", 4),
+    ("rel L2", "relative_l2_error", 4),
+    ("cosine", "cosine", 6),
+    ("SQNR dB", "sqnr_db", 4),
+    ("top-1", "top1_agreement", 4),
+    ("top-5", "top5_agreement", 4),
+    ("worst-sample cosine", "worst_sample_cosine", 6),
+    ("neighbours", "neighbour_agreement", 4),
+)
+# Which thresholds gate which kind of output (config.KIND_THRESHOLDS, restated: reports never import
+# the pipeline's modules) and how each reads in the Markdown.
+_GATES_BY_KIND = {
+    "classification": ("atol", "min_sqnr_db", "min_cosine", "max_rel_l2", "max_error_steps", "min_top1", "min_top5"),
+    "embedding": ("min_cosine", "min_neighbour_agreement"),
+    "regression": ("atol", "min_sqnr_db", "max_rel_l2", "max_error_steps"),
+}
+_GATE_TEXT = {
+    "atol": "max abs error ≤ {}",
+    "min_sqnr_db": "SQNR ≥ {} dB",
+    "min_cosine": "cosine ≥ {}",
+    "max_rel_l2": "rel L2 ≤ {}",
+    "max_error_steps": "error ≤ {} output steps",
+    "min_top1": "top-1 ≥ {}",
+    "min_top5": "top-5 ≥ {} (10+ classes)",
+    "min_neighbour_agreement": "neighbour agreement ≥ {}",
+}
+
+
+def _outputs_section(val: dict) -> list[str]:
+    lines = [f"## Outputs ({val.get('samples')} samples, {val.get('runtime')})", ""]
+    head = ["output", "kind", "shape", *(c[0] for c in _METRIC_COLUMNS), "verdict"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for o in val["outputs"]:
+        m = o.get("metrics") or {}
+        missing = o.get("not_computable") or {}
+        failed = [c["metric"] for c in o.get("checks", []) if c.get("passed") is False]
+        status = "✅" if o.get("passed") else "❌ " + (o.get("error") or ", ".join(failed))
+        kind = o.get("kind")
+        kind_cell = f"{kind} ({o.get('kind_source')})" if kind else "–"
+        cells = [
+            "n/c" if key in missing else _fmt(m.get(key), digits) for _, key, digits in _METRIC_COLUMNS
+        ]
+        lines.append(
+            f"| `{o['name']}` | {kind_cell} | {'×'.join(str(d) for d in o['shape'])} | " + " | ".join(cells) + f" | {status} |"
+        )
+    lines.append("")
+    # n/c cells: why is in the notes (checks that could not be computed) or in the verdict (NaN/Inf)
+    for note in val.get("notes") or []:
+        lines.append(f"- {note}")
+    if val.get("notes"):
+        lines.append("")
+    t = val.get("thresholds", {})
+    kinds = list(dict.fromkeys(o.get("kind") for o in val["outputs"] if o.get("kind") in _GATES_BY_KIND))
+    for kind in kinds or ["regression"]:
+        gates = [_GATE_TEXT[k].format(t[k]) for k in _GATES_BY_KIND[kind] if t.get(k) is not None]
+        if kind == "embedding":
+            gates = [g.replace("cosine", "worst-sample cosine", 1) if g.startswith("cosine") else g for g in gates]
+        lines.append(f"Thresholds ({kind}): " + (", ".join(gates) or "none"))
+        lines.append("")
+    return lines
 
 
 def _layer_section(layers: dict) -> list[str]:

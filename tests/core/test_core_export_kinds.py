@@ -152,8 +152,11 @@ def test_multi_output(tmp_path, run_cli):
     _assert_passed(report, "none")
     outs = report["validation"]["outputs"]
     assert [o["shape"] for o in outs] == [[1, 6, 16, 16], [1, 4]]
-    assert outs[1]["metrics"]["top1_agreement"] == 1.0  # [1, 4] looks like logits
-    assert outs[0]["metrics"]["top1_agreement"] is None
+    # neither output is named: both are regression, judged by error and SQNR; a [1, 4] shape alone
+    # is no reason for a top-1 check
+    assert [(o["kind"], o["kind_source"]) for o in outs] == [("regression", "default")] * 2
+    assert all(o["metrics"]["top1_agreement"] is None for o in outs)
+    assert {c["metric"] for c in outs[1]["checks"]} == {"max_abs_error", "sqnr_db"}
 
 
 def test_channels_last_removes_boundary_transposes(tmp_path, run_cli):
@@ -224,7 +227,7 @@ def test_report_contents(tmp_path, run_cli):
     out = tmp_path / "r.tflite"
     assert run_cli(src, "-o", out).exit_code == 0
     r = read_report(out)
-    assert r["schema_version"] == "1.0"
+    assert r["schema_version"] == "1.1"
     assert r["tool"]["name"] == "edge-export"
     assert r["libraries"]["torch"].startswith("2.13") and r["libraries"]["litert-torch"]
     assert {s["name"] for s in r["stages"]} >= {"load", "convert", "validate"}

@@ -55,11 +55,76 @@ def test_top1_agreement():
     assert M.top1_agreement(ref, out) == pytest.approx(0.75)
 
 
-def test_looks_like_logits():
-    assert M.looks_like_logits((1, 10))
-    assert M.looks_like_logits((10,))
-    assert not M.looks_like_logits((1, 1))
-    assert not M.looks_like_logits((1, 3, 8, 8))
+def test_top1_agreement_counts_ties_as_agreement():
+    # a quantized output often ties two classes at the top: either one agrees
+    ref = np.array([[0.1, 0.9, 0.0]])
+    tied = np.array([[0.5, 0.5, 0.0]])
+    assert M.top1_agreement(ref, tied) == 1.0
+    assert M.top1_agreement(ref, np.array([[0.6, 0.5, 0.0]])) == 0.0
+
+
+def test_topk_agreement_known_answers():
+    ref = np.zeros((3, 10))
+    ref[:, 0] = 1.0  # PyTorch's top class is 0 in every row
+    out = np.tile(np.arange(10.0)[::-1], (3, 1))  # class 0 first
+    out[1] = np.arange(10.0)  # class 0 last: rank 10
+    out[2, 0] = 5.5  # class 0 ranks 5th (9, 8, 7, 6 score higher)
+    assert M.topk_agreement(ref, out, 5) == pytest.approx(2 / 3)
+    assert M.topk_agreement(ref, out, 1) == pytest.approx(1 / 3)
+
+
+def test_topk_not_computable_without_enough_classes():
+    with pytest.raises(M.NotComputable, match="1 class"):
+        M.top1_agreement(np.ones((4, 1)), np.ones((4, 1)))
+    with pytest.raises(M.NotComputable, match="every class is in the top 5"):
+        M.topk_agreement(np.ones((4, 5)), np.ones((4, 5)), 5)
+
+
+def test_worst_sample_cosine_is_the_minimum_not_the_mean():
+    ref = np.array([[1.0, 0.0]] * 9 + [[1.0, 1.0]])
+    out = np.array([[1.0, 0.0]] * 9 + [[1.0, -1.0]])  # the last row is orthogonal
+    assert M.row_cosines(ref, out) == pytest.approx([1.0] * 9 + [0.0])
+    assert M.worst_sample_cosine(ref, out) == pytest.approx(0.0)
+    assert M.cosine_similarity(ref, out) == pytest.approx(9 / 11)  # over all samples it hides
+
+
+def _unit(angles_deg):
+    a = np.radians(angles_deg)
+    return np.stack([np.cos(a), np.sin(a)], axis=1)
+
+
+def test_neighbour_agreement_known_answers():
+    ref = _unit([0, 10, 90, 100])  # pairs: 0<->1, 2<->3
+    assert M.neighbour_agreement(ref, ref) == 1.0
+    # move row 1 to 80 degrees: it is now nearest to row 2 (10 away) instead of row 0 (80 away),
+    # and row 2's nearest becomes row 1; rows 0 and 3 keep theirs
+    moved = _unit([0, 80, 90, 100])
+    assert M.neighbour_agreement(ref, moved) == pytest.approx(0.5)
+    # the neighbours agree although every vector was scaled: cosine ignores length
+    assert M.neighbour_agreement(ref, 3.0 * ref) == 1.0
+
+
+def test_neighbour_agreement_counts_ties_in_pytorch_as_agreement():
+    ref = _unit([0, 10, -10])  # row 0 has two equally near neighbours in PyTorch
+    out = _unit([0, 10.5, -9.5])  # the exported model prefers the other one
+    assert M.neighbour_agreement(ref, out) == 1.0
+
+
+def test_neighbour_agreement_needs_three_vectors():
+    for n in (1, 2):
+        with pytest.raises(M.NotComputable, match="at least 3"):
+            M.neighbour_agreement(np.ones((n, 4)), np.ones((n, 4)))
+
+
+def test_non_finite_arrays_are_not_computable_and_never_an_exact_match():
+    ref = np.array([1.0, 2.0, 3.0])
+    for bad in (np.nan, np.inf, -np.inf):
+        out = np.array([1.0, bad, 3.0])
+        assert math.isnan(M.sqnr_db(ref, out))  # was 200 dB ("exact") for NaN, a crash for Inf
+        with pytest.raises(M.NotComputable):
+            M.worst_sample_cosine(ref[None], out[None])
+        with pytest.raises(M.NotComputable):
+            M.top1_agreement(ref[None], out[None])
 
 
 def test_error_in_steps():

@@ -21,7 +21,7 @@ def test_schema_is_valid_and_versioned():
     from edge_export.api import REPORT_SCHEMA_VERSION
 
     assert REPORT_SCHEMA_VERSION.startswith("1.")
-    assert "report-1.0" in schema["$id"]
+    assert f"report-{REPORT_SCHEMA_VERSION}" in schema["$id"]
     assert (REPO / "docs" / "REPORT_SCHEMA.md").read_text().count(REPORT_SCHEMA_VERSION) >= 1
 
 
