@@ -6,7 +6,8 @@
     full pickle (torch.save(model))               -> only with trust_pickle=True
 
 A state dict or any other pickle is loaded with ``weights_only=True`` first, which cannot run code, so
-an untrusted pickle is identified without executing its payload.
+an untrusted pickle is identified without executing its payload. An ExportedProgram archive holds
+pickles too: archive_safety.py checks them before torch.export.load sees the archive.
 """
 
 from __future__ import annotations
@@ -105,12 +106,29 @@ def _class_name(module: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _load_exported_program(path: Path) -> LoadedModel:
+def _load_exported_program(path: Path, trust_pickle: bool = False) -> LoadedModel:
     import torch
 
+    from .archive_safety import UnsafeArchiveMember, check_archive_members, check_graph_targets, refuse_unsafe_unpickling
+
     try:
-        ep = torch.export.load(str(path))
+        if trust_pickle:
+            ep = torch.export.load(str(path))
+        else:
+            check_archive_members(path)
+            with refuse_unsafe_unpickling():
+                ep = torch.export.load(str(path))
+            check_graph_targets(path, ep.graph_module)
+    except UnsafeArchiveMember:
+        raise
     except Exception as exc:
+        if not trust_pickle and _is_refused_unpickling(exc):
+            raise ModelLoadError(
+                f"{path} is an ExportedProgram archive holding a pickle that is more than tensors; "
+                "loading it could run arbitrary code, so it is refused by default.",
+                "Export the model again with torch.export.save from plain tensors; if you trust the "
+                "file's author, pass --trust-pickle.",
+            ) from exc
         raise ModelLoadError(
             f"{path} is an ExportedProgram archive that torch.export.load cannot read: "
             f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}.",
@@ -124,6 +142,18 @@ def _load_exported_program(path: Path) -> LoadedModel:
             example = tuple(args)
     module = ep.module()
     return LoadedModel(module, ModelKind.EXPORTED_PROGRAM, str(path), example, "torch.export.ExportedProgram")
+
+
+def _is_refused_unpickling(exc: BaseException) -> bool:
+    """The weights_only unpickler (or the refused pickle.loads) stopped something in the archive."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc)
+        if "Weights only load failed" in text or "Unsupported global" in text or type(exc).__name__ == "_RefusedPickle":
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _load_torchscript(path: Path, example_inputs: tuple | None) -> LoadedModel:
@@ -286,7 +316,7 @@ def load_model(
     path = Path(text)
     kind = detect_kind(path)
     if kind is ModelKind.EXPORTED_PROGRAM:
-        return _load_exported_program(path)
+        return _load_exported_program(path, trust_pickle)
     if kind is ModelKind.TORCHSCRIPT:
         return _load_torchscript(path, example_inputs)
     return _load_pickle(path, trust_pickle)
