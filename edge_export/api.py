@@ -839,6 +839,22 @@ def _channels_last_from_flatbuffer(fb: Any, specs: list[InputSpec]) -> tuple[int
     return tuple(found)
 
 
+def _check_input_shapes(fb: Any, specs: list[InputSpec], nhwc_in: Sequence[int]) -> None:
+    """Input shapes that the flatbuffer cannot take are the user's to fix (exit 2), not a runtime
+    failure (exit 3). A dynamic dimension (-1 in the signature) takes any size."""
+    for i, (spec, tensor) in enumerate(zip(specs, fb.input_tensors)):
+        s = spec.shape
+        expected = (s[0], s[2], s[3], s[1]) if i in nhwc_in else s
+        signature = tuple(tensor.shape_signature) or tuple(tensor.shape)
+        if len(signature) != len(expected) or any(d >= 0 and d != e for d, e in zip(signature, expected)):
+            raise InputSpecError(
+                f"Input {i} ({tensor.name}) of the flatbuffer has shape "
+                f"{','.join(map(str, tensor.shape))}, but the reference model is given {spec.shape_text}.",
+                "Pass --input-shape with the shape the flatbuffer was exported with (or drop it: "
+                "the flatbuffer's own input shapes are used).",
+            )
+
+
 def validate(
     tflite: str | Path,
     reference: Any,
@@ -935,6 +951,7 @@ def _validate_flatbuffer(
                 "Pass one --input-shape per input of the model the flatbuffer was exported from.",
             )
         nhwc_in = _channels_last_from_flatbuffer(fb, specs)
+        _check_input_shapes(fb, specs, nhwc_in)
         nhwc_out = tuple(
             i
             for i, (r, t) in enumerate(zip(ref_out, fb.output_tensors))

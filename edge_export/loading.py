@@ -101,6 +101,25 @@ def detect_kind(path: Path) -> ModelKind:
     raise ModelLoadError(f"{path} is not a PyTorch model file (unrecognized content).", _EXPECTED)
 
 
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def torch_error_text(exc: BaseException, limit: int = 400) -> str:
+    """The useful part of a torch error on one line: no terminal escape codes, the unpickler's own
+    reason instead of its two-option preamble, every line of a load_state_dict error."""
+    text = _ANSI_ESCAPE.sub("", str(exc)).strip()
+    reason = re.search(r"WeightsUnpickler error: (.*?)(?:\s+Please use|\n|$)", text, re.S)
+    if reason:
+        text = reason.group(1)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict"):
+        lines = lines[1:]
+    text = "; ".join(line.rstrip(" .;") for line in lines)
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return text or type(exc).__name__
+
+
 def _class_name(module: Any) -> str:
     cls = type(module)
     return f"{cls.__module__}.{cls.__qualname__}"
@@ -197,7 +216,7 @@ def _load_pickle(path: Path, trust_pickle: bool) -> LoadedModel:
         message = str(safe_exc)
         if "Weights only load failed" not in message and "Unsupported global" not in message:
             raise ModelLoadError(
-                f"{path} cannot be read as a PyTorch file: {message.strip().splitlines()[0][:200]}.",
+                f"{path} cannot be read as a PyTorch file: {torch_error_text(safe_exc, 200)}.",
                 "It may be truncated or corrupted. " + _EXPECTED,
             ) from safe_exc
         if not trust_pickle:
@@ -233,7 +252,8 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
 
     module_name, attr_path = reference.split(":", 1)
     cwd = str(Path.cwd())
-    if cwd not in sys.path:
+    inserted = cwd not in sys.path
+    if inserted:
         sys.path.insert(0, cwd)  # the reference is importable "from the current directory"
     try:
         mod = importlib.import_module(module_name)
@@ -247,6 +267,10 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
             f"Importing '{module_name}' raised {type(exc).__name__}: {str(exc)[:200]}.",
             "Fix the error in that module, or run with --debug for the traceback.",
         ) from exc
+    finally:
+        if inserted and cwd in sys.path:
+            # only for this import: a stray litert_torch.py in the folder must not shadow the real one
+            sys.path.remove(cwd)
     obj: Any = mod
     for part in attr_path.split("."):
         if not hasattr(obj, part):
@@ -277,8 +301,7 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
             state = torch.load(str(weights), map_location="cpu", weights_only=True)
         except Exception as exc:
             raise ModelLoadError(
-                f"{weights} cannot be loaded as a state dict with weights_only=True: "
-                f"{str(exc).strip().splitlines()[0][:200]}.",
+                f"{weights} cannot be loaded as a state dict with weights_only=True: {torch_error_text(exc)}.",
                 "Save it with torch.save(model.state_dict(), path).",
             ) from exc
         if not isinstance(state, dict):
@@ -287,7 +310,7 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
             obj.load_state_dict(state, strict=True)
         except RuntimeError as exc:
             raise ModelLoadError(
-                f"The weights in {weights} do not fit {reference}: {str(exc).strip().splitlines()[0][:300]}",
+                f"The weights in {weights} do not fit {reference}: {torch_error_text(exc)}.",
                 "Check that the weights were saved from the same model class and configuration.",
             ) from exc
     return LoadedModel(obj.eval(), ModelKind.MODULE_REFERENCE, reference, None, _class_name(obj))
