@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from .errors import UsageError
 
@@ -139,11 +140,17 @@ def _inside_folder_contents(output: Path, folder: Path) -> bool:
 
 
 def check_outputs_apart(outputs: Sequence[tuple[str, Path]], inputs: Sequence[tuple[str, Path]]) -> None:
-    """Refuse (exit 2, before any work) an artifact path that is an input or another artifact.
+    """Refuse (exit 2, before any work) an artifact path that is an input, another artifact or a
+    folder.
 
     ``outputs`` and ``inputs`` are (what it is, path) pairs; "what it is" names the option.
     """
     for i, (label, path) in enumerate(outputs):
+        if path.is_dir():
+            raise UsageError(
+                f"Cannot write {label} at {path}: a folder is in the way.",
+                f"Remove or rename that folder, or choose another path for {label}.",
+            )
         for in_label, in_path in inputs:
             clash = _inside_folder_contents(path, in_path) if in_path.is_dir() else same_file(path, in_path)
             if clash:
@@ -157,7 +164,7 @@ def check_outputs_apart(outputs: Sequence[tuple[str, Path]], inputs: Sequence[tu
                 raise UsageError(
                     f"The outputs {label} and {other_label} are the same file ({path}); one would "
                     "overwrite the other.",
-                    f"Give {label} a path of its own.",
+                    f"Choose another path for {label}.",
                 )
 
 
@@ -231,6 +238,29 @@ class _OutputSetLock:
             self._fd = None
 
 
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Ctrl-C or SIGTERM during the renames takes effect after the last one, so that a signal never
+    leaves half of one run's outputs beside half of another's."""
+    import signal
+    import threading
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if threading.current_thread() is not threading.main_thread() or None in previous.values():
+        yield  # handlers run in the main thread only, and one installed from C cannot be restored
+        return
+    received: list[int] = []
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in received:
+            signal.raise_signal(sig)
+
+
 class ArtifactSet:
     """Stage files, then commit them all; on any exception, nothing staged remains."""
 
@@ -265,9 +295,10 @@ class ArtifactSet:
                 return done
             with _OutputSetLock(lock):
                 self._check_destinations()
-                for tmp, dest in self._staged:
-                    os.replace(tmp, dest)
-                    done.append(dest)
+                with _signals_deferred():
+                    for tmp, dest in self._staged:
+                        os.replace(tmp, dest)
+                        done.append(dest)
         finally:
             self.discard()
         return done
