@@ -41,6 +41,7 @@ _TRUST_HINT = (
 )
 # A symbol or number inside a quoted sympy argument: Symbol('s0', ...), Float('1.5', precision=53).
 _SAFE_STRING = re.compile(r"""^(['"])([A-Za-z_][A-Za-z0-9_]*|[-+]?[0-9.]+(e[-+]?[0-9]+)?)\1$""")
+_SYMBOL_NAME = re.compile(r"^[a-z]+[0-9]+$")
 _SAFE_OPERATORS = {"(", ")", ",", "=", "+", "-", "*", "/", "**", "<", ">", "<=", ">=", "==", "!="}
 
 
@@ -135,7 +136,8 @@ def _sympy_names() -> set[str]:
     for namespace in (sympy, torch_sympy):
         for name in dir(namespace):
             value = getattr(namespace, name)
-            if isinstance(value, type) and issubclass(value, sympy.Basic):
+            # constructors (Symbol, Mul, FloorDiv, ...) and constants (oo, true, pi, ...)
+            if (isinstance(value, type) and issubclass(value, sympy.Basic)) or isinstance(value, sympy.Basic):
                 names.add(name)
     return names
 
@@ -171,7 +173,8 @@ def _is_plain_sympy(expr: str, allowed: set[str]) -> bool:
             continue
         if tok.type == tokenize.NAME:
             is_keyword = i + 1 < len(tokens) and tokens[i + 1].string == "="
-            if is_keyword or tok.string in allowed:
+            # a bare symbol name such as s0 or u12 (older torch wrote str(expr), not srepr)
+            if is_keyword or tok.string in allowed or _SYMBOL_NAME.match(tok.string):
                 continue
         return False
     return True
