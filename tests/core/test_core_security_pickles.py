@@ -172,3 +172,17 @@ def test_graph_calling_a_non_operator_is_refused(tmp_path):
         check_graph_targets(Path("m.pt2"), module)
     exported = torch.export.export(torch.nn.Sequential(torch.nn.Linear(4, 3)), (torch.randn(2, 4),))
     check_graph_targets(Path("m.pt2"), exported.graph_module)  # operators only: accepted
+
+
+@pytest.mark.parametrize("kind", ["sample_inputs", "weight"])
+def test_unpickling_guard_alone_stops_the_payload(archives, monkeypatch, kind):
+    """Defence in depth: with the member check switched off, torch.load held to weights_only while
+    torch reads the archive still stops the payload."""
+    import edge_export.archive_safety as archive_safety
+    from edge_export.errors import ModelLoadError
+    from edge_export.loading import load_model
+
+    monkeypatch.setattr(archive_safety, "check_archive_members", lambda path: None)
+    with pytest.raises(ModelLoadError, match="more than tensors"):
+        load_model(archives["evil"][kind])
+    assert not archives["markers"][kind].exists()
