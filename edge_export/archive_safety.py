@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 from .errors import ModelLoadError
 
-__all__ = ["check_archive_members", "refuse_unsafe_unpickling", "check_graph_targets", "UnsafeArchiveMember"]
+__all__ = ["UnsafeArchiveMember", "check_archive_members", "check_graph_targets", "refuse_unsafe_unpickling"]
 
 _TRUST_HINT = (
     "Export the model again with torch.export.save from a module whose weights, buffers and example "

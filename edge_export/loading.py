@@ -108,7 +108,7 @@ def torch_error_text(exc: BaseException, limit: int = 400) -> str:
     """The useful part of a torch error on one line: no terminal escape codes, the unpickler's own
     reason instead of its two-option preamble, every line of a load_state_dict error."""
     text = _ANSI_ESCAPE.sub("", str(exc)).strip()
-    reason = re.search(r"WeightsUnpickler error: (.*?)(?:\s+Please use|\n|$)", text, re.S)
+    reason = re.search(r"WeightsUnpickler error: (.*?)(?:\s+Please use|\n|$)", text, re.DOTALL)
     if reason:
         text = reason.group(1)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
