@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import platform
 import time
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from . import __version__
-from .atomic_files import ArtifactSet, check_writable_folder
+from .atomic_files import ArtifactSet, check_outputs_apart, check_writable_folder, remove_created_folders
 from .config import InputSpec, IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
 from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
 
@@ -92,7 +93,16 @@ class ExportOptions:
 
         object.__setattr__(self, "output_kinds", parse_output_kinds(self.output_kinds))
         object.__setattr__(self, "labels", parse_labels(self.labels))
-        self.thresholds()  # a bad threshold is a usage error now, not after the export
+        self.thresholds()  # a bad threshold fails now, not after minutes of tracing
+        for option, values in (("--mean", self.mean), ("--std", self.std)):
+            if values is not None and not all(math.isfinite(v) for v in values):
+                raise UsageError(f"{option} {','.join(map(str, values))} is not a list of finite numbers.", f"Write e.g. {option} 0.5,0.5,0.5.")
+        if self.std is not None and any(v <= 0 for v in self.std):
+            raise UsageError(f"--std {','.join(map(str, self.std))} must be positive: it divides the pixel values.")
+        if self.image_layout not in ("nchw", "nhwc"):
+            raise UsageError(f"--image-layout {self.image_layout} is not known.", "Use nchw or nhwc.")
+        if self.per_layer_min_sqnr is not None and self.per_layer_min_sqnr != self.per_layer_min_sqnr:
+            raise UsageError("--per-layer-min-sqnr nan is not a number.")
 
     def thresholds(self) -> Thresholds:
         return default_thresholds(self.quantize).override(
@@ -230,16 +240,58 @@ def export(
     options, implied = resolve_target_options(options)
     stages = _Stages(on_stage)
     source_text = "<in-memory module>" if not isinstance(model, (str, Path)) else str(model)
-    tflite_path = Path(output) if output is not None else default_output_path(source_text)
-    if tflite_path.suffix == "":
-        tflite_path = tflite_path.with_suffix(".tflite")
+    tflite_path = _tflite_output_path(source_text, output)
     json_path, md_path = report_paths(tflite_path)
-    check_writable_folder(tflite_path)
-    _check_side_outputs(options)
-    from .library_output import quiet_libraries
+    outputs = [
+        ("the .tflite (-o/--output)", tflite_path),
+        ("the JSON report (named after -o)", json_path),
+        ("the Markdown report (named after -o)", md_path),
+    ]
+    if options.target is Target.EDGETPU:
+        outputs += [
+            ("the Edge TPU compiled model", tflite_path.with_name(f"{tflite_path.stem}_edgetpu.tflite")),
+            ("the Edge TPU compiler log", tflite_path.with_name(f"{tflite_path.stem}_edgetpu.log")),
+        ]
+    check_outputs_apart(outputs + _side_outputs(options), _input_paths(model, options))
+    created: list[Path] = []
+    try:
+        check_writable_folder(tflite_path, created)
+        _check_side_outputs(options, created)
+        from .library_output import quiet_libraries
 
-    with quiet_libraries(options.verbose):
-        return _run_export(model, example_inputs, options, stages, tflite_path, json_path, md_path, implied)
+        with quiet_libraries(options.verbose):
+            return _run_export(model, example_inputs, options, stages, tflite_path, json_path, md_path, implied)
+    except BaseException:
+        remove_created_folders(created)
+        raise
+
+
+def _tflite_output_path(source_text: str, output: str | Path | None) -> Path:
+    """-o FILE, or -o FOLDER (an existing one: the default file name inside it), or the default."""
+    default = default_output_path(source_text)
+    if output is None:
+        path = default
+    elif Path(output).is_dir():
+        path = Path(output) / (default.name if source_text != "<in-memory module>" else "model.tflite")
+    else:
+        path = Path(output)
+    return path.with_suffix(".tflite") if path.suffix == "" else path
+
+
+def _side_outputs(options: ExportOptions) -> list[tuple[str, Path]]:
+    named = (("--junit", options.junit), ("--per-layer-plot", options.per_layer_plot), ("--emit-op-resolver", options.emit_op_resolver))
+    return [(label, Path(value)) for label, value in named if value]
+
+
+def _input_paths(model: Any, options: ExportOptions) -> list[tuple[str, Path]]:
+    """Every file a run reads, so that no artifact path can replace one."""
+    from .loading import is_module_reference
+
+    inputs = []
+    if isinstance(model, (str, Path)) and not is_module_reference(str(model)):
+        inputs.append(("the model", Path(model)))
+    named = (("--weights", options.weights), ("--calibration-data", options.calibration_data), ("--baseline", options.baseline))
+    return inputs + [(label, Path(value)) for label, value in named if value]
 
 
 def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[str]]:
@@ -294,11 +346,11 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
     return options, implied
 
 
-def _check_side_outputs(options: ExportOptions) -> None:
+def _check_side_outputs(options: ExportOptions, created: list[Path] | None = None) -> None:
     """Fail on unwritable extra outputs or a bad baseline before minutes of work, not after."""
     for extra in (options.junit, options.per_layer_plot, options.emit_op_resolver):
         if extra:
-            check_writable_folder(Path(extra))
+            check_writable_folder(Path(extra), created)
     if options.per_layer_plot and not options.per_layer:
         raise UsageError("--per-layer-plot needs --per-layer.", "Add --per-layer.")
     if options.baseline:
@@ -858,6 +910,22 @@ def _channels_last_from_flatbuffer(fb: Any, specs: list[InputSpec]) -> tuple[int
     return tuple(found)
 
 
+def _check_input_shapes(fb: Any, specs: list[InputSpec], nhwc_in: Sequence[int]) -> None:
+    """Input shapes that the flatbuffer cannot take are the user's to fix (exit 2), not a runtime
+    failure (exit 3). A dynamic dimension (-1 in the signature) takes any size."""
+    for i, (spec, tensor) in enumerate(zip(specs, fb.input_tensors)):
+        s = spec.shape
+        expected = (s[0], s[2], s[3], s[1]) if i in nhwc_in else s
+        signature = tuple(tensor.shape_signature) or tuple(tensor.shape)
+        if len(signature) != len(expected) or any(d >= 0 and d != e for d, e in zip(signature, expected)):
+            raise InputSpecError(
+                f"Input {i} ({tensor.name}) of the flatbuffer has shape "
+                f"{','.join(map(str, tensor.shape))}, but the reference model is given {spec.shape_text}.",
+                "Pass --input-shape with the shape the flatbuffer was exported with (or drop it: "
+                "the flatbuffer's own input shapes are used).",
+            )
+
+
 def validate(
     tflite: str | Path,
     reference: Any,
@@ -873,12 +941,39 @@ def validate(
     Writes ``<stem>.validate.report.json`` / ``.md`` beside the flatbuffer (or at ``report_prefix``).
     Thresholds default to the flatbuffer's precision, read from its tensors.
     """
-    from .flatbuffer import load_flatbuffer
-
     explicit_quantize = "quantize" in option_values
     if options is None:
         options = ExportOptions(**option_values)
     tflite_path = Path(tflite)
+    prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
+    json_path, md_path = Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
+    check_outputs_apart(
+        [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *_side_outputs(options)],
+        [("the flatbuffer to validate", tflite_path), *_input_paths(reference, options)],
+    )
+    created: list[Path] = []
+    try:
+        return _validate_flatbuffer(
+            tflite_path, reference, example_inputs, options, explicit_quantize, json_path, md_path, created, on_stage
+        )
+    except BaseException:
+        remove_created_folders(created)
+        raise
+
+
+def _validate_flatbuffer(
+    tflite_path: Path,
+    reference: Any,
+    example_inputs: tuple | None,
+    options: ExportOptions,
+    explicit_quantize: bool,
+    json_path: Path,
+    md_path: Path,
+    created: list[Path],
+    on_stage: Callable[[str], None] | None,
+) -> ExportResult:
+    from .flatbuffer import load_flatbuffer
+
     model_bytes, fb = load_flatbuffer(tflite_path)  # rejects a bad file before any runtime sees it
     if options.per_layer and not fb.has_inner_tensor_names:
         raise UsageError(
@@ -892,10 +987,8 @@ def validate(
         from dataclasses import replace
 
         options = replace(options, quantize=infer_precision(fb))
-    prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
-    json_path, md_path = Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
-    check_writable_folder(json_path)
-    _check_side_outputs(options)
+    check_writable_folder(json_path, created)
+    _check_side_outputs(options, created)
     stages = _Stages(on_stage)
     from .library_output import quiet_libraries
 
@@ -929,6 +1022,7 @@ def validate(
                 "Pass one --input-shape per input of the model the flatbuffer was exported from.",
             )
         nhwc_in = _channels_last_from_flatbuffer(fb, specs)
+        _check_input_shapes(fb, specs, nhwc_in)
         nhwc_out = tuple(
             i
             for i, (r, t) in enumerate(zip(ref_out, fb.output_tensors))

@@ -20,7 +20,8 @@ from .errors import EXIT_INTERNAL, EXIT_USAGE, EdgeExportError, UsageError
 EXIT_CODES_HELP = """Exit codes: 0 exported and parity passed; 1 exported but parity (or a
 regression gate) failed, artifacts kept and the report says why; 2 bad usage or unreadable input,
 nothing written; 3 tracing, quantization or conversion failed, nothing written; 4 internal error
-(a bug: please report it with --debug output); 130 interrupted."""
+(a bug: please report it with --debug output); 130 interrupted (Ctrl-C); 143 terminated
+(SIGTERM). An interrupted run leaves no partial output."""
 
 app = typer.Typer(
     name="edge-export",
@@ -64,8 +65,9 @@ def _fail(exc: BaseException, debug: bool, err: Console) -> int:
             err.print("[dim](run with --debug for the full traceback)[/dim]")
         return exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
-        err.print("[bold red]interrupted[/bold red]: nothing was written.")
-        return 130
+        what = "terminated" if isinstance(exc, _Terminated) else "interrupted"
+        err.print(f"[bold red]{what}[/bold red]: nothing was written.")
+        return 143 if isinstance(exc, _Terminated) else 130
     code = getattr(exc, "exit_code", EXIT_INTERNAL)
     err.print(
         f"[bold red]internal error:[/bold red] {type(exc).__name__}: {str(exc)[:500]} "
@@ -453,12 +455,26 @@ def bench_command(
 _COMMANDS = {"export", "validate", "inspect", "bench"}
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: staged files are removed on the way out; exit 143."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated()
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     # `edge-export MODEL ...` is `edge-export export MODEL ...`.
     first = next((a for a in args if not a.startswith("-")), None)
     if args and first is not None and first not in _COMMANDS and args[0] not in ("--help", "-h"):
         args = ["export", *args]
+    import signal
+
+    try:
+        previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread: leave signals to the host program
+        previous_sigterm = None
     try:
         app(args=args, prog_name="edge-export", standalone_mode=True)
     except SystemExit as exc:
@@ -466,6 +482,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         if code is not None and not isinstance(code, int):
             code = EXIT_USAGE
         sys.exit(code)
+    finally:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 if __name__ == "__main__":

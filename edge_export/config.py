@@ -7,6 +7,7 @@ heavy work is needed.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from .errors import UsageError
@@ -97,18 +98,14 @@ class InputSpec:
 
 def parse_shape(text: str) -> tuple[int, ...]:
     """Parse "1,3,224,224" (also "1x3x224x224") into a tuple of positive ints."""
-    cleaned = text.strip().strip("()[]").replace("x", ",").replace(" ", "")
-    parts = [p for p in cleaned.split(",") if p != ""]
-    try:
-        shape = tuple(int(p) for p in parts)
-    except ValueError:
-        shape = ()
-    if not shape or any(d <= 0 for d in shape):
+    # Every part must be a number: "1,3,x" is an error, not the shape (1, 3).
+    parts = re.split(r"[,xX]", text.strip().strip("()[]").replace(" ", ""))
+    if not all(p.isdigit() and p.isascii() and int(p) > 0 for p in parts):
         raise UsageError(
             f"Cannot read the input shape '{text}'.",
             "Write it as comma-separated positive integers, e.g. --input-shape 1,3,224,224.",
         )
-    return shape
+    return tuple(int(p) for p in parts)
 
 
 class OutputKind(str, enum.Enum):

@@ -6,7 +6,8 @@
     full pickle (torch.save(model))               -> only with trust_pickle=True
 
 A state dict or any other pickle is loaded with ``weights_only=True`` first, which cannot run code, so
-an untrusted pickle is identified without executing its payload.
+an untrusted pickle is identified without executing its payload. An ExportedProgram archive holds
+pickles too: archive_safety.py checks them before torch.export.load sees the archive.
 """
 
 from __future__ import annotations
@@ -100,17 +101,53 @@ def detect_kind(path: Path) -> ModelKind:
     raise ModelLoadError(f"{path} is not a PyTorch model file (unrecognized content).", _EXPECTED)
 
 
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def torch_error_text(exc: BaseException, limit: int = 400) -> str:
+    """The useful part of a torch error on one line: no terminal escape codes, the unpickler's own
+    reason instead of its two-option preamble, every line of a load_state_dict error."""
+    text = _ANSI_ESCAPE.sub("", str(exc)).strip()
+    reason = re.search(r"WeightsUnpickler error: (.*?)(?:\s+Please use|\n|$)", text, re.DOTALL)
+    if reason:
+        text = reason.group(1)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Error(s) in loading state_dict"):
+        lines = lines[1:]
+    text = "; ".join(line.rstrip(" .;") for line in lines)
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return text or type(exc).__name__
+
+
 def _class_name(module: Any) -> str:
     cls = type(module)
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _load_exported_program(path: Path) -> LoadedModel:
+def _load_exported_program(path: Path, trust_pickle: bool = False) -> LoadedModel:
     import torch
 
+    from .archive_safety import UnsafeArchiveMember, check_archive_members, check_graph_targets, refuse_unsafe_unpickling
+
     try:
-        ep = torch.export.load(str(path))
+        if trust_pickle:
+            ep = torch.export.load(str(path))
+        else:
+            check_archive_members(path)
+            with refuse_unsafe_unpickling():
+                ep = torch.export.load(str(path))
+            check_graph_targets(path, ep.graph_module)
+    except UnsafeArchiveMember:
+        raise
     except Exception as exc:
+        if not trust_pickle and _is_refused_unpickling(exc):
+            raise ModelLoadError(
+                f"{path} is an ExportedProgram archive holding a pickle that is more than tensors; "
+                "loading it could run arbitrary code, so it is refused by default.",
+                "Export the model again with torch.export.save from plain tensors; if you trust the "
+                "file's author, pass --trust-pickle.",
+            ) from exc
         raise ModelLoadError(
             f"{path} is an ExportedProgram archive that torch.export.load cannot read: "
             f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}.",
@@ -124,6 +161,18 @@ def _load_exported_program(path: Path) -> LoadedModel:
             example = tuple(args)
     module = ep.module()
     return LoadedModel(module, ModelKind.EXPORTED_PROGRAM, str(path), example, "torch.export.ExportedProgram")
+
+
+def _is_refused_unpickling(exc: BaseException) -> bool:
+    """The weights_only unpickler (or the refused pickle.loads) stopped something in the archive."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc)
+        if "Weights only load failed" in text or "Unsupported global" in text or type(exc).__name__ == "_RefusedPickle":
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _load_torchscript(path: Path, example_inputs: tuple | None) -> LoadedModel:
@@ -167,7 +216,7 @@ def _load_pickle(path: Path, trust_pickle: bool) -> LoadedModel:
         message = str(safe_exc)
         if "Weights only load failed" not in message and "Unsupported global" not in message:
             raise ModelLoadError(
-                f"{path} cannot be read as a PyTorch file: {message.strip().splitlines()[0][:200]}.",
+                f"{path} cannot be read as a PyTorch file: {torch_error_text(safe_exc, 200)}.",
                 "It may be truncated or corrupted. " + _EXPECTED,
             ) from safe_exc
         if not trust_pickle:
@@ -203,7 +252,8 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
 
     module_name, attr_path = reference.split(":", 1)
     cwd = str(Path.cwd())
-    if cwd not in sys.path:
+    inserted = cwd not in sys.path
+    if inserted:
         sys.path.insert(0, cwd)  # the reference is importable "from the current directory"
     try:
         mod = importlib.import_module(module_name)
@@ -217,6 +267,10 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
             f"Importing '{module_name}' raised {type(exc).__name__}: {str(exc)[:200]}.",
             "Fix the error in that module, or run with --debug for the traceback.",
         ) from exc
+    finally:
+        if inserted and cwd in sys.path:
+            # only for this import: a stray litert_torch.py in the folder must not shadow the real one
+            sys.path.remove(cwd)
     obj: Any = mod
     for part in attr_path.split("."):
         if not hasattr(obj, part):
@@ -247,8 +301,7 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
             state = torch.load(str(weights), map_location="cpu", weights_only=True)
         except Exception as exc:
             raise ModelLoadError(
-                f"{weights} cannot be loaded as a state dict with weights_only=True: "
-                f"{str(exc).strip().splitlines()[0][:200]}.",
+                f"{weights} cannot be loaded as a state dict with weights_only=True: {torch_error_text(exc)}.",
                 "Save it with torch.save(model.state_dict(), path).",
             ) from exc
         if not isinstance(state, dict):
@@ -257,7 +310,7 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
             obj.load_state_dict(state, strict=True)
         except RuntimeError as exc:
             raise ModelLoadError(
-                f"The weights in {weights} do not fit {reference}: {str(exc).strip().splitlines()[0][:300]}",
+                f"The weights in {weights} do not fit {reference}: {torch_error_text(exc)}.",
                 "Check that the weights were saved from the same model class and configuration.",
             ) from exc
     return LoadedModel(obj.eval(), ModelKind.MODULE_REFERENCE, reference, None, _class_name(obj))
@@ -286,7 +339,7 @@ def load_model(
     path = Path(text)
     kind = detect_kind(path)
     if kind is ModelKind.EXPORTED_PROGRAM:
-        return _load_exported_program(path)
+        return _load_exported_program(path, trust_pickle)
     if kind is ModelKind.TORCHSCRIPT:
         return _load_torchscript(path, example_inputs)
     return _load_pickle(path, trust_pickle)
