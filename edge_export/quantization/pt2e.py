@@ -35,6 +35,7 @@ __all__ = [
     "PT2E_OBSERVERS",
     "pt2e_supports",
     "quantize_pt2e",
+    "drop_integer_annotations",
     "restore_source_functions",
 ]
 
@@ -128,6 +129,60 @@ def restore_source_functions(graph_module: Any) -> int:
     return changed
 
 
+def _carries_float(node: Any, graph_module: Any) -> bool:
+    """Whether an FX value is a floating tensor (unknown values count as float: leave them be)."""
+    val = getattr(node, "meta", {}).get("val")
+    if val is None and getattr(node, "op", None) == "get_attr":  # a constant such as a position-id buffer
+        val = graph_module
+        for part in str(node.target).split("."):
+            val = getattr(val, part, None)
+    dtype = getattr(val, "dtype", None)
+    return dtype is None or dtype.is_floating_point
+
+
+def drop_integer_annotations(graph_module: Any) -> int:
+    """Remove quantization annotations from integer tensors, in place; returns how many.
+
+    The annotators match ops by pattern (add, cat, ...), not by dtype, so an integer ADD of position
+    ids or a CAT of indices got an activation observer, and the histogram observer fails on them
+    ("histogram_cpu" not implemented for 'Long'); quantizing an index is meaningless anyway.
+    """
+    removed = 0
+    for node in graph_module.graph.nodes:
+        annotation = node.meta.get("quantization_annotation")
+        if annotation is None:
+            continue
+        for arg in [a for a in annotation.input_qspec_map if not _carries_float(a, graph_module)]:
+            del annotation.input_qspec_map[arg]
+            removed += 1
+        if annotation.output_qspec is not None and not _carries_float(node, graph_module):
+            annotation.output_qspec = None
+            removed += 1
+    return removed
+
+
+def _float_only(quantizer: Any) -> Any:
+    """``quantizer`` with annotations on integer tensors removed after it annotates."""
+    from torchao.quantization.pt2e.quantizer import Quantizer
+
+    class FloatTensorsOnly(Quantizer):
+        def transform_for_annotation(self, model):
+            return quantizer.transform_for_annotation(model)
+
+        def annotate(self, model):
+            model = quantizer.annotate(model) or model
+            drop_integer_annotations(model)
+            return model
+
+        def validate(self, model) -> None:
+            quantizer.validate(model)
+
+        def prepare_obs_or_fq_callback(self, model, edge_or_node_to_obs_or_fq) -> None:
+            quantizer.prepare_obs_or_fq_callback(model, edge_or_node_to_obs_or_fq)
+
+    return FloatTensorsOnly()
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
@@ -163,7 +218,7 @@ def quantize_pt2e(
 
             exported = torch.export.export(module, tuple(example_inputs), strict=strict).module()
             restore_source_functions(exported)
-            prepared = prepare_pt2e(exported, quantizer)
+            prepared = prepare_pt2e(exported, _float_only(quantizer))
             with torch.no_grad():
                 batches = calibration.torch_batches()
                 # Dynamic mode has no activation observers; one pass validates the graph.
