@@ -287,6 +287,64 @@ _POSITIVE_OPTION_FIELDS = ("strideW", "strideH", "strideD", "filterWidth", "filt
                            "dilationWFactor", "dilationHFactor", "dilationDFactor", "depthMultiplier")
 
 
+# What each kernel reads from its inputs: (how many inputs it needs at least, which input positions
+# may be -1, "omitted"). Kernels fetch their mandatory inputs without a null check, so an omitted
+# TRANSPOSE permutation or RESHAPE shape is a segfault in the native runtime; only the positions a
+# kernel fetches with GetOptionalInputTensor may be omitted. An operator not listed here (custom ops
+# included) may omit none of its inputs.
+_LSTM_OPTIONAL = frozenset({1, 5, 9, 10, 11, 12, 16, 17, 20, 21, 22, 23})
+_OPERATOR_INPUTS: dict[str, tuple[int, frozenset[int]]] = {
+    **{op: (1, frozenset()) for op in (
+        "ABS", "AVERAGE_POOL_2D", "CAST", "CEIL", "CONCATENATION", "COS", "DEPTH_TO_SPACE", "DEQUANTIZE",
+        "ELU", "EXP", "FLOOR", "GELU", "HARD_SWISH", "L2_NORMALIZATION", "L2_POOL_2D", "LEAKY_RELU",
+        "LOCAL_RESPONSE_NORMALIZATION", "LOG", "LOGICAL_NOT", "LOGISTIC", "LOG_SOFTMAX", "MAX_POOL_2D",
+        "NEG", "PACK", "QUANTIZE", "RELU", "RELU6", "RELU_0_TO_1", "RELU_N1_TO_1", "RESHAPE", "ROUND",
+        "RSQRT", "SHAPE", "SIGN", "SIN", "SOFTMAX", "SPACE_TO_DEPTH", "SQRT", "SQUARE", "SQUEEZE",
+        "TANH", "UNPACK", "ZEROS_LIKE", "ADD_N", "RANK", "WHERE", "UNIQUE",
+    )},
+    **{op: (2, frozenset()) for op in (
+        "ADD", "ARG_MAX", "ARG_MIN", "ATAN2", "BATCH_MATMUL", "BROADCAST_ARGS", "BROADCAST_TO", "CUMSUM",
+        "DIV", "EMBEDDING_LOOKUP", "EQUAL", "EXPAND_DIMS", "FILL", "FLOOR_DIV", "FLOOR_MOD", "GATHER",
+        "GATHER_ND", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL", "LOGICAL_AND", "LOGICAL_OR",
+        "MAXIMUM", "MEAN", "MINIMUM", "MIRROR_PAD", "MUL", "NOT_EQUAL", "PAD", "POW", "PRELU",
+        "REDUCE_ANY", "REDUCE_ALL", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "RESIZE_BILINEAR",
+        "RESIZE_NEAREST_NEIGHBOR", "REVERSE_V2", "SPLIT", "SQUARED_DIFFERENCE", "SUB", "SUM", "TILE",
+        "TOPK_V2", "TRANSPOSE", "SEGMENT_SUM", "BITWISE_XOR", "RIGHT_SHIFT",
+    )},
+    **{op: (3, frozenset()) for op in (
+        "BATCH_TO_SPACE_ND", "DYNAMIC_UPDATE_SLICE", "RANGE", "SCATTER_ND", "SELECT", "SELECT_V2",
+        "SLICE", "SPACE_TO_BATCH_ND", "SPLIT_V", "UNSORTED_SEGMENT_MAX", "UNSORTED_SEGMENT_MIN",
+        "UNSORTED_SEGMENT_PROD", "UNSORTED_SEGMENT_SUM", "REVERSE_SEQUENCE",
+    )},
+    "STRIDED_SLICE": (4, frozenset()),
+    "ONE_HOT": (4, frozenset()),
+    "CONV_2D": (2, frozenset({2})),  # bias
+    "DEPTHWISE_CONV_2D": (2, frozenset({2})),
+    "FULLY_CONNECTED": (2, frozenset({2})),
+    "CONV_3D": (2, frozenset({2})),
+    "TRANSPOSE_CONV": (3, frozenset({3})),  # output shape, weights, input; bias
+    "CONV_3D_TRANSPOSE": (3, frozenset({3})),
+    "PADV2": (2, frozenset({2})),  # constant value
+    "SVDF": (4, frozenset({3})),
+    "LSH_PROJECTION": (2, frozenset({2})),
+    "LSTM": (20, _LSTM_OPTIONAL),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": (20, _LSTM_OPTIONAL),
+    "RNN": (5, frozenset()),
+    "UNIDIRECTIONAL_SEQUENCE_RNN": (5, frozenset()),
+}
+
+
+def _inputs_problem(opcode: str, inputs: tuple[int, ...]) -> str | None:
+    """Why an operator's input list would make its kernel read a missing tensor, or None."""
+    needed, optional = _OPERATOR_INPUTS.get(opcode, (0, frozenset()))
+    if len(inputs) < needed:
+        return f"has {len(inputs)} inputs; the kernel needs at least {needed}"
+    for position, tensor in enumerate(inputs):
+        if tensor < 0 and position not in optional:
+            return f"omits its input {position} (-1), which the kernel requires"
+    return None
+
+
 def _options_problem(options: Any, num_subgraphs: int) -> str | None:
     """Why a builtin-options object cannot be handed to a kernel, or None."""
     from ai_edge_litert import schema_py_generated as schema
@@ -399,8 +457,14 @@ def _parse(data: bytes) -> FlatbufferModel:
                 raise _bad(f"{where} has shape {list(shape)}, larger than a LiteRT tensor can be (2 GB)")
             if nbytes and bits and t.sparsity is None:
                 needed = (math.prod(shape) * bits + 7) // 8
+                # int4 weights may also be stored one value per byte (unpacked).
+                allowed = {needed, math.prod(shape)} if dtype == "int4" else {needed}
                 if nbytes < needed:
                     raise _bad(f"{where} needs {needed} bytes of constant data but its buffer holds {nbytes}")
+                if nbytes not in allowed:
+                    raise _bad(
+                        f"{where} is {dtype} {list(shape)} ({needed} bytes) but its constant buffer holds {nbytes} bytes"
+                    )
             tensors.append(
                 TensorInfo(
                     index=t_index,
@@ -423,6 +487,9 @@ def _parse(data: bytes) -> FlatbufferModel:
                     raise _bad(f"operator {o_index} of subgraph {sg_index} refers to tensor {i}, which does not exist")
             if any(i < 0 for i in outs):
                 raise _bad(f"operator {o_index} of subgraph {sg_index} has an omitted output")
+            problem = _inputs_problem(opcode_name(op.opcodeIndex or 0), ins)
+            if problem:
+                raise _bad(f"operator {o_index} of subgraph {sg_index} ({opcode_name(op.opcodeIndex or 0)}) {problem}")
             for options in (op.builtinOptions, op.builtinOptions2):
                 problem = _options_problem(options, num_subgraphs) if options is not None else None
                 if problem:
