@@ -13,6 +13,7 @@ from typing import Annotated, List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .config import IODtype, QuantBackend, QuantizeMode, Target, parse_shape
 from .errors import EXIT_INTERNAL, EXIT_USAGE, EdgeExportError, UsageError
@@ -97,7 +98,7 @@ def _fail(exc: BaseException, debug: bool) -> int:
     if debug:
         _err.print(traceback.format_exc(), markup=False)
     if isinstance(exc, EdgeExportError):
-        _err.print(f"[bold red]error:[/bold red] {exc}", soft_wrap=True)
+        _err.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
         if not debug:
             _err.print("[dim](run with --debug for the full traceback)[/dim]")
         return exc.exit_code
@@ -106,7 +107,7 @@ def _fail(exc: BaseException, debug: bool) -> int:
         return 130
     code = getattr(exc, "exit_code", EXIT_INTERNAL)
     _err.print(
-        f"[bold red]internal error:[/bold red] {type(exc).__name__}: {str(exc)[:500]} "
+        f"[bold red]internal error:[/bold red] {type(exc).__name__}: {escape(str(exc)[:500])} "
         "This is a bug in edge-export; please report it with the output of --debug.",
         markup=True,
     )
@@ -138,24 +139,29 @@ def _parse_pair(text: Optional[str], option: str) -> Optional[tuple[int, int]]:
     return (shape[0], shape[1])
 
 
+def _plain(text: str) -> None:
+    """Print text that holds model-supplied names or paths literally: ``[/bold]`` in a name is not markup."""
+    _out.print(text, markup=False)
+
+
 def _print_summary(result) -> None:
     rep = result.report
     fb = rep["flatbuffer"]
     val = rep["validation"]
     verdict = rep["verdict"]
     color = {"passed": "green", "failed": "red"}.get(verdict, "yellow")
-    _out.print(f"[bold {color}]{verdict.upper()}[/bold {color}]  {result.tflite_path}")
+    _out.print(f"[bold {color}]{verdict.upper()}[/bold {color}]  {escape(str(result.tflite_path))}")
     ops = ", ".join(f"{k}×{v}" for k, v in list(fb["op_counts"].items())[:8])
     more = "" if len(fb["op_counts"]) <= 8 else f", … ({len(fb['op_counts'])} kinds)"
-    _out.print(f"  size {fb['size_bytes'] / 1024:.1f} KiB · {fb['num_operators']} ops: {ops}{more}")
+    _plain(f"  size {fb['size_bytes'] / 1024:.1f} KiB · {fb['num_operators']} ops: {ops}{more}")
     if val.get("status") == "skipped":
-        _out.print(f"  parity: not checked ({val.get('reason')})")
+        _plain(f"  parity: not checked ({val.get('reason')})")
     elif val.get("worst"):
         w = val["worst"]
         sq = w.get("sqnr_db")
         mae = w.get("max_abs_error")
         failed = w.get("failed_checks") or []
-        _out.print(
+        _plain(
             f"  parity ({val['samples']} samples): worst output {w['output']}: SQNR "
             f"{'–' if sq is None else f'{sq:.1f}'} dB, max abs error {'–' if mae is None else f'{mae:.3g}'}"
             + (f"; failed: {', '.join(failed)}" if failed else "")
@@ -168,28 +174,28 @@ def _print_summary(result) -> None:
             f"{x['kind']} {x['name']} {x['dtype']}" + (f" (scale {x['scale']:.6g}, zero point {x['zero_point']})" if x.get("scale") else "")
             for x in quant.get("io", [])
         )
-        _out.print(f"  quantization: {quant['mode']} via {quant['backend']} ({quant['reason']}); {integer}; {io}")
+        _plain(f"  quantization: {quant['mode']} via {quant['backend']} ({quant['reason']}); {integer}; {io}")
         warn = Console(stderr=True, highlight=False, soft_wrap=True)
         for w in quant.get("warnings", []):
-            warn.print(f"[yellow]warning:[/yellow] {w}")
+            warn.print(f"[yellow]warning:[/yellow] {escape(w)}")
     target = rep.get("target")
     if target:
         if "edgetpu" in target:
-            _out.print(f"  edge tpu: {target['edgetpu']['summary']}")
+            _plain(f"  edge tpu: {target['edgetpu']['summary']}")
             comp = target.get("compiler") or {}
             if comp.get("compiled"):
-                _out.print(f"  edgetpu_compiler: compiled -> {rep['artifacts'].get('edgetpu_tflite')}")
+                _plain(f"  edgetpu_compiler: compiled -> {rep['artifacts'].get('edgetpu_tflite')}")
             else:
-                _out.print(f"  edgetpu_compiler: not compiled: {comp.get('reason')}")
+                _plain(f"  edgetpu_compiler: not compiled: {comp.get('reason')}")
             for d in comp.get("disagreements") or []:
-                _out.print(f"    disagreement: {d}")
+                _plain(f"    disagreement: {d}")
         if "micro" in target:
             m = target["micro"]
-            _out.print(f"  tflite micro: arena {m.get('arena_bytes')} bytes; ops {', '.join(m.get('ops', []))}")
+            _plain(f"  tflite micro: arena {m.get('arena_bytes')} bytes; ops {', '.join(m.get('ops', []))}")
     layers = rep.get("per_layer")
     if layers:
         jump, worst = layers.get("first_jump"), layers.get("worst")
-        _out.print(
+        _plain(
             f"  per-layer: {len(layers['layers'])} layers compared ({layers['match_fraction']:.0%} of modules matched)"
             + (f"; worst {worst['module_path']} {worst['sqnr_db']:.1f} dB" if worst and worst.get("sqnr_db") is not None else "")
             + (f"; error jumps at {jump['module_path']} ({jump['sqnr_db']:.1f} dB)" if jump else "; no jump")
@@ -197,12 +203,12 @@ def _print_summary(result) -> None:
     base = rep.get("baseline")
     if base:
         regs = base.get("regressions") or []
-        _out.print(f"  baseline {base['path']}: " + (f"{len(regs)} regression(s)" if regs else "no regression"))
+        _plain(f"  baseline {base['path']}: " + (f"{len(regs)} regression(s)" if regs else "no regression"))
         for r in regs[:10]:
-            _out.print(f"    - {r['message']}")
-    _out.print(f"  reports: {result.report_json_path}  {result.report_md_path}")
+            _plain(f"    - {r['message']}")
+    _plain(f"  reports: {result.report_json_path}  {result.report_md_path}")
     if rep.get("artifacts", {}).get("junit"):
-        _out.print(f"  junit: {rep['artifacts']['junit']}")
+        _plain(f"  junit: {rep['artifacts']['junit']}")
 
 
 # Options shared by `export` and `validate`, declared once.
