@@ -252,7 +252,18 @@ def load_flatbuffer(path: str | Path) -> tuple[bytes, FlatbufferModel]:
         raise FlatbufferError(f"No such file: {p}.", "Check the path to the .tflite file.")
     if p.is_dir():
         raise FlatbufferError(f"{p} is a directory, not a .tflite file.", "Pass the path of a .tflite file.")
+    import stat
+
+    from .memory import ensure_memory_for
+
     try:
+        info = p.stat()
+        if not stat.S_ISREG(info.st_mode):
+            # /dev/zero or a pipe never ends: reading it "whole" filled memory until the kernel killed us.
+            raise FlatbufferError(
+                f"{p} is not a regular file (a device, pipe or socket).", "Pass the path of a .tflite file."
+            )
+        ensure_memory_for(info.st_size, f"Reading {p}", "Check that this is the .tflite file you meant.", FlatbufferError)
         data = p.read_bytes()
     except OSError as exc:
         raise FlatbufferError(f"Cannot read {p}: {exc.strerror}.", "Check the file's permissions.") from exc

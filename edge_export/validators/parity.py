@@ -133,7 +133,13 @@ def compare_outputs(
             continue
         ref = np.stack(refs).astype(np.float64)
         out = np.stack(outs).astype(np.float64)
-        finite = bool(np.all(np.isfinite(out)))
+        # NaN or Inf on either side is a parity failure; the metrics of such arrays mean nothing (an
+        # Inf output used to crash SQNR, or claim 200 dB).
+        nonfinite = [side for side, a in (("PyTorch", ref), ("LiteRT", out)) if not np.all(np.isfinite(a))]
+        if nonfinite:
+            outputs.append(OutputParity(k, names[k], shape, {}, (), error=f"{' and '.join(nonfinite)} output contains NaN or Inf"))
+            continue
+        finite = True
         m = {
             "max_abs_error": metrics.max_abs_error(ref, out),
             "mean_abs_error": metrics.mean_abs_error(ref, out),
