@@ -518,12 +518,24 @@ def _micro_stage(model_bytes: bytes, fb: Any, options: ExportOptions, target_rep
             + ". " + " ".join(report.problems),
             "Replace those operators in the model (or pick --target cpu).",
         )
-    runner = MicroRunner(model_bytes, model=fb)  # raises RuntimeRunError naming the operator TFLM rejects
-    target_report["micro"] = runner.report.to_dict()
+    from .isolation import run_isolated
+
+    def measure():  # raises RuntimeRunError naming the operator TFLM rejects
+        runner = MicroRunner(model_bytes, model=fb)
+        return runner.arena_bytes, runner.report
+
+    # TFLM runs in a child process (as every native run of a candidate model): a crash is exit 3.
+    arena, micro_report = run_isolated(measure, stage="TFLite Micro arena measurement", backend="the TFLite Micro interpreter")
+    target_report["micro"] = micro_report.to_dict()
     if options.emit_op_resolver:
-        extra_artifacts.append(("op_resolver", Path(options.emit_op_resolver), emit_op_resolver(runner.report.ops).encode()))
+        extra_artifacts.append(("op_resolver", Path(options.emit_op_resolver), emit_op_resolver(micro_report.ops).encode()))
         target_report["micro"]["op_resolver"] = str(options.emit_op_resolver)
-    return lambda data, fb, _runner=runner: _runner
+
+    def factory(data, fb):
+        return MicroRunner(data, arena_size=arena, model=fb)
+
+    factory.backend_label = "the TFLite Micro interpreter"
+    return factory
 
 
 def _base_report(model: dict, specs: list[InputSpec], plan: Any) -> dict:
@@ -697,7 +709,10 @@ def _check_parity(
         from .validators.layers import per_layer_parity
 
         with stages.run("per_layer", "Comparing every layer with PyTorch (reference kernels)"):
-            layers = per_layer_parity(
+            from .isolation import run_isolated
+
+            layers = run_isolated(
+                per_layer_parity,
                 module,
                 tuple(example),
                 model_bytes,
@@ -705,6 +720,8 @@ def _check_parity(
                 channels_last_inputs=tuple(plan.inputs),
                 min_sqnr_db=options.per_layer_min_sqnr,
                 model=fb,
+                stage="per-layer comparison",
+                backend="the LiteRT reference kernels",
             )
     return parity, layers
 
@@ -720,31 +737,35 @@ def _validate(
 ):
     import torch
 
+    from .isolation import run_isolated
     from .runtime import Resolver, TFLiteRunner
     from .validators.parity import compare_outputs
 
-    if runner_factory is not None:
-        runner = runner_factory(model_bytes, fb)
-        runtime = _runtime_name(runner)
-    else:
-        runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
-        runtime = "ai-edge-litert interpreter (CPU, XNNPACK)"
-    references, candidates = [], []
+    references, feeds = [], []
     with torch.no_grad():
         for sample in samples:
-            ref = [t.detach().float().numpy() for t in _flatten_outputs(module(*sample))]
-            feed = _to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True)
-            out = runner.run(feed)
-            out = _to_layout(out, plan.outputs, nhwc=False)
-            references.append(ref)
-            candidates.append(out)
-    names = [o.name for o in runner.outputs]
+            references.append([t.detach().float().numpy() for t in _flatten_outputs(module(*sample))])
+            feeds.append(_to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True))
+
+    def run_candidate():
+        if runner_factory is not None:
+            runner = runner_factory(model_bytes, fb)
+            runtime = _runtime_name(runner)
+        else:
+            runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
+            runtime = "ai-edge-litert interpreter (CPU, XNNPACK)"
+        outs = [_to_layout(runner.run(feed), plan.outputs, nhwc=False) for feed in feeds]
+        return outs, [o.name for o in runner.outputs], [o.scale for o in runner.outputs], runtime
+
+    # The flatbuffer runs in a child process: a native crash becomes exit 3 naming this stage.
+    candidates, names, scales, runtime = run_isolated(
+        run_candidate, stage="parity check", backend=_backend_label(runner_factory)
+    )
     if len(names) != len(references[0]):
         raise UsageError(
             f"The flatbuffer has {len(names)} outputs but the PyTorch model returns {len(references[0])}.",
             "This can happen when outputs are constants or duplicates; run with --no-validate to export anyway.",
         )
-    scales = [o.scale for o in runner.outputs]
     return compare_outputs(
         references,
         candidates,
@@ -753,6 +774,12 @@ def _validate(
         runtime=runtime,
         output_scales=scales,
     )
+
+
+def _backend_label(runner_factory: Any) -> str:
+    if runner_factory is None:
+        return "the LiteRT interpreter (XNNPACK)"
+    return getattr(runner_factory, "backend_label", "the LiteRT interpreter with the Edge TPU delegate")
 
 
 def _runtime_name(runner: Any) -> str:
