@@ -743,8 +743,17 @@ def _validate(
 
     references, feeds = [], []
     with torch.no_grad():
-        for sample in samples:
-            references.append([t.detach().float().numpy() for t in _flatten_outputs(module(*sample))])
+        for number, sample in enumerate(samples):
+            try:
+                outputs = module(*sample)
+            except (Exception, SystemExit) as exc:  # the model's own error: the user's, not ours
+                first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+                raise InputSpecError(
+                    f"The PyTorch model raised {type(exc).__name__} on parity sample {number + 1} of "
+                    f"{len(samples)} (seeded random inputs shaped like the example): {first[:300]}",
+                    "Pass --samples 1 to check only the example inputs, or make forward() accept such inputs.",
+                ) from exc
+            references.append([t.detach().float().numpy() for t in _flatten_outputs(outputs)])
             feeds.append(_to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True))
 
     def run_candidate():

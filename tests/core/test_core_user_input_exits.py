@@ -68,6 +68,19 @@ class HugeWeights(torch.nn.Module):
     def forward(self, x):
         return self.fc(x)
 
+class OneCallOnly(torch.nn.Module):
+    """Accepts the eager check and the trace, then raises on the parity samples."""
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        if not torch.compiler.is_exporting():
+            self.calls += 1
+            if self.calls > 1:
+                raise RuntimeError("this model refuses a second call\\nand says more on a second line")
+        return x * 2
+
 class InfOutput(torch.nn.Module):
     def forward(self, x):
         return torch.log(x * 0.0) + x
@@ -198,3 +211,11 @@ def test_forward_that_calls_sys_exit(tmp_path, run_cli):
     specs = specs_from_options([(1, 4)], [])
     with pytest.raises(InputSpecError, match=r"sys\.exit\(3\)"):
         check_model_accepts(Exits(), example_tensors(specs), specs)
+
+
+def test_model_raising_during_parity(tmp_path, run_cli, user_module):
+    mod = user_module("models_parity", MODELS)
+    res = run_cli(f"{mod}:OneCallOnly", "--input-shape", "1,4", "--samples", "2", "-o", tmp_path / "out.tflite")
+    _check(res, 2, "RuntimeError on parity sample 1 of 2", "this model refuses a second call")
+    assert "second line" not in res.stderr
+    _no_outputs(tmp_path)
