@@ -345,6 +345,29 @@ _OPERATOR_INPUTS: dict[str, tuple[int, frozenset[int]]] = {
 }
 
 
+# The options table each kernel reads its parameters from. A file that gives an operator another
+# operator's table (a SPLIT carrying Conv2DOptions) makes the kernel read fields that are not there:
+# found by benchmarks/flatbuffer_fuzz.py as a segfault. Only operators whose kernels read options.
+_OPERATOR_OPTIONS = {
+    **dict.fromkeys(("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D"), "Pool2DOptions"),
+    **dict.fromkeys(("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY"), "ReducerOptions"),
+    "ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions", "DIV": "DivOptions",
+    "CONV_2D": "Conv2DOptions", "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions", "CONV_3D": "Conv3DOptions",
+    "FULLY_CONNECTED": "FullyConnectedOptions", "RESHAPE": "ReshapeOptions", "SOFTMAX": "SoftmaxOptions",
+    "CONCATENATION": "ConcatenationOptions", "SPLIT": "SplitOptions", "SPLIT_V": "SplitVOptions",
+    "STRIDED_SLICE": "StridedSliceOptions", "SQUEEZE": "SqueezeOptions", "GATHER": "GatherOptions",
+    "BATCH_MATMUL": "BatchMatMulOptions", "TRANSPOSE_CONV": "TransposeConvOptions",
+    "RESIZE_BILINEAR": "ResizeBilinearOptions", "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions",
+    "LEAKY_RELU": "LeakyReluOptions", "PACK": "PackOptions", "UNPACK": "UnpackOptions", "SHAPE": "ShapeOptions",
+    "DEPTH_TO_SPACE": "DepthToSpaceOptions", "SPACE_TO_DEPTH": "SpaceToDepthOptions",
+    "ARG_MAX": "ArgMaxOptions", "ARG_MIN": "ArgMinOptions", "GELU": "GeluOptions", "CUMSUM": "CumsumOptions",
+    "L2_NORMALIZATION": "L2NormOptions", "LOCAL_RESPONSE_NORMALIZATION": "LocalResponseNormalizationOptions",
+    "MIRROR_PAD": "MirrorPadOptions", "ONE_HOT": "OneHotOptions", "WHILE": "WhileOptions", "IF": "IfOptions",
+    "LSTM": "LSTMOptions", "UNIDIRECTIONAL_SEQUENCE_LSTM": "UnidirectionalSequenceLSTMOptions",
+    "SVDF": "SVDFOptions", "RNN": "RNNOptions",
+}
+
+
 def _inputs_problem(opcode: str, inputs: tuple[int, ...]) -> str | None:
     """Why an operator's input list would make its kernel read a missing tensor, or None."""
     needed, optional = _OPERATOR_INPUTS.get(opcode, (0, frozenset()))
@@ -354,6 +377,40 @@ def _inputs_problem(opcode: str, inputs: tuple[int, ...]) -> str | None:
         if tensor < 0 and position not in optional:
             return f"omits its input {position} (-1), which the kernel requires"
     return None
+
+
+def _check_dataflow(
+    sg_index: int,
+    ops: list[OperatorInfo],
+    tensors: list[TensorInfo],
+    inputs: tuple[int, ...],
+    outputs: tuple[int, ...],
+    variables: set[int],
+) -> None:
+    """Operators run in file order, so every tensor an operator reads must already hold data (a
+    subgraph input, a constant, a variable, or an earlier operator's output), and no tensor may be
+    written twice or written over an input or a constant. A mutated output index that broke this
+    (a RESHAPE writing over a CONV_2D's output) segfaulted XNNPACK."""
+    import math
+
+    constant = {t.index for t in tensors if t.is_constant or math.prod(t.shape) == 0}
+    ready = set(inputs) | constant | variables
+    written: set[int] = set()
+    for op in ops:
+        where = f"operator {op.index} of subgraph {sg_index} ({op.opcode})"
+        for i in op.inputs:
+            if i >= 0 and i not in ready:
+                raise _bad(f"{where} reads tensor {i} before any operator writes it")
+        for o in op.outputs:
+            if o in written:
+                raise _bad(f"{where} writes tensor {o}, which an earlier operator already writes")
+            if o in inputs or o in constant or o in variables:
+                raise _bad(f"{where} writes over tensor {o}, an input or constant of the subgraph")
+            written.add(o)
+            ready.add(o)
+    for o in outputs:
+        if o not in ready:
+            raise _bad(f"subgraph {sg_index} names tensor {o} as an output, but no operator writes it")
 
 
 def _options_problem(options: Any, num_subgraphs: int) -> str | None:
@@ -498,9 +555,14 @@ def _parse(data: bytes) -> FlatbufferModel:
                     raise _bad(f"operator {o_index} of subgraph {sg_index} refers to tensor {i}, which does not exist")
             if any(i < 0 for i in outs):
                 raise _bad(f"operator {o_index} of subgraph {sg_index} has an omitted output")
-            problem = _inputs_problem(opcode_name(op.opcodeIndex or 0), ins)
+            opcode = opcode_name(op.opcodeIndex or 0)
+            problem = _inputs_problem(opcode, ins)
+            expected_options = _OPERATOR_OPTIONS.get(opcode)
+            given_options = options_names.get(op.builtinOptionsType) if op.builtinOptionsType else None
+            if expected_options and given_options and given_options != expected_options:
+                problem = f"carries {given_options}; its kernel reads {expected_options}"
             if problem:
-                raise _bad(f"operator {o_index} of subgraph {sg_index} ({opcode_name(op.opcodeIndex or 0)}) {problem}")
+                raise _bad(f"operator {o_index} of subgraph {sg_index} ({opcode}) {problem}")
             for options in (op.builtinOptions, op.builtinOptions2):
                 problem = _options_problem(options, num_subgraphs) if options is not None else None
                 if problem:
@@ -520,6 +582,7 @@ def _parse(data: bytes) -> FlatbufferModel:
         for i in (*sg_inputs, *sg_outputs):
             if i < 0 or i >= n:
                 raise _bad(f"subgraph {sg_index} names tensor {i} as an input or output, which does not exist")
+        _check_dataflow(sg_index, ops, tensors, sg_inputs, sg_outputs, {i for i, t in enumerate(sg.tensors or []) if t.isVariable})
         all_ops.append(tuple(ops))
         if sg_index == 0:
             main_tensors = tuple(tensors)

@@ -218,9 +218,31 @@ def weight_buffer_longer_than_its_shape(model, sg):
     buf.data = np.concatenate([np.asarray(buf.data), np.zeros(64, dtype=np.uint8)])
 
 
+def write_over_an_earlier_output(model, sg):
+    """The last operator writes the tensor the first CONV_2D wrote (found by benchmarks/flatbuffer_fuzz.py)."""
+    sg.operators[-1].outputs = np.array([sg.operators[1].outputs[0]], dtype=np.int32)
+
+
+def write_the_graph_output_early(model, sg):
+    """An operator in the middle writes the graph output: the next one reads a tensor nobody wrote."""
+    sg.operators[4].outputs = np.array([sg.outputs[0]], dtype=np.int32)
+
+
+def conv_becomes_split(model, sg):
+    """CONV_2D's opcode turned into SPLIT, which then reads Conv2DOptions as SplitOptions."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    for code in model.operatorCodes:
+        if max(code.builtinCode, code.deprecatedBuiltinCode) == schema.BuiltinOperator.CONV_2D:
+            code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.SPLIT
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
+        (write_over_an_earlier_output, "which an earlier operator already writes"),  # segfaulted XNNPACK
+        (write_the_graph_output_early, "before any operator writes it"),  # segfaulted XNNPACK
+        (conv_becomes_split, r"\(SPLIT\) carries Conv2DOptions; its kernel reads SplitOptions"),  # segfaulted
         (omit_input("TRANSPOSE", 1), r"\(TRANSPOSE\) omits its input 1"),  # segfaulted validate and bench
         (omit_input("CONV_2D", 1), r"\(CONV_2D\) omits its input 1"),
         (omit_input("CONV_2D", 0), r"\(CONV_2D\) omits its input 0"),
