@@ -222,7 +222,7 @@ def quantize_model(
                     flatbuffer_recipes.quantize_flatbuffer, float_model_bytes, mode, calibration,
                     observer=flatbuffer_observer, verbose=verbose,
                     stage=f"{mode.value} quantization", backend="ai-edge-quantizer (flatbuffer backend)",
-                    hint=_CRASH_HINT,
+                    hint=_CRASH_HINT, preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
                 )
             data = share_quantization_vectors(data)
             sqnr, cosine = run_isolated(
