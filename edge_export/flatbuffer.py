@@ -368,7 +368,21 @@ _OPERATOR_OPTIONS = {
 }
 
 
-def _inputs_problem(opcode: str, inputs: tuple[int, ...]) -> str | None:
+# Inputs whose data kernels (and XNNPACK's graph builder) read as integer indices, shapes or axes:
+# a float tensor there (a TRANSPOSE turned into a SPLIT whose "axis" is the float image) segfaulted.
+_INDEX_INPUTS: dict[str, tuple[int, ...]] = {
+    "TRANSPOSE": (1,), "RESHAPE": (1,), "SPLIT": (0,), "SPLIT_V": (1, 2), "MEAN": (1,), "SUM": (1,),
+    "REDUCE_MAX": (1,), "REDUCE_MIN": (1,), "REDUCE_PROD": (1,), "REDUCE_ANY": (1,), "REDUCE_ALL": (1,),
+    "PAD": (1,), "PADV2": (1,), "MIRROR_PAD": (1,), "STRIDED_SLICE": (1, 2, 3), "SLICE": (1, 2),
+    "GATHER": (1,), "GATHER_ND": (1,), "TILE": (1,), "EXPAND_DIMS": (1,), "RESIZE_BILINEAR": (1,),
+    "RESIZE_NEAREST_NEIGHBOR": (1,), "BROADCAST_TO": (1,), "ARG_MAX": (1,), "ARG_MIN": (1,),
+    "CUMSUM": (1,), "TRANSPOSE_CONV": (0,), "BATCH_TO_SPACE_ND": (1, 2), "SPACE_TO_BATCH_ND": (1, 2),
+    "FILL": (0,), "ONE_HOT": (1,), "TOPK_V2": (1,), "REVERSE_V2": (1,), "SCATTER_ND": (0, 2),
+}
+_INDEX_DTYPES = frozenset({"int16", "int32", "int64"})
+
+
+def _inputs_problem(opcode: str, inputs: tuple[int, ...], tensors: list[TensorInfo] | None = None) -> str | None:
     """Why an operator's input list would make its kernel read a missing tensor, or None."""
     needed, optional = _OPERATOR_INPUTS.get(opcode, (0, frozenset()))
     if len(inputs) < needed:
@@ -376,6 +390,10 @@ def _inputs_problem(opcode: str, inputs: tuple[int, ...]) -> str | None:
     for position, tensor in enumerate(inputs):
         if tensor < 0 and position not in optional:
             return f"omits its input {position} (-1), which the kernel requires"
+    for position in _INDEX_INPUTS.get(opcode, ()) if tensors is not None else ():
+        if position < len(inputs) and inputs[position] >= 0 and tensors[inputs[position]].dtype not in _INDEX_DTYPES:
+            dtype = tensors[inputs[position]].dtype
+            return f"takes a {dtype} tensor as its input {position}, which the kernel reads as integer indices"
     return None
 
 
@@ -387,30 +405,30 @@ def _check_dataflow(
     outputs: tuple[int, ...],
     variables: set[int],
 ) -> None:
-    """Operators run in file order, so every tensor an operator reads must already hold data (a
-    subgraph input, a constant, a variable, or an earlier operator's output), and no tensor may be
-    written twice or written over an input or a constant. A mutated output index that broke this
+    """Operators run in file order: no tensor may be written twice, or over a subgraph input or a
+    constant, or read before the operator that writes it. A mutated output index that broke this
     (a RESHAPE writing over a CONV_2D's output) segfaulted XNNPACK."""
     import math
 
     constant = {t.index for t in tensors if t.is_constant or math.prod(t.shape) == 0}
-    ready = set(inputs) | constant | variables
-    written: set[int] = set()
+    writer: dict[int, int] = {}
     for op in ops:
         where = f"operator {op.index} of subgraph {sg_index} ({op.opcode})"
-        for i in op.inputs:
-            if i >= 0 and i not in ready:
-                raise _bad(f"{where} reads tensor {i} before any operator writes it")
         for o in op.outputs:
-            if o in written:
-                raise _bad(f"{where} writes tensor {o}, which an earlier operator already writes")
+            if o in writer:
+                raise _bad(f"{where} writes tensor {o}, which operator {writer[o]} already writes")
             if o in inputs or o in constant or o in variables:
                 raise _bad(f"{where} writes over tensor {o}, an input or constant of the subgraph")
-            written.add(o)
-            ready.add(o)
-    for o in outputs:
-        if o not in ready:
-            raise _bad(f"subgraph {sg_index} names tensor {o} as an output, but no operator writes it")
+            writer[o] = op.index
+    # A tensor that no operator writes is left as the runtime allocates it (a test model may mean
+    # "a weight computed at run time"); one written by a later operator is an ordering error.
+    for op in ops:
+        for i in op.inputs:
+            if writer.get(i, -1) >= op.index:
+                raise _bad(
+                    f"operator {op.index} of subgraph {sg_index} ({op.opcode}) reads tensor {i} before "
+                    f"operator {writer[i]} writes it"
+                )
 
 
 def _options_problem(options: Any, num_subgraphs: int) -> str | None:
@@ -556,7 +574,7 @@ def _parse(data: bytes) -> FlatbufferModel:
             if any(i < 0 for i in outs):
                 raise _bad(f"operator {o_index} of subgraph {sg_index} has an omitted output")
             opcode = opcode_name(op.opcodeIndex or 0)
-            problem = _inputs_problem(opcode, ins)
+            problem = _inputs_problem(opcode, ins, tensors)
             expected_options = _OPERATOR_OPTIONS.get(opcode)
             given_options = options_names.get(op.builtinOptionsType) if op.builtinOptionsType else None
             if expected_options and given_options and given_options != expected_options:

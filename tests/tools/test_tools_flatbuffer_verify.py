@@ -223,9 +223,18 @@ def write_over_an_earlier_output(model, sg):
     sg.operators[-1].outputs = np.array([sg.operators[1].outputs[0]], dtype=np.int32)
 
 
-def write_the_graph_output_early(model, sg):
-    """An operator in the middle writes the graph output: the next one reads a tensor nobody wrote."""
-    sg.operators[4].outputs = np.array([sg.outputs[0]], dtype=np.int32)
+def run_an_operator_before_its_input(model, sg):
+    """The first CONV_2D and the MAX_POOL_2D after it swapped: the pool reads the conv's output first."""
+    sg.operators[1], sg.operators[2] = sg.operators[2], sg.operators[1]
+
+
+def transpose_becomes_split(model, sg):
+    """TRANSPOSE's opcode turned into SPLIT, whose first input (the axis) is then the float image."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    for code in model.operatorCodes:
+        if max(code.builtinCode, code.deprecatedBuiltinCode) == schema.BuiltinOperator.TRANSPOSE:
+            code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.SPLIT
 
 
 def conv_becomes_split(model, sg):
@@ -240,8 +249,9 @@ def conv_becomes_split(model, sg):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (write_over_an_earlier_output, "which an earlier operator already writes"),  # segfaulted XNNPACK
-        (write_the_graph_output_early, "before any operator writes it"),  # segfaulted XNNPACK
+        (write_over_an_earlier_output, r"writes tensor \d+, which operator 1 already writes"),  # segfaulted XNNPACK
+        (run_an_operator_before_its_input, r"reads tensor \d+ before operator 2 writes it"),
+        (transpose_becomes_split, r"\(SPLIT\) takes a float32 tensor as its input 0"),  # segfaulted XNNPACK
         (conv_becomes_split, r"\(SPLIT\) carries Conv2DOptions; its kernel reads SplitOptions"),  # segfaulted
         (omit_input("TRANSPOSE", 1), r"\(TRANSPOSE\) omits its input 1"),  # segfaulted validate and bench
         (omit_input("CONV_2D", 1), r"\(CONV_2D\) omits its input 1"),
