@@ -599,12 +599,24 @@ def _micro_stage(model_bytes: bytes, fb: Any, options: ExportOptions, target_rep
             + ". " + " ".join(report.problems),
             "Replace those operators in the model (or pick --target cpu).",
         )
-    runner = MicroRunner(model_bytes, model=fb)  # raises RuntimeRunError naming the operator TFLM rejects
-    target_report["micro"] = runner.report.to_dict()
+    from .isolation import run_isolated
+
+    def measure():  # raises RuntimeRunError naming the operator TFLM rejects
+        runner = MicroRunner(model_bytes, model=fb)
+        return runner.arena_bytes, runner.report
+
+    # TFLM runs in a child process (as every native run of a candidate model): a crash is exit 3.
+    arena, micro_report = run_isolated(measure, stage="TFLite Micro arena measurement", backend="the TFLite Micro interpreter")
+    target_report["micro"] = micro_report.to_dict()
     if options.emit_op_resolver:
-        extra_artifacts.append(("op_resolver", Path(options.emit_op_resolver), emit_op_resolver(runner.report.ops).encode()))
+        extra_artifacts.append(("op_resolver", Path(options.emit_op_resolver), emit_op_resolver(micro_report.ops).encode()))
         target_report["micro"]["op_resolver"] = str(options.emit_op_resolver)
-    return lambda data, fb, _runner=runner: _runner
+
+    def factory(data, fb):
+        return MicroRunner(data, arena_size=arena, model=fb)
+
+    factory.backend_label = "the TFLite Micro interpreter"
+    return factory
 
 
 def _base_report(model: dict, specs: list[InputSpec], plan: Any) -> dict:
@@ -778,7 +790,10 @@ def _check_parity(
         from .validators.layers import per_layer_parity
 
         with stages.run("per_layer", "Comparing every layer with PyTorch (reference kernels)"):
-            layers = per_layer_parity(
+            from .isolation import run_isolated
+
+            layers = run_isolated(
+                per_layer_parity,
                 module,
                 tuple(example),
                 model_bytes,
@@ -786,6 +801,8 @@ def _check_parity(
                 channels_last_inputs=tuple(plan.inputs),
                 min_sqnr_db=options.per_layer_min_sqnr,
                 model=fb,
+                stage="per-layer comparison",
+                backend="the LiteRT reference kernels",
             )
     return parity, layers
 
@@ -801,35 +818,47 @@ def _validate(
 ):
     import torch
 
+    from .isolation import run_isolated
     from .runtime import Resolver, TFLiteRunner
     from .validators.parity import compare_outputs
 
-    if runner_factory is not None:
-        runner = runner_factory(model_bytes, fb)
-        runtime = _runtime_name(runner)
-    else:
-        runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
-        runtime = "ai-edge-litert interpreter (CPU, XNNPACK)"
-    references, candidates = [], []
+    references, feeds = [], []
     torch_names: list[str | None] = []
     with torch.no_grad():
-        for sample in samples:
-            returned = module(*sample)
+        for number, sample in enumerate(samples):
+            try:
+                outputs = module(*sample)
+            except (Exception, SystemExit) as exc:  # the model's own error: the user's, not ours
+                first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+                raise InputSpecError(
+                    f"The PyTorch model raised {type(exc).__name__} on parity sample {number + 1} of "
+                    f"{len(samples)} (seeded random inputs shaped like the example): {first[:300]}",
+                    "Pass --samples 1 to check only the example inputs, or make forward() accept such inputs.",
+                ) from exc
             if not torch_names:
-                torch_names = _output_keys(returned)
-            ref = [t.detach().float().numpy() for t in _flatten_outputs(returned)]
-            feed = _to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True)
-            out = runner.run(feed)
-            out = _to_layout(out, plan.outputs, nhwc=False)
-            references.append(ref)
-            candidates.append(out)
-    names = [o.name for o in runner.outputs]
+                torch_names = _output_keys(outputs)
+            references.append([t.detach().float().numpy() for t in _flatten_outputs(outputs)])
+            feeds.append(_to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True))
+
+    def run_candidate():
+        if runner_factory is not None:
+            runner = runner_factory(model_bytes, fb)
+            runtime = _runtime_name(runner)
+        else:
+            runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
+            runtime = "ai-edge-litert interpreter (CPU, XNNPACK)"
+        outs = [_to_layout(runner.run(feed), plan.outputs, nhwc=False) for feed in feeds]
+        return outs, [o.name for o in runner.outputs], [o.scale for o in runner.outputs], runtime
+
+    # The flatbuffer runs in a child process: a native crash becomes exit 3 naming this stage.
+    candidates, names, scales, runtime = run_isolated(
+        run_candidate, stage="parity check", backend=_backend_label(runner_factory)
+    )
     if len(names) != len(references[0]):
         raise UsageError(
             f"The flatbuffer has {len(names)} outputs but the PyTorch model returns {len(references[0])}.",
             "This can happen when outputs are constants or duplicates; run with --no-validate to export anyway.",
         )
-    scales = [o.scale for o in runner.outputs]
     kinds = _output_kinds(names, torch_names, [tuple(r.shape) for r in references[0]], options)
     unnamed = [n for n, d in zip(names, kinds) if d.source.value == "default"]
     notes = (
@@ -877,6 +906,12 @@ def _output_kinds(names: Sequence[str], torch_names: Sequence[str | None], shape
         torch_name = torch_names[i] if i < len(torch_names) else None
         identities.append(OutputIdentity(i, tuple(dict.fromkeys(n for n in (name, torch_name) if n)), shape))
     return resolve_output_kinds(identities, options.output_kinds, options.labels)
+
+
+def _backend_label(runner_factory: Any) -> str:
+    if runner_factory is None:
+        return "the LiteRT interpreter (XNNPACK)"
+    return getattr(runner_factory, "backend_label", "the LiteRT interpreter with the Edge TPU delegate")
 
 
 def _runtime_name(runner: Any) -> str:

@@ -13,6 +13,7 @@ from typing import Annotated, List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .config import IODtype, QuantBackend, QuantizeMode, Target, parse_shape
 from .errors import EXIT_INTERNAL, EXIT_USAGE, EdgeExportError, UsageError
@@ -60,7 +61,7 @@ def _fail(exc: BaseException, debug: bool, err: Console) -> int:
     if debug:
         err.print("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), markup=False)
     if isinstance(exc, EdgeExportError):
-        err.print(f"[bold red]error:[/bold red] {exc}", soft_wrap=True)
+        err.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
         if not debug:
             err.print("[dim](run with --debug for the full traceback)[/dim]")
         return exc.exit_code
@@ -70,7 +71,7 @@ def _fail(exc: BaseException, debug: bool, err: Console) -> int:
         return 143 if isinstance(exc, _Terminated) else 130
     code = getattr(exc, "exit_code", EXIT_INTERNAL)
     err.print(
-        f"[bold red]internal error:[/bold red] {type(exc).__name__}: {str(exc)[:500]} "
+        f"[bold red]internal error:[/bold red] {type(exc).__name__}: {escape(str(exc)[:500])} "
         "This is a bug in edge-export; please report it with the output of --debug.",
         markup=True,
     )
@@ -102,24 +103,30 @@ def _parse_pair(text: Optional[str], option: str) -> Optional[tuple[int, int]]:
     return (shape[0], shape[1])
 
 
+def _plain(out: Console, text: str) -> None:
+    """Print text that holds model-supplied names or paths literally: ``[/bold]`` in a name is not markup."""
+    out.print(text, markup=False)
+
+
 def _print_summary(result, out: Console, err: Console) -> None:
     rep = result.report
     fb = rep["flatbuffer"]
     val = rep["validation"]
     verdict = rep["verdict"]
     color = {"passed": "green", "failed": "red"}.get(verdict, "yellow")
-    out.print(f"[bold {color}]{verdict.upper()}[/bold {color}]  {result.tflite_path}")
+    out.print(f"[bold {color}]{verdict.upper()}[/bold {color}]  {escape(str(result.tflite_path))}")
     ops = ", ".join(f"{k}×{v}" for k, v in list(fb["op_counts"].items())[:8])
     more = "" if len(fb["op_counts"]) <= 8 else f", … ({len(fb['op_counts'])} kinds)"
-    out.print(f"  size {fb['size_bytes'] / 1024:.1f} KiB · {fb['num_operators']} ops: {ops}{more}")
+    _plain(out, f"  size {fb['size_bytes'] / 1024:.1f} KiB · {fb['num_operators']} ops: {ops}{more}")
     if val.get("status") == "skipped":
-        out.print(f"  parity: not checked ({val.get('reason')})")
+        _plain(out, f"  parity: not checked ({val.get('reason')})")
     elif val.get("worst"):
         w = val["worst"]
         sq = w.get("sqnr_db")
         mae = w.get("max_abs_error")
         failed = w.get("failed_checks") or []
-        out.print(
+        _plain(
+            out,
             f"  parity ({val['samples']} samples): worst output {w['output']}"
             + (f" ({w['kind']})" if w.get("kind") else "")
             + ": SQNR "
@@ -128,7 +135,7 @@ def _print_summary(result, out: Console, err: Console) -> None:
             + (f"; {w['error']}" if w.get("error") else "")
         )
         for note in val.get("notes") or []:
-            out.print(f"  note: {note}")
+            _plain(out, f"  note: {note}")
     quant = rep.get("quantization")
     if quant:
         integer = "fully integer" if quant["fully_integer"] else "NOT fully integer"
@@ -136,27 +143,28 @@ def _print_summary(result, out: Console, err: Console) -> None:
             f"{x['kind']} {x['name']} {x['dtype']}" + (f" (scale {x['scale']:.6g}, zero point {x['zero_point']})" if x.get("scale") else "")
             for x in quant.get("io", [])
         )
-        out.print(f"  quantization: {quant['mode']} via {quant['backend']} ({quant['reason']}); {integer}; {io}")
+        _plain(out, f"  quantization: {quant['mode']} via {quant['backend']} ({quant['reason']}); {integer}; {io}")
         for w in quant.get("warnings", []):
-            err.print(f"[yellow]warning:[/yellow] {w}")
+            err.print(f"[yellow]warning:[/yellow] {escape(w)}")
     target = rep.get("target")
     if target:
         if "edgetpu" in target:
-            out.print(f"  edge tpu: {target['edgetpu']['summary']}")
+            _plain(out, f"  edge tpu: {target['edgetpu']['summary']}")
             comp = target.get("compiler") or {}
             if comp.get("compiled"):
-                out.print(f"  edgetpu_compiler: compiled -> {rep['artifacts'].get('edgetpu_tflite')}")
+                _plain(out, f"  edgetpu_compiler: compiled -> {rep['artifacts'].get('edgetpu_tflite')}")
             else:
-                out.print(f"  edgetpu_compiler: not compiled: {comp.get('reason')}")
+                _plain(out, f"  edgetpu_compiler: not compiled: {comp.get('reason')}")
             for d in comp.get("disagreements") or []:
-                out.print(f"    disagreement: {d}")
+                _plain(out, f"    disagreement: {d}")
         if "micro" in target:
             m = target["micro"]
-            out.print(f"  tflite micro: arena {m.get('arena_bytes')} bytes; ops {', '.join(m.get('ops', []))}")
+            _plain(out, f"  tflite micro: arena {m.get('arena_bytes')} bytes; ops {', '.join(m.get('ops', []))}")
     layers = rep.get("per_layer")
     if layers:
         jump, worst = layers.get("first_jump"), layers.get("worst")
-        out.print(
+        _plain(
+            out,
             f"  per-layer: {len(layers['layers'])} layers compared ({layers['match_fraction']:.0%} of modules matched)"
             + (f"; worst {worst['module_path']} {worst['sqnr_db']:.1f} dB" if worst and worst.get("sqnr_db") is not None else "")
             + (f"; error jumps at {jump['module_path']} ({jump['sqnr_db']:.1f} dB)" if jump else "; no jump")
@@ -164,12 +172,12 @@ def _print_summary(result, out: Console, err: Console) -> None:
     base = rep.get("baseline")
     if base:
         regs = base.get("regressions") or []
-        out.print(f"  baseline {base['path']}: " + (f"{len(regs)} regression(s)" if regs else "no regression"))
+        _plain(out, f"  baseline {base['path']}: " + (f"{len(regs)} regression(s)" if regs else "no regression"))
         for r in regs[:10]:
-            out.print(f"    - {r['message']}")
-    out.print(f"  reports: {result.report_json_path}  {result.report_md_path}")
+            _plain(out, f"    - {r['message']}")
+    _plain(out, f"  reports: {result.report_json_path}  {result.report_md_path}")
     if rep.get("artifacts", {}).get("junit"):
-        out.print(f"  junit: {rep['artifacts']['junit']}")
+        _plain(out, f"  junit: {rep['artifacts']['junit']}")
 
 
 # Options shared by `export` and `validate`, declared once.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,8 +36,25 @@ def _torch_dtype(name: str):
     return getattr(torch, name)
 
 
+# Peak bytes per element while one random sample is made: numpy's float64 draw plus its copy.
+_SAMPLE_BYTES_PER_ELEMENT = 16
+
+
+def _ensure_memory_for_samples(specs: Sequence[InputSpec], count: int) -> None:
+    from .memory import ensure_memory_for
+
+    elements = sum(math.prod(spec.shape) for spec in specs)
+    ensure_memory_for(
+        elements * _SAMPLE_BYTES_PER_ELEMENT * max(count, 1),
+        f"{count} input sample(s) of shape " + " and ".join(f"({spec.shape_text})" for spec in specs),
+        "Check --input-shape (and --samples): the shape is what one forward() call takes, e.g. 1,3,224,224.",
+        InputSpecError,
+    )
+
+
 def example_tensors(specs: Sequence[InputSpec], seed: int = 0) -> tuple:
     """Deterministic example inputs for tracing (the first parity sample)."""
+    _ensure_memory_for_samples(specs, 1)
     return tuple(_random_tensor(spec, np.random.default_rng(seed + 7919 * i), None) for i, spec in enumerate(specs))
 
 
@@ -60,6 +78,7 @@ def _random_tensor(spec: InputSpec, rng: np.random.Generator, like: Any):
 
 def make_samples(specs: Sequence[InputSpec], count: int, seed: int, example: tuple | None) -> list[tuple]:
     """``count`` input tuples: the example inputs first, then seeded random ones shaped like them."""
+    _ensure_memory_for_samples(specs, count)
     samples: list[tuple] = []
     if example is not None:
         samples.append(tuple(example))
@@ -77,9 +96,11 @@ def check_model_accepts(module: Any, example: tuple, specs: Sequence[InputSpec])
     try:
         with torch.no_grad():
             return module(*example)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # the model's own errors are the user's, sys.exit included
         shapes = " and ".join(f"({s.shape_text}) {s.dtype}" for s in specs)
         first = next((ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()), type(exc).__name__)
+        if isinstance(exc, SystemExit):
+            first = f"forward() called sys.exit({exc.code!r})"
         raise InputSpecError(
             f"The model rejects input {shapes}: PyTorch says: {first[:300]}",
             "Pass --input-shape once per forward() argument, in order, with the shape the model expects.",

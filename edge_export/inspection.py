@@ -146,19 +146,21 @@ def _size_text(n: int) -> str:
 
 
 def render_inspection(report: InspectionReport, console: Console) -> None:
-    """Print the report as rich tables."""
+    """Print the report as rich tables. Names, opcodes and paths come from the file and are printed
+    literally (``escape``): a tensor named ``[/bold]`` is rich markup, and used to crash inspect."""
+    from rich.markup import escape
     from rich.table import Table
 
     summary = Table(show_header=False, box=None, pad_edge=False)
     summary.add_column(style="bold")
     summary.add_column(overflow="fold")
     if report.path:
-        summary.add_row("File", report.path)
+        summary.add_row("File", escape(report.path))
     summary.add_row("Size", _size_text(report.size_bytes))
     summary.add_row("Subgraphs", str(report.num_subgraphs))
     summary.add_row("Tensors", str(report.tensor_count))
     summary.add_row("Operators", str(report.operator_count))
-    summary.add_row("Min runtime version", report.min_runtime_version or "not recorded")
+    summary.add_row("Min runtime version", escape(report.min_runtime_version or "not recorded"))
     if report.fully_integer:
         summary.add_row("Fully integer", "[green]yes[/green]")
     elif report.quantized_tensor_count == 0:
@@ -171,9 +173,9 @@ def render_inspection(report: InspectionReport, console: Console) -> None:
     if report.signatures:
         summary.add_row(
             "Signatures",
-            "; ".join(
+            escape("; ".join(
                 f"{s['key']}({', '.join(s['inputs'])}) -> {', '.join(s['outputs'])}" for s in report.signatures
-            ),
+            )),
         )
     console.print(summary)
 
@@ -183,14 +185,14 @@ def render_inspection(report: InspectionReport, console: Console) -> None:
             # Names are what an app binds to: fold them in a narrow terminal, never cut them with "…".
             table.add_column(col, overflow="fold")
         for i, t in enumerate(tensors):
-            table.add_row(str(i), t.name, t.dtype, _shape_text(t), _quant_text(t))
+            table.add_row(str(i), escape(t.name), t.dtype, _shape_text(t), _quant_text(t))
         console.print(table)
 
     ops = Table(title="Operators", title_justify="left")
     ops.add_column("operator")
     ops.add_column("count", justify="right")
     for o in report.operators:
-        ops.add_row(o.opcode, str(o.count))
+        ops.add_row(escape(o.opcode), str(o.count))
     console.print(ops)
 
     if report.float_islands:
@@ -199,10 +201,10 @@ def render_inspection(report: InspectionReport, console: Console) -> None:
         islands.add_column("operator")
         islands.add_column("float tensor", overflow="fold")
         for f in report.float_islands:
-            islands.add_row(str(f.operator_index), f.opcode, f.tensor)
+            islands.add_row(str(f.operator_index), f.opcode, escape(f.tensor))
         console.print(islands)
     # Which tensors stayed float matters in a mixed-precision model, not in a float one.
     if report.float_tensors and not report.fully_integer and report.quantized_tensor_count:
         shown = "\n  ".join(report.float_tensors[:8])
         more = f"\n  ... and {len(report.float_tensors) - 8} more" if len(report.float_tensors) > 8 else ""
-        console.print(f"Float tensors inside the graph:\n  {shown}{more}")
+        console.print(f"Float tensors inside the graph:\n  {shown}{more}", markup=False)

@@ -164,9 +164,16 @@ def benchmark_latency(
         raise UsageError(f"--runs must be at least 2 to give a spread, got {runs}.", "Try --runs 50.")
     if warmup < 0:
         raise UsageError(f"--warmup cannot be negative, got {warmup}.", "Use --warmup 0 to skip warm-up.")
+    from .isolation import run_isolated
+
     model = read_flatbuffer(model_bytes)
-    results = tuple(_time_one(model_bytes, model, r, threads, runs, warmup) for r in resolvers)
-    inputs = tuple(TFLiteRunner(model_bytes, model=model, resolver=Resolver.BUILTIN).inputs)
+
+    def measure():
+        results = tuple(_time_one(model_bytes, model, r, threads, runs, warmup) for r in resolvers)
+        return results, tuple(TFLiteRunner(model_bytes, model=model, resolver=Resolver.BUILTIN).inputs)
+
+    # In a child process: a native crash of the runtime is exit 3 naming this stage, not a SIGSEGV.
+    results, inputs = run_isolated(measure, stage="latency benchmark", backend="the LiteRT interpreter")
     return LatencyReport(
         threads=threads,
         runs=runs,

@@ -247,6 +247,12 @@ def _load_pickle(path: Path, trust_pickle: bool) -> LoadedModel:
     )
 
 
+def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"sys.exit({exc.code!r})"
+    return next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")[:200]
+
+
 def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
     import torch
 
@@ -264,8 +270,13 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
         ) from exc
     except Exception as exc:
         raise ModelLoadError(
-            f"Importing '{module_name}' raised {type(exc).__name__}: {str(exc)[:200]}.",
+            f"Importing '{module_name}' raised {type(exc).__name__}: {_first_line(exc)}.",
             "Fix the error in that module, or run with --debug for the traceback.",
+        ) from exc
+    except SystemExit as exc:  # a script-like module: without this, edge-export exited 0 having written nothing
+        raise ModelLoadError(
+            f"Importing '{module_name}' called sys.exit({exc.code!r}), so it defines no model to export.",
+            "Guard the module's script code with `if __name__ == \"__main__\":`, or reference a module that only defines the model.",
         ) from exc
     finally:
         if inserted and cwd in sys.path:
@@ -288,6 +299,11 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
                     f"Calling {reference}() to build the model failed: {exc}.",
                     "The class or factory must be callable without arguments; wrap it in a "
                     "zero-argument factory function that sets them.",
+                ) from exc
+            except (Exception, SystemExit) as exc:  # the model's own constructor failed: the user's error
+                raise ModelLoadError(
+                    f"Building the model with {reference}() raised {type(exc).__name__}: {_first_line(exc)}.",
+                    "Fix the error in the model's constructor, or run with --debug for the traceback.",
                 ) from exc
         if not isinstance(obj, torch.nn.Module):
             raise ModelLoadError(

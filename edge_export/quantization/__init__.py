@@ -20,6 +20,7 @@ from typing import Any
 from ..config import InputSpec, IODtype, QuantBackend, QuantizeMode
 from ..errors import EdgeExportError, QuantizationError, UsageError
 from ..flatbuffer_packing import share_quantization_vectors
+from ..isolation import run_isolated
 from .calibration import (
     DEFAULT_CALIBRATION_SAMPLES,
     DEFAULT_SYNTHETIC_SAMPLES,
@@ -151,6 +152,12 @@ def _pt2e_recipe_name(mode: QuantizeMode) -> str:
     return f"pt2e_{kind}_per_channel_symmetric"
 
 
+_CRASH_HINT = (
+    "The crash is inside native code, not in your model: try the other --quant-backend (auto falls "
+    "back by itself) or another --quantize mode."
+)
+
+
 def _one_line(exc: BaseException) -> str:
     text = exc.message if isinstance(exc, EdgeExportError) else str(exc)
     lines = text.strip().splitlines()
@@ -209,11 +216,20 @@ def quantize_model(
                     from ..conversion import convert_module
 
                     float_model_bytes = convert_module(module, tuple(example_inputs), strict=strict, verbose=verbose)
-                data = flatbuffer_recipes.quantize_flatbuffer(
-                    float_model_bytes, mode, calibration, observer=flatbuffer_observer, verbose=verbose
+                # Calibration and transformations run LiteRT and ai-edge-quantizer's native code: in a
+                # child process, so that a crash (int16x8 on a ViT aborted) is a failed backend.
+                data = run_isolated(
+                    flatbuffer_recipes.quantize_flatbuffer, float_model_bytes, mode, calibration,
+                    observer=flatbuffer_observer, verbose=verbose,
+                    stage=f"{mode.value} quantization", backend="ai-edge-quantizer (flatbuffer backend)",
+                    hint=_CRASH_HINT, preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
                 )
             data = share_quantization_vectors(data)
-            sqnr, cosine = selection.measure_parity(data, parity_set, refs)
+            sqnr, cosine = run_isolated(
+                selection.measure_parity, data, parity_set, refs,
+                stage=f"parity run of the {name} {mode.value} candidate", backend="the LiteRT interpreter",
+                hint=_CRASH_HINT,
+            )
             check = check_integer(data)
             attempts.append(
                 BackendAttempt(

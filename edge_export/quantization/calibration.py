@@ -174,7 +174,40 @@ def _samples_for(arr: np.ndarray, spec: InputSpec, position: int, origin: str) -
     return _split_samples(arr, spec, position, origin)
 
 
+def _check_npy_header(stream, stored_bytes: int, origin: str) -> None:
+    """Refuse an .npy whose header declares more data than the file holds or than memory can take,
+    before numpy allocates it (a 129-byte file can declare 256 GiB)."""
+    from ..memory import ensure_memory_for, format_bytes
+
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+        else:
+            return  # newer formats: np.load checks them itself
+    except (OSError, ValueError, EOFError):
+        return  # not an .npy header: np.load reports it
+    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize if dtype.itemsize else 0
+    if declared > stored_bytes:
+        raise CalibrationDataError(
+            f"The calibration array {origin} declares shape {tuple(shape)} {dtype} ({format_bytes(declared)}) "
+            f"but holds only {format_bytes(stored_bytes)} of data: it is truncated or corrupted.",
+            "Write it again with numpy.save.",
+        )
+    ensure_memory_for(declared, f"The calibration array {origin} ({tuple(shape)} {dtype})",
+                      "Use fewer or smaller samples (--calibration-samples), or split the file.", CalibrationDataError)
+
+
 def _load_array(path: Path, what: str = "file") -> np.ndarray:
+    try:
+        with path.open("rb") as fh:
+            if fh.read(6) == b"\x93NUMPY":
+                fh.seek(0)
+                _check_npy_header(fh, path.stat().st_size, str(path))
+    except OSError:
+        pass  # np.load reports an unreadable file
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
@@ -234,6 +267,11 @@ def _from_npz(path: Path, specs: Sequence[InputSpec]) -> list[tuple]:
                 f"input (the model has {len(specs)} input(s)).",
                 "Remove them, or key each array by input name or position.",
             )
+        for key in chosen:
+            member = archive.zip.getinfo(f"{key}.npy") if f"{key}.npy" in archive.zip.namelist() else None
+            if member is not None:
+                with archive.zip.open(member) as stream:
+                    _check_npy_header(stream, member.file_size, f"{path}['{key}']")
         per_input = [
             _samples_for(archive[key], spec, i, f"{path}['{key}']") for i, (key, spec) in enumerate(zip(chosen, specs))
         ]
@@ -318,15 +356,20 @@ def _from_images(
             raise UsageError(f"{label} has {values.size} values; the image input has {channels} channels.")
     if np.any(std_arr == 0):
         raise UsageError("--std has a zero value; it divides the pixel values.")
+    from ..memory import ensure_memory_for
+
     samples = []
     for f in files[: max_samples or len(files)]:
         try:
             with Image.open(f) as img:
+                # The header's size, before any pixel is decoded: RGB bytes plus the float32 copy.
+                ensure_memory_for(img.width * img.height * 4 * 16, f"The calibration image {f} ({img.width}x{img.height} pixels)",
+                                  "Resize the image files, or remove this one.", CalibrationDataError)
                 img = img.convert("RGB" if channels == 3 else "L").resize((width, height), Image.BILINEAR)
                 pixels = np.asarray(img, dtype=np.float32) / 255.0
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
+        except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as exc:
             raise CalibrationDataError(
-                f"Cannot read the calibration image {f}: {str(exc)[:160]}.",
+                f"Cannot read the calibration image {f}: {str(exc)[:160].rstrip('.')}.",
                 "Remove the file or replace it with a valid JPEG/PNG image.",
             ) from exc
         if pixels.ndim == 2:

@@ -3,9 +3,15 @@ show parity failures natively. It renders the report's verdicts; it never recomp
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 __all__ = ["render_junit"]
+
+# ElementTree escapes &, <, > and quotes but writes characters XML 1.0 forbids (an ESC in a module
+# name) as they are, which makes the whole file unparsable; they can only come from model-supplied
+# names, so they are dropped.
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _fmt(v) -> str:
@@ -67,4 +73,4 @@ def render_junit(report: dict) -> str:
     root.set("tests", suite.get("tests"))
     root.set("failures", suite.get("failures"))
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + _XML_ILLEGAL.sub("", ET.tostring(root, encoding="unicode")) + "\n"

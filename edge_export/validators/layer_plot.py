@@ -27,7 +27,8 @@ def plot_layer_sqnr(report: LayerParityReport, path: str | Path) -> Path:
         )
 
     path = Path(path)
-    labels = [f"{r.label} ({r.module_type})" for r in report.layers]
+    # Module names come from the model: a '$' in one would start matplotlib mathtext (and can fail).
+    labels = [f"{r.label} ({r.module_type})".replace("$", r"\$") for r in report.layers]
     values = [r.sqnr_db for r in report.layers]
     colors = ["tab:blue"] * len(values)
     if report.worst is not None:
@@ -45,7 +46,7 @@ def plot_layer_sqnr(report: LayerParityReport, path: str | Path) -> Path:
     ax.set_ylabel("SQNR (dB)")
     title = "SQNR per layer"
     if report.first_jump is not None:
-        title += f": first jump at {report.first_jump.label}"
+        title += f": first jump at {report.first_jump.label}".replace("$", r"\$")
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=7)
     fig.tight_layout()

@@ -89,3 +89,18 @@ def test_without_matplotlib_the_error_names_the_extra(tmp_path):
     assert proc.returncode == 7, proc.stderr
     assert "pip install edge-export[plot]" in proc.stdout
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib (the plot extra) is not installed")
+def test_plot_shows_dollar_signs_in_module_names_literally(tmp_path):
+    """Module names come from the model; '$...$' in one is matplotlib mathtext, and a malformed one
+    made plotting raise (an internal error) instead of drawing the name."""
+    from dataclasses import replace
+
+    from edge_export.validators.layer_plot import plot_layer_sqnr
+
+    report = _report([38.0, 36.0, 4.0, 2.0, 6.0])
+    rows = tuple(replace(r, module_path=f"block$\\frac{{{i}$") for i, r in enumerate(report.layers))
+    report = replace(report, layers=rows, first_jump=rows[2], worst=rows[3])
+    out = plot_layer_sqnr(report, tmp_path / "sqnr.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,13 +1,23 @@
-"""Child process of the flatbuffer fuzz test: verify, then run, each file named on stdin.
+"""Child process of the flatbuffer fuzz tests: each file named on stdin is checked, one per line.
 
 It runs in its own process so that a crash of the native interpreter (death by a signal) is seen by
 the parent test instead of killing the test session. For each file it prints ``START i`` before
 touching it and ``DONE i <outcome>`` after (flushed), so the parent knows which file was the culprit.
+
+Two modes:
+- default: verify with read_flatbuffer, then run the file with LiteRT (XNNPACK and builtin kernels)
+  in this process; outcome ``rejected``, ``too-large-to-run``, ``runtime-error`` or ``ran``.
+- ``--cli REFERENCE``: run the real CLI in this process, ``inspect FILE`` then
+  ``validate FILE --reference REFERENCE``; outcome ``inspect=<flag> validate=<flag>`` where a flag is
+  the exit code, or ``traceback``, ``internal-error`` or ``native-crash`` (a crash that the child-process
+  isolation caught) when the output shows one.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -50,11 +60,53 @@ def check_one(path: str, rng: np.random.Generator) -> str:
     return outcome
 
 
+def run_cli(args: list[str]) -> str:
+    """The CLI's exit code for ``args``, or what went wrong, read from its stderr."""
+    from edge_export.cli import main
+
+    with tempfile.TemporaryFile() as log:
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        text = log.read().decode("utf-8", errors="replace")
+    if "Traceback" in text:
+        return "traceback"
+    if code == 4 or "internal error" in text:
+        return "internal-error"
+    if "native code was killed" in text:
+        return "native-crash"
+    return str(code)
+
+
+def check_one_cli(path: str, reference: str, shape: str) -> str:
+    inspect = run_cli(["inspect", path])
+    validate = run_cli(["validate", path, "--reference", reference, "--input-shape", shape, "--samples", "2", "--quiet"])
+    return f"inspect={inspect} validate={validate}"
+
+
 def main() -> None:
+    cli = sys.argv[1:2] == ["--cli"]
+    if cli:
+        reference, shape = sys.argv[2], sys.argv[3]
+        # The protocol goes to the original stdout; the CLI's own tables go nowhere.
+        protocol = os.fdopen(os.dup(1), "w", buffering=1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+    else:
+        protocol = sys.stdout
     rng = np.random.default_rng(0)
     for i, line in enumerate(sys.stdin):
-        print(f"START {i}", flush=True)
-        print(f"DONE {i} {check_one(line.strip(), rng)}", flush=True)
+        print(f"START {i}", file=protocol, flush=True)
+        outcome = check_one_cli(line.strip(), reference, shape) if cli else check_one(line.strip(), rng)
+        print(f"DONE {i} {outcome}", file=protocol, flush=True)
 
 
 if __name__ == "__main__":

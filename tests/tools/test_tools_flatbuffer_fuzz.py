@@ -34,15 +34,16 @@ def mutate(data: bytes, rng: random.Random) -> tuple[str, bytes]:
     return kind, bytes(b)
 
 
-def run_workers(paths: list[Path]) -> tuple[collections.Counter, list[str]]:
+def run_workers(paths: list[Path], worker_args: tuple[str, ...] = ()) -> tuple[collections.Counter, list[str]]:
     """Feed the files to worker processes; restart after a crash and remember the culprit."""
     outcomes: collections.Counter = collections.Counter()
     failures: list[str] = []
     todo = list(paths)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1]), str(here)])}
     while todo:
         proc = subprocess.run(
-            [sys.executable, str(WORKER)],
+            [sys.executable, str(WORKER), *worker_args],
             input="\n".join(map(str, todo)) + "\n",
             capture_output=True,
             text=True,
@@ -55,7 +56,7 @@ def run_workers(paths: list[Path]) -> tuple[collections.Counter, list[str]]:
             if parts[0] == "START":
                 last_started = int(parts[1])
             elif parts[0] == "DONE":
-                outcomes[parts[2]] += 1
+                outcomes[" ".join(parts[2:])] += 1
         if proc.returncode == 0:
             break
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
@@ -84,3 +85,32 @@ def test_mutated_flatbuffers_never_crash(cnn_models, tmp_path):
     # The mix is what makes the test meaningful: many files rejected, many still runnable.
     assert outcomes["rejected"] > len(paths) // 4, outcomes
     assert outcomes["ran"] + outcomes["runtime-error"] > len(paths) // 10, outcomes
+
+
+CLI_MUTANTS = 300
+
+
+def test_inspect_and_validate_survive_mutants(cnn_models, tmp_path):
+    """`inspect` and `validate` (the real CLI, in a worker process) on random and structure-aware
+    mutants: never a signal, an exit 4 or a traceback, and no native crash caught by the isolation."""
+    from flatbuffer_mutations import mutate as mutate_structure
+
+    rng = random.Random(13_2026)
+    paths = []
+    for i in range(CLI_MUTANTS):
+        source = cnn_models.fp32 if i % 2 else cnn_models.int8
+        kind, data = mutate(source, rng) if i % 3 == 0 else mutate_structure(source, rng)
+        path = tmp_path / f"m{i:03d}_{kind}.tflite"
+        path.write_bytes(data)
+        paths.append(path)
+
+    outcomes, failures = run_workers(paths, ("--cli", "tools_models:make_cnn", "1,3,16,16"))
+
+    assert not failures, "a worker died:\n" + "\n".join(failures)
+    assert sum(outcomes.values()) == len(paths)
+    flags = collections.Counter(f for outcome in outcomes.elements() for f in outcome.split())
+    bad = {f: n for f, n in flags.items() if f.split("=")[1] in ("traceback", "internal-error", "native-crash")}
+    assert not bad, flags
+    # Meaningful only with both kinds of file: most refused (exit 2), some validated (exit 0 or 1).
+    assert flags["inspect=2"] > len(paths) // 3, flags
+    assert flags["validate=0"] + flags["validate=1"] > len(paths) // 20, flags

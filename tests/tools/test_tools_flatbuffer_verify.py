@@ -177,3 +177,120 @@ def test_vector_length_past_the_end_is_rejected(cnn_models):
     struct.pack_into("<I", data, vector, 0x0FFFFFFF)
     with pytest.raises(FlatbufferError, match="outside the file"):
         read_flatbuffer(bytes(data))
+
+
+# ---- inputs a kernel requires (issue 13: these passed the verifier and then segfaulted LiteRT) ----
+
+
+def omit_input(opcode: str, position: int):
+    """Replace one input of the first ``opcode`` operator with -1, the flatbuffer's "omitted"."""
+
+    def change(model, sg):
+        from ai_edge_litert import schema_py_generated as schema
+
+        code = getattr(schema.BuiltinOperator, opcode)
+        for op in sg.operators:
+            oc = model.operatorCodes[op.opcodeIndex]
+            if max(oc.builtinCode, oc.deprecatedBuiltinCode) == code:
+                inputs = list(op.inputs)
+                inputs[position] = -1
+                op.inputs = np.array(inputs, dtype=np.int32)
+                return
+        raise AssertionError(f"no {opcode} operator")
+
+    return change
+
+
+def truncate_inputs(opcode: str, keep: int):
+    def change(model, sg):
+        from ai_edge_litert import schema_py_generated as schema
+
+        code = getattr(schema.BuiltinOperator, opcode)
+        op = next(op for op in sg.operators if max(model.operatorCodes[op.opcodeIndex].builtinCode, model.operatorCodes[op.opcodeIndex].deprecatedBuiltinCode) == code)
+        op.inputs = np.array(list(op.inputs)[:keep], dtype=np.int32)
+
+    return change
+
+
+def weight_buffer_longer_than_its_shape(model, sg):
+    w = first_tensor(sg, lambda t: t.buffer > 0 and len(t.shape) == 4)
+    buf = model.buffers[w.buffer]
+    buf.data = np.concatenate([np.asarray(buf.data), np.zeros(64, dtype=np.uint8)])
+
+
+def write_over_an_earlier_output(model, sg):
+    """The last operator writes the tensor the first CONV_2D wrote (found by benchmarks/flatbuffer_fuzz.py)."""
+    sg.operators[-1].outputs = np.array([sg.operators[1].outputs[0]], dtype=np.int32)
+
+
+def run_an_operator_before_its_input(model, sg):
+    """The first CONV_2D and the MAX_POOL_2D after it swapped: the pool reads the conv's output first."""
+    sg.operators[1], sg.operators[2] = sg.operators[2], sg.operators[1]
+
+
+def transpose_becomes_split(model, sg):
+    """TRANSPOSE's opcode turned into SPLIT, whose first input (the axis) is then the float image."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    for code in model.operatorCodes:
+        if max(code.builtinCode, code.deprecatedBuiltinCode) == schema.BuiltinOperator.TRANSPOSE:
+            code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.SPLIT
+
+
+def conv_becomes_split(model, sg):
+    """CONV_2D's opcode turned into SPLIT, which then reads Conv2DOptions as SplitOptions."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    for code in model.operatorCodes:
+        if max(code.builtinCode, code.deprecatedBuiltinCode) == schema.BuiltinOperator.CONV_2D:
+            code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.SPLIT
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (write_over_an_earlier_output, r"writes tensor \d+, which operator 1 already writes"),  # segfaulted XNNPACK
+        (run_an_operator_before_its_input, r"reads tensor \d+ before operator 2 writes it"),
+        (transpose_becomes_split, r"\(SPLIT\) takes a float32 tensor as its input 0"),  # segfaulted XNNPACK
+        (conv_becomes_split, r"\(SPLIT\) carries Conv2DOptions; its kernel reads SplitOptions"),  # segfaulted
+        (omit_input("TRANSPOSE", 1), r"\(TRANSPOSE\) omits its input 1"),  # segfaulted validate and bench
+        (omit_input("CONV_2D", 1), r"\(CONV_2D\) omits its input 1"),
+        (omit_input("CONV_2D", 0), r"\(CONV_2D\) omits its input 0"),
+        (omit_input("RESHAPE", 1), r"\(RESHAPE\) omits its input 1"),  # segfaulted bench
+        (omit_input("FULLY_CONNECTED", 1), r"\(FULLY_CONNECTED\) omits its input 1"),
+        (truncate_inputs("TRANSPOSE", 1), r"\(TRANSPOSE\) has 1 inputs; the kernel needs at least 2"),
+        (weight_buffer_longer_than_its_shape, "constant buffer holds"),
+    ],
+)
+def test_required_operator_inputs_and_exact_buffers(cnn_models, change, message):
+    with pytest.raises(FlatbufferError, match=message):
+        read_flatbuffer(edit(cnn_models.fp32, change))
+
+
+def test_omitted_optional_bias_is_accepted(cnn_models):
+    """A bias is the one input CONV_2D and FULLY_CONNECTED may omit: such files are legitimate."""
+    model = read_flatbuffer(edit(cnn_models.fp32, omit_input("CONV_2D", 2)))
+    assert next(op for op in model.operators if op.opcode == "CONV_2D").inputs[2] == -1
+
+
+def short_weight_buffer(model, sg):
+    w = first_tensor(sg, lambda t: t.buffer > 0 and len(t.shape) == 4)
+    model.buffers[w.buffer].data = np.asarray(model.buffers[w.buffer].data)[:-4]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [omit_input("TRANSPOSE", 1), omit_input("CONV_2D", 1), bad_operator_tensor, short_weight_buffer],
+    ids=["transpose-without-perm", "conv-without-filter", "tensor-index-out-of-range", "short-buffer"],
+)
+def test_bench_refuses_crashing_mutants_with_one_paragraph(cnn_models, tmp_path, change):
+    """In a child process: before the verifier knew these, the runtime died by SIGSEGV."""
+    from cli_harness import run_cli_subprocess
+
+    path = tmp_path / "mutant.tflite"
+    path.write_bytes(edit(cnn_models.fp32, change))
+    result = run_cli_subprocess("bench", path, "--runs", "1", "--warmup", "0")
+    assert result.exit_code == 2, (result.exit_code, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "is not a valid LiteRT flatbuffer" in errors[0], result.stderr

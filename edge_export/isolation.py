@@ -1,0 +1,195 @@
+"""Run native code that may crash (LiteRT and TFLite Micro runs, ai-edge-quantizer) in a child process.
+
+A segfault or abort inside a native library used to take edge-export down with it: exit 134 or 139,
+no message, not even with --debug (``--quantize int16x8`` on a ViT-style classifier died by SIGABRT
+right after ai-edge-quantizer's transformations). ``run_isolated`` forks (cheap: the heavy libraries
+are already imported, and the child shares their pages), runs the function in the child and sends
+its result, or its exception, back through a pipe. A child killed by a signal becomes a
+``NativeCrashError`` (exit 3) naming the stage, the backend and, when the library's last words name
+one, the operator; ``--quant-backend auto`` counts it as a failed backend and falls back.
+
+Where ``os.fork`` does not exist (Windows) the function runs in this process, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import signal
+import sys
+import tempfile
+import traceback
+import warnings
+from typing import Any, Callable, TypeVar
+
+from .errors import RuntimeRunError
+
+__all__ = ["NativeCrashError", "run_isolated", "CRASH_HOOK_ENV"]
+
+T = TypeVar("T")
+
+# Test hook: when this names the stage being run, the child aborts the way a native library does
+# (the only way to test the crash path without a model that crashes LiteRT). Never set in normal use.
+CRASH_HOOK_ENV = "EDGE_EXPORT_TEST_NATIVE_CRASH"
+
+# "Node number 3 (CONV_2D) failed to ..." is how LiteRT names an operator; TFLM says "Node CONV_2D".
+_OPERATOR_IN_LOG = re.compile(r"Node(?: number \d+)? \(?([A-Z][A-Z0-9_]{2,})\)?")
+
+
+class NativeCrashError(RuntimeRunError):
+    """A native library killed the child process that ran one stage (exit 3)."""
+
+    def __init__(self, message: str, hint: str | None = None, *, stage: str = "", backend: str = "",
+                 signal_name: str = "", operator: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.stage, self.backend, self.signal_name, self.operator = stage, backend, signal_name, operator
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+_DEFAULT_HINT = (
+    "The crash is inside the native library, not in your model's Python code: run with --verbose for "
+    "the library's own output, and report it to the library with the model if you can."
+)
+
+
+def _crash_error(stage: str, backend: str, number: int, log: str, hint: str) -> NativeCrashError:
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    operators = _OPERATOR_IN_LOG.findall(log)
+    operator = operators[-1] if operators else None
+    where = f" at operator {operator}" if operator else ""
+    last = f" Its last message: {lines[-1][:300]}" if lines else ""
+    name = _signal_name(number)
+    return NativeCrashError(
+        f"The {stage} crashed inside {backend}{where} (the native code was killed by {name}); "
+        f"edge-export ran it in a child process and is still here.{last}",
+        hint,
+        stage=stage, backend=backend, signal_name=name, operator=operator,
+    )
+
+
+def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, write_fd: int, log_fd: int, stage: str) -> None:
+    """Runs in the forked child; never returns."""
+    status = 0
+    try:
+        # Ctrl-C and SIGTERM end the child quietly; the parent handles them as it always did.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.dup2(log_fd, 2)  # native logs, kept so that a crash message can quote them
+        import faulthandler
+
+        faulthandler.disable()  # its Python stack dump would bury the library's own last message
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(1)  # OpenMP's pool does not survive fork (as in DataLoader workers)
+        if os.environ.get(CRASH_HOOK_ENV) == stage:
+            os.abort()
+        try:
+            payload = (True, fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001  (every exception goes back to the parent)
+            exc_text = "".join(traceback.format_exception(exc))
+            try:
+                pickle.dumps(exc)
+                payload = (False, (exc, exc_text))
+            except Exception:  # an exception that does not pickle: send its text
+                payload = (False, (RuntimeError(f"{type(exc).__name__}: {exc}"), exc_text))
+        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_fd, view):]
+    except BaseException:  # noqa: BLE001
+        status = 70
+    finally:
+        os._exit(status)  # no atexit handlers, no flushing of the parent's buffers
+
+
+# Imported here, before the fork, so that each child inherits them instead of importing them again
+# (and losing the import when it exits): the child then costs a fork, about 30 ms with torch loaded.
+_PRELOAD = ("ai_edge_litert.interpreter",)
+
+
+def run_isolated(
+    fn: Callable[..., T],
+    *args: Any,
+    stage: str,
+    backend: str,
+    hint: str = _DEFAULT_HINT,
+    preload: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> T:
+    """``fn(*args, **kwargs)`` run in a forked child: its return value, or its exception re-raised
+    here; a NativeCrashError when a native library kills the child. ``stage`` and ``backend`` name
+    what ran, for that message ("int16x8 quantization", "ai-edge-quantizer"); ``hint`` says what to
+    try; ``preload`` names modules the child will import, imported here once."""
+    if not hasattr(os, "fork"):
+        return fn(*args, **kwargs)
+    import importlib
+
+    for name in (*_PRELOAD, *preload):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # the child reports it the way the function does
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    read_fd, write_fd = os.pipe()
+    log = tempfile.TemporaryFile()
+    with warnings.catch_warnings():
+        # JAX (loaded by the converter) warns at every fork that JAX in the child may deadlock; the
+        # child never calls JAX, so the warning would only be noise in the report.
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _child(fn, args, kwargs, write_fd, log.fileno(), stage)
+    os.close(write_fd)
+    try:
+        chunks = []
+        with os.fdopen(read_fd, "rb") as pipe:
+            while chunk := pipe.read(1 << 20):
+                chunks.append(chunk)
+        _, status = os.waitpid(pid, 0)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        log.close()
+        raise
+    log.seek(0)
+    log_text = log.read().decode("utf-8", errors="replace")
+    log.close()
+    if log_text:
+        # Forward the child's native output where the parent's would have gone (the terminal with
+        # --verbose, else the capture that hides the libraries' chatter).
+        try:
+            os.write(2, log_text.encode("utf-8", errors="replace"))
+        except OSError:
+            pass
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        if number in (signal.SIGINT, signal.SIGTERM):
+            raise KeyboardInterrupt
+        raise _crash_error(stage, backend, number, log_text, hint)
+    data = b"".join(chunks)
+    if os.WEXITSTATUS(status) != 0 or not data:
+        raise NativeCrashError(
+            f"The {stage} ended without a result: the {backend} child process exited with status "
+            f"{os.WEXITSTATUS(status)}.",
+            "Run with --verbose to see the library's own output.",
+            stage=stage, backend=backend,
+        )
+    ok, value = pickle.loads(data)
+    if ok:
+        return value
+    exc, exc_text = value
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"(raised in the isolated child process of the {stage}:)\n{exc_text}")
+    raise exc
