@@ -184,7 +184,7 @@ def _outputs_section(val: dict) -> list[str]:
     t = val.get("thresholds", {})
     kinds = list(dict.fromkeys(o.get("kind") for o in val["outputs"] if o.get("kind") in _GATES_BY_KIND))
     for kind in kinds or ["regression"]:
-        gates = [_GATE_TEXT[k].format(_e(t[k])) for k in _GATES_BY_KIND[kind] if t.get(k) is not None]
+        gates = [_GATE_TEXT[k].format(t[k]) for k in _GATES_BY_KIND[kind] if t.get(k) is not None]
         if kind == "embedding":
             gates = [g.replace("cosine", "worst-sample cosine", 1) if g.startswith("cosine") else g for g in gates]
         lines.append(f"Thresholds ({kind}): " + (", ".join(gates) or "none"))

@@ -266,8 +266,9 @@ def test_markdown_and_junit_show_the_kind_and_what_was_not_computable():
     val = _compare(ref, ref, E).to_dict()
     report = {"verdict": "passed", "validation": val, "flatbuffer": {"size_bytes": 10}}
     md = render_markdown(report)
-    assert "| `y` | embedding (option) | 1×8 |" in md
-    assert "| n/c |" in md and "- y: neighbour_agreement not computable (1 embedding vector" in md
+    assert "| <code>y</code> | embedding (option) | 1×8 |" in md
+    # the note names the output, so it is Markdown-escaped like every model-supplied text
+    assert "| n/c |" in md and "- y\\: neighbour\\_agreement not computable \\(1 embedding vector" in md
     assert "Thresholds (embedding): worst-sample cosine ≥ 0.99, neighbour agreement ≥ 0.75" in md
     xml = render_junit(report)
     assert 'name="output 0 y (embedding)"' in xml and "kind: embedding (decided by option)" in xml
