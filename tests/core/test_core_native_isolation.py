@@ -14,10 +14,10 @@ import os
 
 import pytest
 import torch
+from model_zoo import small_cnn
 
 from edge_export.errors import QuantizationError
 from edge_export.isolation import CRASH_HOOK_ENV, NativeCrashError, run_isolated
-from model_zoo import small_cnn
 
 X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 
