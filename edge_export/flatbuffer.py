@@ -403,7 +403,6 @@ def _check_dataflow(
     ops: list[OperatorInfo],
     tensors: list[TensorInfo],
     inputs: tuple[int, ...],
-    outputs: tuple[int, ...],
     variables: set[int],
 ) -> None:
     """Operators run in file order: no tensor may be written twice, or over a subgraph input or a
@@ -601,7 +600,7 @@ def _parse(data: bytes) -> FlatbufferModel:
         for i in (*sg_inputs, *sg_outputs):
             if i < 0 or i >= n:
                 raise _bad(f"subgraph {sg_index} names tensor {i} as an input or output, which does not exist")
-        _check_dataflow(sg_index, ops, tensors, sg_inputs, sg_outputs, {i for i, t in enumerate(sg.tensors or []) if t.isVariable})
+        _check_dataflow(sg_index, ops, tensors, sg_inputs, {i for i, t in enumerate(sg.tensors or []) if t.isVariable})
         all_ops.append(tuple(ops))
         if sg_index == 0:
             main_tensors = tuple(tensors)

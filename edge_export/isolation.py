@@ -158,9 +158,12 @@ def run_isolated(
             while chunk := pipe.read(1 << 20):
                 chunks.append(chunk)
         _, status = os.waitpid(pid, 0)
-    except BaseException:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+    except BaseException:  # Ctrl-C or SIGTERM while the child runs: end it, then do as before
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass  # already reaped
         log.close()
         raise
     log.seek(0)

@@ -14,10 +14,10 @@ import os
 
 import pytest
 import torch
+from model_zoo import small_cnn
 
 from edge_export.errors import QuantizationError
 from edge_export.isolation import CRASH_HOOK_ENV, NativeCrashError, run_isolated
-from model_zoo import small_cnn
 
 X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 
@@ -89,9 +89,10 @@ def test_crash_of_one_quantization_backend(cnn_pt2, tmp_path, run_cli, monkeypat
 
 
 def test_isolated_export_is_deterministic(cnn_pt2, tmp_path, run_cli):
+    """The flatbuffer backend: its quantization, candidate parity run and parity check all run isolated."""
     digests = []
     for name in ("a", "b"):
-        res = run_cli(cnn_pt2, "-q", "int8", "-o", tmp_path / f"{name}.tflite", "--samples", "2")
+        res = run_cli(cnn_pt2, "-q", "int8", "--quant-backend", "flatbuffer", "-o", tmp_path / f"{name}.tflite", "--samples", "2")
         assert res.exit_code == 0, res.stderr
         digests.append(hashlib.sha256((tmp_path / f"{name}.tflite").read_bytes()).hexdigest())
         report = json.loads((tmp_path / f"{name}.report.json").read_text())

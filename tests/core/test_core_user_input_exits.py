@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 
-
 def _check(res, code, *needles):
     assert res.exit_code == code, (res.exit_code, res.stdout, res.stderr)
     text = " ".join(res.stderr.split())
@@ -206,7 +205,11 @@ def test_forward_that_calls_sys_exit(tmp_path, run_cli):
             raise SystemExit(3)
 
     from edge_export.errors import InputSpecError
-    from edge_export.inputs import check_model_accepts, example_tensors, specs_from_options
+    from edge_export.inputs import (
+        check_model_accepts,
+        example_tensors,
+        specs_from_options,
+    )
 
     specs = specs_from_options([(1, 4)], [])
     with pytest.raises(InputSpecError, match=r"sys\.exit\(3\)"):

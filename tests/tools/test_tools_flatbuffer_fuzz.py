@@ -87,7 +87,7 @@ def test_mutated_flatbuffers_never_crash(cnn_models, tmp_path):
     assert outcomes["ran"] + outcomes["runtime-error"] > len(paths) // 10, outcomes
 
 
-CLI_MUTANTS = 300
+CLI_MUTANTS = 240
 
 
 def test_inspect_and_validate_survive_mutants(cnn_models, tmp_path):
