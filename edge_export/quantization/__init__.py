@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..config import InputSpec, IODtype, QuantBackend, QuantizeMode
 from ..errors import EdgeExportError, QuantizationError, UsageError
-from ..flatbuffer_packing import share_quantization_vectors
+from ..passes.flatbuffer import run_flatbuffer_passes, set_io_dtype_pass, share_quantization_vectors_pass
 from .calibration import (
     DEFAULT_CALIBRATION_SAMPLES,
     DEFAULT_SYNTHETIC_SAMPLES,
@@ -212,7 +213,7 @@ def quantize_model(
                 data = flatbuffer_recipes.quantize_flatbuffer(
                     float_model_bytes, mode, calibration, observer=flatbuffer_observer, verbose=verbose
                 )
-            data = share_quantization_vectors(data)
+            data = run_flatbuffer_passes(data, [share_quantization_vectors_pass]).model_bytes
             sqnr, cosine = selection.measure_parity(data, parity_set, refs)
             check = check_integer(data)
             attempts.append(
@@ -252,8 +253,11 @@ def quantize_model(
             f"{chosen.backend} succeeded first; for {mode.value} both backends give the same "
             "dynamic-range kernels, so the other was not tried"
         )
-    data = set_io_dtype(products[best], io_dtype)
-    check = check_integer(data, module)
+    data = run_flatbuffer_passes(products[best], [partial(set_io_dtype_pass, io_dtype=io_dtype)]).model_bytes
+    from ..flatbuffer import read_flatbuffer
+
+    final = read_flatbuffer(data, origin="the quantized model")
+    check = check_integer(final, module)
     warnings = []
     if not calibration.real_data and mode.needs_calibration:
         warnings.append(
@@ -276,7 +280,7 @@ def quantize_model(
         reason=reason,
         fully_integer=check.fully_integer,
         integer_check=check,
-        io=describe_io(data),
+        io=describe_io(final),
         io_dtype=io_dtype,
         calibration=calibration.to_dict(),
         sqnr_db=chosen.sqnr_db,
