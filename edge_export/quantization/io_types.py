@@ -64,7 +64,9 @@ def describe_io(model: bytes | FlatbufferModel) -> tuple[IOQuantInfo, ...]:
 
 
 def set_io_dtype(model_bytes: bytes, io_dtype: IODtype) -> bytes:
-    """The model with every quantized input/output in ``io_dtype`` (the pass, packed once)."""
+    """The model with every quantized input/output in ``io_dtype`` (the pass, packed once); the
+    same bytes when no boundary changes."""
     from ..passes.flatbuffer import run_flatbuffer_passes, set_io_dtype_pass
 
-    return run_flatbuffer_passes(model_bytes, [partial(set_io_dtype_pass, io_dtype=IODtype(io_dtype))]).model_bytes
+    result = run_flatbuffer_passes(model_bytes, [partial(set_io_dtype_pass, io_dtype=IODtype(io_dtype))])
+    return result.model_bytes if result.modified else bytes(model_bytes)
