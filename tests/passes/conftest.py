@@ -1,0 +1,49 @@
+"""One small model, converted and quantized once for every pass test in this folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+SHAPE = (1, 3, 8, 8)
+
+
+class TwoBranches(torch.nn.Module):
+    """Two convolutions of the input added: operators that do not depend on each other, so a
+    reorder has somewhere to move them, and per-channel weights whose zero points repeat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.left = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.right = torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x):
+        return torch.relu(self.left(x)) + self.right(x)
+
+
+@dataclass(frozen=True)
+class Converted:
+    module: torch.nn.Module
+    example: tuple
+    fp32: bytes  # the converter's bytes (buffers as it left them)
+    int8: bytes  # the flatbuffer quantizer's bytes (int8 I/O, nothing shared yet)
+
+
+@pytest.fixture(scope="module")
+def converted() -> Converted:
+    from edge_export.config import QuantizeMode
+    from edge_export.conversion import convert_module
+    from edge_export.quantization import synthetic_calibration
+    from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
+
+    torch.manual_seed(0)
+    module = TwoBranches().eval()
+    example = (torch.randn(SHAPE, generator=torch.Generator().manual_seed(0)),)
+    fp32 = convert_module(module, example)
+    from edge_export.config import InputSpec
+
+    calibration = synthetic_calibration([InputSpec(shape=SHAPE, name="x")], 4, seed=1)
+    int8 = quantize_flatbuffer(fp32, QuantizeMode.INT8, calibration)
+    return Converted(module, example, fp32, int8)
