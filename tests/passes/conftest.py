@@ -1,4 +1,4 @@
-"""One small model, converted and quantized once for every pass test in this folder."""
+"""The pass tests' model (passes_models.TwoBranches), converted and quantized once per test module."""
 
 from __future__ import annotations
 
@@ -6,21 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-
-SHAPE = (1, 3, 8, 8)
-
-
-class TwoBranches(torch.nn.Module):
-    """Two convolutions of the input added: operators that do not depend on each other, so a
-    reorder has somewhere to move them, and per-channel weights whose zero points repeat."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.left = torch.nn.Conv2d(3, 4, 3, padding=1)
-        self.right = torch.nn.Conv2d(3, 4, 1)
-
-    def forward(self, x):
-        return torch.relu(self.left(x)) + self.right(x)
+from passes_models import SHAPE, TwoBranches
 
 
 @dataclass(frozen=True)
