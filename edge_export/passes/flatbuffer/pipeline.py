@@ -42,8 +42,11 @@ def pass_name(flatbuffer_pass: FlatbufferPass) -> str:
 def run_flatbuffer_passes(source: bytes | FlatbufferModel, passes: Sequence[FlatbufferPass]) -> PassPipelineResult:
     """Run ``passes`` in order over the model in ``source`` (bytes, or a model read with its bytes)
     and pack the result once."""
-    data = source.data if isinstance(source, FlatbufferModel) else bytes(source)
-    model = read_model(data)
+    if isinstance(source, FlatbufferModel):
+        data, model = source.data, source.mutable()
+    else:
+        data = bytes(source)
+        model = read_model(data)
     modified_by = tuple(pass_name(p) for p in passes if p(model))
     if not modified_by and not misaligned_buffers(data):
         return PassPipelineResult(data, ())
