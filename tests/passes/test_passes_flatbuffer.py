@@ -12,6 +12,7 @@ from edge_export.config import IODtype
 from edge_export.errors import InternalError
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.flatbuffer_packing import align_buffers, misaligned_buffers, pack_model, read_model
+from edge_export.passes.flatbuffer import pipeline as pipeline_module
 from edge_export.passes.flatbuffer import (
     reorder_operators_for_edgetpu_pass,
     run_flatbuffer_passes,
@@ -19,7 +20,6 @@ from edge_export.passes.flatbuffer import (
     share_quantization_vectors_pass,
     strip_tensor_names_pass,
 )
-from edge_export.passes.flatbuffer import pipeline as pipeline_module
 from edge_export.runtime import TFLiteRunner
 
 
