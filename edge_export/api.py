@@ -544,9 +544,11 @@ def _edgetpu_stage(
     from .targets.edgetpu_compiler import compare_with_prediction, compile_for_edgetpu, load_edgetpu_delegate, require_compiled
     from .targets.edgetpu_rewrites import reorder_for_edgetpu
 
-    model_bytes, reordered = reorder_for_edgetpu(model_bytes)
-    target_report["reordered_operators"] = reordered
     fb = read_flatbuffer(model_bytes, origin="the quantized model")
+    model_bytes, reordered = reorder_for_edgetpu(fb)
+    target_report["reordered_operators"] = reordered
+    if reordered:
+        fb = read_flatbuffer(model_bytes, origin="the reordered model")
     mapping = check_edgetpu(fb, source_module=module)
     target_report["edgetpu"] = mapping.to_dict()
     target_report["edgetpu"]["summary"] = mapping.summary()
