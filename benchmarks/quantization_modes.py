@@ -59,7 +59,7 @@ def _build(name: str, size: int):
 def _export_mode(model, example, is_image: bool, mode: str, out_dir: Path, name: str, calibration_samples):
     from edge_export.api import export
     from edge_export.errors import EdgeExportError
-    from edge_export.flatbuffer_packing import strip_tensor_names
+    from edge_export.passes.flatbuffer import run_flatbuffer_passes, strip_tensor_names_pass
 
     path = out_dir / f"{name}_{mode}.tflite"
     kwargs = {"calibration_samples": calibration_samples} if calibration_samples and mode in ("int8", "int16x8") else {}
@@ -81,7 +81,7 @@ def _export_mode(model, example, is_image: bool, mode: str, out_dir: Path, name:
         "export_seconds": round(seconds, 2),
         "size_bytes": path.stat().st_size,
         # What --strip-names would write: the same model without inner tensor names.
-        "size_bytes_stripped": len(strip_tensor_names(path.read_bytes())),
+        "size_bytes_stripped": len(run_flatbuffer_passes(path.read_bytes(), [strip_tensor_names_pass]).model_bytes),
         "backend": quant.get("backend") or ("litert-torch fp16" if mode == "fp16" else "litert-torch"),
         "quant_observer": quant.get("observer"),
         "quant_reason": quant.get("reason"),

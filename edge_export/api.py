@@ -456,9 +456,9 @@ def _run_export(
     if options.strip_names:
         # After every check: parity, per-layer rows and module paths need the names, and the
         # stripped model computes exactly the same (the runtimes never read inner tensor names).
-        from .flatbuffer_packing import strip_tensor_names
+        from .passes.flatbuffer import run_flatbuffer_passes, strip_tensor_names_pass
 
-        model_bytes = strip_tensor_names(model_bytes)
+        model_bytes = run_flatbuffer_passes(fb, [strip_tensor_names_pass]).model_bytes
         fb = read_flatbuffer(model_bytes, origin="the model without tensor names")
     report["export"] = {
         "quantize": options.quantize.value,
@@ -544,10 +544,12 @@ def _edgetpu_stage(
     from .targets.edgetpu_compiler import compare_with_prediction, compile_for_edgetpu, load_edgetpu_delegate, require_compiled
     from .targets.edgetpu_rewrites import reorder_for_edgetpu
 
-    model_bytes, reordered = reorder_for_edgetpu(model_bytes)
-    target_report["reordered_operators"] = reordered
     fb = read_flatbuffer(model_bytes, origin="the quantized model")
-    mapping = check_edgetpu(fb, model_bytes, source_module=module)
+    model_bytes, reordered = reorder_for_edgetpu(fb)
+    target_report["reordered_operators"] = reordered
+    if reordered:
+        fb = read_flatbuffer(model_bytes, origin="the reordered model")
+    mapping = check_edgetpu(fb, source_module=module)
     target_report["edgetpu"] = mapping.to_dict()
     target_report["edgetpu"]["summary"] = mapping.summary()
     with tempfile.TemporaryDirectory() as tmp:
@@ -1009,7 +1011,7 @@ def _validate_flatbuffer(
 ) -> ExportResult:
     from .flatbuffer import load_flatbuffer
 
-    model_bytes, fb = load_flatbuffer(tflite_path)  # rejects a bad file before any runtime sees it
+    fb = load_flatbuffer(tflite_path)  # rejects a bad file before any runtime sees it
     if options.per_layer and not fb.has_inner_tensor_names:
         raise UsageError(
             f"{tflite_path} has no tensor names besides its inputs and outputs (it was written with "
@@ -1064,7 +1066,7 @@ def _validate_flatbuffer(
             if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
         )
         plan = ChannelsLastPlan(nhwc_in, nhwc_out)
-        parity, layers = _check_parity(module, example, specs, options, model_bytes, fb, plan, stages)
+        parity, layers = _check_parity(module, example, specs, options, fb.data, fb, plan, stages)
         report = _base_report(loaded.to_dict(), specs, plan)
         report["export"] = {
             "command": "validate",
@@ -1076,5 +1078,5 @@ def _validate_flatbuffer(
             "strict": options.strict,
         }
         return _finalize(
-            report, parity, layers, options, stages, fb, model_bytes, tflite_path, json_path, md_path, write_tflite=False
+            report, parity, layers, options, stages, fb, fb.data, tflite_path, json_path, md_path, write_tflite=False
         )

@@ -450,8 +450,7 @@ def bench_command(
         from .flatbuffer import load_flatbuffer
         from .latency import benchmark_latency, render_latency
 
-        data, _ = load_flatbuffer(tflite)
-        report = benchmark_latency(data, threads=threads, runs=runs, warmup=warmup)
+        report = benchmark_latency(load_flatbuffer(tflite), threads=threads, runs=runs, warmup=warmup)
         if as_json:
             out.print_json(json.dumps(report.to_dict()))
         else:

@@ -45,35 +45,12 @@ def wrap_channels_last(module: Any, plan: ChannelsLastPlan) -> Any:
     import torch
 
     if isinstance(module, torch.fx.GraphModule):
-        return _channels_last_graph(module, plan)
+        from .passes.fx.permute_io_channels_last_pass import permute_io_channels_last_pass
+
+        return permute_io_channels_last_pass(module, plan)
     import litert_torch
 
     return litert_torch.to_channel_last_io(module, args=list(plan.inputs), outputs=list(plan.outputs))
-
-
-def _channels_last_graph(module: Any, plan: ChannelsLastPlan) -> Any:
-    import copy
-
-    import torch
-
-    gm = copy.deepcopy(module)
-    graph = gm.graph
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    for i in plan.inputs:
-        ph = placeholders[i]
-        with graph.inserting_after(ph):
-            nchw = graph.call_function(torch.ops.aten.permute.default, (ph, [0, 3, 1, 2]))
-        ph.replace_all_uses_with(nchw, delete_user_cb=lambda user, _n=nchw: user is not _n)
-    output = next(n for n in graph.nodes if n.op == "output")
-    flat = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
-    for j in plan.outputs:
-        with graph.inserting_before(output):
-            flat[j] = graph.call_function(torch.ops.aten.permute.default, (flat[j], [0, 2, 3, 1]))
-    if plan.outputs:
-        output.args = (type(output.args[0])(flat) if isinstance(output.args[0], (tuple, list)) else flat[0],)
-    graph.lint()
-    gm.recompile()
-    return gm
 
 
 def fp16_quant_config() -> Any:

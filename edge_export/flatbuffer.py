@@ -115,6 +115,71 @@ class FlatbufferModel:
     description: str | None
     # Operators and tensors of every subgraph (index 0 is the main one), for checkers that care.
     subgraph_operators: tuple[tuple[OperatorInfo, ...], ...] = field(default=(), repr=False)
+    # The verified bytes this object was read from (empty for a model built by hand in a test):
+    # one value carries the file, so stages pass the model, not a (bytes, model) pair.
+    data: bytes = field(default=b"", repr=False, compare=False)
+
+    # ---- the file's contents, read on first use --------------------------------------------
+    @functools.cached_property
+    def _buffer_table(self) -> Any:
+        """The schema's lazy reader over ``data``: only the tables asked for are decoded."""
+        from ai_edge_litert import schema_py_generated as schema
+
+        if not self.data:
+            raise InternalError("A FlatbufferModel built without its bytes was asked for constant data.")
+        return schema.Model.GetRootAs(self.data, 0)
+
+    def constant(self, index: int) -> Any | None:
+        """The value of constant tensor ``index`` of the main subgraph as a numpy array of its dtype
+        and shape (None for an activation). Reads only that tensor's buffer; int4 and other packed
+        or sparse types come back as their raw uint8 bytes."""
+        import numpy as np
+
+        info = self.tensors[index]
+        if not info.is_constant:
+            return None
+        model = self._buffer_table
+        buf = model.Buffers(model.Subgraphs(0).Tensors(index).Buffer())
+        if buf.Offset() > 1:  # data stored after the flatbuffer (models over 2 GB); verified in range
+            raw = np.frombuffer(self.data, dtype=np.uint8, count=buf.Size(), offset=buf.Offset())
+        else:
+            raw = buf.DataAsNumpy()
+        try:
+            dtype = np.dtype(info.dtype)
+        except TypeError:  # bfloat16, int4, ...: numpy has no such type
+            return raw
+        needed = int(np.prod(info.shape, dtype=np.int64)) * dtype.itemsize
+        if raw.size < needed:
+            return raw
+        return raw[:needed].view(dtype.newbyteorder("<")).reshape(info.shape)
+
+    def mutable(self) -> Any:
+        """A fresh ``schema_py_generated.ModelT`` of ``data`` for a pass to change (see
+        ``edge_export.passes.flatbuffer``); buffers stored after the flatbuffer are moved inside."""
+        from .flatbuffer_packing import read_model
+
+        if not self.data:
+            raise InternalError("A FlatbufferModel built without its bytes cannot be rewritten.")
+        return read_model(self.data)
+
+    # ---- I/O naming ------------------------------------------------------------------------
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """Names of the main subgraph's inputs in subgraph order (forward()'s arguments): the
+        first signature's name of each tensor, else the tensor's own name. The signature's lists
+        are sorted by name ("output_10" < "output_2"), so they supply names, never the order."""
+        return tuple(self._signature_names().get(i, self.tensors[i].name) for i in self.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Names of the main subgraph's outputs in subgraph order (flattened outputs); see input_names."""
+        return tuple(self._signature_names().get(i, self.tensors[i].name) for i in self.outputs)
+
+    def _signature_names(self) -> dict[int, str]:
+        sig = self.signatures[0] if self.signatures else None
+        if sig is None or sig.get("input_tensors") is None:
+            return {}
+        return {**dict(zip(sig["input_tensors"], sig["inputs"])), **dict(zip(sig["output_tensors"], sig["outputs"]))}
 
     # ---- derived facts -------------------------------------------------------------------
     @property
@@ -247,7 +312,8 @@ def read_flatbuffer(data: bytes, origin: str = "the model") -> FlatbufferModel:
         ) from exc
 
 
-def load_flatbuffer(path: str | Path) -> tuple[bytes, FlatbufferModel]:
+def load_flatbuffer(path: str | Path) -> FlatbufferModel:
+    """Read and verify the file at ``path``; the model carries its bytes (``.data``)."""
     p = Path(path)
     if not p.exists():
         raise FlatbufferError(f"No such file: {p}.", "Check the path to the .tflite file.")
@@ -268,7 +334,7 @@ def load_flatbuffer(path: str | Path) -> tuple[bytes, FlatbufferModel]:
         data = p.read_bytes()
     except OSError as exc:
         raise FlatbufferError(f"Cannot read {p}: {exc.strerror}.", "Check the file's permissions.") from exc
-    return data, read_flatbuffer(data, origin=str(p))
+    return read_flatbuffer(data, origin=str(p))
 
 
 def _bad(origin_detail: str) -> FlatbufferError:
@@ -652,6 +718,7 @@ def _parse(data: bytes) -> FlatbufferModel:
         min_runtime_version=min_runtime,
         description=_decode(model_t.description) or None,
         subgraph_operators=tuple(all_ops),
+        data=data,
     )
 
 

@@ -1,6 +1,7 @@
 """Writing a LiteRT model object back to flatbuffer bytes: every buffer 16-byte aligned, each
 distinct quantization vector stored once. Every .tflite edge-export writes goes through
-``pack_model`` (or ``align_buffers`` for bytes straight from the converter).
+``pack_model`` (or ``align_buffers`` for bytes straight from the converter); the rewrites that
+precede it are the flatbuffer passes in ``edge_export/passes/flatbuffer/``.
 
 Alignment. The TFLite schema declares ``force_align: 16`` on ``Buffer.data``, but Python's
 ``flatbuffers.Builder`` ignores the attribute (tflite-micro PR 3177), so neither litert-torch's
@@ -41,8 +42,6 @@ __all__ = [
     "misaligned_buffers",
     "pack_model",
     "read_model",
-    "share_quantization_vectors",
-    "strip_tensor_names",
 ]
 
 BUFFER_ALIGNMENT = 16  # the schema's force_align on Buffer.data
@@ -194,40 +193,3 @@ def align_buffers(model_bytes: bytes) -> bytes:
     if not misaligned_buffers(model_bytes):
         return bytes(model_bytes)
     return pack_model(read_model(model_bytes), source=model_bytes)
-
-
-def _has_quantization_vectors(model: Any) -> bool:
-    return any(
-        t.quantization is not None and t.quantization.scale is not None and len(t.quantization.scale) > 0
-        for sg in model.subgraphs or ()
-        for t in sg.tensors or ()
-    )
-
-
-def share_quantization_vectors(model_bytes: bytes) -> bytes:
-    """The same model with each distinct quantization vector stored once, and aligned buffers.
-
-    A model without quantization parameters is only aligned (``align_buffers``).
-    """
-    model = read_model(model_bytes)
-    if not _has_quantization_vectors(model):
-        return align_buffers(model_bytes)
-    return pack_model(model, source=model_bytes)
-
-
-def strip_tensor_names(model_bytes: bytes) -> bytes:
-    """The same model without the names of its inner tensors.
-
-    litert-torch names every tensor after the module stack of the nodes that made it, often
-    hundreds of characters: 15% of a small int8 CNN, bytes a microcontroller keeps in flash for
-    nothing. The runtimes never read them, so the model runs bit-identically; the subgraphs' input
-    and output tensors keep their names (apps look tensors up by them). What is lost is the map
-    from tensors back to PyTorch modules that per-layer parity and the reports' module paths use.
-    """
-    model = read_model(model_bytes)
-    for sg in model.subgraphs or ():
-        keep = {int(i) for i in (*(sg.inputs if sg.inputs is not None else ()), *(sg.outputs if sg.outputs is not None else ()))}
-        for index, tensor in enumerate(sg.tensors or ()):
-            if index not in keep:
-                tensor.name = b""
-    return pack_model(model, source=model_bytes)

@@ -117,7 +117,7 @@ def inspect_flatbuffer(source: str | Path | bytes) -> InspectionReport:
     """Inspect a .tflite file (path) or its bytes. Raises FlatbufferError on a malformed file."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         return inspect_model(read_flatbuffer(bytes(source)))
-    _, model = load_flatbuffer(source)
+    model = load_flatbuffer(source)
     return inspect_model(model, path=str(source))
 
 

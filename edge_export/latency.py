@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .errors import RuntimeRunError, UsageError
-from .flatbuffer import read_flatbuffer
+from .flatbuffer import FlatbufferModel, read_flatbuffer
 from .runtime import IOTensor, Resolver, TFLiteRunner
 
 if TYPE_CHECKING:
@@ -150,14 +150,15 @@ def _time_one(model_bytes: bytes, model, resolver: Resolver, threads: int, runs:
 
 
 def benchmark_latency(
-    model_bytes: bytes,
+    model_bytes: bytes | FlatbufferModel,
     *,
     threads: int = 1,
     runs: int = 50,
     warmup: int = 5,
     resolvers: Sequence[Resolver] = BENCH_RESOLVERS,
 ) -> LatencyReport:
-    """Time ``invoke()`` for each resolver. The buffer is verified before any runtime sees it."""
+    """Time ``invoke()`` for each resolver. The buffer is verified before any runtime sees it (a
+    ``FlatbufferModel`` already was, when it was read)."""
     if threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}.", "Use --threads 1 for one CPU thread.")
     if runs < 2:
@@ -166,7 +167,8 @@ def benchmark_latency(
         raise UsageError(f"--warmup cannot be negative, got {warmup}.", "Use --warmup 0 to skip warm-up.")
     from .isolation import run_isolated
 
-    model = read_flatbuffer(model_bytes)
+    model = model_bytes if isinstance(model_bytes, FlatbufferModel) else read_flatbuffer(model_bytes)
+    model_bytes = model.data
 
     def measure():
         results = tuple(_time_one(model_bytes, model, r, threads, runs, warmup) for r in resolvers)

@@ -138,15 +138,9 @@ class TFLiteRunner:
     def _io_tensors(self) -> tuple[list[IOTensor], list[IOTensor]]:
         interp = self._interp
         details = {d["index"]: d for d in interp.get_input_details() + interp.get_output_details()}
-        # Order by the subgraph's own input/output lists: they follow forward()'s arguments and the
-        # flattened outputs. The signature map is sorted by name ("output_10" < "output_2", and
-        # dict keys alphabetically), so it only supplies the names.
-        sigs = interp._get_full_signature_list()
-        sig = next(iter(sigs.values())) if sigs else {"inputs": {}, "outputs": {}}
-        in_names = {index: name for name, index in sig["inputs"].items()}
-        out_names = {index: name for name, index in sig["outputs"].items()}
-        in_pairs = [(in_names.get(i, details[i]["name"]), i) for i in self.model.inputs]
-        out_pairs = [(out_names.get(i, details[i]["name"]), i) for i in self.model.outputs]
+        # Subgraph order (forward()'s arguments, flattened outputs), named by the signature.
+        in_pairs = list(zip(self.model.input_names, self.model.inputs))
+        out_pairs = list(zip(self.model.output_names, self.model.outputs))
 
         def make(pairs):
             result = []

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..config import InputSpec, IODtype, QuantBackend, QuantizeMode
 from ..errors import EdgeExportError, QuantizationError, UsageError
-from ..flatbuffer_packing import share_quantization_vectors
 from ..isolation import run_isolated
+from ..passes.flatbuffer import run_flatbuffer_passes, set_io_dtype_pass, share_quantization_vectors_pass
 from .calibration import (
     DEFAULT_CALIBRATION_SAMPLES,
     DEFAULT_SYNTHETIC_SAMPLES,
@@ -224,7 +225,7 @@ def quantize_model(
                     stage=f"{mode.value} quantization", backend="ai-edge-quantizer (flatbuffer backend)",
                     hint=_CRASH_HINT, preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
                 )
-            data = share_quantization_vectors(data)
+            data = run_flatbuffer_passes(data, [share_quantization_vectors_pass]).model_bytes
             sqnr, cosine = run_isolated(
                 selection.measure_parity, data, parity_set, refs,
                 stage=f"parity run of the {name} {mode.value} candidate", backend="the LiteRT interpreter",
@@ -268,8 +269,11 @@ def quantize_model(
             f"{chosen.backend} succeeded first; for {mode.value} both backends give the same "
             "dynamic-range kernels, so the other was not tried"
         )
-    data = set_io_dtype(products[best], io_dtype)
-    check = check_integer(data, module)
+    data = run_flatbuffer_passes(products[best], [partial(set_io_dtype_pass, io_dtype=io_dtype)]).model_bytes
+    from ..flatbuffer import read_flatbuffer
+
+    final = read_flatbuffer(data, origin="the quantized model")
+    check = check_integer(final, module)
     warnings = []
     if not calibration.real_data and mode.needs_calibration:
         warnings.append(
@@ -292,7 +296,7 @@ def quantize_model(
         reason=reason,
         fully_integer=check.fully_integer,
         integer_check=check,
-        io=describe_io(data),
+        io=describe_io(final),
         io_dtype=io_dtype,
         calibration=calibration.to_dict(),
         sqnr_db=chosen.sqnr_db,

@@ -15,8 +15,8 @@ the flatbuffer backend.
 litert-torch's annotator finds add, cat, max-pool and add+relu patterns by the ``source_fn_stack``
 metadata that only strict (dynamo) tracing records; the non-strict export used here, and any graph
 re-exported from an ExportedProgram's module, lack it, so those ops were left in float (DEQUANTIZE/
-ADD/QUANTIZE islands in every residual block). ``restore_source_functions`` writes the metadata
-back from the aten targets before ``prepare_pt2e``.
+ADD/QUANTIZE islands in every residual block). The FX pass ``restore_source_functions_pass``
+(``passes/fx/``) writes the metadata back from the aten targets before ``prepare_pt2e``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from ..config import QuantizeMode
 from ..conversion import convert_module
 from ..errors import ExportFailure, QuantizationError
 from ..library_output import quiet_libraries
+from ..passes.fx.restore_source_functions_pass import restore_source_functions_pass
 from .calibration import CalibrationSet
 
 __all__ = [
@@ -36,7 +37,6 @@ __all__ = [
     "pt2e_supports",
     "quantize_pt2e",
     "drop_integer_annotations",
-    "restore_source_functions",
 ]
 
 PT2E_OBSERVERS = ("histogram", "minmax", "moving_average")
@@ -71,62 +71,6 @@ def make_pt2e_quantizer(mode: QuantizeMode, observer: str = DEFAULT_PT2E_OBSERVE
         act = dataclasses.replace(act, observer_or_fake_quant_ctr=_observer_class(observer).with_args(eps=2**-12))
         config = dataclasses.replace(config, input_activation=act, output_activation=act)
     return PT2EQuantizer().set_global(config)
-
-
-def _source_functions() -> dict:
-    """aten op -> the Python-level function litert-torch's annotators ask get_source_partitions for."""
-    import operator
-
-    import torch
-    import torch.nn.functional as F
-
-    aten = torch.ops.aten
-    return {
-        aten.add.Tensor: torch.add,
-        aten.add_.Tensor: torch.add,
-        aten.mul.Tensor: torch.mul,
-        aten.mul_.Tensor: torch.mul,
-        aten.cat.default: torch.cat,
-        aten.concat.default: torch.cat,
-        aten.relu.default: F.relu,
-        aten.relu_.default: F.relu,
-        aten.max_pool2d.default: F.max_pool2d,
-        aten.adaptive_avg_pool2d.default: F.adaptive_avg_pool2d,
-        aten._adaptive_avg_pool2d.default: F.adaptive_avg_pool2d,
-        operator.add: torch.add,
-        operator.mul: torch.mul,
-    }
-
-
-def restore_source_functions(graph_module: Any) -> int:
-    """Give every call_function node without ``source_fn_stack`` one, in place; returns how many.
-
-    Known ops get the function the annotators look for (``aten.add.Tensor`` -> ``torch.add``), so
-    residual adds, concatenations and poolings are quantized. Every other node gets its own aten op
-    as its source, so get_source_partitions no longer groups untagged nodes by their innermost
-    nn.Module (the SLICE/CONCATENATION padding the Edge TPU rewrite writes in place of a MaxPool2d's
-    padding keeps the MaxPool2d's module stack and would form a "max-pool" partition without a
-    max-pool). Recurrent modules keep that module fallback, which their annotator relies on.
-    """
-    from torch import nn
-
-    known = _source_functions()
-    changed = 0
-    for node in graph_module.graph.nodes:
-        if node.op != "call_function" or node.meta.get("source_fn_stack") is not None:
-            continue
-        stack = node.meta.get("nn_module_stack") or {}
-        innermost = list(stack.values())[-1][1] if stack else None
-        if isinstance(innermost, type) and issubclass(innermost, nn.RNNBase):
-            continue
-        if isinstance(innermost, str) and innermost.rsplit(".", 1)[-1] in ("GRU", "LSTM", "RNN"):
-            continue
-        source = known.get(node.target)
-        if source is None and isinstance(innermost, type) and issubclass(innermost, nn.AdaptiveAvgPool2d):
-            source = nn.functional.adaptive_avg_pool2d  # it may trace to mean.dim
-        node.meta["source_fn_stack"] = [(node.name, source if source is not None else node.target)]
-        changed += 1
-    return changed
 
 
 def _carries_float(node: Any, graph_module: Any) -> bool:
@@ -217,7 +161,7 @@ def quantize_pt2e(
             quantizer = make_pt2e_quantizer(mode, observer)
 
             exported = torch.export.export(module, tuple(example_inputs), strict=strict).module()
-            restore_source_functions(exported)
+            restore_source_functions_pass(exported)
             prepared = prepare_pt2e(exported, _float_only(quantizer))
             with torch.no_grad():
                 batches = calibration.torch_batches()

@@ -312,30 +312,17 @@ def _source_of(source_module: Any, module_path: str) -> str | None:
 # ---- constant values (axes, paddings, strides) ---------------------------------------------------
 
 
-def _constant_values(data: bytes | None, indices: set[int]) -> dict[int, list[int]]:
-    """Integer values of the given constant tensors of the main subgraph."""
-    if data is None or not indices:
+def _constant_values(model: FlatbufferModel, indices: set[int]) -> dict[int, list[int]]:
+    """Integer values of the given int32/int64 constant tensors of the main subgraph (none for a
+    model built without its bytes)."""
+    if not model.data or not indices:
         return {}
-    import numpy as np
-    from ai_edge_litert import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(data, 0))
-    tensors = model.subgraphs[0].tensors or []
-    buffers = model.buffers or []
-    dtypes = {schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64}
     values: dict[int, list[int]] = {}
     for i in indices:
-        t = tensors[i]
-        if t.type not in dtypes or not t.buffer or t.buffer >= len(buffers):
-            continue
-        buf = buffers[t.buffer]
-        if buf.data is not None and len(buf.data):
-            raw = bytes(bytearray(buf.data))
-        elif buf.offset and buf.size:
-            raw = data[buf.offset : buf.offset + buf.size]
-        else:
-            continue
-        values[i] = [int(v) for v in np.frombuffer(raw, dtype=dtypes[t.type])]
+        if model.tensors[i].dtype in ("int32", "int64"):
+            value = model.constant(i)
+            if value is not None:
+                values[i] = [int(v) for v in value.reshape(-1)]
     return values
 
 
@@ -509,20 +496,18 @@ def _model_problems(model: FlatbufferModel) -> list[str]:
     return problems
 
 
-def check_edgetpu(
-    model: FlatbufferModel, model_bytes: bytes | None = None, *, source_module: Any = None
-) -> EdgeTPUReport:
+def check_edgetpu(model: FlatbufferModel, *, source_module: Any = None) -> EdgeTPUReport:
     """Predict the compiler's mapping of ``model``'s main subgraph.
 
-    ``model_bytes`` (the flatbuffer) lets the checker read constant axes, paddings and strides; without
-    it those rules are checked from shapes where possible. ``source_module`` (the PyTorch module
-    that was exported) adds the source location of the module at the cut.
+    The constant axes, paddings and strides come from the model's own bytes (``model.data``); a
+    model built without them is checked from shapes where possible. ``source_module`` (the PyTorch
+    module that was exported) adds the source location of the module at the cut.
     """
     wanted = set()
     for op in model.operators:
         if op.opcode in ("MEAN", "PAD", "STRIDED_SLICE"):
             wanted.update(i for i in op.inputs[1:] if i >= 0 and model.tensors[i].is_constant)
-    constants = _constant_values(model_bytes, wanted)
+    constants = _constant_values(model, wanted)
 
     problems = _model_problems(model)
     mappings: list[OpMapping] = []
@@ -596,7 +581,7 @@ def check_edgetpu(
 
 def check_edgetpu_bytes(data: bytes, *, source_module: Any = None) -> EdgeTPUReport:
     """Parse ``data`` and check it (the constant-value rules included)."""
-    return check_edgetpu(read_flatbuffer(data), data, source_module=source_module)
+    return check_edgetpu(read_flatbuffer(data), source_module=source_module)
 
 
 def check_edgetpu_inputs(input_specs: Sequence[Any]) -> None:

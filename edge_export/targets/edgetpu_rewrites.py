@@ -18,6 +18,9 @@ Two levels:
 * ``reorder_for_edgetpu`` reorders a flatbuffer's operators (a valid topological order) so that
   every operator that can map and depends only on mapped operators runs before the first one that
   cannot: the compiler cuts the graph once, at the first unsupported operator in execution order.
+
+The same rewrites on an exported graph are the FX pass ``passes/fx/rewrite_ops_for_edgetpu_pass.py``;
+the reordering is the flatbuffer pass ``passes/flatbuffer/reorder_operators_for_edgetpu_pass.py``.
 """
 
 from __future__ import annotations
@@ -27,9 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InternalError
-from ..flatbuffer import read_flatbuffer
-from ..flatbuffer_packing import pack_model
+from ..flatbuffer import FlatbufferModel, read_flatbuffer
 
 __all__ = [
     "AppliedRewrite",
@@ -167,8 +168,10 @@ def prepare_module_for_edgetpu(module: Any, example_inputs: tuple | None = None)
     import torch
     from torch import nn
 
+    from ..passes.fx.rewrite_ops_for_edgetpu_pass import rewrite_ops_for_edgetpu_pass
+
     if isinstance(module, torch.fx.GraphModule):
-        return _prepare_graph_for_edgetpu(module)
+        return rewrite_ops_for_edgetpu_pass(module)
     classes = _replacement_classes()
     module = copy.deepcopy(module).eval()
     rewrites: list[AppliedRewrite] = []
@@ -220,182 +223,32 @@ def prepare_module_for_edgetpu(module: Any, example_inputs: tuple | None = None)
         except Exception:  # tracing problems are reported by the conversion stage itself
             graph = None
         if graph is not None:
-            graph_prep = _prepare_graph_for_edgetpu(graph)
+            graph_prep = rewrite_ops_for_edgetpu_pass(graph)
             if graph_prep.rewrites:
                 module = graph_prep.module
                 rewrites.extend(graph_prep.rewrites)
     return EdgeTPUPreparation(module=module, rewrites=tuple(rewrites))
 
 
-# ---- graph level (an ExportedProgram's GraphModule has no submodules to swap) -------------------
-
-
-def _replicate_pad_max_pool2d(x: Any, kernel_size: Any, stride: Any, padding: Any) -> Any:
-    """max_pool2d with edge-replicating padding (SLICE + CONCATENATION instead of PADV2); the same
-    values as -inf padding whenever padding < kernel size (see ReplicatePadMaxPool2d)."""
-    import torch
-
-    h, w = padding
-    if h:
-        x = torch.cat([x[:, :, :1]] * h + [x] + [x[:, :, -1:]] * h, dim=2)
-    if w:
-        x = torch.cat([x[:, :, :, :1]] * w + [x] + [x[:, :, :, -1:]] * w, dim=3)
-    return torch.nn.functional.max_pool2d(x, kernel_size, stride or kernel_size, 0)
-
-
-def _hardswish(x: Any) -> Any:
-    import torch.nn.functional as F
-
-    return x * F.hardtanh(x + 3.0, 0.0, 6.0) * (1.0 / 6.0)
-
-
-def _hardsigmoid(x: Any) -> Any:
-    import torch.nn.functional as F
-
-    return F.hardtanh(x + 3.0, 0.0, 6.0) * (1.0 / 6.0)
-
-
-def _gelu_sigmoid(x: Any, approximate: str = "none") -> Any:
-    import torch
-
-    return x * torch.sigmoid((x + 0.044715 * (x * x * x)) * (2.0 * math.sqrt(2.0 / math.pi)))
-
-
-def _silu(x: Any) -> Any:
-    import torch
-
-    return x * torch.sigmoid(x)
-
-
-def _spatial_mean(x: Any, keepdim: bool) -> Any:
-    """Global average over H, W as AVERAGE_POOL_2D (+ RESHAPE): a MEAN over the NCHW axes 2, 3 is not
-    an x/y reduction once the converter has moved the tensor, and the Edge TPU rejects it."""
-    import torch.nn.functional as F
-
-    y = F.avg_pool2d(x, (int(x.shape[2]), int(x.shape[3])))
-    return y if keepdim else y.flatten(2).squeeze(2)
-
-
-def _node_module_path(node: Any) -> str:
-    from ..provenance import node_module
-
-    found = node_module(node)
-    if found is None:
-        return f"forward() ({node.name})"
-    return found.path or node.name
-
-
-def _is_global_spatial(node: Any) -> bool:
-    """mean(x, [2, 3]) on a 4-D NCHW tensor with a known shape."""
-    x = node.args[0]
-    val = getattr(x, "meta", {}).get("val")
-    if val is None or val.dim() != 4:
-        return False
-    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-    if dims is None:
-        return False
-    return sorted(int(d) % 4 for d in dims) == [2, 3] and node.kwargs.get("dtype") is None
-
-
-def _prepare_graph_for_edgetpu(module: Any) -> EdgeTPUPreparation:
-    """The same rewrites as for an nn.Module, as an FX pass over the aten calls. Each replaced node
-    keeps its metadata so the flatbuffer's tensor names still carry the module path."""
-    import torch
-
-    aten = torch.ops.aten
-    gm = copy.deepcopy(module)
-    rewrites: list[AppliedRewrite] = []
-    activations = {
-        aten.hardswish.default: (_hardswish, "hardswish-as-relu6", "HARD_SWISH is not supported"),
-        aten.hardsigmoid.default: (_hardsigmoid, "hardsigmoid-as-relu6", "hardsigmoid is not supported"),
-        aten.gelu.default: (
-            _gelu_sigmoid,
-            "gelu-as-sigmoid",
-            "GELU is not supported and PT2E leaves it in float (tanh form, error < 1e-3)",
-        ),
-        aten.silu.default: (_silu, "silu-as-sigmoid", "SiLU is written as LOGISTIC + MUL"),
-    }
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function":
-            continue
-        if node.target is aten.max_pool2d.default:
-            args = list(node.args) + [None] * (6 - len(node.args))
-            x, kernel, stride, padding, dilation, ceil_mode = args[:6]
-            padding = list(padding or [0, 0])
-            padding = padding * 2 if len(padding) == 1 else padding
-            dilation = list(dilation or [1, 1])
-            if any(padding) and not ceil_mode and all(d == 1 for d in dilation):
-                node.target = _replicate_pad_max_pool2d
-                node.args = (x, kernel, stride, tuple(padding))
-                node.kwargs = {}
-                rewrites.append(
-                    AppliedRewrite(
-                        _node_module_path(node),
-                        "maxpool-replicate-padding",
-                        "max_pool2d padding lowers to PADV2 (-inf), not supported",
-                    )
-                )
-        elif node.target is aten.mean.dim and _is_global_spatial(node):
-            # (adaptive_avg_pool2d is left alone: it already lowers to an x/y MEAN, and PT2E's
-            # annotator for it insists on seeing the original op)
-            keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
-            node.target = _spatial_mean
-            node.args = (node.args[0], keepdim)
-            node.kwargs = {}
-            rewrites.append(
-                AppliedRewrite(
-                    _node_module_path(node),
-                    "global-mean-as-avgpool",
-                    "a mean over H, W lowers to MEAN on non-x/y axes; AVERAGE_POOL_2D maps",
-                )
-            )
-        elif node.target in activations:
-            fn, kind, why = activations[node.target]
-            node.target = fn
-            node.args = node.args[:1]
-            node.kwargs = {}
-            rewrites.append(AppliedRewrite(_node_module_path(node), kind, why))
-    gm.graph.lint()
-    gm.recompile()
-    return EdgeTPUPreparation(module=gm, rewrites=tuple(rewrites))
-
-
 # ---- flatbuffer level ---------------------------------------------------------------------------
 
 
-def reorder_for_edgetpu(data: bytes) -> tuple[bytes, bool]:
+def reorder_for_edgetpu(source: bytes | FlatbufferModel) -> tuple[bytes, bool]:
     """Move every operator that maps (and depends only on mapped operators) before the first that does
-    not. Returns ``(new_bytes, changed)``; the graph computes the same values in a valid order."""
-    from ai_edge_litert.tools import flatbuffer_utils
+    not. Returns ``(new_bytes, changed)``; the graph computes the same values in a valid order.
 
+    The Edge TPU target's one call of the flatbuffer pass ``reorder_operators_for_edgetpu_pass``:
+    the checker's verdict on ``source`` says which operators map.
+    """
+    from functools import partial
+
+    from ..passes.flatbuffer import reorder_operators_for_edgetpu_pass, run_flatbuffer_passes
     from .edgetpu import check_edgetpu
 
-    model = read_flatbuffer(data)
-    report = check_edgetpu(model, data)
+    model = source if isinstance(source, FlatbufferModel) else read_flatbuffer(source)
+    report = check_edgetpu(model)
     if report.first_unmapped is None:
-        return data, False
-    graph_inputs = set(model.inputs)
-    producer: dict[int, int] = {}
-    for op in model.operators:
-        for t in op.outputs:
-            producer[t] = op.index
-    prefix: list[int] = []
-    in_prefix: set[int] = set()
-    for op in model.operators:
-        # Boundary QUANTIZE/DEQUANTIZE count as supported: they never cut the graph.
-        if not report.ops[op.index].supported:
-            continue
-        deps = {producer[t] for t in op.inputs if t >= 0 and t in producer and t not in graph_inputs}
-        if deps <= in_prefix:
-            prefix.append(op.index)
-            in_prefix.add(op.index)
-    order = prefix + [op.index for op in model.operators if op.index not in in_prefix]
-    if order == list(range(len(model.operators))):
-        return data, False
-
-    model_t = flatbuffer_utils.read_model_from_bytearray(bytearray(data))
-    sg = model_t.subgraphs[0]
-    if len(sg.operators) != len(order):
-        raise InternalError("The operator count of the flatbuffer changed while reordering it.")
-    sg.operators = [sg.operators[i] for i in order]
-    return pack_model(model_t, source=data), True
+        return model.data, False
+    supported = [mapping.supported for mapping in report.ops]
+    result = run_flatbuffer_passes(model, [partial(reorder_operators_for_edgetpu_pass, supported=supported)])
+    return result.model_bytes, result.modified

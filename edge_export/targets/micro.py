@@ -451,7 +451,6 @@ class MicroRunner:
 
     def _io(self) -> tuple[list[IOTensor], list[IOTensor]]:
         m = self.model
-        sig = m.signatures[0] if m.signatures else None
 
         def make(kind: str, positions_in_subgraph: list[int], names: list[str]) -> list[IOTensor]:
             getter = self._interp.get_input_details if kind == "input" else self._interp.get_output_details
@@ -474,16 +473,9 @@ class MicroRunner:
                 )
             return result
 
-        # Subgraph order (forward()'s arguments, flattened outputs), like TFLiteRunner; the
-        # signature only supplies names (its lists are sorted by name).
+        # Subgraph order (forward()'s arguments, flattened outputs), like TFLiteRunner.
         in_pos, out_pos = list(range(len(m.inputs))), list(range(len(m.outputs)))
-        by_index: dict[int, str] = {}
-        if sig and sig.get("input_tensors") is not None:
-            by_index.update(zip(sig["input_tensors"], sig["inputs"]))
-            by_index.update(zip(sig["output_tensors"], sig["outputs"]))
-        in_names = [by_index.get(i, m.tensors[i].name) for i in m.inputs]
-        out_names = [by_index.get(i, m.tensors[i].name) for i in m.outputs]
-        return make("input", in_pos, in_names), make("output", out_pos, out_names)
+        return make("input", in_pos, list(m.input_names)), make("output", out_pos, list(m.output_names))
 
     # -- running --------------------------------------------------------------------------------
     def run_raw(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -153,7 +153,7 @@ def exported(tmp_path_factory) -> dict[str, Exported]:
     results = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(packing, "align_buffers", recording(packing.align_buffers))
-        patch.setattr(quantization, "share_quantization_vectors", recording(quantization.share_quantization_vectors))
+        patch.setattr(quantization, "run_flatbuffer_passes", recording(quantization.run_flatbuffer_passes))
         for name, options in EXPORTS.items():
             seen.clear()
             if options.get("edgetpu_compiler"):
@@ -260,10 +260,10 @@ def test_int8_file_still_writes_each_zero_point_vector_once(exported):
 
 
 def test_strip_names_output_is_aligned_and_computes_the_same(exported):
-    from edge_export.flatbuffer_packing import strip_tensor_names
+    from edge_export.passes.flatbuffer import run_flatbuffer_passes, strip_tensor_names_pass
 
     named = exported["int8"].path.read_bytes()
-    stripped = strip_tensor_names(_stock_unaligned(named))
+    stripped = run_flatbuffer_passes(_stock_unaligned(named), [strip_tensor_names_pass]).model_bytes
     assert _misaligned(stripped) == []
     for a, b in zip(_litert_outputs(stripped), _litert_outputs(named)):
         np.testing.assert_array_equal(a, b)

@@ -10,9 +10,10 @@ from torch import nn
 
 from edge_export.config import QuantizeMode
 from edge_export.conversion import convert_module
+from edge_export.passes.fx import restore_source_functions_pass
 from edge_export.quantization.calibration import CalibrationSet
 from edge_export.quantization.flatbuffer_recipes import MIN_SCALE, floor_ranges, quantize_flatbuffer
-from edge_export.quantization.pt2e import make_pt2e_quantizer, quantize_pt2e, restore_source_functions
+from edge_export.quantization.pt2e import make_pt2e_quantizer, quantize_pt2e
 from edge_export.quantization.selection import check_integer
 from edge_export.runtime import Resolver, TFLiteRunner
 from edge_export.targets.edgetpu import check_edgetpu_bytes
@@ -54,9 +55,9 @@ def test_non_strict_graphs_lack_the_metadata_the_add_annotator_needs():
     plain = quantizer.annotate(_copy(gm))
     assert not any("quantization_annotation" in n.meta for n in _add_nodes(plain))
 
-    assert restore_source_functions(gm) > 0
+    assert restore_source_functions_pass(gm) > 0
     assert all(n.meta["source_fn_stack"][-1][1] is torch.add for n in _add_nodes(gm))
-    assert restore_source_functions(gm) == 0  # idempotent: nodes with metadata are left alone
+    assert restore_source_functions_pass(gm) == 0  # idempotent: nodes with metadata are left alone
     annotated = quantizer.annotate(gm)
     adds = _add_nodes(annotated)
     # Both adds get quantized inputs; the add+relu pattern puts the output spec on the relu.

@@ -118,7 +118,7 @@ def tflite_outputs(model_bytes: bytes, xs: list[np.ndarray]) -> np.ndarray:
 
 class Residual(nn.Module):
     """ResNet-style block, ``relu(x + f(x))``: plain litert-torch PT2E under non-strict export left
-    the residual ADD in float; the PT2E backend now quantizes it (see pt2e.restore_source_functions)."""
+    the residual ADD in float; the PT2E backend now quantizes it (see passes/fx/restore_source_functions_pass.py)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -15,7 +15,8 @@ from torch import nn
 
 from edge_export.config import InputSpec, QuantizeMode
 from edge_export.quantization import synthetic_calibration
-from edge_export.quantization.pt2e import drop_integer_annotations, make_pt2e_quantizer, quantize_pt2e, restore_source_functions
+from edge_export.passes.fx import restore_source_functions_pass
+from edge_export.quantization.pt2e import drop_integer_annotations, make_pt2e_quantizer, quantize_pt2e
 from edge_export.validators.metrics import sqnr_db
 
 SPEC = InputSpec((1, 3, 16, 16), name="pixels")
@@ -47,7 +48,7 @@ def test_integer_tensors_get_no_observer():
     model = _model()
     example = (torch.randn(*SPEC.shape),)
     graph = torch.export.export(model, example, strict=False).module()
-    restore_source_functions(graph)
+    restore_source_functions_pass(graph)
     quantizer = make_pt2e_quantizer(QuantizeMode.INT8)
     quantizer.annotate(graph)
     observed = [arg for node in graph.graph.nodes if (ann := node.meta.get("quantization_annotation")) for arg in ann.input_qspec_map]

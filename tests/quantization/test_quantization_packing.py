@@ -10,9 +10,13 @@ from quantization_models import CNN_SPEC, heldout, tflite_outputs
 
 from edge_export.config import QuantizeMode
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.flatbuffer_packing import share_quantization_vectors
+from edge_export.passes.flatbuffer import run_flatbuffer_passes, share_quantization_vectors_pass
 from edge_export.quantization import quantize_model
 from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
+
+
+def share_quantization_vectors(model_bytes: bytes) -> bytes:
+    return run_flatbuffer_passes(model_bytes, [share_quantization_vectors_pass]).model_bytes
 
 
 def _unshared(model_bytes: bytes) -> bytes:

@@ -1,0 +1,26 @@
+"""Flatbuffer passes: rewrites of a converted model, one module each (``<verb>_<object>_pass.py``).
+
+Each pass is a function over the mutable model object (ai-edge-litert's ``ModelT``) that checks
+its preconditions, changes the model and returns whether it changed anything;
+``run_flatbuffer_passes`` runs a list of them and packs once, through the aligned writer
+(``flatbuffer_packing``). List them with ``python -m edge_export.passes``.
+"""
+
+from __future__ import annotations
+
+from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
+from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
+from .set_io_dtype_pass import set_io_dtype_pass
+from .share_quantization_vectors_pass import share_quantization_vectors_pass
+from .strip_tensor_names_pass import strip_tensor_names_pass
+
+__all__ = [
+    "FlatbufferPass",
+    "PassPipelineResult",
+    "pass_name",
+    "reorder_operators_for_edgetpu_pass",
+    "run_flatbuffer_passes",
+    "set_io_dtype_pass",
+    "share_quantization_vectors_pass",
+    "strip_tensor_names_pass",
+]

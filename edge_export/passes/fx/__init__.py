@@ -1,0 +1,12 @@
+"""FX passes: rewrites of an exported PyTorch graph before conversion, one module each
+(``<verb>_<object>_pass.py``). Each changes a ``torch.fx.GraphModule`` (in place, or a copy it
+returns) and says what it changed. List them with ``python -m edge_export.passes``.
+"""
+
+from __future__ import annotations
+
+from .permute_io_channels_last_pass import permute_io_channels_last_pass
+from .restore_source_functions_pass import restore_source_functions_pass
+from .rewrite_ops_for_edgetpu_pass import rewrite_ops_for_edgetpu_pass
+
+__all__ = ["permute_io_channels_last_pass", "restore_source_functions_pass", "rewrite_ops_for_edgetpu_pass"]
