@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from . import __version__
 from .atomic_files import ArtifactSet, check_outputs_apart, check_writable_folder, remove_created_folders
 from .config import InputSpec, IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
 from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
+
+if TYPE_CHECKING:
+    from .targets.base import TargetPlugin
 
 __all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
 
@@ -349,7 +352,7 @@ def _run_export(
     model: Any,
     example_inputs: tuple | None,
     options: ExportOptions,
-    target: Any,
+    target: TargetPlugin,
     stages: _Stages,
     tflite_path: Path,
     json_path: Path,

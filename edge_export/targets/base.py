@@ -21,7 +21,16 @@ import importlib
 import pkgutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ClassVar,
+    Mapping,
+    Protocol,
+    Sequence,
+    runtime_checkable,
+)
 
 from ..config import IODtype, QuantizeMode, Target
 from ..errors import UsageError
@@ -119,11 +128,9 @@ class TargetPlugin:
     """One deployment target. Subclasses set ``name`` and override the hooks they need."""
 
     name: str = ""
-    # The --help line of the target (the CLI's --target choices come from the Target enum).
-    description: str = ""
     # ExportOptions fields that only this target (and targets derived from it) accept, with their
     # flags in the order an error names them. Given with another target, they are refused.
-    own_options: Mapping[str, str] = {}
+    own_options: ClassVar[Mapping[str, str]] = {}
     # The quantizer must leave no float operator (the target has no float kernels).
     requires_full_integer: bool = False
     # The report gets a "target" section (cpu, the default, adds nothing to report).
@@ -231,20 +238,25 @@ def get_target(target: Target | str) -> TargetPlugin:
 
 
 def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None:
-    """Options that belong to other targets are refused, never silently ignored."""
+    """Options that belong to other targets are refused, never silently ignored.
+
+    The error names every option owned by the same targets ("--edgetpu-compiler, --require-compiler
+    and --delegate apply to --target edgetpu only."), so one message covers the whole group.
+    """
     from ..api import ExportOptions
 
     defaults = ExportOptions.__dataclass_fields__
-    owners: dict[str, list[TargetPlugin]] = {}
+    owners: dict[str, tuple[str, ...]] = {}
+    flags: dict[str, str] = {}
     for other in registered_targets().values():
-        for option in other.own_options:
-            owners.setdefault(option, []).append(other)
-    for option, plugins in owners.items():
+        for option, flag in other.own_options.items():
+            owners[option] = (*owners.get(option, ()), other.name)
+            flags[option] = flag
+    for option, names in owners.items():
         if option in plugin.own_options or getattr(options, option) == defaults[option].default:
             continue
-        first = plugins[0]
-        flags = list(first.own_options.values())
-        joined = flags[0] if len(flags) == 1 else ", ".join(flags[:-1]) + " and " + flags[-1]
-        verb = "applies" if len(flags) == 1 else "apply"
-        names = " or ".join(f"--target {p.name}" for p in plugins)
-        raise UsageError(f"{joined} {verb} to {names} only.", f"Add --target {first.name}.")
+        group = [flags[o] for o, n in owners.items() if n == names]
+        joined = group[0] if len(group) == 1 else ", ".join(group[:-1]) + " and " + group[-1]
+        verb = "applies" if len(group) == 1 else "apply"
+        targets = " or ".join(f"--target {name}" for name in names)
+        raise UsageError(f"{joined} {verb} to {targets} only.", f"Add --target {names[0]}.")

@@ -9,7 +9,6 @@ __all__ = ["CpuTarget"]
 
 class CpuTarget(TargetPlugin):
     name = "cpu"
-    description = "cpu (LiteRT/XNNPACK)"
     reports_target = False  # the report's "target" section is for what a target adds
 
 

@@ -11,10 +11,11 @@
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from ..config import IODtype
 from .base import (
@@ -64,8 +65,7 @@ def _compiled_paths(tflite_path: Path) -> tuple[Path, Path]:
 
 class EdgeTPUTarget(TargetPlugin):
     name = "edgetpu"
-    description = "edgetpu (implies int8, batch 1, NHWC, uint8 I/O)"
-    own_options = {"edgetpu_compiler": "--edgetpu-compiler", "require_compiler": "--require-compiler", "delegate": "--delegate"}
+    own_options: ClassVar[Mapping[str, str]] = {"edgetpu_compiler": "--edgetpu-compiler", "require_compiler": "--require-compiler", "delegate": "--delegate"}
     requires_full_integer = True
     check_label = "Checking the Edge TPU mapping"
 
@@ -103,7 +103,12 @@ class EdgeTPUTarget(TargetPlugin):
     def check(self, context: TargetContext) -> TargetCheck:
         from ..errors import TargetError
         from .edgetpu import check_edgetpu
-        from .edgetpu_compiler import compare_with_prediction, compile_for_edgetpu, load_edgetpu_delegate, require_compiled
+        from .edgetpu_compiler import (
+            compare_with_prediction,
+            compile_for_edgetpu,
+            load_edgetpu_delegate,
+            require_compiled,
+        )
 
         options, tflite_path = context.options, context.tflite_path
         mapping = check_edgetpu(context.model, context.model_bytes, source_module=context.source_module)
@@ -132,7 +137,7 @@ class EdgeTPUTarget(TargetPlugin):
             else:
                 report["delegate"] = {"requested": "edgetpu", "used": True, "reason": ""}
                 compiled_bytes = artifacts[0].data if artifacts else context.model_bytes
-                runner = lambda: EdgeTPUDelegateRunner(compiled_bytes, delegate)  # noqa: E731
+                runner = functools.partial(EdgeTPUDelegateRunner, compiled_bytes, delegate)
         return TargetCheck(report, tuple(artifacts), runner)
 
 

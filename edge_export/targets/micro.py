@@ -24,7 +24,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -32,7 +32,15 @@ from ..config import IODtype
 from ..errors import RuntimeRunError, TargetError, UsageError
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..runtime import IOTensor, from_model_outputs, to_model_inputs
-from .base import TargetArtifact, TargetCheck, TargetContext, TargetPlugin, imply_full_integer_int8, imply_io_dtype, register_target
+from .base import (
+    TargetArtifact,
+    TargetCheck,
+    TargetContext,
+    TargetPlugin,
+    imply_full_integer_int8,
+    imply_io_dtype,
+    register_target,
+)
 
 if TYPE_CHECKING:
     from ..api import ExportOptions
@@ -538,8 +546,7 @@ class MicroTarget(TargetPlugin):
     parity and the arena measured in its host interpreter, and the op resolver lines on request."""
 
     name = "micro"
-    description = "micro (int8 with int8 I/O, TFLite Micro)"
-    own_options = {"emit_op_resolver": "--emit-op-resolver"}
+    own_options: ClassVar[Mapping[str, str]] = {"emit_op_resolver": "--emit-op-resolver"}
     requires_full_integer = True
     check_label = "Checking TFLite Micro support"
 

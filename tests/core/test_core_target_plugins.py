@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from model_zoo import SmallCNN
 
 from edge_export.config import QuantizeMode
@@ -199,3 +198,22 @@ def test_api_has_no_target_branches():
     source = (Path(__file__).resolve().parents[2] / "edge_export" / "api.py").read_text()
     for name in ("Target.EDGETPU", "Target.MICRO", "Target.CPU", "MicroRunner", "edgetpu_rewrites", "type(runner)"):
         assert name not in source.replace("target: Target | str = Target.CPU", ""), name
+
+
+def test_a_target_derived_from_micro_inherits_its_rules_and_options():
+    """How the Ethos-U targets build on micro: a subclass, registered under its own name."""
+    from edge_export.api import ExportOptions, resolve_target_options
+    from edge_export.targets.micro import MicroTarget
+
+    class DerivedMicroTarget(MicroTarget):
+        name = "derived-micro"
+
+    register_target(DerivedMicroTarget())
+    try:
+        options, notes = resolve_target_options(ExportOptions(target="derived-micro", emit_op_resolver="ops.h"))
+        assert options.quantize is QuantizeMode.INT8 and options.io_dtype.value == "int8"
+        assert notes[0] == "--target derived-micro implies --quantize int8 (full integer)"
+        with pytest.raises(UsageError, match="applies to --target micro or --target derived-micro only"):
+            resolve_target_options(ExportOptions(target="cpu", emit_op_resolver="ops.h"))
+    finally:
+        unregister_target("derived-micro")
