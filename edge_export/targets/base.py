@@ -222,8 +222,11 @@ def target_name(target: Target | str) -> str:
 
 
 def registered_targets() -> dict[str, TargetPlugin]:
+    """Every target by name: the CLI's (the Target enum's order) first, then the others by name,
+    whatever order their modules were imported in (errors list them in this order)."""
     _discover()
-    return dict(_REGISTRY)
+    builtin = {t.value: i for i, t in enumerate(Target)}
+    return dict(sorted(_REGISTRY.items(), key=lambda item: (builtin.get(item[0], len(builtin)), item[0])))
 
 
 def get_target(target: Target | str) -> TargetPlugin:
