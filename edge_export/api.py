@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from . import __version__
 from .atomic_files import ArtifactSet, check_outputs_apart, check_writable_folder, remove_created_folders
 from .config import InputSpec, IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
 from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
+
+if TYPE_CHECKING:
+    from .targets.base import TargetPlugin
 
 __all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
 
@@ -33,7 +36,7 @@ REPORT_SCHEMA_VERSION = "1.1"
 @dataclass(frozen=True)
 class ExportOptions:
     quantize: QuantizeMode = QuantizeMode.NONE
-    target: Target = Target.CPU
+    target: Target | str = Target.CPU  # a Target, or the name of a target registered in targets.base
     input_shapes: tuple[tuple[int, ...], ...] = ()
     input_dtypes: tuple[str, ...] = ()
     channels_last: bool = False
@@ -79,7 +82,7 @@ class ExportOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantize", QuantizeMode(self.quantize))
-        object.__setattr__(self, "target", Target(self.target))
+        object.__setattr__(self, "target", _target_option(self.target))
         object.__setattr__(self, "quant_backend", QuantBackend(self.quant_backend))
         if self.io_dtype is not None:
             object.__setattr__(self, "io_dtype", IODtype(self.io_dtype))
@@ -115,6 +118,17 @@ class ExportOptions:
             max_rel_l2=self.max_rel_l2,
             max_error_steps=self.max_error_steps,
         )
+
+
+def _target_option(value: Target | str) -> Target | str:
+    """A built-in target as its Target member; any other registered target by its name."""
+    try:
+        return Target(value)
+    except ValueError:
+        pass
+    from .targets.base import get_target
+
+    return get_target(value).name  # UsageError naming the known targets when it is none
 
 
 @dataclass(frozen=True)
@@ -238,6 +252,9 @@ def export(
     elif option_values:
         raise UsageError("Pass either options=ExportOptions(...) or keyword options, not both.")
     options, implied = resolve_target_options(options)
+    from .targets.base import get_target
+
+    target = get_target(options.target)
     stages = _Stages(on_stage)
     source_text = "<in-memory module>" if not isinstance(model, (str, Path)) else str(model)
     tflite_path = _tflite_output_path(source_text, output)
@@ -247,20 +264,18 @@ def export(
         ("the JSON report (named after -o)", json_path),
         ("the Markdown report (named after -o)", md_path),
     ]
-    if options.target is Target.EDGETPU:
-        outputs += [
-            ("the Edge TPU compiled model", tflite_path.with_name(f"{tflite_path.stem}_edgetpu.tflite")),
-            ("the Edge TPU compiler log", tflite_path.with_name(f"{tflite_path.stem}_edgetpu.log")),
-        ]
-    check_outputs_apart(outputs + _side_outputs(options), _input_paths(model, options))
+    target_outputs = target.output_paths(options, tflite_path)
+    check_outputs_apart(outputs + target_outputs + _side_outputs(options), _input_paths(model, options))
     created: list[Path] = []
     try:
         check_writable_folder(tflite_path, created)
         _check_side_outputs(options, created)
+        for _, path in target_outputs:
+            check_writable_folder(path, created)
         from .library_output import quiet_libraries
 
         with quiet_libraries(options.verbose):
-            return _run_export(model, example_inputs, options, stages, tflite_path, json_path, md_path, implied)
+            return _run_export(model, example_inputs, options, target, stages, tflite_path, json_path, md_path, implied)
     except BaseException:
         remove_created_folders(created)
         raise
@@ -279,7 +294,7 @@ def _tflite_output_path(source_text: str, output: str | Path | None) -> Path:
 
 
 def _side_outputs(options: ExportOptions) -> list[tuple[str, Path]]:
-    named = (("--junit", options.junit), ("--per-layer-plot", options.per_layer_plot), ("--emit-op-resolver", options.emit_op_resolver))
+    named = (("--junit", options.junit), ("--per-layer-plot", options.per_layer_plot))
     return [(label, Path(value)) for label, value in named if value]
 
 
@@ -295,44 +310,13 @@ def _input_paths(model: Any, options: ExportOptions) -> list[tuple[str, Path]]:
 
 
 def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[str]]:
-    """Apply what a target implies, refusing contradictions instead of rewriting them silently."""
-    from dataclasses import replace
+    """Apply what the target implies, refusing contradictions (and other targets' options) instead
+    of rewriting them silently."""
+    from .targets.base import get_target, refuse_foreign_options
 
-    implied: list[str] = []
-    if options.target in (Target.EDGETPU, Target.MICRO):
-        name = "--target " + options.target.value
-        if options.quantize not in (QuantizeMode.NONE, QuantizeMode.INT8):
-            raise UsageError(
-                f"{name} runs only fully integer int8 models, but --quantize {options.quantize.value} was given.",
-                "Drop --quantize (it implies int8) or use --quantize int8.",
-            )
-        if options.quantize is QuantizeMode.NONE:
-            options = replace(options, quantize=QuantizeMode.INT8)
-            implied.append(f"{name} implies --quantize int8 (full integer)")
-        if options.target is Target.EDGETPU:
-            if not options.channels_last:
-                options = replace(options, channels_last=True)
-                implied.append("--target edgetpu implies NHWC image I/O (--channels-last)")
-            if options.io_dtype is None:
-                options = replace(options, io_dtype=IODtype.UINT8)
-                implied.append("--target edgetpu implies --io-dtype uint8 (what Coral apps expect)")
-        else:
-            if options.io_dtype not in (None, IODtype.INT8):
-                raise UsageError(
-                    f"--target micro needs int8 model inputs and outputs, but --io-dtype {options.io_dtype.value} was given.",
-                    "Drop --io-dtype (micro implies int8).",
-                )
-            if options.io_dtype is None:
-                options = replace(options, io_dtype=IODtype.INT8)
-                implied.append("--target micro implies --io-dtype int8")
-    else:
-        if options.edgetpu_compiler or options.require_compiler or options.delegate:
-            raise UsageError(
-                "--edgetpu-compiler, --require-compiler and --delegate apply to --target edgetpu only.",
-                "Add --target edgetpu.",
-            )
-        if options.emit_op_resolver:
-            raise UsageError("--emit-op-resolver applies to --target micro only.", "Add --target micro.")
+    target = get_target(options.target)
+    refuse_foreign_options(target, options)
+    options, implied = target.implied_options(options)
     if options.io_dtype not in (None, IODtype.FLOAT32) and options.quantize is not QuantizeMode.INT8:
         raise UsageError(
             f"--io-dtype {options.io_dtype.value} applies to --quantize int8 only.",
@@ -348,7 +332,7 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
 
 def _check_side_outputs(options: ExportOptions, created: list[Path] | None = None) -> None:
     """Fail on unwritable extra outputs or a bad baseline before minutes of work, not after."""
-    for extra in (options.junit, options.per_layer_plot, options.emit_op_resolver):
+    for extra in (options.junit, options.per_layer_plot):
         if extra:
             check_writable_folder(Path(extra), created)
     if options.per_layer_plot and not options.per_layer:
@@ -368,6 +352,7 @@ def _run_export(
     model: Any,
     example_inputs: tuple | None,
     options: ExportOptions,
+    target: TargetPlugin,
     stages: _Stages,
     tflite_path: Path,
     json_path: Path,
@@ -381,16 +366,12 @@ def _run_export(
         loaded, specs, example, reference_out = _load_with_inputs(model, options, example_inputs)
         module = loaded.module
 
-    target_report: dict = {"name": options.target.value, "implied": implied}
-    export_base = module
-    if options.target is Target.EDGETPU:
-        from .targets.edgetpu import check_edgetpu_inputs
-        from .targets.edgetpu_rewrites import prepare_module_for_edgetpu
-
-        check_edgetpu_inputs(specs)
-        prep = prepare_module_for_edgetpu(module, example)
-        export_base = prep.module
-        target_report["rewrites"] = prep.to_dict()["rewrites"]
+    # The target's sections of the report, in the order of its hooks (see targets/base.py).
+    target_report: dict = {"name": target.name, "implied": implied}
+    target.check_inputs(specs)
+    prepared = target.prepare_module(module, example)
+    export_base = prepared.module
+    target_report.update(prepared.report)
 
     plan = plan_channels_last(
         [len(s.shape) for s in specs] if options.channels_last else [],
@@ -415,7 +396,7 @@ def _run_export(
                 calibration=_calibration_in_layout(calibration, plan.inputs),
                 backend=options.quant_backend,
                 io_dtype=options.io_dtype or IODtype.FLOAT32,
-                require_full_integer=options.target in (Target.EDGETPU, Target.MICRO),
+                require_full_integer=target.requires_full_integer,
                 strict=options.strict,
                 verbose=options.verbose,
             )
@@ -431,24 +412,25 @@ def _run_export(
     from .flatbuffer_packing import align_buffers
 
     model_bytes = align_buffers(model_bytes)
+    rewritten = target.rewrite_flatbuffer(model_bytes)
+    model_bytes = rewritten.model_bytes
+    target_report.update(rewritten.report)
 
-    extra_artifacts: list[tuple[str, Path, bytes]] = []  # (report key, path, bytes)
-    runner_factory = None
-    if options.target is Target.EDGETPU:
-        with stages.run("target", "Checking the Edge TPU mapping"):
-            model_bytes, runner_factory = _edgetpu_stage(
-                model_bytes, export_base, options, tflite_path, target_report, extra_artifacts
-            )
     with stages.run("inspect", "Reading the flatbuffer"):
         fb = read_flatbuffer(model_bytes, origin="the converted model")
-    if options.target is Target.MICRO:
-        with stages.run("target", "Checking TFLite Micro support"):
-            runner_factory = _micro_stage(model_bytes, fb, options, target_report, extra_artifacts)
+    from .targets.base import TargetCheck, TargetContext
+
+    checked = TargetCheck()
+    if target.check_label is not None:
+        with stages.run("target", target.check_label):
+            checked = target.check(TargetContext(model_bytes, fb, export_base, options, tflite_path))
+        target_report.update(checked.report)
 
     parity = layers = None
     if options.validate:
         parity, layers = _check_parity(
-            module, example, specs, options, model_bytes, fb, plan, stages, samples=parity_samples, runner_factory=runner_factory
+            module, example, specs, options, model_bytes, fb, plan, stages, samples=parity_samples,
+            runner_factory=_parity_runner_factory(target, checked),
         )
 
     report = _base_report(loaded.to_dict(), specs, plan)
@@ -462,7 +444,7 @@ def _run_export(
         fb = read_flatbuffer(model_bytes, origin="the model without tensor names")
     report["export"] = {
         "quantize": options.quantize.value,
-        "target": options.target.value,
+        "target": target.name,
         "channels_last": options.channels_last,
         "channels_last_inputs": list(plan.inputs),
         "channels_last_outputs": list(plan.outputs),
@@ -474,11 +456,11 @@ def _run_export(
         report["export"]["size_bytes_with_names"] = named_size
     if quant_result is not None:
         report["quantization"] = quant_result.to_dict()
-    if options.target is not Target.CPU:
+    if target.reports_target:
         report["target"] = target_report
     return _finalize(
         report, parity, layers, options, stages, fb, model_bytes, tflite_path, json_path, md_path,
-        write_tflite=True, extra_artifacts=extra_artifacts,
+        write_tflite=True, extra_artifacts=checked.artifacts,
     )
 
 
@@ -529,98 +511,6 @@ def _calibration_in_layout(calibration: Any, nhwc_inputs: Sequence[int]) -> Any:
     return CalibrationSet(moved, calibration.source, calibration.real_data)
 
 
-def _edgetpu_stage(
-    model_bytes: bytes,
-    module: Any,
-    options: ExportOptions,
-    tflite_path: Path,
-    target_report: dict,
-    extra_artifacts: list,
-) -> tuple[bytes, Any]:
-    import tempfile
-
-    from .flatbuffer import read_flatbuffer
-    from .targets.edgetpu import check_edgetpu
-    from .targets.edgetpu_compiler import compare_with_prediction, compile_for_edgetpu, load_edgetpu_delegate, require_compiled
-    from .targets.edgetpu_rewrites import reorder_for_edgetpu
-
-    fb = read_flatbuffer(model_bytes, origin="the quantized model")
-    model_bytes, reordered = reorder_for_edgetpu(fb)
-    target_report["reordered_operators"] = reordered
-    if reordered:
-        fb = read_flatbuffer(model_bytes, origin="the reordered model")
-    mapping = check_edgetpu(fb, source_module=module)
-    target_report["edgetpu"] = mapping.to_dict()
-    target_report["edgetpu"]["summary"] = mapping.summary()
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / f"{tflite_path.stem}.tflite"
-        src.write_bytes(model_bytes)
-        result = compile_for_edgetpu(src, tmp, explicit_compiler=options.edgetpu_compiler, timeout_s=options.compiler_timeout)
-        target_report["compiler"] = result.to_dict()
-        target_report["compiler"]["disagreements"] = compare_with_prediction(mapping, result)
-        if options.require_compiler:
-            require_compiled(result)
-        if result.compiled and result.compiled_model:
-            compiled = Path(result.compiled_model)
-            extra_artifacts.append(("edgetpu_tflite", tflite_path.with_name(f"{tflite_path.stem}_edgetpu.tflite"), compiled.read_bytes()))
-            log = compiled.with_suffix(".log")
-            if log.is_file():
-                extra_artifacts.append(("edgetpu_log", tflite_path.with_name(f"{tflite_path.stem}_edgetpu.log"), log.read_bytes()))
-    runner_factory = None
-    if options.delegate == "edgetpu":
-        from .errors import TargetError
-
-        try:
-            delegate = load_edgetpu_delegate()
-        except TargetError as exc:
-            target_report["delegate"] = {"requested": "edgetpu", "used": False, "reason": exc.message}
-        else:
-            target_report["delegate"] = {"requested": "edgetpu", "used": True, "reason": ""}
-            compiled_bytes = next((b for key, _, b in extra_artifacts if key == "edgetpu_tflite"), None)
-            runner_factory = functools.partial(_delegate_runner, compiled_bytes, delegate)
-    return model_bytes, runner_factory
-
-
-def _delegate_runner(compiled: bytes | None, delegate: Any, data: bytes, fb: Any) -> Any:
-    """Parity through libedgetpu runs the compiled model when there is one (its edgetpu-custom op
-    is what the delegate executes); without it, the delegate has nothing to take over."""
-    from .runtime import TFLiteRunner
-
-    return TFLiteRunner(compiled or data, delegates=[delegate])
-
-
-def _micro_stage(model_bytes: bytes, fb: Any, options: ExportOptions, target_report: dict, extra_artifacts: list) -> Any:
-    from .errors import ConversionError
-    from .targets.micro import MicroRunner, check_micro, emit_op_resolver
-
-    report = check_micro(fb)
-    if report.unsupported_ops:
-        raise ConversionError(
-            "The model cannot run on TFLite Micro: it has no kernel for "
-            + ", ".join(report.unsupported_ops)
-            + ". " + " ".join(report.problems),
-            "Replace those operators in the model (or pick --target cpu).",
-        )
-    from .isolation import run_isolated
-
-    def measure():  # raises RuntimeRunError naming the operator TFLM rejects
-        runner = MicroRunner(model_bytes, model=fb)
-        return runner.arena_bytes, runner.report
-
-    # TFLM runs in a child process (as every native run of a candidate model): a crash is exit 3.
-    arena, micro_report = run_isolated(measure, stage="TFLite Micro arena measurement", backend="the TFLite Micro interpreter")
-    target_report["micro"] = micro_report.to_dict()
-    if options.emit_op_resolver:
-        extra_artifacts.append(("op_resolver", Path(options.emit_op_resolver), emit_op_resolver(micro_report.ops).encode()))
-        target_report["micro"]["op_resolver"] = str(options.emit_op_resolver)
-
-    def factory(data, fb):
-        return MicroRunner(data, arena_size=arena, model=fb)
-
-    factory.backend_label = "the TFLite Micro interpreter"
-    return factory
-
-
 def _base_report(model: dict, specs: list[InputSpec], plan: Any) -> dict:
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -645,7 +535,7 @@ def _finalize(
     md_path: Path,
     *,
     write_tflite: bool,
-    extra_artifacts: Sequence[tuple[str, Path, bytes]] = (),
+    extra_artifacts: Sequence[Any] = (),  # targets.base.TargetArtifact
 ) -> ExportResult:
     """Verdict, baseline gate, and the atomic write of every artifact."""
     from .reports.json_report import load_report, render_json
@@ -685,9 +575,9 @@ def _finalize(
         with ArtifactSet() as artifacts:
             if write_tflite:
                 artifacts.add(tflite_path, model_bytes)
-            for key, path, data in extra_artifacts:
-                artifacts.add(path, data)
-                report["artifacts"][key] = str(path)
+            for extra in extra_artifacts:
+                artifacts.add(extra.path, extra.data)
+                report["artifacts"][extra.key] = str(extra.path)
             artifacts.add(json_path, render_json(report))
             artifacts.add(md_path, render_markdown(report))
             if layers is not None and options.per_layer_plot:
@@ -821,7 +711,7 @@ def _validate(
     import torch
 
     from .isolation import run_isolated
-    from .runtime import Resolver, TFLiteRunner
+    from .targets.base import litert_runner
     from .validators.parity import compare_outputs
 
     references, feeds = [], []
@@ -843,14 +733,9 @@ def _validate(
             feeds.append(_to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True))
 
     def run_candidate():
-        if runner_factory is not None:
-            runner = runner_factory(model_bytes, fb)
-            runtime = _runtime_name(runner)
-        else:
-            runner = TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=fb)
-            runtime = "ai-edge-litert interpreter (CPU, XNNPACK)"
+        runner = (runner_factory or litert_runner)(model_bytes, fb)
         outs = [_to_layout(runner.run(feed), plan.outputs, nhwc=False) for feed in feeds]
-        return outs, [o.name for o in runner.outputs], [o.scale for o in runner.outputs], runtime
+        return outs, [o.name for o in runner.outputs], [o.scale for o in runner.outputs], runner.name
 
     # The flatbuffer runs in a child process: a native crash becomes exit 3 naming this stage.
     candidates, names, scales, runtime = run_isolated(
@@ -910,16 +795,15 @@ def _output_kinds(names: Sequence[str], torch_names: Sequence[str | None], shape
     return resolve_output_kinds(identities, options.output_kinds, options.labels)
 
 
+def _parity_runner_factory(target: Any, checked: Any) -> Any:
+    factory = functools.partial(target.parity_runner, checked=checked)
+    factory.backend_label = checked.runner_label  # type: ignore[attr-defined]
+    return factory
+
+
 def _backend_label(runner_factory: Any) -> str:
-    if runner_factory is None:
-        return "the LiteRT interpreter (XNNPACK)"
-    return getattr(runner_factory, "backend_label", "the LiteRT interpreter with the Edge TPU delegate")
-
-
-def _runtime_name(runner: Any) -> str:
-    if type(runner).__name__ == "MicroRunner":
-        return "TFLite Micro host interpreter"
-    return "ai-edge-litert interpreter with the Edge TPU delegate"
+    """The runtime parity runs through, named in the message when it crashes natively."""
+    return getattr(runner_factory, "backend_label", None) or "the LiteRT interpreter (XNNPACK)"
 
 
 def infer_precision(fb: Any) -> QuantizeMode:
@@ -1010,6 +894,7 @@ def _validate_flatbuffer(
     on_stage: Callable[[str], None] | None,
 ) -> ExportResult:
     from .flatbuffer import load_flatbuffer
+    from .targets.base import get_target
 
     fb = load_flatbuffer(tflite_path)  # rejects a bad file before any runtime sees it
     if options.per_layer and not fb.has_inner_tensor_names:
@@ -1071,7 +956,7 @@ def _validate_flatbuffer(
         report["export"] = {
             "command": "validate",
             "quantize": options.quantize.value,
-            "target": options.target.value,
+            "target": get_target(options.target).name,
             "channels_last": plan.active,
             "channels_last_inputs": list(plan.inputs),
             "channels_last_outputs": list(plan.outputs),

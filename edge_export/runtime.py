@@ -99,8 +99,16 @@ def _resolver_type(resolver: Resolver):
     }[resolver]
 
 
+_RUNTIME_NAMES = {
+    Resolver.XNNPACK: "ai-edge-litert interpreter (CPU, XNNPACK)",
+    Resolver.BUILTIN: "ai-edge-litert interpreter (CPU, builtin kernels)",
+    Resolver.REFERENCE: "ai-edge-litert interpreter (CPU, reference kernels)",
+}
+
+
 class TFLiteRunner:
-    """Runs one flatbuffer. ``run`` takes and returns arrays in signature order."""
+    """Runs one flatbuffer. ``run`` takes and returns arrays in signature order (a
+    ``targets.base.Runner``; ``name`` is the runtime the parity report names)."""
 
     def __init__(
         self,
@@ -114,6 +122,7 @@ class TFLiteRunner:
     ) -> None:
         # Verify in pure Python first: the native interpreter may crash on a malformed buffer.
         self.model = model or read_flatbuffer(model_bytes)
+        self.name = _RUNTIME_NAMES[Resolver(resolver)]
         from ai_edge_litert.interpreter import Interpreter
 
         kwargs = {}

@@ -24,13 +24,26 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..config import IODtype
 from ..errors import RuntimeRunError, TargetError, UsageError
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..runtime import IOTensor, from_model_outputs, to_model_inputs
+from .base import (
+    TargetArtifact,
+    TargetCheck,
+    TargetContext,
+    TargetPlugin,
+    imply_full_integer_int8,
+    imply_io_dtype,
+    register_target,
+)
+
+if TYPE_CHECKING:
+    from ..api import ExportOptions
 
 __all__ = [
     "TFLM_OP_RESOLVER_METHODS",
@@ -43,6 +56,7 @@ __all__ = [
     "emit_op_resolver",
     "write_op_resolver",
     "installed_tflm_kernels",
+    "MicroTarget",
 ]
 
 # Builtin operator (schema name) -> MicroMutableOpResolver method that registers its kernel.
@@ -363,6 +377,8 @@ class MicroRunner:
     (CMSIS-NN, ...) may ask for scratch buffers of their own.
     """
 
+    name = "TFLite Micro host interpreter"
+
     def __init__(self, model_bytes: bytes, *, arena_size: int | None = None, model: FlatbufferModel | None = None) -> None:
         # Verify in pure Python first: TFLM does not verify the buffer either.
         self.model = model or read_flatbuffer(model_bytes)
@@ -512,3 +528,65 @@ class MicroRunner:
 def _first_lines(text: str, limit: int = 3) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return " | ".join(lines[:limit])[:400]
+
+
+# ---- the target ---------------------------------------------------------------------------------
+
+
+class MicroTarget(TargetPlugin):
+    """``--target micro``: full-integer int8 with int8 I/O, checked against TFLite Micro's kernels,
+    parity and the arena measured in its host interpreter, and the op resolver lines on request."""
+
+    name = "micro"
+    own_options: ClassVar[Mapping[str, str]] = {"emit_op_resolver": "--emit-op-resolver"}
+    requires_full_integer = True
+    check_label = "Checking TFLite Micro support"
+
+    def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
+        options, implied = imply_full_integer_int8(options, self.name)
+        if options.io_dtype not in (None, IODtype.INT8):
+            raise UsageError(
+                f"--target {self.name} needs int8 model inputs and outputs, but --io-dtype {options.io_dtype.value} was given.",
+                f"Drop --io-dtype ({self.name} implies int8).",
+            )
+        options, io_note = imply_io_dtype(options, self.name, IODtype.INT8)
+        return options, implied + io_note
+
+    def output_paths(self, options: ExportOptions, tflite_path: Path) -> list[tuple[str, Path]]:
+        return [("--emit-op-resolver", Path(options.emit_op_resolver))] if options.emit_op_resolver else []
+
+    def check(self, context: TargetContext) -> TargetCheck:
+        from ..errors import ConversionError
+
+        report = check_micro(context.model)
+        if report.unsupported_ops:
+            raise ConversionError(
+                "The model cannot run on TFLite Micro: it has no kernel for "
+                + ", ".join(report.unsupported_ops)
+                + ". " + " ".join(report.problems),
+                "Replace those operators in the model (or pick --target cpu).",
+            )
+        from ..isolation import run_isolated
+
+        model_bytes, model = context.model_bytes, context.model
+
+        def measure():  # raises RuntimeRunError naming the operator TFLM rejects
+            runner = MicroRunner(model_bytes, model=model)
+            return runner.arena_bytes, runner.report
+
+        # TFLM runs in a child process (as every native run of a candidate model): a crash is exit 3.
+        arena, micro_report = run_isolated(measure, stage="TFLite Micro arena measurement", backend="the TFLite Micro interpreter")
+        section = micro_report.to_dict()
+        artifacts = ()
+        resolver_path = context.options.emit_op_resolver
+        if resolver_path:
+            artifacts = (TargetArtifact("op_resolver", Path(resolver_path), emit_op_resolver(micro_report.ops).encode()),)
+            section["op_resolver"] = str(resolver_path)
+        return TargetCheck(
+            {"micro": section}, artifacts,
+            runner=lambda: MicroRunner(model_bytes, arena_size=arena, model=model),
+            runner_label="the TFLite Micro interpreter",
+        )
+
+
+register_target(MicroTarget())
