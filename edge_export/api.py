@@ -23,11 +23,27 @@ import numpy as np
 from . import __version__
 from .atomic_files import ArtifactSet, check_outputs_apart, check_writable_folder, remove_created_folders
 from .config import InputSpec, IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
-from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
+from .errors import EXIT_OK, InputSpecError, UsageError
+from .reports.model import (
+    REPORT_SCHEMA_VERSION,
+    ArtifactsSection,
+    BaselineSection,
+    CompilerSection,
+    DelegateSection,
+    ExportSection,
+    FlatbufferSection,
+    InputSection,
+    MicroSection,
+    ModelSection,
+    RunReport,
+    SkippedValidation,
+    StageTiming,
+    TargetSection,
+    ToolSection,
+    ValidateSection,
+)
 
 __all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
-
-REPORT_SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
@@ -122,8 +138,23 @@ class ExportResult:
     tflite_path: Path
     report_json_path: Path
     report_md_path: Path
-    report: dict = field(repr=False)
-    exit_code: int
+    run_report: RunReport = field(repr=False)  # the typed report; ``report`` is its JSON form
+
+    @functools.cached_property
+    def report(self) -> dict:
+        """The report as written to ``report_json_path`` (the published JSON schema)."""
+        from .reports.serialize import to_json_value
+
+        return to_json_value(self.run_report)
+
+    @property
+    def verdict(self) -> str:
+        return self.run_report.verdict
+
+    @property
+    def exit_code(self) -> int:
+        """What the CLI exits with: 1 when a check failed, else 0 (errors.exit_code_for_verdict)."""
+        return self.run_report.exit_code
 
     @property
     def passed(self) -> bool:
@@ -150,7 +181,7 @@ def report_paths(tflite_path: Path) -> tuple[Path, Path]:
 
 class _Stages:
     def __init__(self, on_stage: Callable[[str], None] | None) -> None:
-        self.times: list[dict] = []
+        self.times: list[StageTiming] = []
         self._on_stage = on_stage
 
     @contextmanager
@@ -161,7 +192,7 @@ class _Stages:
         try:
             yield
         finally:
-            self.times.append({"name": name, "seconds": round(time.perf_counter() - start, 4)})
+            self.times.append(StageTiming(name, round(time.perf_counter() - start, 4)))
 
 
 def _library_versions() -> dict:
@@ -381,7 +412,7 @@ def _run_export(
         loaded, specs, example, reference_out = _load_with_inputs(model, options, example_inputs)
         module = loaded.module
 
-    target_report: dict = {"name": options.target.value, "implied": implied}
+    target_report: dict = {"name": options.target.value, "implied": tuple(implied)}  # TargetSection's fields
     export_base = module
     if options.target is Target.EDGETPU:
         from .targets.edgetpu import check_edgetpu_inputs
@@ -390,7 +421,7 @@ def _run_export(
         check_edgetpu_inputs(specs)
         prep = prepare_module_for_edgetpu(module, example)
         export_base = prep.module
-        target_report["rewrites"] = prep.to_dict()["rewrites"]
+        target_report["rewrites"] = prep.rewrites
 
     plan = plan_channels_last(
         [len(s.shape) for s in specs] if options.channels_last else [],
@@ -451,7 +482,6 @@ def _run_export(
             module, example, specs, options, model_bytes, fb, plan, stages, samples=parity_samples, runner_factory=runner_factory
         )
 
-    report = _base_report(loaded.to_dict(), specs, plan)
     named_size = len(model_bytes)
     if options.strip_names:
         # After every check: parity, per-layer rows and module paths need the names, and the
@@ -460,26 +490,26 @@ def _run_export(
 
         model_bytes = strip_tensor_names(model_bytes)
         fb = read_flatbuffer(model_bytes, origin="the model without tensor names")
-    report["export"] = {
-        "quantize": options.quantize.value,
-        "target": options.target.value,
-        "channels_last": options.channels_last,
-        "channels_last_inputs": list(plan.inputs),
-        "channels_last_outputs": list(plan.outputs),
-        "strict": options.strict,
-        "io_dtype": (options.io_dtype or IODtype.FLOAT32).value if options.quantize.is_integer else None,
-        "strip_names": options.strip_names,
-    }
-    if options.strip_names:
-        report["export"]["size_bytes_with_names"] = named_size
-    if quant_result is not None:
-        report["quantization"] = quant_result.to_dict()
-    if options.target is not Target.CPU:
-        report["target"] = target_report
-    return _finalize(
-        report, parity, layers, options, stages, fb, model_bytes, tflite_path, json_path, md_path,
-        write_tflite=True, extra_artifacts=extra_artifacts,
+    export_section = ExportSection(
+        quantize=options.quantize.value,
+        target=options.target.value,
+        channels_last=options.channels_last,
+        channels_last_inputs=tuple(plan.inputs),
+        channels_last_outputs=tuple(plan.outputs),
+        strict=options.strict,
+        io_dtype=(options.io_dtype or IODtype.FLOAT32).value if options.quantize.is_integer else None,
+        strip_names=options.strip_names,
+        size_bytes_with_names=named_size if options.strip_names else None,
     )
+    report = _run_report(
+        loaded, specs, plan, export_section, fb, model_bytes, parity, layers, options, stages,
+        ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None,
+                         {key: str(path) for key, path, _ in extra_artifacts}),
+        quantization=quant_result,
+        target=TargetSection(**target_report) if options.target is not Target.CPU else None,
+    )
+    files = [(tflite_path, model_bytes)] + [(path, data) for _, path, data in extra_artifacts]
+    return _write_run(report, files, layers, options, stages, tflite_path, json_path, md_path)
 
 
 def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:
@@ -548,14 +578,12 @@ def _edgetpu_stage(
     target_report["reordered_operators"] = reordered
     fb = read_flatbuffer(model_bytes, origin="the quantized model")
     mapping = check_edgetpu(fb, model_bytes, source_module=module)
-    target_report["edgetpu"] = mapping.to_dict()
-    target_report["edgetpu"]["summary"] = mapping.summary()
+    target_report["edgetpu"] = mapping
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / f"{tflite_path.stem}.tflite"
         src.write_bytes(model_bytes)
         result = compile_for_edgetpu(src, tmp, explicit_compiler=options.edgetpu_compiler, timeout_s=options.compiler_timeout)
-        target_report["compiler"] = result.to_dict()
-        target_report["compiler"]["disagreements"] = compare_with_prediction(mapping, result)
+        target_report["compiler"] = CompilerSection(result, tuple(compare_with_prediction(mapping, result)))
         if options.require_compiler:
             require_compiled(result)
         if result.compiled and result.compiled_model:
@@ -571,9 +599,9 @@ def _edgetpu_stage(
         try:
             delegate = load_edgetpu_delegate()
         except TargetError as exc:
-            target_report["delegate"] = {"requested": "edgetpu", "used": False, "reason": exc.message}
+            target_report["delegate"] = DelegateSection("edgetpu", False, exc.message)
         else:
-            target_report["delegate"] = {"requested": "edgetpu", "used": True, "reason": ""}
+            target_report["delegate"] = DelegateSection("edgetpu", True, "")
             compiled_bytes = next((b for key, _, b in extra_artifacts if key == "edgetpu_tflite"), None)
             runner_factory = functools.partial(_delegate_runner, compiled_bytes, delegate)
     return model_bytes, runner_factory
@@ -607,10 +635,9 @@ def _micro_stage(model_bytes: bytes, fb: Any, options: ExportOptions, target_rep
 
     # TFLM runs in a child process (as every native run of a candidate model): a crash is exit 3.
     arena, micro_report = run_isolated(measure, stage="TFLite Micro arena measurement", backend="the TFLite Micro interpreter")
-    target_report["micro"] = micro_report.to_dict()
+    target_report["micro"] = MicroSection(micro_report, str(options.emit_op_resolver) if options.emit_op_resolver else None)
     if options.emit_op_resolver:
         extra_artifacts.append(("op_resolver", Path(options.emit_op_resolver), emit_op_resolver(micro_report.ops).encode()))
-        target_report["micro"]["op_resolver"] = str(options.emit_op_resolver)
 
     def factory(data, fb):
         return MicroRunner(data, arena_size=arena, model=fb)
@@ -619,84 +646,80 @@ def _micro_stage(model_bytes: bytes, fb: Any, options: ExportOptions, target_rep
     return factory
 
 
-def _base_report(model: dict, specs: list[InputSpec], plan: Any) -> dict:
-    return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "tool": {"name": "edge-export", "version": __version__},
-        "libraries": _library_versions(),
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "model": model,
-        "inputs": [{**s.to_dict(), "layout": "NHWC" if i in plan.inputs else None} for i, s in enumerate(specs)],
-    }
-
-
-def _finalize(
-    report: dict,
-    parity: Any,
-    layers: Any,
-    options: Any,
-    stages: _Stages,
+def _run_report(
+    loaded: Any,
+    specs: list[InputSpec],
+    plan: Any,
+    export_section: ExportSection | ValidateSection,
     fb: Any,
     model_bytes: bytes,
+    parity: Any,
+    layers: Any,
+    options: ExportOptions,
+    stages: _Stages,
+    artifacts: ArtifactsSection,
+    **sections: Any,
+) -> RunReport:
+    """The typed run report from the stages' results; ``sections``: quantization, target."""
+    validation = parity if parity is not None else SkippedValidation("--no-validate was given")
+    baseline = None
+    if options.baseline:
+        from .reports.baseline import compare_with_baseline
+        from .reports.json_report import load_report
+        from .reports.serialize import to_json_value
+
+        regressions = compare_with_baseline({"validation": to_json_value(validation)}, load_report(options.baseline))
+        baseline = BaselineSection(str(options.baseline), tuple(regressions))
+    return RunReport(
+        tool=ToolSection(__version__),
+        libraries=_library_versions(),
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        model=ModelSection(loaded.source, loaded.kind.value, loaded.class_name),
+        inputs=tuple(
+            InputSection(s.name, tuple(s.shape), s.dtype, "NHWC" if i in plan.inputs else None) for i, s in enumerate(specs)
+        ),
+        export=export_section,
+        artifacts=artifacts,
+        flatbuffer=_flatbuffer_section(fb, model_bytes),
+        stages=tuple(stages.times),
+        validation=validation,
+        per_layer=layers,
+        baseline=baseline,
+        **sections,
+    )
+
+
+def _write_run(
+    report: RunReport,
+    files: Sequence[tuple[Path, bytes]],
+    layers: Any,
+    options: ExportOptions,
+    stages: _Stages,
     tflite_path: Path,
     json_path: Path,
     md_path: Path,
-    *,
-    write_tflite: bool,
-    extra_artifacts: Sequence[tuple[str, Path, bytes]] = (),
 ) -> ExportResult:
-    """Verdict, baseline gate, and the atomic write of every artifact."""
-    from .reports.json_report import load_report, render_json
+    """The atomic write of every artifact: the model files given, then the renderings of the report."""
+    from .reports.json_report import render_json
     from .reports.markdown import render_markdown
 
-    if parity is not None:
-        validation = parity.to_dict()
-        exit_code = EXIT_OK if parity.passed else EXIT_PARITY_FAILED
-    else:
-        validation = {"status": "skipped", "reason": "--no-validate was given"}
-        exit_code = EXIT_OK
-    report["artifacts"] = {"tflite": str(tflite_path), "report_json": str(json_path), "report_markdown": str(md_path)}
-    if options.junit:
-        report["artifacts"]["junit"] = str(options.junit)
-    report["flatbuffer"] = _flatbuffer_section(fb, model_bytes)
-    report["stages"] = stages.times
-    report["validation"] = validation
-    if layers is not None:
-        report["per_layer"] = layers.to_dict()
-        if layers.passed is False:
-            exit_code = EXIT_PARITY_FAILED
-    if options.baseline:
-        from .reports.baseline import compare_with_baseline
-
-        regressions = compare_with_baseline(report, load_report(options.baseline))
-        report["baseline"] = {
-            "path": str(options.baseline),
-            "status": "regressed" if regressions else "ok",
-            "regressions": [r.to_dict() for r in regressions],
-        }
-        if regressions:
-            exit_code = EXIT_PARITY_FAILED
-    report["verdict"] = _verdict(validation, report.get("baseline"), report.get("per_layer"))
-    report["exit_code"] = exit_code
-
+    result = ExportResult(tflite_path, json_path, md_path, report)
+    data = result.report  # the JSON form, computed once: written, rendered and returned
     with stages.run("write", "Writing artifacts"):
         with ArtifactSet() as artifacts:
-            if write_tflite:
-                artifacts.add(tflite_path, model_bytes)
-            for key, path, data in extra_artifacts:
-                artifacts.add(path, data)
-                report["artifacts"][key] = str(path)
-            artifacts.add(json_path, render_json(report))
-            artifacts.add(md_path, render_markdown(report))
+            for path, content in files:
+                artifacts.add(path, content)
+            artifacts.add(json_path, render_json(data))
+            artifacts.add(md_path, render_markdown(data))
             if layers is not None and options.per_layer_plot:
                 artifacts.add(options.per_layer_plot, _plot_bytes(layers))
             if options.junit:
                 from .reports.junit import render_junit
 
                 check_writable_folder(Path(options.junit))
-                artifacts.add(options.junit, render_junit(report))
+                artifacts.add(options.junit, render_junit(data))
             artifacts.commit()
-    return ExportResult(tflite_path, json_path, md_path, report, exit_code)
+    return result
 
 
 def _load_with_inputs(model: Any, options: ExportOptions, example_inputs: tuple | None) -> tuple[Any, list[InputSpec], tuple, list]:
@@ -726,32 +749,19 @@ def _example_for_loading(options: ExportOptions, example_inputs: tuple | None) -
     return None
 
 
-def _verdict(validation: dict, baseline: dict | None = None, per_layer: dict | None = None) -> str:
-    status = validation.get("status")
-    if baseline and baseline.get("regressions"):
-        return "failed"
-    if per_layer and per_layer.get("passed") is False:
-        return "failed"
-    if status == "passed":
-        return "passed"
-    if status == "failed":
-        return "failed"
-    return "exported-unvalidated"
-
-
-def _flatbuffer_section(fb: Any, model_bytes: bytes) -> dict:
-    return {
-        "size_bytes": fb.size_bytes,
-        "sha256": hashlib.sha256(model_bytes).hexdigest(),
-        "num_operators": fb.num_operators,
-        "op_counts": fb.op_counts,
-        "num_tensors": len(fb.tensors),
-        "num_subgraphs": fb.num_subgraphs,
-        "min_runtime_version": fb.min_runtime_version,
-        "inputs": [t.to_dict() for t in fb.input_tensors],
-        "outputs": [t.to_dict() for t in fb.output_tensors],
-        "fully_integer": fb.is_fully_integer,
-    }
+def _flatbuffer_section(fb: Any, model_bytes: bytes) -> FlatbufferSection:
+    return FlatbufferSection(
+        size_bytes=fb.size_bytes,
+        sha256=hashlib.sha256(model_bytes).hexdigest(),
+        num_operators=fb.num_operators,
+        op_counts=dict(fb.op_counts),
+        num_tensors=len(fb.tensors),
+        num_subgraphs=fb.num_subgraphs,
+        min_runtime_version=fb.min_runtime_version,
+        inputs=tuple(fb.input_tensors),
+        outputs=tuple(fb.output_tensors),
+        fully_integer=fb.is_fully_integer,
+    )
 
 
 def _plot_bytes(layers: Any) -> bytes:
@@ -1065,16 +1075,14 @@ def _validate_flatbuffer(
         )
         plan = ChannelsLastPlan(nhwc_in, nhwc_out)
         parity, layers = _check_parity(module, example, specs, options, model_bytes, fb, plan, stages)
-        report = _base_report(loaded.to_dict(), specs, plan)
-        report["export"] = {
-            "command": "validate",
-            "quantize": options.quantize.value,
-            "target": options.target.value,
-            "channels_last": plan.active,
-            "channels_last_inputs": list(plan.inputs),
-            "channels_last_outputs": list(plan.outputs),
-            "strict": options.strict,
-        }
-        return _finalize(
-            report, parity, layers, options, stages, fb, model_bytes, tflite_path, json_path, md_path, write_tflite=False
+        export_section = ValidateSection(
+            quantize=options.quantize.value,
+            target=options.target.value,
+            channels_last=plan.active,
+            channels_last_inputs=tuple(plan.inputs),
+            channels_last_outputs=tuple(plan.outputs),
+            strict=options.strict,
         )
+        artifacts = ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None)
+        report = _run_report(loaded, specs, plan, export_section, fb, model_bytes, parity, layers, options, stages, artifacts)
+        return _write_run(report, [], layers, options, stages, tflite_path, json_path, md_path)

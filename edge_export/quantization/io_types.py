@@ -37,16 +37,6 @@ class IOQuantInfo:
     scale: float | None
     zero_point: int | None
 
-    def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "scale": self.scale,
-            "zero_point": self.zero_point,
-        }
-
 
 def _signature_order(model_bytes: bytes) -> tuple[list[tuple[str, int]], list[tuple[str, int]]] | None:
     """(name, tensor index) pairs of the first signature's inputs and outputs, in signature order."""

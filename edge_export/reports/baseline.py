@@ -35,9 +35,6 @@ class Regression:
     current: float | None
     message: str
 
-    def to_dict(self) -> dict:
-        return {"output": self.output, "metric": self.metric, "baseline": self.baseline, "current": self.current, "message": self.message}
-
 
 _HIGHER = ("sqnr_db", "cosine", "top1_agreement", "top5_agreement", "worst_sample_cosine", "neighbour_agreement")
 _LOWER = ("max_abs_error", "mean_abs_error", "relative_l2_error", "max_abs_error_steps")

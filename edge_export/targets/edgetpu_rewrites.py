@@ -30,6 +30,7 @@ from typing import Any
 from ..errors import InternalError
 from ..flatbuffer import read_flatbuffer
 from ..flatbuffer_packing import pack_model
+from ..reports.serialize import json_field
 
 __all__ = [
     "AppliedRewrite",
@@ -45,17 +46,11 @@ class AppliedRewrite:
     kind: str
     why: str
 
-    def to_dict(self) -> dict:
-        return {"module_path": self.module_path, "kind": self.kind, "why": self.why}
-
 
 @dataclass(frozen=True)
 class EdgeTPUPreparation:
-    module: Any  # the rewritten copy; the caller's module is not changed
+    module: Any = json_field(skip=True)  # the rewritten copy; the caller's module is not changed
     rewrites: tuple[AppliedRewrite, ...]
-
-    def to_dict(self) -> dict:
-        return {"rewrites": [r.to_dict() for r in self.rewrites]}
 
 
 def _replacement_classes() -> dict[str, type]:

@@ -204,6 +204,11 @@ class MicroReport:
     arena_estimate_bytes: int  # static estimate from tensor lifetimes
     arena_bytes: int | None = None  # measured by the TFLM host interpreter, when it ran
 
+    JSON_KEYS = (
+        "ok", "ops", "unsupported_ops", "input_dtypes", "output_dtypes", "integer_io", "fully_integer",
+        "float_tensors", "arena_estimate_bytes", "arena_bytes", "problems",
+    )
+
     @property
     def integer_io(self) -> bool:
         return all(d in _INTEGER_IO for d in (*self.input_dtypes, *self.output_dtypes))
@@ -236,21 +241,6 @@ class MicroReport:
         from dataclasses import replace
 
         return replace(self, arena_bytes=arena_bytes)
-
-    def to_dict(self) -> dict:
-        return {
-            "ok": self.ok,
-            "ops": list(self.ops),
-            "unsupported_ops": list(self.unsupported_ops),
-            "input_dtypes": list(self.input_dtypes),
-            "output_dtypes": list(self.output_dtypes),
-            "integer_io": self.integer_io,
-            "fully_integer": self.fully_integer,
-            "float_tensors": list(self.float_tensors),
-            "arena_estimate_bytes": self.arena_estimate_bytes,
-            "arena_bytes": self.arena_bytes,
-            "problems": list(self.problems),
-        }
 
 
 def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
