@@ -661,16 +661,7 @@ def _run_report(
     **sections: Any,
 ) -> RunReport:
     """The typed run report from the stages' results; ``sections``: quantization, target."""
-    validation = parity if parity is not None else SkippedValidation("--no-validate was given")
-    baseline = None
-    if options.baseline:
-        from .reports.baseline import compare_with_baseline
-        from .reports.json_report import load_report
-        from .reports.serialize import to_json_value
-
-        regressions = compare_with_baseline({"validation": to_json_value(validation)}, load_report(options.baseline))
-        baseline = BaselineSection(str(options.baseline), tuple(regressions))
-    return RunReport(
+    report = RunReport(
         tool=ToolSection(__version__),
         libraries=_library_versions(),
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -682,11 +673,19 @@ def _run_report(
         artifacts=artifacts,
         flatbuffer=_flatbuffer_section(fb, model_bytes),
         stages=tuple(stages.times),
-        validation=validation,
+        validation=parity if parity is not None else SkippedValidation("--no-validate was given"),
         per_layer=layers,
-        baseline=baseline,
         **sections,
     )
+    if options.baseline:
+        from dataclasses import replace
+
+        from .reports.baseline import compare_with_baseline
+        from .reports.json_report import load_report
+
+        regressions = compare_with_baseline(report, load_report(options.baseline))
+        report = replace(report, baseline=BaselineSection(str(options.baseline), tuple(regressions)))
+    return report
 
 
 def _write_run(
