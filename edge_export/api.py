@@ -501,15 +501,23 @@ def _run_export(
         strip_names=options.strip_names,
         size_bytes_with_names=named_size if options.strip_names else None,
     )
-    report = _run_report(
-        loaded, specs, plan, export_section, fb, model_bytes, parity, layers, options, stages,
-        ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None,
-                         {key: str(path) for key, path, _ in extra_artifacts}),
+    report = RunReport(
+        **_run_header(loaded, specs, plan),
+        export=export_section,
         quantization=quant_result,
         target=TargetSection(**target_report) if options.target is not Target.CPU else None,
+        artifacts=ArtifactsSection(
+            str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None,
+            {key: str(path) for key, path, _ in extra_artifacts},
+        ),
+        flatbuffer=_flatbuffer_section(fb, model_bytes),
+        stages=tuple(stages.times),
+        validation=_validation_section(parity),
+        per_layer=layers,
     )
+    report = _with_baseline(report, options.baseline)
     files = [(tflite_path, model_bytes)] + [(path, data) for _, path, data in extra_artifacts]
-    return _write_run(report, files, layers, options, stages, tflite_path, json_path, md_path)
+    return _write_run(report, files, options, stages)
 
 
 def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:
@@ -646,63 +654,46 @@ def _micro_stage(model_bytes: bytes, fb: Any, options: ExportOptions, target_rep
     return factory
 
 
-def _run_report(
-    loaded: Any,
-    specs: list[InputSpec],
-    plan: Any,
-    export_section: ExportSection | ValidateSection,
-    fb: Any,
-    model_bytes: bytes,
-    parity: Any,
-    layers: Any,
-    options: ExportOptions,
-    stages: _Stages,
-    artifacts: ArtifactsSection,
-    **sections: Any,
-) -> RunReport:
-    """The typed run report from the stages' results; ``sections``: quantization, target."""
-    report = RunReport(
-        tool=ToolSection(__version__),
-        libraries=_library_versions(),
-        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        model=ModelSection(loaded.source, loaded.kind.value, loaded.class_name),
-        inputs=tuple(
+def _run_header(loaded: Any, specs: list[InputSpec], plan: Any) -> dict:
+    """The RunReport fields that say what ran on what: tool, libraries, time, model and inputs."""
+    return {
+        "tool": ToolSection(__version__),
+        "libraries": _library_versions(),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "model": ModelSection(loaded.source, loaded.kind.value, loaded.class_name),
+        "inputs": tuple(
             InputSection(s.name, tuple(s.shape), s.dtype, "NHWC" if i in plan.inputs else None) for i, s in enumerate(specs)
         ),
-        export=export_section,
-        artifacts=artifacts,
-        flatbuffer=_flatbuffer_section(fb, model_bytes),
-        stages=tuple(stages.times),
-        validation=parity if parity is not None else SkippedValidation("--no-validate was given"),
-        per_layer=layers,
-        **sections,
-    )
-    if options.baseline:
-        from dataclasses import replace
-
-        from .reports.baseline import compare_with_baseline
-        from .reports.json_report import load_report
-
-        regressions = compare_with_baseline(report, load_report(options.baseline))
-        report = replace(report, baseline=BaselineSection(str(options.baseline), tuple(regressions)))
-    return report
+    }
 
 
-def _write_run(
-    report: RunReport,
-    files: Sequence[tuple[Path, bytes]],
-    layers: Any,
-    options: ExportOptions,
-    stages: _Stages,
-    tflite_path: Path,
-    json_path: Path,
-    md_path: Path,
-) -> ExportResult:
-    """The atomic write of every artifact: the model files given, then the renderings of the report."""
+def _validation_section(parity: Any) -> Any:
+    return parity if parity is not None else SkippedValidation("--no-validate was given")
+
+
+def _with_baseline(report: RunReport, baseline: str | None) -> RunReport:
+    """The report with its baseline section (--baseline): the regressions against an earlier report."""
+    if not baseline:
+        return report
+    from dataclasses import replace
+
+    from .reports.baseline import compare_with_baseline
+    from .reports.json_report import load_report
+
+    regressions = compare_with_baseline(report, load_report(baseline))
+    return replace(report, baseline=BaselineSection(str(baseline), tuple(regressions)))
+
+
+def _write_run(report: RunReport, files: Sequence[tuple[Path, bytes]], options: ExportOptions, stages: _Stages) -> ExportResult:
+    """The atomic write of every artifact: the model files given, then the renderings of the report
+    (at the paths its artifacts section names)."""
     from .reports.json_report import render_json
     from .reports.markdown import render_markdown
 
-    result = ExportResult(tflite_path, json_path, md_path, report)
+    paths = report.artifacts
+    json_path, md_path = Path(paths.report_json), Path(paths.report_markdown)
+    result = ExportResult(Path(paths.tflite), json_path, md_path, report)
+    layers = report.per_layer
     data = result.report  # the JSON form, computed once: written, rendered and returned
     with stages.run("write", "Writing artifacts"):
         with ArtifactSet() as artifacts:
@@ -1082,6 +1073,14 @@ def _validate_flatbuffer(
             channels_last_outputs=tuple(plan.outputs),
             strict=options.strict,
         )
-        artifacts = ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None)
-        report = _run_report(loaded, specs, plan, export_section, fb, model_bytes, parity, layers, options, stages, artifacts)
-        return _write_run(report, [], layers, options, stages, tflite_path, json_path, md_path)
+        report = RunReport(
+            **_run_header(loaded, specs, plan),
+            export=export_section,
+            artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
+            flatbuffer=_flatbuffer_section(fb, model_bytes),
+            stages=tuple(stages.times),
+            validation=_validation_section(parity),
+            per_layer=layers,
+        )
+        report = _with_baseline(report, options.baseline)
+        return _write_run(report, [], options, stages)
