@@ -23,14 +23,27 @@ import numpy as np
 from . import __version__
 from .atomic_files import ArtifactSet, check_outputs_apart, check_writable_folder, remove_created_folders
 from .config import InputSpec, IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
-from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
+from .errors import EXIT_OK, InputSpecError, UsageError
+from .reports.model import (
+    REPORT_SCHEMA_VERSION,
+    ArtifactsSection,
+    BaselineSection,
+    ExportSection,
+    FlatbufferSection,
+    InputSection,
+    ModelSection,
+    RunReport,
+    SkippedValidation,
+    StageTiming,
+    TargetSection,
+    ToolSection,
+    ValidateSection,
+)
 
 if TYPE_CHECKING:
     from .targets.base import TargetPlugin
 
 __all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
-
-REPORT_SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
@@ -136,8 +149,23 @@ class ExportResult:
     tflite_path: Path
     report_json_path: Path
     report_md_path: Path
-    report: dict = field(repr=False)
-    exit_code: int
+    run_report: RunReport = field(repr=False)  # the typed report; ``report`` is its JSON form
+
+    @functools.cached_property
+    def report(self) -> dict:
+        """The report as written to ``report_json_path`` (the published JSON schema)."""
+        from .reports.serialize import to_json_value
+
+        return to_json_value(self.run_report)
+
+    @property
+    def verdict(self) -> str:
+        return self.run_report.verdict
+
+    @property
+    def exit_code(self) -> int:
+        """What the CLI exits with: 1 when a check failed, else 0 (errors.exit_code_for_verdict)."""
+        return self.run_report.exit_code
 
     @property
     def passed(self) -> bool:
@@ -164,7 +192,7 @@ def report_paths(tflite_path: Path) -> tuple[Path, Path]:
 
 class _Stages:
     def __init__(self, on_stage: Callable[[str], None] | None) -> None:
-        self.times: list[dict] = []
+        self.times: list[StageTiming] = []
         self._on_stage = on_stage
 
     @contextmanager
@@ -175,7 +203,7 @@ class _Stages:
         try:
             yield
         finally:
-            self.times.append({"name": name, "seconds": round(time.perf_counter() - start, 4)})
+            self.times.append(StageTiming(name, round(time.perf_counter() - start, 4)))
 
 
 def _library_versions() -> dict:
@@ -367,7 +395,7 @@ def _run_export(
         module = loaded.module
 
     # The target's sections of the report, in the order of its hooks (see targets/base.py).
-    target_report: dict = {"name": target.name, "implied": implied}
+    target_report: dict = {"name": target.name, "implied": tuple(implied)}  # TargetSection's fields
     target.check_inputs(specs)
     prepared = target.prepare_module(module, example)
     export_base = prepared.module
@@ -433,7 +461,6 @@ def _run_export(
             runner_factory=_parity_runner_factory(target, checked),
         )
 
-    report = _base_report(loaded.to_dict(), specs, plan)
     named_size = len(model_bytes)
     if options.strip_names:
         # After every check: parity, per-layer rows and module paths need the names, and the
@@ -442,26 +469,34 @@ def _run_export(
 
         model_bytes = run_flatbuffer_passes(fb, [strip_tensor_names_pass]).model_bytes
         fb = read_flatbuffer(model_bytes, origin="the model without tensor names")
-    report["export"] = {
-        "quantize": options.quantize.value,
-        "target": target.name,
-        "channels_last": options.channels_last,
-        "channels_last_inputs": list(plan.inputs),
-        "channels_last_outputs": list(plan.outputs),
-        "strict": options.strict,
-        "io_dtype": (options.io_dtype or IODtype.FLOAT32).value if options.quantize.is_integer else None,
-        "strip_names": options.strip_names,
-    }
-    if options.strip_names:
-        report["export"]["size_bytes_with_names"] = named_size
-    if quant_result is not None:
-        report["quantization"] = quant_result.to_dict()
-    if target.reports_target:
-        report["target"] = target_report
-    return _finalize(
-        report, parity, layers, options, stages, fb, model_bytes, tflite_path, json_path, md_path,
-        write_tflite=True, extra_artifacts=checked.artifacts,
+    export_section = ExportSection(
+        quantize=options.quantize.value,
+        target=target.name,
+        channels_last=options.channels_last,
+        channels_last_inputs=tuple(plan.inputs),
+        channels_last_outputs=tuple(plan.outputs),
+        strict=options.strict,
+        io_dtype=(options.io_dtype or IODtype.FLOAT32).value if options.quantize.is_integer else None,
+        strip_names=options.strip_names,
+        size_bytes_with_names=named_size if options.strip_names else None,
     )
+    report = RunReport(
+        **_run_header(loaded, specs, plan),
+        export=export_section,
+        quantization=quant_result,
+        target=TargetSection.from_hooks(target_report) if target.reports_target else None,
+        artifacts=ArtifactsSection(
+            str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None,
+            {a.key: str(a.path) for a in checked.artifacts},
+        ),
+        flatbuffer=_flatbuffer_section(fb, model_bytes),
+        stages=tuple(stages.times),
+        validation=_validation_section(parity),
+        per_layer=layers,
+    )
+    report = _with_baseline(report, options.baseline)
+    files = [(tflite_path, model_bytes)] + [(a.path, a.data) for a in checked.artifacts]
+    return _write_run(report, files, options, stages)
 
 
 def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:
@@ -511,84 +546,62 @@ def _calibration_in_layout(calibration: Any, nhwc_inputs: Sequence[int]) -> Any:
     return CalibrationSet(moved, calibration.source, calibration.real_data)
 
 
-def _base_report(model: dict, specs: list[InputSpec], plan: Any) -> dict:
+def _run_header(loaded: Any, specs: list[InputSpec], plan: Any) -> dict:
+    """The RunReport fields that say what ran on what: tool, libraries, time, model and inputs."""
     return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "tool": {"name": "edge-export", "version": __version__},
+        "tool": ToolSection(__version__),
         "libraries": _library_versions(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "model": model,
-        "inputs": [{**s.to_dict(), "layout": "NHWC" if i in plan.inputs else None} for i, s in enumerate(specs)],
+        "model": ModelSection(loaded.source, loaded.kind.value, loaded.class_name),
+        "inputs": tuple(
+            InputSection(s.name, tuple(s.shape), s.dtype, "NHWC" if i in plan.inputs else None) for i, s in enumerate(specs)
+        ),
     }
 
 
-def _finalize(
-    report: dict,
-    parity: Any,
-    layers: Any,
-    options: Any,
-    stages: _Stages,
-    fb: Any,
-    model_bytes: bytes,
-    tflite_path: Path,
-    json_path: Path,
-    md_path: Path,
-    *,
-    write_tflite: bool,
-    extra_artifacts: Sequence[Any] = (),  # targets.base.TargetArtifact
-) -> ExportResult:
-    """Verdict, baseline gate, and the atomic write of every artifact."""
-    from .reports.json_report import load_report, render_json
+def _validation_section(parity: Any) -> Any:
+    return parity if parity is not None else SkippedValidation("--no-validate was given")
+
+
+def _with_baseline(report: RunReport, baseline: str | None) -> RunReport:
+    """The report with its baseline section (--baseline): the regressions against an earlier report."""
+    if not baseline:
+        return report
+    from dataclasses import replace
+
+    from .reports.baseline import compare_with_baseline
+    from .reports.json_report import load_report
+
+    regressions = compare_with_baseline(report, load_report(baseline))
+    return replace(report, baseline=BaselineSection(str(baseline), tuple(regressions)))
+
+
+def _write_run(report: RunReport, files: Sequence[tuple[Path, bytes]], options: ExportOptions, stages: _Stages) -> ExportResult:
+    """The atomic write of every artifact: the model files given, then the renderings of the report
+    (at the paths its artifacts section names)."""
+    from .reports.json_report import render_json
     from .reports.markdown import render_markdown
 
-    if parity is not None:
-        validation = parity.to_dict()
-        exit_code = EXIT_OK if parity.passed else EXIT_PARITY_FAILED
-    else:
-        validation = {"status": "skipped", "reason": "--no-validate was given"}
-        exit_code = EXIT_OK
-    report["artifacts"] = {"tflite": str(tflite_path), "report_json": str(json_path), "report_markdown": str(md_path)}
-    if options.junit:
-        report["artifacts"]["junit"] = str(options.junit)
-    report["flatbuffer"] = _flatbuffer_section(fb, model_bytes)
-    report["stages"] = stages.times
-    report["validation"] = validation
-    if layers is not None:
-        report["per_layer"] = layers.to_dict()
-        if layers.passed is False:
-            exit_code = EXIT_PARITY_FAILED
-    if options.baseline:
-        from .reports.baseline import compare_with_baseline
-
-        regressions = compare_with_baseline(report, load_report(options.baseline))
-        report["baseline"] = {
-            "path": str(options.baseline),
-            "status": "regressed" if regressions else "ok",
-            "regressions": [r.to_dict() for r in regressions],
-        }
-        if regressions:
-            exit_code = EXIT_PARITY_FAILED
-    report["verdict"] = _verdict(validation, report.get("baseline"), report.get("per_layer"))
-    report["exit_code"] = exit_code
-
+    paths = report.artifacts
+    json_path, md_path = Path(paths.report_json), Path(paths.report_markdown)
+    result = ExportResult(Path(paths.tflite), json_path, md_path, report)
+    layers = report.per_layer
+    data = result.report  # the JSON form, computed once: written, rendered and returned
     with stages.run("write", "Writing artifacts"):
         with ArtifactSet() as artifacts:
-            if write_tflite:
-                artifacts.add(tflite_path, model_bytes)
-            for extra in extra_artifacts:
-                artifacts.add(extra.path, extra.data)
-                report["artifacts"][extra.key] = str(extra.path)
-            artifacts.add(json_path, render_json(report))
-            artifacts.add(md_path, render_markdown(report))
+            for path, content in files:
+                artifacts.add(path, content)
+            artifacts.add(json_path, render_json(data))
+            artifacts.add(md_path, render_markdown(data))
             if layers is not None and options.per_layer_plot:
                 artifacts.add(options.per_layer_plot, _plot_bytes(layers))
             if options.junit:
                 from .reports.junit import render_junit
 
                 check_writable_folder(Path(options.junit))
-                artifacts.add(options.junit, render_junit(report))
+                artifacts.add(options.junit, render_junit(data))
             artifacts.commit()
-    return ExportResult(tflite_path, json_path, md_path, report, exit_code)
+    return result
 
 
 def _load_with_inputs(model: Any, options: ExportOptions, example_inputs: tuple | None) -> tuple[Any, list[InputSpec], tuple, list]:
@@ -618,32 +631,19 @@ def _example_for_loading(options: ExportOptions, example_inputs: tuple | None) -
     return None
 
 
-def _verdict(validation: dict, baseline: dict | None = None, per_layer: dict | None = None) -> str:
-    status = validation.get("status")
-    if baseline and baseline.get("regressions"):
-        return "failed"
-    if per_layer and per_layer.get("passed") is False:
-        return "failed"
-    if status == "passed":
-        return "passed"
-    if status == "failed":
-        return "failed"
-    return "exported-unvalidated"
-
-
-def _flatbuffer_section(fb: Any, model_bytes: bytes) -> dict:
-    return {
-        "size_bytes": fb.size_bytes,
-        "sha256": hashlib.sha256(model_bytes).hexdigest(),
-        "num_operators": fb.num_operators,
-        "op_counts": fb.op_counts,
-        "num_tensors": len(fb.tensors),
-        "num_subgraphs": fb.num_subgraphs,
-        "min_runtime_version": fb.min_runtime_version,
-        "inputs": [t.to_dict() for t in fb.input_tensors],
-        "outputs": [t.to_dict() for t in fb.output_tensors],
-        "fully_integer": fb.is_fully_integer,
-    }
+def _flatbuffer_section(fb: Any, model_bytes: bytes) -> FlatbufferSection:
+    return FlatbufferSection(
+        size_bytes=fb.size_bytes,
+        sha256=hashlib.sha256(model_bytes).hexdigest(),
+        num_operators=fb.num_operators,
+        op_counts=dict(fb.op_counts),
+        num_tensors=len(fb.tensors),
+        num_subgraphs=fb.num_subgraphs,
+        min_runtime_version=fb.min_runtime_version,
+        inputs=tuple(fb.input_tensors),
+        outputs=tuple(fb.output_tensors),
+        fully_integer=fb.is_fully_integer,
+    )
 
 
 def _plot_bytes(layers: Any) -> bytes:
@@ -952,16 +952,22 @@ def _validate_flatbuffer(
         )
         plan = ChannelsLastPlan(nhwc_in, nhwc_out)
         parity, layers = _check_parity(module, example, specs, options, fb.data, fb, plan, stages)
-        report = _base_report(loaded.to_dict(), specs, plan)
-        report["export"] = {
-            "command": "validate",
-            "quantize": options.quantize.value,
-            "target": get_target(options.target).name,
-            "channels_last": plan.active,
-            "channels_last_inputs": list(plan.inputs),
-            "channels_last_outputs": list(plan.outputs),
-            "strict": options.strict,
-        }
-        return _finalize(
-            report, parity, layers, options, stages, fb, fb.data, tflite_path, json_path, md_path, write_tflite=False
+        export_section = ValidateSection(
+            quantize=options.quantize.value,
+            target=get_target(options.target).name,
+            channels_last=plan.active,
+            channels_last_inputs=tuple(plan.inputs),
+            channels_last_outputs=tuple(plan.outputs),
+            strict=options.strict,
         )
+        report = RunReport(
+            **_run_header(loaded, specs, plan),
+            export=export_section,
+            artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
+            flatbuffer=_flatbuffer_section(fb, fb.data),
+            stages=tuple(stages.times),
+            validation=_validation_section(parity),
+            per_layer=layers,
+        )
+        report = _with_baseline(report, options.baseline)
+        return _write_run(report, [], options, stages)

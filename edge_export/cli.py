@@ -103,83 +103,6 @@ def _parse_pair(text: Optional[str], option: str) -> Optional[tuple[int, int]]:
     return (shape[0], shape[1])
 
 
-def _plain(out: Console, text: str) -> None:
-    """Print text that holds model-supplied names or paths literally: ``[/bold]`` in a name is not markup."""
-    out.print(text, markup=False)
-
-
-def _print_summary(result, out: Console, err: Console) -> None:
-    rep = result.report
-    fb = rep["flatbuffer"]
-    val = rep["validation"]
-    verdict = rep["verdict"]
-    color = {"passed": "green", "failed": "red"}.get(verdict, "yellow")
-    out.print(f"[bold {color}]{verdict.upper()}[/bold {color}]  {escape(str(result.tflite_path))}")
-    ops = ", ".join(f"{k}×{v}" for k, v in list(fb["op_counts"].items())[:8])
-    more = "" if len(fb["op_counts"]) <= 8 else f", … ({len(fb['op_counts'])} kinds)"
-    _plain(out, f"  size {fb['size_bytes'] / 1024:.1f} KiB · {fb['num_operators']} ops: {ops}{more}")
-    if val.get("status") == "skipped":
-        _plain(out, f"  parity: not checked ({val.get('reason')})")
-    elif val.get("worst"):
-        w = val["worst"]
-        sq = w.get("sqnr_db")
-        mae = w.get("max_abs_error")
-        failed = w.get("failed_checks") or []
-        _plain(
-            out,
-            f"  parity ({val['samples']} samples): worst output {w['output']}"
-            + (f" ({w['kind']})" if w.get("kind") else "")
-            + ": SQNR "
-            f"{'–' if sq is None else f'{sq:.1f}'} dB, max abs error {'–' if mae is None else f'{mae:.3g}'}"
-            + (f"; failed: {', '.join(failed)}" if failed else "")
-            + (f"; {w['error']}" if w.get("error") else "")
-        )
-        for note in val.get("notes") or []:
-            _plain(out, f"  note: {note}")
-    quant = rep.get("quantization")
-    if quant:
-        integer = "fully integer" if quant["fully_integer"] else "NOT fully integer"
-        io = ", ".join(
-            f"{x['kind']} {x['name']} {x['dtype']}" + (f" (scale {x['scale']:.6g}, zero point {x['zero_point']})" if x.get("scale") else "")
-            for x in quant.get("io", [])
-        )
-        _plain(out, f"  quantization: {quant['mode']} via {quant['backend']} ({quant['reason']}); {integer}; {io}")
-        for w in quant.get("warnings", []):
-            err.print(f"[yellow]warning:[/yellow] {escape(w)}")
-    target = rep.get("target")
-    if target:
-        if "edgetpu" in target:
-            _plain(out, f"  edge tpu: {target['edgetpu']['summary']}")
-            comp = target.get("compiler") or {}
-            if comp.get("compiled"):
-                _plain(out, f"  edgetpu_compiler: compiled -> {rep['artifacts'].get('edgetpu_tflite')}")
-            else:
-                _plain(out, f"  edgetpu_compiler: not compiled: {comp.get('reason')}")
-            for d in comp.get("disagreements") or []:
-                _plain(out, f"    disagreement: {d}")
-        if "micro" in target:
-            m = target["micro"]
-            _plain(out, f"  tflite micro: arena {m.get('arena_bytes')} bytes; ops {', '.join(m.get('ops', []))}")
-    layers = rep.get("per_layer")
-    if layers:
-        jump, worst = layers.get("first_jump"), layers.get("worst")
-        _plain(
-            out,
-            f"  per-layer: {len(layers['layers'])} layers compared ({layers['match_fraction']:.0%} of modules matched)"
-            + (f"; worst {worst['module_path']} {worst['sqnr_db']:.1f} dB" if worst and worst.get("sqnr_db") is not None else "")
-            + (f"; error jumps at {jump['module_path']} ({jump['sqnr_db']:.1f} dB)" if jump else "; no jump")
-        )
-    base = rep.get("baseline")
-    if base:
-        regs = base.get("regressions") or []
-        _plain(out, f"  baseline {base['path']}: " + (f"{len(regs)} regression(s)" if regs else "no regression"))
-        for r in regs[:10]:
-            _plain(out, f"    - {r['message']}")
-    _plain(out, f"  reports: {result.report_json_path}  {result.report_md_path}")
-    if rep.get("artifacts", {}).get("junit"):
-        _plain(out, f"  junit: {rep['artifacts']['junit']}")
-
-
 # Options shared by `export` and `validate`, declared once.
 InputShapeOpt = Annotated[Optional[List[str]], typer.Option("--input-shape", help="Input shape such as 1,3,224,224; repeat once per input in forward() order.")]
 InputDtypeOpt = Annotated[Optional[List[str]], typer.Option("--input-dtype", help="Input dtype (float32, int64, ...); repeatable; default float32.")]
@@ -253,7 +176,9 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
         else:
             display.stop()
             if not quiet:
-                _print_summary(result, term.out, term.err)
+                from .reports.summary import print_summary
+
+                print_summary(result.run_report, term.out, term.err)
             code = result.exit_code
     raise typer.Exit(code)
 
@@ -420,10 +345,11 @@ def inspect_command(
         import json
 
         from .inspection import inspect_flatbuffer, render_inspection
+        from .reports.serialize import to_json_value
 
         report = inspect_flatbuffer(tflite)
         if as_json:
-            out.print_json(json.dumps(report.to_dict()))
+            out.print_json(json.dumps(to_json_value(report)))
         else:
             render_inspection(report, out)
 
@@ -449,10 +375,11 @@ def bench_command(
 
         from .flatbuffer import load_flatbuffer
         from .latency import benchmark_latency, render_latency
+        from .reports.serialize import to_json_value
 
         report = benchmark_latency(load_flatbuffer(tflite), threads=threads, runs=runs, warmup=warmup)
         if as_json:
-            out.print_json(json.dumps(report.to_dict()))
+            out.print_json(json.dumps(to_json_value(report)))
         else:
             render_latency(report, out)
 

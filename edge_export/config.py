@@ -92,9 +92,6 @@ class InputSpec:
     def shape_text(self) -> str:
         return ",".join(str(d) for d in self.shape)
 
-    def to_dict(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
-
 
 def parse_shape(text: str) -> tuple[int, ...]:
     """Parse "1,3,224,224" (also "1x3x224x224") into a tuple of positive ints."""
@@ -176,9 +173,6 @@ class Thresholds:
     def for_kind(self, kind: OutputKind) -> dict[str, float]:
         """The gated thresholds of one kind of output."""
         return {k: getattr(self, k) for k in KIND_THRESHOLDS[OutputKind(kind)] if getattr(self, k) is not None}
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in _THRESHOLD_FIELDS}
 
 
 # Defaults per precision (README's threshold table is this table). fp32 is strict (the converter

@@ -49,17 +49,6 @@ class FailureLocation:
             parts.append(src)
         return ", ".join(parts)
 
-    def to_dict(self) -> dict:
-        return {
-            "operator": self.operator,
-            "node": self.node,
-            "module_path": self.module_path,
-            "module_type": self.module_type,
-            "source": self.source,
-            "code": self.code,
-            "reason": self.reason,
-        }
-
 
 def reason_line(exc: BaseException) -> str:
     """The first informative line of an exception's message."""

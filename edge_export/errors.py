@@ -29,6 +29,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_EXPORT_FAILED",
     "EXIT_INTERNAL",
+    "exit_code_for_verdict",
     "EdgeExportError",
     "UsageError",
     "ModelLoadError",
@@ -49,6 +50,12 @@ EXIT_PARITY_FAILED = 1
 EXIT_USAGE = 2
 EXIT_EXPORT_FAILED = 3
 EXIT_INTERNAL = 4
+
+
+def exit_code_for_verdict(verdict: str) -> int:
+    """The one mapping from a report's verdict to the process exit code: a failed check (parity,
+    the per-layer gate, a baseline regression) is 1; passed and exported-unvalidated are 0."""
+    return EXIT_PARITY_FAILED if verdict == "failed" else EXIT_OK
 
 
 class EdgeExportError(Exception):

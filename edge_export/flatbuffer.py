@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FlatbufferError, InternalError
+from .reports.serialize import json_field
 
 __all__ = [
     "QuantParams",
@@ -48,16 +49,31 @@ class QuantParams:
     def per_channel(self) -> bool:
         return len(self.scales) > 1
 
-    def to_dict(self) -> dict:
+    def json_view(self) -> PerTensorQuantization | PerChannelQuantization:
+        """What the JSON shows: one scale and zero point, or a summary of the per-channel scales."""
         if self.per_channel:
-            return {
-                "per_channel": True,
-                "channels": len(self.scales),
-                "quantized_dimension": self.quantized_dimension,
-                "scale_min": min(self.scales),
-                "scale_max": max(self.scales),
-            }
-        return {"per_channel": False, "scale": self.scales[0], "zero_point": self.zero_points[0]}
+            return PerChannelQuantization(len(self.scales), self.quantized_dimension, min(self.scales), max(self.scales))
+        return PerTensorQuantization(self.scales[0], self.zero_points[0])
+
+
+@dataclass(frozen=True)
+class PerTensorQuantization:
+    scale: float
+    zero_point: int
+    per_channel: bool = False
+
+    JSON_KEYS = ("per_channel", "scale", "zero_point")
+
+
+@dataclass(frozen=True)
+class PerChannelQuantization:
+    channels: int
+    quantized_dimension: int
+    scale_min: float
+    scale_max: float
+    per_channel: bool = True
+
+    JSON_KEYS = ("per_channel", "channels", "quantized_dimension", "scale_min", "scale_max")
 
 
 @dataclass(frozen=True)
@@ -67,8 +83,8 @@ class TensorInfo:
     shape: tuple[int, ...]
     shape_signature: tuple[int, ...]
     dtype: str
-    is_constant: bool
-    quant: QuantParams | None
+    is_constant: bool = json_field(name="constant")
+    quant: QuantParams | None = json_field(name="quantization")
 
     @property
     def is_float(self) -> bool:
@@ -77,17 +93,6 @@ class TensorInfo:
     @property
     def has_dynamic_dims(self) -> bool:
         return any(d < 0 for d in self.shape_signature)
-
-    def to_dict(self) -> dict:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "shape": list(self.shape),
-            "shape_signature": list(self.shape_signature),
-            "dtype": self.dtype,
-            "constant": self.is_constant,
-            "quantization": self.quant.to_dict() if self.quant else None,
-        }
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """`edge-export inspect`: what a .tflite file holds, read from the file itself (no interpreter).
 
 The report is built from ``FlatbufferModel`` (so the file is verified before anything is said about
-it) and rendered either as rich tables or, with ``--json``, from ``InspectionReport.to_dict()``.
+it) and rendered either as rich tables or, with ``--json``, through ``reports.serialize.to_json_value``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ class OperatorCount:
     opcode: str
     count: int
 
-    def to_dict(self) -> dict:
-        return {"opcode": self.opcode, "count": self.count}
-
 
 @dataclass(frozen=True)
 class FloatIsland:
@@ -41,9 +38,6 @@ class FloatIsland:
     operator_index: int
     opcode: str
     tensor: str  # the float side: the input of a QUANTIZE, the output of a DEQUANTIZE
-
-    def to_dict(self) -> dict:
-        return {"operator_index": self.operator_index, "opcode": self.opcode, "tensor": self.tensor}
 
 
 @dataclass(frozen=True)
@@ -67,25 +61,6 @@ class InspectionReport:
     @property
     def io_dtypes(self) -> tuple[str, ...]:
         return tuple(t.dtype for t in (*self.inputs, *self.outputs))
-
-    def to_dict(self) -> dict:
-        return {
-            "path": self.path,
-            "size_bytes": self.size_bytes,
-            "num_subgraphs": self.num_subgraphs,
-            "tensor_count": self.tensor_count,
-            "operator_count": self.operator_count,
-            "signatures": [dict(s) for s in self.signatures],
-            "inputs": [t.to_dict() for t in self.inputs],
-            "outputs": [t.to_dict() for t in self.outputs],
-            "operators": [o.to_dict() for o in self.operators],
-            "fully_integer": self.fully_integer,
-            "quantized_tensor_count": self.quantized_tensor_count,
-            "float_tensors": list(self.float_tensors),
-            "float_islands": [f.to_dict() for f in self.float_islands],
-            "min_runtime_version": self.min_runtime_version,
-            "description": self.description,
-        }
 
 
 def inspect_model(model: FlatbufferModel, path: str | None = None) -> InspectionReport:

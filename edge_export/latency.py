@@ -59,19 +59,6 @@ class LatencyStats:
             stdev_ms=float(statistics.stdev(arr)) if arr.size > 1 else 0.0,
         )
 
-    def to_dict(self) -> dict:
-        return {
-            "resolver": self.resolver.value,
-            "runs": self.runs,
-            "median_ms": self.median_ms,
-            "p10_ms": self.p10_ms,
-            "p90_ms": self.p90_ms,
-            "min_ms": self.min_ms,
-            "max_ms": self.max_ms,
-            "mean_ms": self.mean_ms,
-            "stdev_ms": self.stdev_ms,
-        }
-
 
 @dataclass(frozen=True)
 class LatencyReport:
@@ -82,6 +69,8 @@ class LatencyReport:
     inputs: tuple[IOTensor, ...]
     results: tuple[LatencyStats, ...]  # in BENCH_RESOLVERS order
     host: str  # machine and CPU count, so numbers are not compared across hosts by accident
+
+    JSON_KEYS = ("threads", "runs", "warmup", "size_bytes", "inputs", "results", "xnnpack_speedup", "host")
 
     def stats(self, resolver: Resolver) -> LatencyStats:
         for s in self.results:
@@ -96,18 +85,6 @@ class LatencyReport:
             return self.stats(Resolver.BUILTIN).median_ms / self.stats(Resolver.XNNPACK).median_ms
         except (KeyError, ZeroDivisionError):
             return None
-
-    def to_dict(self) -> dict:
-        return {
-            "threads": self.threads,
-            "runs": self.runs,
-            "warmup": self.warmup,
-            "size_bytes": self.size_bytes,
-            "inputs": [t.to_dict() for t in self.inputs],
-            "results": [s.to_dict() for s in self.results],
-            "xnnpack_speedup": self.xnnpack_speedup,
-            "host": self.host,
-        }
 
 
 def random_inputs(specs: Sequence[IOTensor], seed: int = 0) -> list[np.ndarray]:

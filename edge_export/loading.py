@@ -49,9 +49,6 @@ class LoadedModel:
     example_inputs: tuple | None  # torch tensors, when the source carries them
     class_name: str
 
-    def to_dict(self) -> dict:
-        return {"source": self.source, "kind": self.kind.value, "class": self.class_name}
-
 
 def is_module_reference(text: str) -> bool:
     return bool(_REFERENCE.match(text)) and not Path(text).exists()

@@ -15,6 +15,7 @@ import numpy as np
 
 from .errors import RuntimeRunError
 from .flatbuffer import FlatbufferModel, read_flatbuffer
+from .reports.serialize import json_field
 
 __all__ = [
     "Resolver",
@@ -36,7 +37,7 @@ class Resolver(str, enum.Enum):
 @dataclass(frozen=True)
 class IOTensor:
     name: str  # signature name, e.g. args_0 / output_0
-    index: int  # interpreter tensor index
+    index: int = json_field(skip=True)  # interpreter tensor index (not in the JSON)
     shape: tuple[int, ...]
     dtype: str
     scale: float | None
@@ -45,15 +46,6 @@ class IOTensor:
     @property
     def quantized(self) -> bool:
         return self.scale is not None and self.scale != 0.0
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "scale": self.scale,
-            "zero_point": self.zero_point,
-        }
 
 
 def quantize_array(x: np.ndarray, scale: float, zero_point: int, dtype: np.dtype) -> np.ndarray:

@@ -26,6 +26,7 @@ from .calibration import (
     DEFAULT_CALIBRATION_SAMPLES,
     DEFAULT_SYNTHETIC_SAMPLES,
     CalibrationSet,
+    CalibrationSummary,
     load_calibration_data,
     synthetic_calibration,
 )
@@ -74,10 +75,15 @@ class QuantizationResult:
     integer_check: IntegerCheck
     io: tuple[IOQuantInfo, ...]
     io_dtype: IODtype
-    calibration: dict  # CalibrationSet.to_dict(): source, samples, real_data, input_shapes
+    calibration: CalibrationSummary
     sqnr_db: float | None  # chosen model vs fp32 module, worst output, on calibration inputs
     cosine: float | None
     warnings: tuple[str, ...] = ()
+
+    JSON_KEYS = (
+        "mode", "backend", "recipe", "observer", "reason", "attempts", "fully_integer", "integer_check",
+        "io_dtype", "io", "calibration", "calibration_parity", "size_bytes", "warnings",
+    )
 
     @property
     def size_bytes(self) -> int:
@@ -85,25 +91,19 @@ class QuantizationResult:
 
     @property
     def calibrated_on_real_data(self) -> bool:
-        return bool(self.calibration.get("real_data"))
+        return self.calibration.real_data
 
-    def to_dict(self) -> dict:
-        return {
-            "mode": self.mode.value,
-            "backend": self.backend,
-            "recipe": self.recipe,
-            "observer": self.observer,
-            "reason": self.reason,
-            "attempts": [a.to_dict() for a in self.attempts],
-            "fully_integer": self.fully_integer,
-            "integer_check": self.integer_check.to_dict(),
-            "io_dtype": self.io_dtype.value,
-            "io": [x.to_dict() for x in self.io],
-            "calibration": dict(self.calibration),
-            "calibration_parity": {"sqnr_db": self.sqnr_db, "cosine": self.cosine},
-            "size_bytes": self.size_bytes,
-            "warnings": list(self.warnings),
-        }
+    @property
+    def calibration_parity(self) -> CalibrationParity:
+        return CalibrationParity(self.sqnr_db, self.cosine)
+
+
+@dataclass(frozen=True)
+class CalibrationParity:
+    """The chosen model against the fp32 module on the calibration inputs (worst output)."""
+
+    sqnr_db: float | None
+    cosine: float | None
 
 
 def backends_for(mode: QuantizeMode, backend: QuantBackend) -> list[str]:
@@ -298,7 +298,7 @@ def quantize_model(
         integer_check=check,
         io=describe_io(final),
         io_dtype=io_dtype,
-        calibration=calibration.to_dict(),
+        calibration=calibration.summary(),
         sqnr_db=chosen.sqnr_db,
         cosine=chosen.cosine,
         warnings=tuple(warnings),

@@ -51,6 +51,16 @@ _HINT_SHAPES = (
 
 
 @dataclass(frozen=True)
+class CalibrationSummary:
+    """What a quantization was calibrated on, as the report shows it."""
+
+    source: str
+    samples: int
+    real_data: bool
+    input_shapes: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
 class CalibrationSet:
     """Samples to calibrate activation ranges on; ``real_data`` is False for synthetic inputs."""
 
@@ -100,13 +110,8 @@ class CalibrationSet:
 
         return [tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in s) for s in self.samples]
 
-    def to_dict(self) -> dict:
-        return {
-            "source": self.source,
-            "samples": len(self.samples),
-            "real_data": self.real_data,
-            "input_shapes": [list(a.shape) for a in self.samples[0]],
-        }
+    def summary(self) -> CalibrationSummary:
+        return CalibrationSummary(self.source, len(self.samples), self.real_data, tuple(tuple(a.shape) for a in self.samples[0]))
 
 
 # ---- checking one array against one input spec ----------------------------------------------------

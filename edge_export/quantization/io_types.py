@@ -25,16 +25,6 @@ class IOQuantInfo:
     scale: float | None
     zero_point: int | None
 
-    def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "scale": self.scale,
-            "zero_point": self.zero_point,
-        }
-
 
 def describe_io(model: bytes | FlatbufferModel) -> tuple[IOQuantInfo, ...]:
     """Inputs then outputs in subgraph order, named as ``FlatbufferModel.input_names`` says."""

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
+from ..reports.serialize import json_field
 
 __all__ = [
     "FULL_INTEGER_PREFERENCE_DB",
@@ -47,24 +48,10 @@ class BackendAttempt:
     fully_integer: bool | None = None
     sqnr_db: float | None = None  # worst output, on the calibration inputs, vs the fp32 module
     cosine: float | None = None  # worst output
-    seconds: float = 0.0
+    seconds: float = json_field(default=0.0, digits=3)
     recipe: str | None = None
     observer: str | None = None
     size_bytes: int | None = None
-
-    def to_dict(self) -> dict:
-        return {
-            "backend": self.backend,
-            "ok": self.ok,
-            "error": self.error,
-            "fully_integer": self.fully_integer,
-            "sqnr_db": self.sqnr_db,
-            "cosine": self.cosine,
-            "seconds": round(self.seconds, 3),
-            "recipe": self.recipe,
-            "observer": self.observer,
-            "size_bytes": self.size_bytes,
-        }
 
 
 # ---- fully-integer check ----------------------------------------------------------------------
@@ -79,16 +66,6 @@ class FloatTensorEntry:
     module: str | None  # PyTorch module path, e.g. "encoder.layers.0.norm1"; "" = the root's forward()
     producer: str | None  # opcode of the op writing it
 
-    def to_dict(self) -> dict:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "module": self.module,
-            "producer": self.producer,
-        }
-
 
 @dataclass(frozen=True)
 class QuantOpEntry:
@@ -97,15 +74,14 @@ class QuantOpEntry:
     tensor: str  # the float side's tensor name
     module: str | None
 
-    def to_dict(self) -> dict:
-        return {"index": self.index, "opcode": self.opcode, "tensor": self.tensor, "module": self.module}
-
 
 @dataclass(frozen=True)
 class IntegerCheck:
     fully_integer: bool
     float_tensors: tuple[FloatTensorEntry, ...]
     inner_quantize_ops: tuple[QuantOpEntry, ...]
+
+    JSON_KEYS = ("fully_integer", "float_tensors", "inner_quantize_ops", "float_modules")
 
     @property
     def float_modules(self) -> tuple[str, ...]:
@@ -114,14 +90,6 @@ class IntegerCheck:
             if entry.module is not None:
                 seen.setdefault(entry.module, None)
         return tuple(seen)
-
-    def to_dict(self) -> dict:
-        return {
-            "fully_integer": self.fully_integer,
-            "float_tensors": [t.to_dict() for t in self.float_tensors],
-            "inner_quantize_ops": [op.to_dict() for op in self.inner_quantize_ops],
-            "float_modules": list(self.float_modules),
-        }
 
 
 def module_path_for(tensor_name: str, module: Any | None = None) -> str | None:

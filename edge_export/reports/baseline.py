@@ -10,7 +10,9 @@ can no longer be computed (e.g. neighbour agreement after --samples 1).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["BaselineTolerance", "Regression", "compare_with_baseline"]
 
@@ -35,9 +37,6 @@ class Regression:
     current: float | None
     message: str
 
-    def to_dict(self) -> dict:
-        return {"output": self.output, "metric": self.metric, "baseline": self.baseline, "current": self.current, "message": self.message}
-
 
 _HIGHER = ("sqnr_db", "cosine", "top1_agreement", "top5_agreement", "worst_sample_cosine", "neighbour_agreement")
 _LOWER = ("max_abs_error", "mean_abs_error", "relative_l2_error", "max_abs_error_steps")
@@ -47,7 +46,14 @@ def _outputs(report: dict) -> list[dict]:
     return list((report.get("validation") or {}).get("outputs") or [])
 
 
-def compare_with_baseline(current: dict, baseline: dict, tol: BaselineTolerance | None = None) -> list[Regression]:
+def compare_with_baseline(current: Any, baseline: dict, tol: BaselineTolerance | None = None) -> list[Regression]:
+    """Regressions of ``current`` (a RunReport, or a report's JSON) against ``baseline`` (an earlier
+    report's JSON, as read from its file). A typed report is compared through its JSON form, the
+    form the baseline was written in, so both sides are read the same way."""
+    if not isinstance(current, Mapping):
+        from .serialize import to_json_value
+
+        current = {"validation": to_json_value(current.validation)}
     tol = tol or BaselineTolerance()
     regressions: list[Regression] = []
     if (baseline.get("validation") or {}).get("status") == "skipped":

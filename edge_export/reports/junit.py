@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from .serialize import json_form
+
 __all__ = ["render_junit"]
 
 # ElementTree escapes &, <, > and quotes but writes characters XML 1.0 forbids (an ESC in a module
@@ -29,7 +31,9 @@ def _case(suite: ET.Element, classname: str, name: str, failure: str | None, det
     out.text = details
 
 
-def render_junit(report: dict) -> str:
+def render_junit(report) -> str:
+    """``report``: a RunReport, or its JSON form (a dict, as written to report.json)."""
+    report = json_form(report)  # the keys report.schema.json documents
     model = report.get("model", {}).get("source", "model")
     root = ET.Element("testsuites", name="edge-export")
     suite = ET.SubElement(root, "testsuite", name=f"edge-export parity: {model}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from .serialize import json_form
+
 __all__ = ["render_markdown", "escape_markdown"]
 
 _ICON = {"passed": "✅ PASSED", "failed": "❌ FAILED", "exported-unvalidated": "⚠️ EXPORTED, NOT VALIDATED"}
@@ -52,7 +54,9 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def render_markdown(report: dict) -> str:
+def render_markdown(report) -> str:
+    """``report``: a RunReport, or its JSON form (a dict, as written to report.json)."""
+    report = json_form(report)  # the keys report.schema.json documents
     lines: list[str] = []
     verdict = report.get("verdict", "exported-unvalidated")
     model = report.get("model", {})

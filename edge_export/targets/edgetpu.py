@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import TargetError
 from ..flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, read_flatbuffer
+from ..reports.serialize import json_field
 from .operator_rules import OperatorRules
 
 __all__ = [
@@ -120,20 +121,9 @@ class OpMapping:
     on_tpu: bool
     # True when the operator itself meets every rule (it may still run on the CPU after the cut).
     supported: bool
-    input_names: tuple[str, ...] = ()
-    output_names: tuple[str, ...] = ()
+    input_names: tuple[str, ...] = json_field(skip=True, default=())
+    output_names: tuple[str, ...] = json_field(skip=True, default=())
     module_path: str | None = None
-
-    def to_dict(self) -> dict:
-        return {
-            "index": self.index,
-            "opcode": self.opcode,
-            "status": self.status.value,
-            "reason": self.reason,
-            "on_tpu": self.on_tpu,
-            "supported": self.supported,
-            "module_path": self.module_path,
-        }
 
 
 @dataclass(frozen=True)
@@ -141,9 +131,6 @@ class TableRow:
     operator: str
     count: int
     status: str
-
-    def to_dict(self) -> dict:
-        return {"operator": self.operator, "count": self.count, "status": self.status}
 
 
 @dataclass(frozen=True)
@@ -171,20 +158,6 @@ class UnmappedOp:
                 where += f", at {self.source}"
         return f"operator #{self.index} {self.opcode}{where}: {self.reason}"
 
-    def to_dict(self) -> dict:
-        return {
-            "index": self.index,
-            "opcode": self.opcode,
-            "status": self.status.value,
-            "reason": self.reason,
-            "input_names": list(self.input_names),
-            "output_names": list(self.output_names),
-            "module_path": self.module_path,
-            "module_type": self.module_type,
-            "source": self.source,
-            "ops_before": self.ops_before,
-        }
-
 
 @dataclass(frozen=True)
 class EdgeTPUReport:
@@ -192,6 +165,11 @@ class EdgeTPUReport:
     model_problems: tuple[str, ...] = ()  # reasons the compiler would refuse the whole model
     first_unmapped: UnmappedOp | None = None
     table: tuple[TableRow, ...] = field(default=())
+
+    JSON_KEYS = (
+        "num_ops", "num_on_tpu", "num_on_cpu", "share_on_tpu", "num_segments", "fully_mapped",
+        "model_problems", "first_unmapped", "table", "ops", "summary",
+    )
 
     @property
     def num_ops(self) -> int:
@@ -235,20 +213,6 @@ class EdgeTPUReport:
         lines = [f"{'Operator':<{width}}  {'Count':>5}  Status"]
         lines += [f"{r.operator:<{width}}  {r.count:>5}  {r.status}" for r in self.table]
         return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        return {
-            "num_ops": self.num_ops,
-            "num_on_tpu": self.num_on_tpu,
-            "num_on_cpu": self.num_on_cpu,
-            "share_on_tpu": self.share_on_tpu,
-            "num_segments": self.num_segments,
-            "fully_mapped": self.fully_mapped,
-            "model_problems": list(self.model_problems),
-            "first_unmapped": self.first_unmapped.to_dict() if self.first_unmapped else None,
-            "table": [r.to_dict() for r in self.table],
-            "ops": [op.to_dict() for op in self.ops],
-        }
 
 
 # ---- module paths from tensor names -------------------------------------------------------------

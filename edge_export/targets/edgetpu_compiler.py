@@ -62,26 +62,6 @@ class CompilerOutput:
     table: tuple[TableRow, ...] = ()
     errors: tuple[str, ...] = ()  # lines the compiler prints on failure
 
-    def to_dict(self) -> dict:
-        return {
-            "version": self.version,
-            "compile_time_ms": self.compile_time_ms,
-            "input_model": self.input_model,
-            "output_model": self.output_model,
-            "input_size_bytes": self.input_size_bytes,
-            "output_size_bytes": self.output_size_bytes,
-            "on_chip_used_bytes": self.on_chip_used_bytes,
-            "on_chip_remaining_bytes": self.on_chip_remaining_bytes,
-            "off_chip_used_bytes": self.off_chip_used_bytes,
-            "num_subgraphs": self.num_subgraphs,
-            "total_ops": self.total_ops,
-            "ops_on_tpu": self.ops_on_tpu,
-            "ops_on_cpu": self.ops_on_cpu,
-            "log_path": self.log_path,
-            "table": [r.to_dict() for r in self.table],
-            "errors": list(self.errors),
-        }
-
 
 @dataclass(frozen=True)
 class CompilerResult:
@@ -102,19 +82,6 @@ class CompilerResult:
     @property
     def ops_on_cpu(self) -> int | None:
         return self.output.ops_on_cpu
-
-    def to_dict(self) -> dict:
-        return {
-            "compiled": self.compiled,
-            "reason": self.reason,
-            "compiler": self.compiler,
-            "exit_code": self.exit_code,
-            "elapsed_s": self.elapsed_s,
-            "compiled_model": self.compiled_model,
-            "output": self.output.to_dict(),
-            "stdout_tail": self.stdout_tail,
-            "stderr_tail": self.stderr_tail,
-        }
 
 
 # ---- parsing ------------------------------------------------------------------------------------

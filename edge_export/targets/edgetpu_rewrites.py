@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
+from ..reports.serialize import json_field
 
 __all__ = [
     "AppliedRewrite",
@@ -46,17 +47,11 @@ class AppliedRewrite:
     kind: str
     why: str
 
-    def to_dict(self) -> dict:
-        return {"module_path": self.module_path, "kind": self.kind, "why": self.why}
-
 
 @dataclass(frozen=True)
 class EdgeTPUPreparation:
-    module: Any  # the rewritten copy; the caller's module is not changed
+    module: Any = json_field(skip=True)  # the rewritten copy; the caller's module is not changed
     rewrites: tuple[AppliedRewrite, ...]
-
-    def to_dict(self) -> dict:
-        return {"rewrites": [r.to_dict() for r in self.rewrites]}
 
 
 def _replacement_classes() -> dict[str, type]:

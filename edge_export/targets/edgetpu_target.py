@@ -90,7 +90,7 @@ class EdgeTPUTarget(TargetPlugin):
         from .edgetpu_rewrites import prepare_module_for_edgetpu
 
         prep = prepare_module_for_edgetpu(module, example)
-        return PreparedModule(prep.module, {"rewrites": prep.to_dict()["rewrites"]})
+        return PreparedModule(prep.module, {"rewrites": prep.rewrites})
 
     def rewrite_flatbuffer(self, model_bytes: bytes) -> RewrittenFlatbuffer:
         # FLATBUFFER PASS: the Edge TPU operator reorder. The one place the Edge TPU target runs a
@@ -112,14 +112,16 @@ class EdgeTPUTarget(TargetPlugin):
 
         options, tflite_path = context.options, context.tflite_path
         mapping = check_edgetpu(context.model, source_module=context.source_module)
-        report: dict[str, Any] = {"edgetpu": {**mapping.to_dict(), "summary": mapping.summary()}}
+        from ..reports.model import CompilerSection, DelegateSection
+
+        report: dict[str, Any] = {"edgetpu": mapping}
         artifacts: list[TargetArtifact] = []
         model_path, log_path = _compiled_paths(tflite_path)
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / f"{tflite_path.stem}.tflite"
             src.write_bytes(context.model_bytes)
             result = compile_for_edgetpu(src, tmp, explicit_compiler=options.edgetpu_compiler, timeout_s=options.compiler_timeout)
-            report["compiler"] = {**result.to_dict(), "disagreements": compare_with_prediction(mapping, result)}
+            report["compiler"] = CompilerSection(result, tuple(compare_with_prediction(mapping, result)))
             if options.require_compiler:
                 require_compiled(result)
             if result.compiled and result.compiled_model:
@@ -133,9 +135,9 @@ class EdgeTPUTarget(TargetPlugin):
             try:
                 delegate = load_edgetpu_delegate()
             except TargetError as exc:
-                report["delegate"] = {"requested": "edgetpu", "used": False, "reason": exc.message}
+                report["delegate"] = DelegateSection("edgetpu", False, exc.message)
             else:
-                report["delegate"] = {"requested": "edgetpu", "used": True, "reason": ""}
+                report["delegate"] = DelegateSection("edgetpu", True, "")
                 compiled_bytes = artifacts[0].data if artifacts else context.model_bytes
                 runner = functools.partial(EdgeTPUDelegateRunner, compiled_bytes, delegate)
         label = "the LiteRT interpreter with the Edge TPU delegate" if runner is not None else None

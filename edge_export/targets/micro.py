@@ -218,6 +218,11 @@ class MicroReport:
     arena_estimate_bytes: int  # static estimate from tensor lifetimes
     arena_bytes: int | None = None  # measured by the TFLM host interpreter, when it ran
 
+    JSON_KEYS = (
+        "ok", "ops", "unsupported_ops", "input_dtypes", "output_dtypes", "integer_io", "fully_integer",
+        "float_tensors", "arena_estimate_bytes", "arena_bytes", "problems",
+    )
+
     @property
     def integer_io(self) -> bool:
         return all(d in _INTEGER_IO for d in (*self.input_dtypes, *self.output_dtypes))
@@ -250,21 +255,6 @@ class MicroReport:
         from dataclasses import replace
 
         return replace(self, arena_bytes=arena_bytes)
-
-    def to_dict(self) -> dict:
-        return {
-            "ok": self.ok,
-            "ops": list(self.ops),
-            "unsupported_ops": list(self.unsupported_ops),
-            "input_dtypes": list(self.input_dtypes),
-            "output_dtypes": list(self.output_dtypes),
-            "integer_io": self.integer_io,
-            "fully_integer": self.fully_integer,
-            "float_tensors": list(self.float_tensors),
-            "arena_estimate_bytes": self.arena_estimate_bytes,
-            "arena_bytes": self.arena_bytes,
-            "problems": list(self.problems),
-        }
 
 
 def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
@@ -576,12 +566,13 @@ class MicroTarget(TargetPlugin):
 
         # TFLM runs in a child process (as every native run of a candidate model): a crash is exit 3.
         arena, micro_report = run_isolated(measure, stage="TFLite Micro arena measurement", backend="the TFLite Micro interpreter")
-        section = micro_report.to_dict()
+        from ..reports.model import MicroSection
+
         artifacts = ()
         resolver_path = context.options.emit_op_resolver
         if resolver_path:
             artifacts = (TargetArtifact("op_resolver", Path(resolver_path), emit_op_resolver(micro_report.ops).encode()),)
-            section["op_resolver"] = str(resolver_path)
+        section = MicroSection(micro_report, str(resolver_path) if resolver_path else None)
         return TargetCheck(
             {"micro": section}, artifacts,
             runner=lambda: MicroRunner(model_bytes, arena_size=arena, model=model),

@@ -133,25 +133,6 @@ class LayerParity:
     def label(self) -> str:
         return self.module_path or "<model>"
 
-    def to_dict(self) -> dict:
-        return {
-            "position": self.position,
-            "module_path": self.module_path,
-            "module_type": self.module_type,
-            "tflite_tensor": self.tflite_tensor,
-            "tflite_index": self.tflite_index,
-            "opcode": self.opcode,
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "torch_shape": list(self.torch_shape),
-            "layout": self.layout,
-            "sqnr_db": self.sqnr_db,
-            "cosine": self.cosine,
-            "also_outputs_of": list(self.also_outputs_of),
-            "fused_modules": list(self.fused_modules),
-            "passed": self.passed,
-        }
-
 
 class UnmatchedReason(str, enum.Enum):
     FUSED = "fused"  # its value only exists inside a later op (a conv fused into its ReLU)
@@ -169,13 +150,13 @@ class UnmatchedModule:
     reason: UnmatchedReason
     fused_into: str | None = None  # the flatbuffer tensor holding the op it was fused into
 
-    def to_dict(self) -> dict:
-        return {
-            "module_path": self.module_path,
-            "module_type": self.module_type,
-            "reason": UnmatchedReason(self.reason).value,
-            "fused_into": self.fused_into,
-        }
+
+@dataclass(frozen=True)
+class JumpRule:
+    """When a layer counts as the first jump in error (see the module docstring)."""
+
+    drop_db: float
+    floor_db: float
 
 
 @dataclass(frozen=True)
@@ -195,6 +176,17 @@ class LayerParityReport:
     jump_floor_db: float = JUMP_FLOOR_DB
     min_sqnr_db: float | None = None  # the per-layer gate, if any
     notes: tuple[str, ...] = field(default=())
+
+    JSON_KEYS = (
+        "layers", "first_jump", "worst", "modules_total", "modules_matched", "modules_identity",
+        "modules_fused", "match_fraction", "unmatched_modules", "tensors_total", "tensors_matched",
+        "tensors_internal", "tensors_unmatched", "unmatched_tensors", "samples", "jump_rule",
+        "min_sqnr_db", "passed", "notes",
+    )
+
+    @property
+    def jump_rule(self) -> JumpRule:
+        return JumpRule(self.jump_drop_db, self.jump_floor_db)
 
     @property
     def passed(self) -> bool | None:
@@ -224,29 +216,6 @@ class LayerParityReport:
 
     def worst_layers(self, n: int = 5) -> tuple[LayerParity, ...]:
         return tuple(sorted(self.layers, key=lambda r: r.sqnr_db)[:n])
-
-    def to_dict(self) -> dict:
-        return {
-            "layers": [r.to_dict() for r in self.layers],
-            "first_jump": self.first_jump.to_dict() if self.first_jump else None,
-            "worst": self.worst.to_dict() if self.worst else None,
-            "modules_total": self.modules_total,
-            "modules_matched": self.modules_matched,
-            "modules_identity": self.modules_identity,
-            "modules_fused": self.modules_fused,
-            "match_fraction": self.match_fraction,
-            "unmatched_modules": [m.to_dict() for m in self.unmatched_modules],
-            "tensors_total": self.tensors_total,
-            "tensors_matched": self.tensors_matched,
-            "tensors_internal": self.tensors_internal,
-            "tensors_unmatched": self.tensors_unmatched,
-            "unmatched_tensors": list(self.unmatched_tensors),
-            "samples": self.samples,
-            "jump_rule": {"drop_db": self.jump_drop_db, "floor_db": self.jump_floor_db},
-            "min_sqnr_db": self.min_sqnr_db,
-            "passed": self.passed,
-            "notes": list(self.notes),
-        }
 
 
 # ---- names ------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 
 from ..config import OutputKind
 from ..errors import UsageError
+from ..reports.serialize import json_field
 
 __all__ = [
     "KindSource",
@@ -97,17 +98,26 @@ class OutputIdentity:
 
 
 @dataclass(frozen=True)
+class LabelsFile:
+    """The --labels file that marked an output as a classifier, and its number of labels."""
+
+    file: str
+    count: int
+
+
+@dataclass(frozen=True)
 class KindDecision:
     kind: OutputKind
-    source: KindSource
-    labels_file: str | None = None
-    labels_count: int | None = None
+    source: KindSource = json_field(name="kind_source")
+    labels: LabelsFile | None = json_field(default=None, omit_none=True)  # only with --labels
 
-    def to_dict(self) -> dict:
-        out: dict = {"kind": self.kind.value, "kind_source": self.source.value}
-        if self.labels_file is not None:
-            out["labels"] = {"file": self.labels_file, "count": self.labels_count}
-        return out
+    @property
+    def labels_file(self) -> str | None:
+        return self.labels.file if self.labels else None
+
+    @property
+    def labels_count(self) -> int | None:
+        return self.labels.count if self.labels else None
 
 
 _KIND_HINT = "Use classification, embedding or regression, e.g. --output-kind embedding=embedding."
@@ -281,5 +291,5 @@ def resolve_output_kinds(
     for o in outputs:
         kind, source = decided.get(o.index, (OutputKind.REGRESSION, KindSource.DEFAULT))
         path, count = labelled.get(o.index, (None, None))
-        result.append(KindDecision(kind, source, path, count))
+        result.append(KindDecision(kind, source, None if path is None else LabelsFile(path, count)))
     return result

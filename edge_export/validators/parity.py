@@ -15,9 +15,10 @@ import numpy as np
 
 from ..config import OutputKind, Thresholds
 from . import metrics
+from ..reports.serialize import json_field
 from .output_kinds import KindDecision, KindSource
 
-__all__ = ["Check", "OutputParity", "ParityResult", "compare_outputs"]
+__all__ = ["Check", "OutputParity", "ParityResult", "WorstOutput", "compare_outputs"]
 
 
 @dataclass(frozen=True)
@@ -33,16 +34,6 @@ class Check:
     passed: bool | None
     reason: str | None = None
 
-    def to_dict(self) -> dict:
-        return {
-            "metric": self.metric,
-            "value": self.value,
-            "threshold": self.threshold,
-            "op": self.op,
-            "passed": self.passed,
-            "reason": self.reason,
-        }
-
 
 _DEFAULT_DECISION = KindDecision(OutputKind.REGRESSION, KindSource.DEFAULT)
 
@@ -55,8 +46,10 @@ class OutputParity:
     metrics: dict
     checks: tuple[Check, ...]
     error: str | None = None  # e.g. a shape mismatch or NaN: the output fails
-    decision: KindDecision = _DEFAULT_DECISION
+    decision: KindDecision = json_field(default=_DEFAULT_DECISION, flatten=True)  # kind, kind_source, labels
     not_computable: Mapping[str, str] = field(default_factory=dict)  # metric -> why it has no value
+
+    JSON_KEYS = ("index", "name", "decision", "shape", "metrics", "not_computable", "checks", "error", "passed")
 
     @property
     def kind(self) -> OutputKind:
@@ -65,19 +58,6 @@ class OutputParity:
     @property
     def passed(self) -> bool:
         return self.error is None and all(c.passed is not False for c in self.checks)
-
-    def to_dict(self) -> dict:
-        return {
-            "index": self.index,
-            "name": self.name,
-            **self.decision.to_dict(),
-            "shape": list(self.shape),
-            "metrics": self.metrics,
-            "not_computable": dict(self.not_computable),
-            "checks": [c.to_dict() for c in self.checks],
-            "error": self.error,
-            "passed": self.passed,
-        }
 
 
 @dataclass(frozen=True)
@@ -88,11 +68,17 @@ class ParityResult:
     runtime: str
     notes: tuple[str, ...] = field(default=())
 
+    JSON_KEYS = ("status", "samples", "runtime", "thresholds", "outputs", "worst", "notes")
+
     @property
     def passed(self) -> bool:
         return all(o.passed for o in self.outputs)
 
-    def worst(self) -> dict | None:
+    @property
+    def status(self) -> str:
+        return "passed" if self.passed else "failed"
+
+    def worst(self) -> WorstOutput | None:
         """Among the failing outputs (all of them when none fails), the one with the lowest SQNR; an
         unknown SQNR (NaN/Inf, shape mismatch) counts as the lowest."""
         if not self.outputs:
@@ -106,26 +92,28 @@ class ParityResult:
 
         o = min(pool, key=sqnr)
         failed = [c.metric for c in o.checks if c.passed is False]
-        return {
-            "output": o.name,
-            "index": o.index,
-            "kind": o.kind.value,
-            "sqnr_db": o.metrics.get("sqnr_db") if o.metrics else None,
-            "max_abs_error": o.metrics.get("max_abs_error") if o.metrics else None,
-            "failed_checks": failed,
-            "error": o.error,
-        }
+        return WorstOutput(
+            output=o.name,
+            index=o.index,
+            kind=o.kind,
+            sqnr_db=o.metrics.get("sqnr_db") if o.metrics else None,
+            max_abs_error=o.metrics.get("max_abs_error") if o.metrics else None,
+            failed_checks=tuple(failed),
+            error=o.error,
+        )
 
-    def to_dict(self) -> dict:
-        return {
-            "status": "passed" if self.passed else "failed",
-            "samples": self.samples,
-            "runtime": self.runtime,
-            "thresholds": self.thresholds.to_dict(),
-            "outputs": [o.to_dict() for o in self.outputs],
-            "worst": self.worst(),
-            "notes": list(self.notes),
-        }
+
+@dataclass(frozen=True)
+class WorstOutput:
+    """The output a summary leads with: the failing (or lowest-SQNR) one."""
+
+    output: str  # its name
+    index: int
+    kind: OutputKind
+    sqnr_db: float | None
+    max_abs_error: float | None
+    failed_checks: tuple[str, ...]
+    error: str | None
 
 
 # (threshold field, metric, op) per gate; which gates an output gets is KIND_THRESHOLDS[kind].

@@ -183,6 +183,7 @@ def run(
     from edge_export.config import QuantBackend, QuantizeMode
     from edge_export.conversion import convert_module
     from edge_export.quantization import CalibrationSet, quantize_model
+    from edge_export.reports.serialize import to_json_value
     from edge_export.validators.metrics import cosine_similarity, sqnr_db
 
     if arch not in ARCHS:
@@ -225,7 +226,7 @@ def run(
         if detailed:
             results["models"][mode.value].update(
                 sqnr_db=q.sqnr_db, cosine=q.cosine,
-                attempts=[{k: a.to_dict()[k] for k in ATTEMPT_KEYS} for a in q.attempts],
+                attempts=[{k: to_json_value(a)[k] for k in ATTEMPT_KEYS} for a in q.attempts],
             )
     results["models"]["fp32"] = {}
     for name, data in artifacts.items():

@@ -147,8 +147,8 @@ def test_compare_outputs_collects_every_failure():
     res = compare_outputs(ref, good, names=["a", "b"], thresholds=Thresholds(atol=0.1, min_sqnr_db=30), runtime="t")
     assert not res.passed
     assert res.outputs[0].passed and not res.outputs[1].passed
-    assert res.worst()["output"] == "b"
-    assert set(res.worst()["failed_checks"]) == {"max_abs_error", "sqnr_db"}
+    assert res.worst().output == "b"
+    assert set(res.worst().failed_checks) == {"max_abs_error", "sqnr_db"}
     bad_shape = [[np.zeros((1, 3)), np.zeros((1, 2))]]
     res2 = compare_outputs(ref, bad_shape, names=["a", "b"], thresholds=Thresholds(), runtime="t")
     assert "shape mismatch" in res2.outputs[1].error

@@ -20,6 +20,7 @@ from edge_export.validators.output_kinds import (
     resolve_output_kinds,
 )
 from edge_export.validators.parity import compare_outputs
+from edge_export.reports.serialize import to_json_value
 
 C, E, R = OutputKind.CLASSIFICATION, OutputKind.EMBEDDING, OutputKind.REGRESSION
 
@@ -67,7 +68,7 @@ def test_labels_mark_a_classifier_and_must_match_its_classes(tmp_path):
     single = _outs((("output_0",), (1, 10)))
     (decision,) = resolve_output_kinds(single, (), parse_labels(str(ten)))
     assert (decision.kind, decision.source, decision.labels_count) == (C, KindSource.LABELS, 10)
-    assert decision.to_dict()["labels"] == {"file": str(ten), "count": 10}
+    assert to_json_value(decision)["labels"] == {"file": str(ten), "count": 10}
     two = _outs((("output_0",), (1, 10)), (("output_1",), (1, 4)))
     assert _decide(two, labels=f"output_0={ten}") == [(C, KindSource.LABELS), (R, KindSource.DEFAULT)]
     # an option still comes first: the labels are checked against it, not deciding
@@ -151,7 +152,7 @@ def test_classification_gets_top1_and_top5_with_ten_classes():
     checks = _checks(res)
     assert set(checks) == {"sqnr_db", "cosine", "top1_agreement", "top5_agreement"}
     assert checks["top1_agreement"].value == pytest.approx(0.5) and checks["top1_agreement"].passed is False
-    assert res.outputs[0].to_dict()["kind"] == "classification"
+    assert to_json_value(res.outputs[0])["kind"] == "classification"
     # fewer than 10 classes: no top-5, and it is not applicable (null) rather than not computable
     small = _compare(ref[:, :, :4], ref[:, :, :4], C)
     assert "top5_agreement" not in _checks(small) and small.outputs[0].metrics["top5_agreement"] is None
@@ -187,7 +188,7 @@ def test_embedding_gets_worst_sample_cosine_and_neighbours_not_top1():
     bad = _compare(ref, bad_out, E)
     assert bad.outputs[0].metrics["cosine"] > 0.8  # over all samples it looks fine
     assert _checks(bad)["worst_sample_cosine"].passed is False
-    assert bad.worst()["failed_checks"][0] == "worst_sample_cosine" and bad.worst()["kind"] == "embedding"
+    assert bad.worst().failed_checks[0] == "worst_sample_cosine" and bad.worst().kind == "embedding"
 
 
 def test_one_sample_gives_no_neighbour_agreement_and_is_not_counted():
@@ -196,7 +197,7 @@ def test_one_sample_gives_no_neighbour_agreement_and_is_not_counted():
     check = _checks(res)["neighbour_agreement"]
     assert check.value is None and check.passed is None and "at least 3" in check.reason
     assert res.passed  # the worst-sample cosine passed; the missing metric is not a failure
-    out = res.outputs[0].to_dict()
+    out = to_json_value(res.outputs[0])
     assert out["metrics"]["neighbour_agreement"] is None and "at least 3" in out["not_computable"]["neighbour_agreement"]
     assert any("neighbour_agreement not computable" in n for n in res.notes)
 
@@ -212,9 +213,9 @@ def test_nan_or_inf_fails_and_reports_no_number(bad, kind):
     assert not res.passed and "LiteRT output contains NaN or Inf (1 of 40 values)" in o.error
     assert all(v is None for v in o.metrics.values())
     assert o.checks and all(c.passed is False and c.value is None for c in o.checks)
-    text = json.dumps(res.to_dict(), allow_nan=False)  # no NaN or Infinity numbers anywhere
+    text = json.dumps(to_json_value(res), allow_nan=False)  # no NaN or Infinity numbers anywhere
     assert '"sqnr_db": 200' not in text
-    assert res.worst()["sqnr_db"] is None
+    assert res.worst().sqnr_db is None
 
 
 def test_nan_in_pytorch_output_fails_too():
@@ -263,7 +264,7 @@ def test_markdown_and_junit_show_the_kind_and_what_was_not_computable():
     from edge_export.reports.markdown import render_markdown
 
     ref = np.ones((1, 1, 8))
-    val = _compare(ref, ref, E).to_dict()
+    val = to_json_value(_compare(ref, ref, E))
     report = {"verdict": "passed", "validation": val, "flatbuffer": {"size_bytes": 10}}
     md = render_markdown(report)
     assert "| <code>y</code> | embedding (option) | 1×8 |" in md

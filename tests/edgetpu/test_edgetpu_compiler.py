@@ -11,6 +11,7 @@ from edgetpu_helpers import FAKE_COMPILER_PROLOGUE, write_fake_compiler
 
 from edge_export.errors import ConversionError, TargetError
 from edge_export.targets.edgetpu import check_edgetpu_bytes
+from edge_export.reports.serialize import to_json_value
 from edge_export.targets.edgetpu_compiler import (
     compare_with_prediction,
     compile_for_edgetpu,
@@ -189,7 +190,7 @@ def test_missing_compiler_is_reported_not_raised(tmp_path, small_cnn_int8, monke
     model.write_bytes(small_cnn_int8)
     result = compile_for_edgetpu(model, tmp_path / "out")
     assert not result.compiled and result.compiler is None and "not on PATH" in result.reason
-    assert result.to_dict()["compiled"] is False
+    assert to_json_value(result)["compiled"] is False
     assert compare_with_prediction(check_edgetpu_bytes(small_cnn_int8), result) == []
     with pytest.raises(TargetError, match="not on PATH"):
         require_compiled(result)

@@ -101,7 +101,7 @@ def test_synthetic_calibration_matches_specs_and_seed():
     a, b = synthetic_calibration(specs, n=3, seed=7), synthetic_calibration(specs, n=3, seed=7)
     assert a.samples[0][0].shape == (1, 3, 8, 8) and a.samples[0][1].dtype == np.int64
     np.testing.assert_array_equal(a.samples[2][0], b.samples[2][0])
-    assert a.to_dict()["real_data"] is False
+    assert a.summary().real_data is False
 
 
 # ---- refused data -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from edge_export.config import IODtype, QuantBackend, QuantizeMode
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.quantization import quantize_model
 from edge_export.validators.metrics import sqnr_db
+from edge_export.reports.serialize import to_json_value
 
 EXAMPLE = (torch.zeros(CNN_SPEC.shape),)
 
@@ -98,7 +99,7 @@ def test_auto_tries_both_backends_and_records_why(cnn, cnn_float_bytes, cnn_cali
     assert all(a.ok and a.fully_integer and a.sqnr_db > 30 and a.seconds > 0 for a in result.attempts)
     best = max(result.attempts, key=lambda a: a.sqnr_db)
     assert result.backend == best.backend and "better parity" in result.reason
-    report = json.loads(json.dumps(result.to_dict()))
+    report = json.loads(json.dumps(to_json_value(result)))
     assert report["calibration"]["real_data"] is False and report["calibration"]["samples"] == 16
     assert any("synthetic" in w for w in report["warnings"])
 

@@ -11,6 +11,7 @@ from edge_export.errors import FlatbufferError, UsageError
 from edge_export.latency import LatencyStats, benchmark_latency, random_inputs, render_latency
 from edge_export.runtime import IOTensor, Resolver
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
+from edge_export.reports.serialize import to_json_value
 
 
 def test_stats_from_known_samples():
@@ -35,7 +36,7 @@ def test_bench_reports_both_runtimes(cnn_models, kind):
     assert report.inputs[0].dtype == ("float32" if kind == "fp32" else "int8")
     assert report.xnnpack_speedup > 0
 
-    d = json.loads(json.dumps(report.to_dict()))
+    d = json.loads(json.dumps(to_json_value(report)))
     assert list(d["results"][0]) == [
         "resolver", "runs", "median_ms", "p10_ms", "p90_ms", "min_ms", "max_ms", "mean_ms", "stdev_ms",
     ]

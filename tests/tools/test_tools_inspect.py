@@ -11,6 +11,7 @@ from edge_export.errors import FlatbufferError
 from edge_export.inspection import inspect_flatbuffer, render_inspection
 from edge_export.runtime import TFLiteRunner
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
+from edge_export.reports.serialize import to_json_value
 
 
 def rendered(report) -> str:
@@ -55,7 +56,7 @@ def test_inspect_int8_file_reports_quantization_and_json(cnn_models):
     assert q_in.zero_points[0] == runner.inputs[0].zero_point
     assert -128 <= q_in.zero_points[0] <= 127
 
-    data = json.loads(json.dumps(report.to_dict()))
+    data = json.loads(json.dumps(to_json_value(report)))
     assert data["fully_integer"] is True
     assert data["inputs"][0]["quantization"]["zero_point"] == q_in.zero_points[0]
     assert data["operators"][0]["count"] >= data["operators"][-1]["count"]

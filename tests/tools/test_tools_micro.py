@@ -16,6 +16,7 @@ from edge_export.targets.micro import (
 )
 from edge_export.validators.metrics import sqnr_db
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
+from edge_export.reports.serialize import to_json_value
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def test_int8_cnn_end_to_end_on_tflm(cnn_models):
     runner = MicroRunner(cnn_models.int8, model=model)
     arena = runner.arena_bytes
     assert 1000 < arena < 64 * 1024
-    assert runner.report.arena_bytes == arena and runner.report.to_dict()["arena_bytes"] == arena
+    assert runner.report.arena_bytes == arena and to_json_value(runner.report)["arena_bytes"] == arena
     # The estimate is in the same range as what TFLM measured.
     assert arena / 3 < report.arena_estimate_bytes < arena * 3
     # The measured arena is the smallest that works (to the arena's 16-byte alignment).

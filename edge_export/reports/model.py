@@ -1,0 +1,277 @@
+"""The run report: one typed tree that ``export()`` and ``validate()`` assemble from the stages'
+result objects, and that every renderer reads.
+
+    RunReport
+      model: ModelSection              inputs: InputSection[]        export: ExportSection | ValidateSection
+      quantization: QuantizationResult (int modes)                   target: TargetSection (edgetpu, micro)
+      artifacts: ArtifactsSection      flatbuffer: FlatbufferSection stages: StageTiming[]
+      validation: ParityResult | SkippedValidation                   per_layer: LayerParityReport
+      baseline: BaselineSection        verdict, exit_code (derived)
+
+The stage results (``QuantizationResult``, ``ParityResult``, ``LayerParityReport``, ``EdgeTPUReport``,
+``CompilerResult``, ``MicroReport``...) are the sections themselves: nothing is copied into dicts.
+``reports.serialize.to_json_value`` writes the tree as the published JSON (schema
+``report.schema.json``, version ``REPORT_SCHEMA_VERSION``); a test walks this tree against the
+schema. This module imports no torch or LiteRT: the types of the stage results are named for
+readers and type checkers only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Union
+
+from ..errors import exit_code_for_verdict
+from .serialize import json_field
+
+if TYPE_CHECKING:
+    from ..flatbuffer import TensorInfo
+    from ..quantization import QuantizationResult
+    from ..targets.edgetpu import EdgeTPUReport
+    from ..targets.edgetpu_compiler import CompilerResult
+    from ..targets.edgetpu_rewrites import AppliedRewrite
+    from ..targets.micro import MicroReport
+    from ..validators.layers import LayerParityReport
+    from ..validators.parity import ParityResult
+    from .baseline import Regression
+
+__all__ = [
+    "REPORT_SCHEMA_VERSION",
+    "RunReport",
+    "ToolSection",
+    "ModelSection",
+    "InputSection",
+    "ExportSection",
+    "ValidateSection",
+    "ArtifactsSection",
+    "FlatbufferSection",
+    "StageTiming",
+    "SkippedValidation",
+    "TargetSection",
+    "CompilerSection",
+    "DelegateSection",
+    "MicroSection",
+    "BaselineSection",
+    "Verdict",
+    "verdict_of",
+]
+
+REPORT_SCHEMA_VERSION = "1.1"
+
+
+class Verdict:
+    """The three verdicts a report can carry (strings in the JSON)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    EXPORTED_UNVALIDATED = "exported-unvalidated"
+
+
+@dataclass(frozen=True)
+class ToolSection:
+    version: str
+    name: str = "edge-export"
+
+    JSON_KEYS = ("name", "version")
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    source: str  # a path or package.module:attr
+    kind: str  # loading.ModelKind value
+    class_name: str = json_field(name="class")
+
+
+@dataclass(frozen=True)
+class InputSection:
+    """One forward() argument as the flatbuffer takes it."""
+
+    name: str | None
+    shape: tuple[int, ...]
+    dtype: str
+    layout: str | None  # "NHWC" when the flatbuffer takes it channels-last
+
+
+@dataclass(frozen=True)
+class ExportSection:
+    """How ``export`` was asked to export."""
+
+    quantize: str
+    target: str
+    channels_last: bool
+    channels_last_inputs: tuple[int, ...]
+    channels_last_outputs: tuple[int, ...]
+    strict: bool
+    io_dtype: str | None  # int modes only
+    strip_names: bool
+    size_bytes_with_names: int | None = json_field(default=None, omit_none=True)  # with --strip-names
+
+
+@dataclass(frozen=True)
+class ValidateSection:
+    """How ``validate`` checked an existing flatbuffer."""
+
+    quantize: str
+    target: str
+    channels_last: bool
+    channels_last_inputs: tuple[int, ...]
+    channels_last_outputs: tuple[int, ...]
+    strict: bool
+    command: str = "validate"
+
+    JSON_KEYS = ("command", "quantize", "target", "channels_last", "channels_last_inputs", "channels_last_outputs", "strict")
+
+
+@dataclass(frozen=True)
+class ArtifactsSection:
+    """Paths of every file the run wrote."""
+
+    tflite: str
+    report_json: str
+    report_markdown: str
+    junit: str | None = json_field(default=None, omit_none=True)
+    # what a target adds (edgetpu_tflite, edgetpu_log, op_resolver): key -> path
+    extra: Mapping[str, str] = json_field(default_factory=dict, flatten=True)
+
+    def get(self, key: str) -> str | None:
+        """A path by its JSON key (the target's extra artifacts included)."""
+        if key in ("tflite", "report_json", "report_markdown", "junit"):
+            return getattr(self, key)
+        return self.extra.get(key)
+
+
+@dataclass(frozen=True)
+class FlatbufferSection:
+    size_bytes: int
+    sha256: str
+    num_operators: int
+    op_counts: Mapping[str, int]  # operator -> count, in first-use order
+    num_tensors: int
+    num_subgraphs: int
+    min_runtime_version: str | None
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    fully_integer: bool
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    name: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SkippedValidation:
+    reason: str
+    status: str = "skipped"
+
+    JSON_KEYS = ("status", "reason")
+    passed = None  # neither passed nor failed
+
+
+@dataclass(frozen=True)
+class CompilerSection:
+    """The Edge TPU compiler's run, and where it disagrees with the predicted mapping."""
+
+    result: CompilerResult = json_field(flatten=True)
+    disagreements: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DelegateSection:
+    requested: str
+    used: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class MicroSection:
+    report: MicroReport = json_field(flatten=True)
+    op_resolver: str | None = json_field(default=None, omit_none=True)  # --emit-op-resolver path
+
+
+@dataclass(frozen=True)
+class TargetSection:
+    """What a target implied and what its checks found (absent for --target cpu)."""
+
+    name: str
+    implied: tuple[str, ...]
+    rewrites: tuple[AppliedRewrite, ...] | None = json_field(default=None, omit_none=True)
+    reordered_operators: bool | None = json_field(default=None, omit_none=True)
+    edgetpu: EdgeTPUReport | None = json_field(default=None, omit_none=True)
+    compiler: CompilerSection | None = json_field(default=None, omit_none=True)
+    delegate: DelegateSection | None = json_field(default=None, omit_none=True)
+    micro: MicroSection | None = json_field(default=None, omit_none=True)
+    # sections of targets defined outside this package (a plugin's own keys), written as they are
+    extra: Mapping[str, Any] = json_field(default_factory=dict, flatten=True)
+
+    @classmethod
+    def from_hooks(cls, sections: Mapping[str, Any]) -> "TargetSection":
+        """The section from what a target's hooks returned: known keys typed, the rest in ``extra``."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in sections.items() if k in known}, extra={k: v for k, v in sections.items() if k not in known})
+
+
+@dataclass(frozen=True)
+class BaselineSection:
+    path: str
+    regressions: tuple[Regression, ...]
+
+    JSON_KEYS = ("path", "status", "regressions")
+
+    @property
+    def status(self) -> str:
+        return "regressed" if self.regressions else "ok"
+
+
+def verdict_of(validation: ParityResult | SkippedValidation, per_layer: LayerParityReport | None, baseline: BaselineSection | None) -> str:
+    """Failed when parity, the per-layer gate or the baseline gate failed; passed when parity
+    passed; exported-unvalidated when parity was skipped (and no gate failed)."""
+    if baseline is not None and baseline.regressions:
+        return Verdict.FAILED
+    if per_layer is not None and per_layer.passed is False:
+        return Verdict.FAILED
+    if validation.passed is True:
+        return Verdict.PASSED
+    if validation.passed is False:
+        return Verdict.FAILED
+    return Verdict.EXPORTED_UNVALIDATED
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything one ``export`` or ``validate`` run found; the JSON, Markdown, JUnit and terminal
+    summary are renderings of it."""
+
+    tool: ToolSection
+    libraries: Mapping[str, str | None]  # distribution -> version (None: not installed)
+    created_at: str  # UTC, ISO 8601
+    model: ModelSection
+    inputs: tuple[InputSection, ...]
+    export: Union[ExportSection, ValidateSection]
+    artifacts: ArtifactsSection
+    flatbuffer: FlatbufferSection
+    stages: tuple[StageTiming, ...]
+    validation: Union[ParityResult, SkippedValidation]
+    quantization: QuantizationResult | None = json_field(default=None, omit_none=True)
+    target: TargetSection | None = json_field(default=None, omit_none=True)
+    per_layer: LayerParityReport | None = json_field(default=None, omit_none=True)
+    baseline: BaselineSection | None = json_field(default=None, omit_none=True)
+    schema_version: str = field(default=REPORT_SCHEMA_VERSION)
+
+    JSON_KEYS = (
+        "schema_version", "tool", "libraries", "created_at", "model", "inputs", "export", "quantization",
+        "target", "artifacts", "flatbuffer", "stages", "validation", "per_layer", "baseline", "verdict",
+        "exit_code",
+    )
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.validation, self.per_layer, self.baseline)
+
+    @property
+    def exit_code(self) -> int:
+        """The process exit code this verdict maps to (errors.exit_code_for_verdict)."""
+        return exit_code_for_verdict(self.verdict)

@@ -1,0 +1,104 @@
+"""The terminal summary of a run: a few lines read from the typed report, printed to a rich Console.
+
+Model-supplied text (tensor, output and module names, paths, error messages) is printed literally:
+``[/bold]`` in a name is not markup.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .model import RunReport
+
+__all__ = ["print_summary"]
+
+
+def _plain(out: Console, text: str) -> None:
+    """Print text that holds model-supplied names or paths literally: ``[/bold]`` in a name is not markup."""
+    out.print(text, markup=False)
+
+
+def _number(value: Any) -> float | None:
+    """A metric as the JSON report has it: a non-finite value is no value."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return value
+
+
+def print_summary(report: RunReport, out: Console, err: Console) -> None:
+    """The verdict line, then one line per section the run has; warnings go to ``err``."""
+    fb = report.flatbuffer
+    val = report.validation
+    verdict = report.verdict
+    color = {"passed": "green", "failed": "red"}.get(verdict, "yellow")
+    out.print(f"[bold {color}]{verdict.upper()}[/bold {color}]  {escape(report.artifacts.tflite)}")
+    op_counts = dict(fb.op_counts)
+    ops = ", ".join(f"{k}×{v}" for k, v in list(op_counts.items())[:8])
+    more = "" if len(op_counts) <= 8 else f", … ({len(op_counts)} kinds)"
+    _plain(out, f"  size {fb.size_bytes / 1024:.1f} KiB · {fb.num_operators} ops: {ops}{more}")
+    worst = None if val.passed is None else val.worst()
+    if val.passed is None:
+        _plain(out, f"  parity: not checked ({val.reason})")
+    elif worst is not None:
+        sq, mae = _number(worst.sqnr_db), _number(worst.max_abs_error)
+        failed = worst.failed_checks
+        _plain(
+            out,
+            f"  parity ({val.samples} samples): worst output {worst.output}"
+            + f" ({worst.kind.value})"
+            + ": SQNR "
+            f"{'–' if sq is None else f'{sq:.1f}'} dB, max abs error {'–' if mae is None else f'{mae:.3g}'}"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+            + (f"; {worst.error}" if worst.error else ""),
+        )
+        for note in val.notes:
+            _plain(out, f"  note: {note}")
+    quant = report.quantization
+    if quant is not None:
+        integer = "fully integer" if quant.fully_integer else "NOT fully integer"
+        io = ", ".join(
+            f"{x.kind} {x.name} {x.dtype}" + (f" (scale {x.scale:.6g}, zero point {x.zero_point})" if x.scale else "")
+            for x in quant.io
+        )
+        _plain(out, f"  quantization: {quant.mode.value} via {quant.backend} ({quant.reason}); {integer}; {io}")
+        for w in quant.warnings:
+            err.print(f"[yellow]warning:[/yellow] {escape(w)}")
+    target = report.target
+    if target is not None:
+        if target.edgetpu is not None:
+            _plain(out, f"  edge tpu: {target.edgetpu.summary()}")
+            comp = target.compiler
+            if comp is not None and comp.result.compiled:
+                _plain(out, f"  edgetpu_compiler: compiled -> {report.artifacts.get('edgetpu_tflite')}")
+            else:
+                _plain(out, f"  edgetpu_compiler: not compiled: {comp.result.reason if comp else None}")
+            for d in comp.disagreements if comp else ():
+                _plain(out, f"    disagreement: {d}")
+        if target.micro is not None:
+            m = target.micro.report
+            _plain(out, f"  tflite micro: arena {m.arena_bytes} bytes; ops {', '.join(m.ops)}")
+    layers = report.per_layer
+    if layers is not None:
+        jump, worst_layer = layers.first_jump, layers.worst
+        worst_sqnr = _number(worst_layer.sqnr_db) if worst_layer is not None else None
+        _plain(
+            out,
+            f"  per-layer: {len(layers.layers)} layers compared ({layers.match_fraction:.0%} of modules matched)"
+            + (f"; worst {worst_layer.module_path} {worst_sqnr:.1f} dB" if worst_sqnr is not None else "")
+            + (f"; error jumps at {jump.module_path} ({jump.sqnr_db:.1f} dB)" if jump else "; no jump"),
+        )
+    base = report.baseline
+    if base is not None:
+        regs = base.regressions
+        _plain(out, f"  baseline {base.path}: " + (f"{len(regs)} regression(s)" if regs else "no regression"))
+        for r in regs[:10]:
+            _plain(out, f"    - {r.message}")
+    _plain(out, f"  reports: {report.artifacts.report_json}  {report.artifacts.report_markdown}")
+    if report.artifacts.junit:
+        _plain(out, f"  junit: {report.artifacts.junit}")
