@@ -104,61 +104,73 @@ def _parse_pair(text: Optional[str], option: str) -> Optional[tuple[int, int]]:
 
 
 # Options shared by `export` and `validate`, declared once.
-InputShapeOpt = Annotated[Optional[List[str]], typer.Option("--input-shape", help="Input shape such as 1,3,224,224; repeat once per input in forward() order.")]
-InputDtypeOpt = Annotated[Optional[List[str]], typer.Option("--input-dtype", help="Input dtype (float32, int64, ...); repeatable; default float32.")]
-SamplesOpt = Annotated[int, typer.Option("--samples", help="Number of parity inputs (example inputs plus seeded random ones).")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the random parity inputs.")]
-AtolOpt = Annotated[Optional[float], typer.Option("--atol", help="Max absolute error allowed per classification or regression output.")]
-MinSqnrOpt = Annotated[Optional[float], typer.Option("--min-sqnr", help="Minimum SQNR in dB per classification or regression output.")]
-MinCosineOpt = Annotated[Optional[float], typer.Option("--min-cosine", help="Minimum cosine similarity: over all samples for classification outputs, of the worst sample for embeddings.")]
-MinTop1Opt = Annotated[Optional[float], typer.Option("--min-top1", help="Minimum top-1 agreement (0..1) for classification outputs.")]
-MinTop5Opt = Annotated[Optional[float], typer.Option("--min-top5", help="Minimum top-5 agreement (0..1) for classification outputs with at least 10 classes.")]
-MinNeighbourOpt = Annotated[Optional[float], typer.Option("--min-neighbour-agreement", help="Minimum fraction (0..1) of samples whose nearest neighbour by cosine is the same as in PyTorch, for embedding outputs.")]
-MaxRelL2Opt = Annotated[Optional[float], typer.Option("--max-rel-l2", help="Maximum relative L2 error per classification or regression output (default: not gated; SQNR covers it).")]
-MaxErrorStepsOpt = Annotated[Optional[float], typer.Option("--max-error-steps", help="Maximum abs error in output quantization steps, for integer outputs (default: not gated).")]
-OutputKindOpt = Annotated[Optional[List[str]], typer.Option("--output-kind", help="What an output is: NAME=KIND (repeatable) or KIND for all; KIND is classification, embedding or regression. Default: from the output's name, then --labels, else regression.")]
-LabelsOpt = Annotated[Optional[List[str]], typer.Option("--labels", help="[NAME=]FILE: class labels, one per line, for a classifier output; marks it classification and must match its class count.")]
-WeightsOpt = Annotated[Optional[str], typer.Option("--weights", help="state_dict file for a package.module:attr model (loaded with weights_only=True).")]
-TrustPickleOpt = Annotated[bool, typer.Option("--trust-pickle", help="Allow loading a pickled module (runs arbitrary code: only for files you trust).")]
-JunitOpt = Annotated[Optional[Path], typer.Option("--junit", help="Also write JUnit XML here: one test case per output (and per layer with --per-layer).")]
-BaselineOpt = Annotated[Optional[Path], typer.Option("--baseline", help="An earlier <stem>.report.json: exit 1 when any metric got worse beyond tolerance.")]
-PerLayerOpt = Annotated[bool, typer.Option("--per-layer", help="Also compare every layer with PyTorch (reference kernels, all intermediates kept).")]
-PerLayerMinSqnrOpt = Annotated[Optional[float], typer.Option("--per-layer-min-sqnr", help="Fail (exit 1) when any compared layer's SQNR is below this (dB).")]
-PerLayerPlotOpt = Annotated[Optional[Path], typer.Option("--per-layer-plot", help="Write a PNG of SQNR per layer (needs matplotlib: pip install edge-export[plot]).")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Show litert-torch's and absl's own output.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", help="Print only errors.")]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")]
+# The options export and validate share, declared once: (parameter, type with its typer option,
+# default, the ExportOptions field it sets or None, conversion). ``_with_checking_options`` adds
+# them to both commands, which receive the converted fields as ``checking``.
+def _str_or_none(value: Optional[Path]) -> Optional[str]:
+    return str(value) if value else None
 
 
-def _checking_options(
-    input_shape, input_dtype, channels_last, samples, seed, atol, min_sqnr, min_cosine, min_top1,
-    weights, trust_pickle, junit, baseline, per_layer, per_layer_min_sqnr, per_layer_plot, verbose,
-    **kind_checks,
-) -> dict:
-    """The ExportOptions fields that export and validate share, from their CLI values
-    (``kind_checks``: output kinds, labels and the per-kind thresholds, passed by name)."""
-    return {
-        **kind_checks,
-        "output_kinds": tuple(kind_checks.get("output_kinds") or ()),
-        "labels": tuple(kind_checks.get("labels") or ()),
-        "input_shapes": _parse_shapes(input_shape),
-        "input_dtypes": tuple(input_dtype or ()),
-        "channels_last": channels_last,
-        "samples": samples,
-        "seed": seed,
-        "atol": atol,
-        "min_sqnr": min_sqnr,
-        "min_cosine": min_cosine,
-        "min_top1": min_top1,
-        "weights": weights,
-        "trust_pickle": trust_pickle,
-        "verbose": verbose,
-        "junit": str(junit) if junit else None,
-        "baseline": str(baseline) if baseline else None,
-        "per_layer": per_layer,
-        "per_layer_min_sqnr": per_layer_min_sqnr,
-        "per_layer_plot": str(per_layer_plot) if per_layer_plot else None,
-    }
+def _as_tuple(values: Optional[List[str]]) -> tuple[str, ...]:
+    return tuple(values or ())
+
+
+def _same(value):
+    return value
+
+
+_CHECKING_OPTIONS = (
+    ("input_shape", Annotated[Optional[List[str]], typer.Option("--input-shape", help="Input shape such as 1,3,224,224; repeat once per input in forward() order.")], None, "input_shapes", lambda v: _parse_shapes(v)),
+    ("input_dtype", Annotated[Optional[List[str]], typer.Option("--input-dtype", help="Input dtype (float32, int64, ...); repeatable; default float32.")], None, "input_dtypes", _as_tuple),
+    ("samples", Annotated[int, typer.Option("--samples", help="Number of parity inputs (example inputs plus seeded random ones).")], 8, "samples", _same),
+    ("seed", Annotated[int, typer.Option("--seed", help="Seed for the random parity inputs.")], 0, "seed", _same),
+    ("atol", Annotated[Optional[float], typer.Option("--atol", help="Max absolute error allowed per classification or regression output.")], None, "atol", _same),
+    ("min_sqnr", Annotated[Optional[float], typer.Option("--min-sqnr", help="Minimum SQNR in dB per classification or regression output.")], None, "min_sqnr", _same),
+    ("min_cosine", Annotated[Optional[float], typer.Option("--min-cosine", help="Minimum cosine similarity: over all samples for classification outputs, of the worst sample for embeddings.")], None, "min_cosine", _same),
+    ("min_top1", Annotated[Optional[float], typer.Option("--min-top1", help="Minimum top-1 agreement (0..1) for classification outputs.")], None, "min_top1", _same),
+    ("min_top5", Annotated[Optional[float], typer.Option("--min-top5", help="Minimum top-5 agreement (0..1) for classification outputs with at least 10 classes.")], None, "min_top5", _same),
+    ("min_neighbour_agreement", Annotated[Optional[float], typer.Option("--min-neighbour-agreement", help="Minimum fraction (0..1) of samples whose nearest neighbour by cosine is the same as in PyTorch, for embedding outputs.")], None, "min_neighbour_agreement", _same),
+    ("max_rel_l2", Annotated[Optional[float], typer.Option("--max-rel-l2", help="Maximum relative L2 error per classification or regression output (default: not gated; SQNR covers it).")], None, "max_rel_l2", _same),
+    ("max_error_steps", Annotated[Optional[float], typer.Option("--max-error-steps", help="Maximum abs error in output quantization steps, for integer outputs (default: not gated).")], None, "max_error_steps", _same),
+    ("output_kind", Annotated[Optional[List[str]], typer.Option("--output-kind", help="What an output is: NAME=KIND (repeatable) or KIND for all; KIND is classification, embedding or regression. Default: from the output's name, then --labels, else regression.")], None, "output_kinds", _as_tuple),
+    ("labels", Annotated[Optional[List[str]], typer.Option("--labels", help="[NAME=]FILE: class labels, one per line, for a classifier output; marks it classification and must match its class count.")], None, "labels", _as_tuple),
+    ("weights", Annotated[Optional[str], typer.Option("--weights", help="state_dict file for a package.module:attr model (loaded with weights_only=True).")], None, "weights", _same),
+    ("trust_pickle", Annotated[bool, typer.Option("--trust-pickle", help="Allow loading a pickled module (runs arbitrary code: only for files you trust).")], False, "trust_pickle", _same),
+    ("junit", Annotated[Optional[Path], typer.Option("--junit", help="Also write JUnit XML here: one test case per output (and per layer with --per-layer).")], None, "junit", _str_or_none),
+    ("baseline", Annotated[Optional[Path], typer.Option("--baseline", help="An earlier <stem>.report.json: exit 1 when any metric got worse beyond tolerance.")], None, "baseline", _str_or_none),
+    ("per_layer", Annotated[bool, typer.Option("--per-layer", help="Also compare every layer with PyTorch (reference kernels, all intermediates kept).")], False, "per_layer", _same),
+    ("per_layer_min_sqnr", Annotated[Optional[float], typer.Option("--per-layer-min-sqnr", help="Fail (exit 1) when any compared layer's SQNR is below this (dB).")], None, "per_layer_min_sqnr", _same),
+    ("per_layer_plot", Annotated[Optional[Path], typer.Option("--per-layer-plot", help="Write a PNG of SQNR per layer (needs matplotlib: pip install edge-export[plot]).")], None, "per_layer_plot", _str_or_none),
+    ("verbose", Annotated[bool, typer.Option("--verbose", "-v", help="Show litert-torch's and absl's own output.")], False, "verbose", _same),
+    ("quiet", Annotated[bool, typer.Option("--quiet", help="Print only errors.")], False, None, _same),
+    ("debug", Annotated[bool, typer.Option("--debug", help="Show full tracebacks.")], False, None, _same),
+)
+DebugOpt = _CHECKING_OPTIONS[-1][1]
+VerboseOpt = _CHECKING_OPTIONS[-3][1]
+
+
+def _with_checking_options(command):
+    """Give ``command`` the options export and validate share. It is called with its own
+    parameters plus ``checking`` (the ExportOptions fields those options set), ``quiet`` and
+    ``debug``; typer sees one signature with all of them."""
+    import functools
+    import inspect
+
+    own = [p for p in inspect.signature(command).parameters.values() if p.name not in ("checking", "quiet", "debug")]
+    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation) for name, annotation, default, _, _ in _CHECKING_OPTIONS]
+
+    @functools.wraps(command)
+    def with_options(**values):
+        checking = {}
+        for name, _, _, field, convert in _CHECKING_OPTIONS:
+            if field is not None:
+                checking[field] = convert(values.pop(name))
+        return command(**values, checking=checking)
+
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + shared
+    with_options.__signature__ = inspect.Signature(params)
+    with_options.__annotations__ = {p.name: p.annotation for p in params}
+    return with_options
 
 
 def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
@@ -184,6 +196,7 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
 
 
 @app.command("export", help="Export MODEL to a LiteRT flatbuffer, check parity and write reports.\n\n" + EXIT_CODES_HELP)
+@_with_checking_options
 def export_command(
     model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output .tflite path (default: <model stem>.tflite beside the model)."),
@@ -202,34 +215,11 @@ def export_command(
     require_compiler: bool = typer.Option(False, "--require-compiler", help="Fail when edgetpu_compiler is absent or fails (default: report it and go on)."),
     delegate: Optional[str] = typer.Option(None, "--delegate", help="edgetpu: run parity through the Edge TPU delegate (libedgetpu) when present."),
     emit_op_resolver: Optional[Path] = typer.Option(None, "--emit-op-resolver", help="micro: write the C++ MicroMutableOpResolver lines for the model's operators here."),
-    input_shape: InputShapeOpt = None,
-    input_dtype: InputDtypeOpt = None,
     channels_last: bool = typer.Option(False, "--channels-last/--no-channels-last", help="NHWC inputs/outputs for 4-D image tensors (no boundary TRANSPOSE ops)."),
     strip_names: bool = typer.Option(False, "--strip-names", help="Drop inner tensor names from the written .tflite (smaller; same computation). The report keeps the module paths; later `validate --per-layer` on the file cannot."),
     strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
-    samples: SamplesOpt = 8,
-    seed: SeedOpt = 0,
-    atol: AtolOpt = None,
-    min_sqnr: MinSqnrOpt = None,
-    min_cosine: MinCosineOpt = None,
-    min_top1: MinTop1Opt = None,
-    min_top5: MinTop5Opt = None,
-    min_neighbour_agreement: MinNeighbourOpt = None,
-    max_rel_l2: MaxRelL2Opt = None,
-    max_error_steps: MaxErrorStepsOpt = None,
-    output_kind: OutputKindOpt = None,
-    labels: LabelsOpt = None,
-    weights: WeightsOpt = None,
-    trust_pickle: TrustPickleOpt = False,
-    junit: JunitOpt = None,
-    baseline: BaselineOpt = None,
-    per_layer: PerLayerOpt = False,
-    per_layer_min_sqnr: PerLayerMinSqnrOpt = None,
-    per_layer_plot: PerLayerPlotOpt = None,
-    verbose: VerboseOpt = False,
-    quiet: QuietOpt = False,
-    debug: DebugOpt = False,
+ checking: dict = None, quiet: bool = False, debug: bool = False,
 ) -> None:
     def call(on_stage):
         from .api import ExportOptions, export
@@ -253,16 +243,12 @@ def export_command(
             strip_names=strip_names,
             strict=strict,
             validate=validate,
-            **_checking_options(
-                input_shape, input_dtype, channels_last, samples, seed, atol, min_sqnr, min_cosine, min_top1,
-                weights, trust_pickle, junit, baseline, per_layer, per_layer_min_sqnr, per_layer_plot, verbose,
-                min_top5=min_top5, min_neighbour_agreement=min_neighbour_agreement, max_rel_l2=max_rel_l2,
-                max_error_steps=max_error_steps, output_kinds=output_kind, labels=labels,
-            ),
+            channels_last=channels_last,
+            **checking,
         )
         return export(model, output=output, options=options, on_stage=on_stage)
 
-    _run(call, quiet, debug, verbose)
+    _run(call, quiet, debug, checking["verbose"])
 
 
 @app.command(
@@ -270,50 +256,21 @@ def export_command(
     help="Check an existing MODEL.tflite against a PyTorch reference (any source kind export accepts). "
     "Thresholds default to the flatbuffer's precision. Writes <stem>.validate.report.json/.md.\n\n" + EXIT_CODES_HELP,
 )
+@_with_checking_options
 def validate_command(
     tflite: Path = typer.Argument(..., help="The .tflite flatbuffer to check."),
     reference: str = typer.Option(..., "--reference", "-r", help="The PyTorch model it was exported from (.pt2, TorchScript, package.module:attr, pickle)."),
     report: Optional[Path] = typer.Option(None, "--report", help="Report path prefix (default <tflite stem>.validate)."),
-    input_shape: InputShapeOpt = None,
-    input_dtype: InputDtypeOpt = None,
     channels_last: bool = typer.Option(False, "--channels-last", help="The flatbuffer's 4-D inputs are NHWC (only needed when the reference has no example inputs)."),
-    samples: SamplesOpt = 8,
-    seed: SeedOpt = 0,
-    atol: AtolOpt = None,
-    min_sqnr: MinSqnrOpt = None,
-    min_cosine: MinCosineOpt = None,
-    min_top1: MinTop1Opt = None,
-    min_top5: MinTop5Opt = None,
-    min_neighbour_agreement: MinNeighbourOpt = None,
-    max_rel_l2: MaxRelL2Opt = None,
-    max_error_steps: MaxErrorStepsOpt = None,
-    output_kind: OutputKindOpt = None,
-    labels: LabelsOpt = None,
-    weights: WeightsOpt = None,
-    trust_pickle: TrustPickleOpt = False,
-    junit: JunitOpt = None,
-    baseline: BaselineOpt = None,
-    per_layer: PerLayerOpt = False,
-    per_layer_min_sqnr: PerLayerMinSqnrOpt = None,
-    per_layer_plot: PerLayerPlotOpt = None,
-    verbose: VerboseOpt = False,
-    quiet: QuietOpt = False,
-    debug: DebugOpt = False,
+ checking: dict = None, quiet: bool = False, debug: bool = False,
 ) -> None:
     def call(on_stage):
         from .api import ExportOptions, validate
 
-        options = ExportOptions(
-            **_checking_options(
-                input_shape, input_dtype, channels_last, samples, seed, atol, min_sqnr, min_cosine, min_top1,
-                weights, trust_pickle, junit, baseline, per_layer, per_layer_min_sqnr, per_layer_plot, verbose,
-                min_top5=min_top5, min_neighbour_agreement=min_neighbour_agreement, max_rel_l2=max_rel_l2,
-                max_error_steps=max_error_steps, output_kinds=output_kind, labels=labels,
-            ),
-        )
+        options = ExportOptions(channels_last=channels_last, **checking)
         return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage)
 
-    _run(call, quiet, debug, verbose)
+    _run(call, quiet, debug, checking["verbose"])
 
 
 def _run_tool(call, debug: bool, verbose: bool = False) -> None:
