@@ -23,7 +23,7 @@ import numpy as np
 from . import __version__
 from .atomic_files import ArtifactSet, check_outputs_apart, check_writable_folder, remove_created_folders
 from .config import InputSpec, IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
-from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError
+from .errors import EXIT_OK, EXIT_PARITY_FAILED, InputSpecError, UsageError, first_line
 
 __all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
 
@@ -829,7 +829,7 @@ def _validate(
             try:
                 outputs = module(*sample)
             except (Exception, SystemExit) as exc:  # the model's own error: the user's, not ours
-                first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+                first = first_line(exc)
                 raise InputSpecError(
                     f"The PyTorch model raised {type(exc).__name__} on parity sample {number + 1} of "
                     f"{len(samples)} (seeded random inputs shaped like the example): {first[:300]}",
