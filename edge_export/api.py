@@ -55,6 +55,10 @@ class ExportOptions:
     weights: str | None = None
     trust_pickle: bool = False
     verbose: bool = False
+    # Redirect fds 1 and 2 for the whole run, hiding the libraries' chatter (and anything else the
+    # process prints meanwhile). Off by default: the caller owns its streams (the CLI's terminal
+    # session captures them itself). Library calls whose output edge-export parses capture locally.
+    quiet_libraries: bool = False
     junit: str | None = None  # also write JUnit XML here
     baseline: str | None = None  # an earlier report.json to gate regressions against
     per_layer: bool = False  # compare every matched layer, not just the outputs
@@ -259,7 +263,7 @@ def export(
         _check_side_outputs(options, created)
         from .library_output import quiet_libraries
 
-        with quiet_libraries(options.verbose):
+        with quiet_libraries(options.verbose or not options.quiet_libraries):
             return _run_export(model, example_inputs, options, stages, tflite_path, json_path, md_path, implied)
     except BaseException:
         remove_created_folders(created)
@@ -1027,7 +1031,7 @@ def _validate_flatbuffer(
     stages = _Stages(on_stage)
     from .library_output import quiet_libraries
 
-    with quiet_libraries(options.verbose):
+    with quiet_libraries(options.verbose or not options.quiet_libraries):
         from .conversion import ChannelsLastPlan
 
         from .loading import ModelKind, detect_kind, is_module_reference
