@@ -260,6 +260,7 @@ def test_channels_last_cnn_has_no_transpose(tmp_path, run_cli):
     _assert_passed(report, "none")
 
 
+@pytest.mark.slow
 def test_quiet_prints_nothing_and_library_chatter_is_hidden(tmp_path):
     from cli_harness import run_cli_subprocess
 

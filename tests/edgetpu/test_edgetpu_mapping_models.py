@@ -25,6 +25,7 @@ def _prepared(module, shape):
     return prep, x
 
 
+@pytest.mark.slow
 def test_mobilenet_v2_like_maps_fully_in_one_segment():
     def build():
         prep, x = _prepared(random_batchnorm_stats(mobilenet_v2_like()), IMAGE)
@@ -83,6 +84,7 @@ class _HardswishInTheMiddle(nn.Module):
         return self.tail(self.act(self.head(x)))
 
 
+@pytest.mark.slow
 def test_cut_in_the_middle_at_an_unsupported_activation_and_its_rewrite():
     x = torch.randn(1, 3, 16, 16)
     model = _HardswishInTheMiddle().eval()
