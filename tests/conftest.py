@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli_harness, model_zoo
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # testing_models, shared with benchmarks/
 
 from cli_harness import CliResult  # noqa: E402
 
