@@ -193,18 +193,23 @@ def prepare_and_convert_pt2e(
     *,
     observer: str = DEFAULT_PT2E_OBSERVER,
     strict: bool = False,
+    annotation_fixes: bool = True,
 ) -> tuple[Any, Any]:
     """The PT2E recipe up to the quantized FX graph: export, annotate (floats only), observe each
     batch (a tuple of torch tensors), convert. Returns ``(converted graph module, quantizer)``; lower
     them with ``convert_module(converted, example_inputs, quant_config=QuantConfig(pt2e_quantizer=
-    quantizer))``. Third-party errors propagate unmapped: :func:`quantize_pt2e` maps them."""
+    quantizer))``. Third-party errors propagate unmapped: :func:`quantize_pt2e` maps them.
+    ``annotation_fixes=False`` is litert-torch's documented recipe as is (no restored source
+    functions, integer tensors observed too), kept for comparison: it leaves float islands that the
+    fixed recipe quantizes (e.g. the residual ADDs of a transformer encoder layer)."""
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     quantizer = make_pt2e_quantizer(mode, observer)
     exported = torch.export.export(module, tuple(example_inputs), strict=strict).module()
-    restore_source_functions(exported)
-    prepared = prepare_pt2e(exported, _float_only(quantizer))
+    if annotation_fixes:
+        restore_source_functions(exported)
+    prepared = prepare_pt2e(exported, _float_only(quantizer) if annotation_fixes else quantizer)
     with torch.no_grad():
         for batch in batches:
             prepared(*batch)

@@ -101,23 +101,12 @@ def test_map_exceptions_passes_own_errors_and_unlisted_bugs_through():
 
 # ---- no user input reaches exit 4 ---------------------------------------------------------------
 
-X = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))
-
-
-class _Tiny(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3)
-
-    def forward(self, x):
-        return self.conv(x)
-
-
 @pytest.fixture(scope="module")
 def good_pt2(tmp_path_factory):
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("good") / "tiny.pt2"
-    torch.export.save(torch.export.export(_Tiny().eval(), (X,)), path)
+    from model_zoo import small_cnn
+
+    path = tmp_path_factory.mktemp("good") / "cnn.pt2"
+    torch.export.save(torch.export.export(small_cnn(), (torch.randn(1, 3, 16, 16),)), path)
     return path
 
 
@@ -152,8 +141,8 @@ def _png_cut(path):
     return path
 
 
-MODEL_REF = "test_core_errors:_Tiny"
-SHAPE = ("--input-shape", "1,3,8,8")
+MODEL_REF = "model_zoo:small_cnn"
+SHAPE = ("--input-shape", "1,3,16,16")
 
 # name -> (build(tmp, good_pt2) -> CLI args, a word the message must contain)
 BAD_INPUTS = {
@@ -179,8 +168,7 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_bad_input_exits_2_with_one_paragraph(case, tmp_path, run_cli, good_pt2, monkeypatch):
-    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+def test_bad_input_exits_2_with_one_paragraph(case, tmp_path, run_cli, good_pt2):
     build, needle = BAD_INPUTS[case]
     args = build(tmp_path, good_pt2)
     res = run_cli("export", *args, "-o", tmp_path / "out.tflite")

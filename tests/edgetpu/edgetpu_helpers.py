@@ -11,8 +11,11 @@ import pytest
 _CACHE: dict[str, bytes] = {}
 
 
-def export_int8(module, example_inputs, *, channels_last: bool = True, calib_batches: int = 4, seed: int = 0) -> bytes:
-    """Quantize ``module`` with PT2E (int8 activations, per-channel int8 weights) and convert it."""
+def export_int8(
+    module, example_inputs, *, channels_last: bool = True, calib_batches: int = 4, seed: int = 0, annotation_fixes: bool = True
+) -> bytes:
+    """Quantize ``module`` with PT2E (int8 activations, per-channel int8 weights) and convert it;
+    ``annotation_fixes=False`` gives litert-torch's plain recipe (see prepare_and_convert_pt2e)."""
     import torch
     from litert_torch.quantize.quant_config import QuantConfig
 
@@ -38,15 +41,17 @@ def export_int8(module, example_inputs, *, channels_last: bool = True, calib_bat
         tuple(torch.randn(x.shape, generator=gen) if x.is_floating_point() else x for x in example_inputs)
         for _ in range(calib_batches)
     ]
-    converted, quantizer = prepare_and_convert_pt2e(module, example_inputs, QuantizeMode.INT8, batches)
+    converted, quantizer = prepare_and_convert_pt2e(
+        module, example_inputs, QuantizeMode.INT8, batches, annotation_fixes=annotation_fixes
+    )
     return convert_module(converted, example_inputs, quant_config=QuantConfig(pt2e_quantizer=quantizer))
 
 
-def cached_int8(key: str, build) -> bytes:
+def cached_int8(key: str, build, **options) -> bytes:
     """Export once per test session: conversions take seconds on this machine."""
     if key not in _CACHE:
         module, inputs = build()
-        _CACHE[key] = export_int8(module, inputs)
+        _CACHE[key] = export_int8(module, inputs, **options)
     return _CACHE[key]
 
 
