@@ -6,7 +6,8 @@ putting the repository root on ``sys.path`` as they already do) and neither impo
 not shipped in the wheel (``pyproject.toml`` packages only ``edge_export*``): these are random-weight
 stand-ins for real networks, useful to test and measure edge-export, not to a user of it.
 
-What is here is what was written more than once: the ResNet basic block and MobileNetV2 inverted
+What is here is what was written more than once, or used by both: the tests' small CNN
+(``small_cnn``, re-exported by tests/model_zoo.py), the ResNet basic block and MobileNetV2 inverted
 residual of the benchmark networks and of the tests' tiny classifiers (``benchmarks/bench_models.py``,
 ``tests/edgetpu/edgetpu_cli_models.py``), the BatchNorm statistics helper, and the small
 standard-architecture models of the Edge TPU mapping tests and benchmark. Definitions (class names,
@@ -14,9 +15,10 @@ attribute names, seeds) are exactly those the tests and the benchmark numbers we
 ``resnet_like`` keeps torchvision's block layout (one ReLU module called twice, ``downsample``) on
 purpose: the Edge TPU preparation's ``split-reused-activation`` rewrite is tested on it.
 
-Models whose class module path a test asserts on (in flatbuffer tensor names, e.g.
-``model_zoo.SmallCNN`` in tests/core/test_core_provenance.py, ``layer_models.Net`` in tests/layers)
-stay in their test folder's module.
+A class's module path is part of the flatbuffer's tensor names, so models whose module a test
+checks stay in their test folder's module (``layer_models.Net`` in tests/layers, the failing models
+of tests/model_zoo.py whose source file errors quote). The table of recorded real names in
+tests/core/test_core_provenance.py (``model_zoo.SmallCNN/...``) is text, valid wherever SmallCNN lives.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import torch
 from torch import nn
 
 __all__ = [
+    "SmallCNN",
+    "small_cnn",
     "BasicBlock",
     "InvertedResidual",
     "mobilenet_v2_like",
@@ -32,6 +36,26 @@ __all__ = [
     "resnet_like",
     "transformer_encoder_like",
 ]
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
+        )
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Linear(16, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pool(self.features(x)).flatten(1))
+
+
+def small_cnn() -> SmallCNN:
+    """The tests' default model (and benchmarks/isolation_overhead.py's): seeded, in eval mode."""
+    torch.manual_seed(0)
+    return SmallCNN().eval()
 
 
 class BasicBlock(nn.Module):
