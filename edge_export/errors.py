@@ -21,11 +21,12 @@ failed; the result object says why.
 
 Third-party exceptions are wrapped at the boundary with ``raise ... from exc`` so that the CLI can
 print one paragraph and keep the traceback for ``--debug``. The boundary is one context manager,
-:func:`map_exceptions` (after httpx's), around each call into third-party code (torch.export,
-litert-torch, ai-edge-quantizer, LiteRT, TFLite Micro, torch.load, Pillow, numpy); the message
-quotes the third party's first line through :func:`first_line`, the one formatter of foreign errors.
-Anything not mapped reaches the CLI as an unexpected exception and exits 4 as a bug: no user input
-may get there (tests/core/test_core_user_input_exits.py walks a table of bad inputs).
+:func:`map_exceptions` (after httpx's), around calls into third-party code (LiteRT, PT2E,
+torch.jit.load, Pillow, numpy, the user's forward()); the message quotes the third party's first line
+through :func:`first_line`, the one formatter of foreign errors. A few boundaries map by hand with a
+comment saying why (conversion locates the failing node first; torch.load tells a refused pickle from
+a corrupt one). Anything not mapped reaches the CLI as an unexpected exception and exits 4 as a bug:
+no user input may get there (tests/core/test_core_errors.py walks a table of bad inputs).
 """
 
 from __future__ import annotations
@@ -161,8 +162,8 @@ def map_exceptions(
     ``mapping`` goes from exception type (or tuple of types) to the EdgeExportError subclass raised
     ``from`` it; the first matching entry wins, so list specific types first. ``message`` may use
     ``{error}`` (the first line of the original error, see :func:`first_line`) and ``{type}`` (its
-    class name), replaced literally (in an f-string, write ``{{error}}``). Edge-export's own errors pass through unchanged, and so does anything not listed
-    (a bug, which the CLI reports as exit 4).
+    class name), replaced literally (in an f-string, write ``{{error}}``). Edge-export's own errors
+    pass through unchanged, and so does anything not listed (a bug, which the CLI reports as exit 4).
 
         with map_exceptions({RuntimeError: TraceError}, "torch.export failed: {error}", "Try ..."):
             torch.export.export(module, args)
