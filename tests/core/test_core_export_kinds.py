@@ -294,7 +294,7 @@ class _DictOut(torch.nn.Module):
         return {"zeta": y * 3, "alpha": y - 1}  # not in alphabetical order
 
 
-@pytest.mark.parametrize("target", ["cpu", "micro"])
+@pytest.mark.parametrize("target", ["cpu", pytest.param("micro", marks=pytest.mark.slow)])
 def test_io_order_follows_forward_not_names(tmp_path, target):
     import edge_export
 
