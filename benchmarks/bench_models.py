@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testing_models, shared with the tests
+from testing_models import BasicBlock, InvertedResidual  # noqa: E402
 
 
 class SmallCNN(nn.Module):
@@ -18,23 +24,6 @@ class SmallCNN(nn.Module):
 
     def forward(self, x):
         return self.head(self.features(x).mean(dim=(2, 3)))
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        idt = x if self.down is None else self.down(x)
-        y = torch.relu(self.bn1(self.conv1(x)))
-        return torch.relu(self.bn2(self.conv2(y)) + idt)
 
 
 class ResNet18(nn.Module):
@@ -54,24 +43,6 @@ class ResNet18(nn.Module):
 
     def forward(self, x):
         return self.fc(self.layers(self.stem(x)).mean(dim=(2, 3)))
-
-
-class InvertedResidual(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
-        super().__init__()
-        hidden = cin * expand
-        self.use_res = stride == 1 and cin == cout
-        layers = []
-        if expand != 1:
-            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
-        layers += [
-            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
-            nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout),
-        ]
-        self.block = nn.Sequential(*layers)
-
-    def forward(self, x):
-        return x + self.block(x) if self.use_res else self.block(x)
 
 
 # MobileNetV2's block table (expansion t, channels c, repeats n, first stride s) at width 1.0.

@@ -21,13 +21,13 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "edgetpu"), str(Path(__file__).resolve().parent)]
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # testing_models, bench_models
 
 
 def _cases(size: int, small_only: bool):
     import torch
 
-    from edgetpu_models import mobilenet_v2_like, random_batchnorm_stats, resnet_like, transformer_encoder_like
+    from testing_models import mobilenet_v2_like, random_batchnorm_stats, resnet_like, transformer_encoder_like
 
     torch.manual_seed(0)
     yield "MobileNetV2-style (tests, 32x32)", random_batchnorm_stats(mobilenet_v2_like()), torch.randn(1, 3, 32, 32)

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testing_models
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     import edge_export.quantization as quantization
     from edge_export import export
     from edge_export.api import ExportOptions
-    from model_zoo import small_cnn
+    from testing_models import small_cnn
 
     isolated = isolation.run_isolated
     stage_seconds: list[float] = []

@@ -23,7 +23,7 @@ import numpy as np
 from . import __version__
 from .atomic_files import ArtifactSet, check_outputs_apart, check_writable_folder, remove_created_folders
 from .config import InputSpec, IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
-from .errors import EXIT_OK, InputSpecError, UsageError
+from .errors import EXIT_OK, InputSpecError, UsageError, first_line
 from .reports.model import (
     REPORT_SCHEMA_VERSION,
     ArtifactsSection,
@@ -71,6 +71,10 @@ class ExportOptions:
     weights: str | None = None
     trust_pickle: bool = False
     verbose: bool = False
+    # Redirect fds 1 and 2 for the whole run, hiding the libraries' chatter (and anything else the
+    # process prints meanwhile). Off by default: the caller owns its streams (the CLI's terminal
+    # session captures them itself). Library calls whose output edge-export parses capture locally.
+    quiet_libraries: bool = False
     junit: str | None = None  # also write JUnit XML here
     baseline: str | None = None  # an earlier report.json to gate regressions against
     per_layer: bool = False  # compare every matched layer, not just the outputs
@@ -302,7 +306,7 @@ def export(
             check_writable_folder(path, created)
         from .library_output import quiet_libraries
 
-        with quiet_libraries(options.verbose):
+        with quiet_libraries(options.verbose or not options.quiet_libraries):
             return _run_export(model, example_inputs, options, target, stages, tflite_path, json_path, md_path, implied)
     except BaseException:
         remove_created_folders(created)
@@ -721,7 +725,7 @@ def _validate(
             try:
                 outputs = module(*sample)
             except (Exception, SystemExit) as exc:  # the model's own error: the user's, not ours
-                first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+                first = first_line(exc)
                 raise InputSpecError(
                     f"The PyTorch model raised {type(exc).__name__} on parity sample {number + 1} of "
                     f"{len(samples)} (seeded random inputs shaped like the example): {first[:300]}",
@@ -914,7 +918,7 @@ def _validate_flatbuffer(
     stages = _Stages(on_stage)
     from .library_output import quiet_libraries
 
-    with quiet_libraries(options.verbose):
+    with quiet_libraries(options.verbose or not options.quiet_libraries):
         from .conversion import ChannelsLastPlan
 
         from .loading import ModelKind, detect_kind, is_module_reference

@@ -62,7 +62,7 @@ def _weights_only_loads(data: bytes) -> bool:
 
     try:
         torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception:
+    except Exception:  # a probe: any failure means "not plain tensors", which the caller refuses
         return False
     return True
 

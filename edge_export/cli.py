@@ -182,7 +182,7 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
         display = StageDisplay(term.err, quiet, spinner=not verbose)
         try:
             result = call(display.stage)
-        except (Exception, KeyboardInterrupt) as exc:
+        except (Exception, KeyboardInterrupt) as exc:  # the boundary: _fail maps every error to its exit code
             display.stop()
             code = _fail(exc, debug, term.err)
         else:
@@ -280,7 +280,7 @@ def _run_tool(call, debug: bool, verbose: bool = False) -> None:
     with TerminalSession(capture=not verbose) as term:
         try:
             call(term.out)
-        except (Exception, KeyboardInterrupt) as exc:
+        except (Exception, KeyboardInterrupt) as exc:  # the boundary: _fail maps every error to its exit code
             code = _fail(exc, debug, term.err)
         else:
             code = 0

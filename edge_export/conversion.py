@@ -66,7 +66,7 @@ def _trace_for_diagnosis(module: Any, args: tuple, strict: bool) -> Any:
 
     try:
         return torch.export.export(module, args, strict=strict).graph_module
-    except Exception:
+    except Exception:  # diagnosis only: without a graph the error names no module, and is still raised
         return None
 
 
@@ -108,7 +108,8 @@ def convert_module(
                 module, tuple(example_inputs), strict_export=strict, quant_config=quant_config
             )
             return bytes(edge_model.model_content())
-        except Exception as exc:
+        except Exception as exc:  # boundary: conversion runs the user's forward() and litert-torch's passes
+            # (mapped here by hand, not with map_exceptions: the failing node is located first)
             tracing = is_trace_failure(exc)
             loc = locate_failure(exc, _trace_for_diagnosis(module, tuple(example_inputs), strict))
             failure = exc

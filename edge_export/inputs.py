@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .config import InputSpec
-from .errors import InputSpecError
+from .errors import InputSpecError, first_line
 
 __all__ = ["specs_from_options", "specs_from_tensors", "example_tensors", "make_samples", "check_model_accepts"]
 
@@ -98,9 +98,9 @@ def check_model_accepts(module: Any, example: tuple, specs: Sequence[InputSpec])
             return module(*example)
     except (Exception, SystemExit) as exc:  # the model's own errors are the user's, sys.exit included
         shapes = " and ".join(f"({s.shape_text}) {s.dtype}" for s in specs)
-        first = next((ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()), type(exc).__name__)
+        first = first_line(exc)
         if isinstance(exc, SystemExit):
-            first = f"forward() called sys.exit({exc.code!r})"
+            first = f"forward() called {first}"
         raise InputSpecError(
             f"The model rejects input {shapes}: PyTorch says: {first[:300]}",
             "Pass --input-shape once per forward() argument, in order, with the shape the model expects.",

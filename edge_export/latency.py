@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .errors import RuntimeRunError, UsageError
+from .errors import RuntimeRunError, UsageError, map_exceptions
 from .flatbuffer import FlatbufferModel, read_flatbuffer
 from .runtime import IOTensor, Resolver, TFLiteRunner
 
@@ -111,18 +111,17 @@ def _time_one(model_bytes: bytes, model, resolver: Resolver, threads: int, runs:
     for spec, arr in zip(runner.inputs, random_inputs(runner.inputs)):
         interp.set_tensor(spec.index, arr)
     samples = []
-    try:
+    with map_exceptions(
+        {Exception: RuntimeRunError},  # LiteRT's pybind layer raises several kinds
+        f"The LiteRT interpreter ({resolver.value}) failed while benchmarking: {{error}}",
+        "Run `edge-export inspect` on the file to see its operators and inputs.",
+    ):
         for _ in range(warmup):
             interp.invoke()
         for _ in range(runs):
             start = time.perf_counter_ns()
             interp.invoke()
             samples.append((time.perf_counter_ns() - start) / 1e6)
-    except Exception as exc:
-        raise RuntimeRunError(
-            f"The LiteRT interpreter ({resolver.value}) failed while benchmarking: {str(exc).strip()[:300]}",
-            "Run `edge-export inspect` on the file to see its operators and inputs.",
-        ) from exc
     return LatencyStats.from_samples(resolver, samples)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputSpecError, ModelLoadError
+from .errors import InputSpecError, ModelLoadError, first_line, map_exceptions
 
 __all__ = ["ModelKind", "LoadedModel", "detect_kind", "load_model", "is_module_reference"]
 
@@ -137,7 +137,7 @@ def _load_exported_program(path: Path, trust_pickle: bool = False) -> LoadedMode
             check_graph_targets(path, ep.graph_module)
     except UnsafeArchiveMember:
         raise
-    except Exception as exc:
+    except Exception as exc:  # boundary: a corrupt archive makes torch.export.load raise many kinds
         if not trust_pickle and _is_refused_unpickling(exc):
             raise ModelLoadError(
                 f"{path} is an ExportedProgram archive holding a pickle that is more than tensors; "
@@ -147,7 +147,7 @@ def _load_exported_program(path: Path, trust_pickle: bool = False) -> LoadedMode
             ) from exc
         raise ModelLoadError(
             f"{path} is an ExportedProgram archive that torch.export.load cannot read: "
-            f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}.",
+            f"{first_line(exc, 200)}.",
             "It may be truncated or saved by an incompatible torch version; export it again with "
             "torch.export.save.",
         ) from exc
@@ -180,22 +180,21 @@ def _load_torchscript(path: Path, example_inputs: tuple | None) -> LoadedModel:
             f"{path} is a TorchScript archive, which does not record its input shapes.",
             "Pass them with --input-shape (once per input, in forward() order), e.g. --input-shape 1,3,224,224.",
         )
-    try:
+    with map_exceptions(
+        {Exception: ModelLoadError},  # torch.jit.load raises RuntimeError, ValueError, ... on a bad archive
+        f"{path} is a TorchScript archive that torch.jit.load cannot read: {{error}}.",
+        "It may be truncated; save it again with torch.jit.save.",
+    ):
         scripted = torch.jit.load(str(path), map_location="cpu")
-    except Exception as exc:
-        raise ModelLoadError(
-            f"{path} is a TorchScript archive that torch.jit.load cannot read: {str(exc).strip()[:200]}.",
-            "It may be truncated; save it again with torch.jit.save.",
-        ) from exc
     scripted.eval()
     try:
         from torch._export.converter import TS2EPConverter
 
         ep = TS2EPConverter(scripted, tuple(example_inputs)).convert()
-    except Exception as exc:
+    except Exception as exc:  # boundary: the converter runs the user's TorchScript code
         raise ModelLoadError(
             f"{path}: torch's TorchScript-to-ExportedProgram converter failed: "
-            f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}.",
+            f"{first_line(exc, 200)}.",
             "Check --input-shape against the model, or export the original nn.Module with "
             "torch.export.save and pass the .pt2 instead.",
         ) from exc
@@ -209,7 +208,7 @@ def _load_pickle(path: Path, trust_pickle: bool) -> LoadedModel:
     # without running an untrusted payload.
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as safe_exc:
+    except Exception as safe_exc:  # boundary: the unpickler raises many kinds on a corrupt file
         message = str(safe_exc)
         if "Weights only load failed" not in message and "Unsupported global" not in message:
             raise ModelLoadError(
@@ -226,9 +225,9 @@ def _load_pickle(path: Path, trust_pickle: bool) -> LoadedModel:
             ) from None
         try:
             obj = torch.load(str(path), map_location="cpu", weights_only=False)
-        except Exception as exc:
+        except Exception as exc:  # boundary: a trusted pickle runs its own code, which may raise anything
             raise ModelLoadError(
-                f"{path} could not be unpickled: {str(exc).strip().splitlines()[0][:200]}.",
+                f"{path} could not be unpickled: {first_line(exc, 200)}.",
                 "The classes it needs must be importable (run from the project folder), or save an "
                 "ExportedProgram instead.",
             ) from exc
@@ -242,12 +241,6 @@ def _load_pickle(path: Path, trust_pickle: bool) -> LoadedModel:
     raise ModelLoadError(
         f"{path} holds a pickled {type(obj).__name__}, not a torch.nn.Module.", _EXPECTED
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"sys.exit({exc.code!r})"
-    return next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")[:200]
 
 
 def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
@@ -265,9 +258,9 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
             f"Cannot import '{module_name}' for the model reference '{reference}': {exc}.",
             "Run edge-export from the folder that contains the package, or install it.",
         ) from exc
-    except Exception as exc:
+    except Exception as exc:  # boundary: the user's module runs on import
         raise ModelLoadError(
-            f"Importing '{module_name}' raised {type(exc).__name__}: {_first_line(exc)}.",
+            f"Importing '{module_name}' raised {type(exc).__name__}: {first_line(exc, 200)}.",
             "Fix the error in that module, or run with --debug for the traceback.",
         ) from exc
     except SystemExit as exc:  # a script-like module: without this, edge-export exited 0 having written nothing
@@ -299,7 +292,7 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
                 ) from exc
             except (Exception, SystemExit) as exc:  # the model's own constructor failed: the user's error
                 raise ModelLoadError(
-                    f"Building the model with {reference}() raised {type(exc).__name__}: {_first_line(exc)}.",
+                    f"Building the model with {reference}() raised {type(exc).__name__}: {first_line(exc, 200)}.",
                     "Fix the error in the model's constructor, or run with --debug for the traceback.",
                 ) from exc
         if not isinstance(obj, torch.nn.Module):
@@ -312,7 +305,7 @@ def _load_reference(reference: str, weights: Path | None) -> LoadedModel:
             raise ModelLoadError(f"No such weights file: {weights}.", "Check the --weights path.")
         try:
             state = torch.load(str(weights), map_location="cpu", weights_only=True)
-        except Exception as exc:
+        except Exception as exc:  # boundary: the unpickler raises many kinds on a corrupt file
             raise ModelLoadError(
                 f"{weights} cannot be loaded as a state dict with weights_only=True: {torch_error_text(exc)}.",
                 "Save it with torch.save(model.state_dict(), path).",

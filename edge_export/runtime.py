@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import RuntimeRunError
+from .errors import RuntimeRunError, map_exceptions
 from .flatbuffer import FlatbufferModel, read_flatbuffer
 from .reports.serialize import json_field
 
@@ -120,7 +120,13 @@ class TFLiteRunner:
         kwargs = {}
         if delegates:
             kwargs["experimental_delegates"] = list(delegates)
-        try:
+        # LiteRT's pybind layer raises ValueError or RuntimeError, and a delegate anything: all of
+        # them mean this model cannot run here, not a bug in edge-export.
+        with map_exceptions(
+            {Exception: RuntimeRunError},
+            "The LiteRT interpreter could not load the model: {error}",
+            "The model may use an operator this LiteRT version lacks; run `edge-export inspect` on it.",
+        ):
             self._interp = Interpreter(
                 model_content=bytes(model_bytes),
                 experimental_op_resolver_type=_resolver_type(resolver),
@@ -129,11 +135,6 @@ class TFLiteRunner:
                 **kwargs,
             )
             self._interp.allocate_tensors()
-        except Exception as exc:
-            raise RuntimeRunError(
-                f"The LiteRT interpreter could not load the model: {str(exc).strip().splitlines()[0][:300]}",
-                "The model may use an operator this LiteRT version lacks; run `edge-export inspect` on it.",
-            ) from exc
         self.inputs, self.outputs = self._io_tensors()
 
     def _io_tensors(self) -> tuple[list[IOTensor], list[IOTensor]]:
@@ -168,16 +169,15 @@ class TFLiteRunner:
             raise RuntimeRunError(
                 f"The flatbuffer has {len(self.inputs)} inputs but {len(arrays)} arrays were given."
             )
-        try:
+        with map_exceptions(
+            {Exception: RuntimeRunError},  # as above: LiteRT's and numpy's casts raise several kinds
+            "The LiteRT interpreter failed to run the model: {error}",
+            "Check that the inputs match the shapes and dtypes the model was exported with.",
+        ):
             for spec, arr in zip(self.inputs, arrays):
                 self._interp.set_tensor(spec.index, np.ascontiguousarray(arr, dtype=spec.dtype))
             self._interp.invoke()
             return [np.array(self._interp.get_tensor(o.index)) for o in self.outputs]
-        except Exception as exc:
-            raise RuntimeRunError(
-                f"The LiteRT interpreter failed to run the model: {str(exc).strip()[:300]}",
-                "Check that the inputs match the shapes and dtypes the model was exported with.",
-            ) from exc
 
     def quantize_inputs(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         return to_model_inputs(self.inputs, arrays)

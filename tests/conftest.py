@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli_harness, model_zoo
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # testing_models, shared with benchmarks/
 
 from cli_harness import CliResult  # noqa: E402
 
@@ -28,3 +31,55 @@ def run_cli(capfd):
         return CliResult(code, out, err)
 
     return run
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """The small CNN (model_zoo.small_cnn, a 1x3x16x16 example seeded 0) as a .pt2 and exported
+    through the product's own path (edge_export.export, parity checked, reports written beside each
+    .tflite): fp32, int8 (flatbuffer backend) and Edge TPU-ready int8 (no compiler here)."""
+
+    source: Path
+    fp32: Path
+    int8: Path
+    edgetpu: Path
+
+    def copy_to(self, folder: Path) -> Artifacts:
+        """The same files in ``folder``, with their reports: a test may write beside them."""
+        copies = {}
+        for name in ("source", "fp32", "int8", "edgetpu"):
+            original: Path = getattr(self, name)
+            for sibling in original.parent.glob(f"{original.stem}.*"):
+                shutil.copy2(sibling, folder / sibling.name)
+            copies[name] = folder / original.name
+        return Artifacts(**copies)
+
+
+@pytest.fixture(scope="session")
+def built_artifacts(tmp_path_factory) -> Artifacts:
+    """Built once per test session: the inspect/bench/validate/report tests read these instead of
+    each exporting the same tiny model again (an export with parity takes seconds here)."""
+    import torch
+
+    import edge_export
+    from model_zoo import small_cnn
+
+    folder = tmp_path_factory.mktemp("artifacts")
+    source = folder / "cnn.pt2"
+    example = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    torch.export.save(torch.export.export(small_cnn(), (example,)), source)
+    built = Artifacts(source, folder / "cnn.tflite", folder / "cnn_int8.tflite", folder / "cnn_edgetpu_ready.tflite")
+    for output, options in (
+        (built.fp32, {}),
+        (built.int8, {"quantize": "int8", "quant_backend": "flatbuffer"}),
+        (built.edgetpu, {"target": "edgetpu", "quant_backend": "flatbuffer"}),
+    ):
+        result = edge_export.export(source, output=output, **options)
+        assert result.exit_code == 0, output
+    return built
+
+
+@pytest.fixture
+def artifacts(built_artifacts, tmp_path) -> Artifacts:
+    """The session's artifacts copied into this test's tmp_path."""
+    return built_artifacts.copy_to(tmp_path)

@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any
 
 from ..config import InputSpec, IODtype, QuantBackend, QuantizeMode
-from ..errors import EdgeExportError, QuantizationError, UsageError
+from ..errors import EdgeExportError, QuantizationError, UsageError, first_line
 from ..isolation import run_isolated
 from ..passes.flatbuffer import run_flatbuffer_passes, set_io_dtype_pass, share_quantization_vectors_pass
 from .calibration import (
@@ -159,12 +159,6 @@ _CRASH_HINT = (
 )
 
 
-def _one_line(exc: BaseException) -> str:
-    text = exc.message if isinstance(exc, EdgeExportError) else str(exc)
-    lines = text.strip().splitlines()
-    return (lines[0] if lines else type(exc).__name__)[:300]
-
-
 def quantize_model(
     module: Any,
     example_inputs: tuple,
@@ -246,12 +240,12 @@ def quantize_model(
                     raise
                 other = "pt2e" if name == "flatbuffer" else "flatbuffer"
                 raise QuantizationError(
-                    f"The {name} quantization backend did not produce a usable model: {_one_line(exc)}",
+                    f"The {name} quantization backend did not produce a usable model: {first_line(exc)}",
                     f"Try --quant-backend {other}, or auto (which falls back by itself).",
                 ) from exc
             attempts.append(
                 BackendAttempt(
-                    backend=name, ok=False, error=_one_line(exc), seconds=time.perf_counter() - start,
+                    backend=name, ok=False, error=first_line(exc), seconds=time.perf_counter() - start,
                     recipe=recipe, observer=observer,
                 )
             )

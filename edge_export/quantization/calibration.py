@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from ..config import InputSpec
-from ..errors import CalibrationDataError, UsageError
+from ..errors import CalibrationDataError, UsageError, map_exceptions
 
 __all__ = [
     "DEFAULT_CALIBRATION_SAMPLES",
@@ -48,6 +50,9 @@ _HINT_SHAPES = (
     "Give one array per input with the input's shape, or a stack of N samples with shape "
     "(N, *input_shape); check --input-shape."
 )
+
+# What np.load raises on a damaged, truncated or pickled file (a bad .npz is a bad zip).
+_NUMPY_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile)
 
 
 @dataclass(frozen=True)
@@ -213,13 +218,12 @@ def _load_array(path: Path, what: str = "file") -> np.ndarray:
                 _check_npy_header(fh, path.stat().st_size, str(path))
     except OSError:
         pass  # np.load reports an unreadable file
-    try:
+    with map_exceptions(
+        {_NUMPY_READ_ERRORS: CalibrationDataError},
+        f"Cannot read the calibration {what} {path}: {{error}}.",
+        "Write it with numpy.save (no pickled objects).",
+    ):
         arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise CalibrationDataError(
-            f"Cannot read the calibration {what} {path}: {str(exc)[:160]}.",
-            "Write it with numpy.save (no pickled objects).",
-        ) from exc
     if isinstance(arr, np.lib.npyio.NpzFile):
         arr.close()
         raise CalibrationDataError(f"{path} is an .npz archive, not an .npy array.", "Rename it to .npz.")
@@ -241,13 +245,12 @@ def _zip_inputs(per_input: list[list[np.ndarray]], specs: Sequence[InputSpec], o
 
 
 def _from_npz(path: Path, specs: Sequence[InputSpec]) -> list[tuple]:
-    try:
+    with map_exceptions(
+        {_NUMPY_READ_ERRORS: CalibrationDataError},
+        f"Cannot read the calibration archive {path}: {{error}}.",
+        "Write it with numpy.savez (no pickled objects).",
+    ):
         archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise CalibrationDataError(
-            f"Cannot read the calibration archive {path}: {str(exc)[:160]}.",
-            "Write it with numpy.savez (no pickled objects).",
-        ) from exc
     with archive:
         keys = list(archive.files)
         if not keys:
@@ -365,18 +368,18 @@ def _from_images(
 
     samples = []
     for f in files[: max_samples or len(files)]:
-        try:
+        with map_exceptions(
+            # Pillow's decoders also raise SyntaxError ("broken PNG file") and struct.error on damaged files
+            {(UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError, SyntaxError, struct.error): CalibrationDataError},
+            f"Cannot read the calibration image {f}: {{error}}.",
+            "Remove the file or replace it with a valid JPEG/PNG image.",
+        ):
             with Image.open(f) as img:
                 # The header's size, before any pixel is decoded: RGB bytes plus the float32 copy.
                 ensure_memory_for(img.width * img.height * 4 * 16, f"The calibration image {f} ({img.width}x{img.height} pixels)",
                                   "Resize the image files, or remove this one.", CalibrationDataError)
                 img = img.convert("RGB" if channels == 3 else "L").resize((width, height), Image.BILINEAR)
                 pixels = np.asarray(img, dtype=np.float32) / 255.0
-        except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as exc:
-            raise CalibrationDataError(
-                f"Cannot read the calibration image {f}: {str(exc)[:160].rstrip('.')}.",
-                "Remove the file or replace it with a valid JPEG/PNG image.",
-            ) from exc
         if pixels.ndim == 2:
             pixels = pixels[:, :, None]
         pixels = (pixels - mean_arr) / std_arr  # HWC, normalized per channel

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..config import QuantizeMode
-from ..errors import QuantizationError
+from ..errors import QuantizationError, first_line
 from ..library_output import quiet_libraries
 from .calibration import CalibrationSet
 
@@ -209,11 +209,9 @@ def quantize_flatbuffer(
             model = result.quantized_model
         except QuantizationError:
             raise
-        except Exception as exc:
-            text = str(exc).strip().splitlines()
+        except Exception as exc:  # ai-edge-quantizer raises many kinds (and runs LiteRT): all mean the recipe failed
             raise QuantizationError(
-                f"ai-edge-quantizer could not apply recipe {RECIPES[mode]}: "
-                f"{type(exc).__name__}: {text[0][:300] if text else ''}",
+                f"ai-edge-quantizer could not apply recipe {RECIPES[mode]}: {first_line(exc, with_type=True)}",
                 "Try --quant-backend pt2e, or run with --verbose to see ai-edge-quantizer's output.",
             ) from exc
     if model is None:

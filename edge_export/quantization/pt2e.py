@@ -26,7 +26,7 @@ from typing import Any
 
 from ..config import QuantizeMode
 from ..conversion import convert_module
-from ..errors import ExportFailure, QuantizationError
+from ..errors import ExportFailure, QuantizationError, map_exceptions
 from ..library_output import quiet_libraries
 from ..passes.fx.restore_source_functions_pass import restore_source_functions_pass
 from .calibration import CalibrationSet
@@ -36,6 +36,8 @@ __all__ = [
     "PT2E_OBSERVERS",
     "pt2e_supports",
     "quantize_pt2e",
+    "prepare_and_convert_pt2e",
+    "make_pt2e_quantizer",
     "drop_integer_annotations",
 ]
 
@@ -127,9 +129,35 @@ def _float_only(quantizer: Any) -> Any:
     return FloatTensorsOnly()
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+def prepare_and_convert_pt2e(
+    module: Any,
+    example_inputs: tuple,
+    mode: QuantizeMode,
+    batches: Any,
+    *,
+    observer: str = DEFAULT_PT2E_OBSERVER,
+    strict: bool = False,
+    annotation_fixes: bool = True,
+) -> tuple[Any, Any]:
+    """The PT2E recipe up to the quantized FX graph: export, annotate (floats only), observe each
+    batch (a tuple of torch tensors), convert. Returns ``(converted graph module, quantizer)``; lower
+    them with ``convert_module(converted, example_inputs, quant_config=QuantConfig(pt2e_quantizer=
+    quantizer))``. Third-party errors propagate unmapped: :func:`quantize_pt2e` maps them.
+    ``annotation_fixes=False`` is litert-torch's documented recipe as is (no restored source
+    functions, integer tensors observed too), kept for comparison: it leaves float islands that the
+    fixed recipe quantizes (e.g. the residual ADDs of a transformer encoder layer)."""
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = make_pt2e_quantizer(mode, observer)
+    exported = torch.export.export(module, tuple(example_inputs), strict=strict).module()
+    if annotation_fixes:
+        restore_source_functions_pass(exported)
+    prepared = prepare_pt2e(exported, _float_only(quantizer) if annotation_fixes else quantizer)
+    with torch.no_grad():
+        for batch in batches:
+            prepared(*batch)
+    return convert_pt2e(prepared, fold_quantize=False), quantizer
 
 
 def quantize_pt2e(
@@ -152,28 +180,18 @@ def quantize_pt2e(
         )
     if observer not in PT2E_OBSERVERS:
         raise QuantizationError(f"Unknown PT2E observer '{observer}'.", f"Use one of {', '.join(PT2E_OBSERVERS)}.")
-    import torch
-
-    with quiet_libraries(verbose):  # importing torchao/litert-torch prints load warnings
-        try:
-            from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-            quantizer = make_pt2e_quantizer(mode, observer)
-
-            exported = torch.export.export(module, tuple(example_inputs), strict=strict).module()
-            restore_source_functions_pass(exported)
-            prepared = prepare_pt2e(exported, _float_only(quantizer))
-            with torch.no_grad():
-                batches = calibration.torch_batches()
-                # Dynamic mode has no activation observers; one pass validates the graph.
-                for batch in batches[:1] if mode == QuantizeMode.DYNAMIC_INT8 else batches:
-                    prepared(*batch)
-            converted = convert_pt2e(prepared, fold_quantize=False)
-        except Exception as exc:
-            raise QuantizationError(
-                f"PT2E could not quantize the model: {_one_line(exc)}",
-                "Try --quant-backend flatbuffer, which quantizes the converted float model instead.",
-            ) from exc
+    with quiet_libraries(verbose), map_exceptions(  # importing torchao/litert-torch prints load warnings
+        # PT2E runs the user's forward() and torchao's passes: any exception type can come out.
+        {Exception: QuantizationError},
+        "PT2E could not quantize the model: {type}: {error}",
+        "Try --quant-backend flatbuffer, which quantizes the converted float model instead.",
+    ):
+        batches = calibration.torch_batches()
+        # Dynamic mode has no activation observers; one pass validates the graph.
+        batches = batches[:1] if mode == QuantizeMode.DYNAMIC_INT8 else batches
+        converted, quantizer = prepare_and_convert_pt2e(
+            module, example_inputs, mode, batches, observer=observer, strict=strict
+        )
     from litert_torch.quantize.quant_config import QuantConfig
 
     try:

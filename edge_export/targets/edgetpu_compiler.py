@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConversionError, TargetError
+from ..errors import ConversionError, TargetError, first_line
 from .edgetpu import EdgeTPUReport, OpStatus, TableRow
 
 __all__ = [
@@ -355,7 +355,7 @@ def load_edgetpu_delegate(library: str = EDGETPU_DELEGATE_LIBRARY) -> Any:
     except (ValueError, OSError, RuntimeError) as exc:
         raise TargetError(
             f"--delegate edgetpu needs the Edge TPU runtime library ({library}), which is not "
-            f"installed or could not be loaded here ({str(exc).splitlines()[0][:160]}).",
+            f"installed or could not be loaded here ({first_line(exc, 160)}).",
             "Install libedgetpu1-std from Coral's package repository and connect an Edge TPU, or "
             "run the parity check on the CPU (drop --delegate edgetpu).",
         ) from exc

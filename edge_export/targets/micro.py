@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..config import IODtype
-from ..errors import RuntimeRunError, TargetError, UsageError
+from ..errors import RuntimeRunError, TargetError, UsageError, first_line
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..runtime import IOTensor, from_model_outputs, to_model_inputs
 from .base import (
@@ -504,7 +504,7 @@ class MicroRunner:
             node = _FAILED_NODE.search(captured.text)
             where = f" in operator {node.group(1)} (number {node.group(2)})" if node else ""
             raise RuntimeRunError(
-                f"The TFLite Micro interpreter failed to run the model{where}: {error}. "
+                f"The TFLite Micro interpreter failed to run the model{where}: {first_line(error).rstrip('.')}. "
                 f"TFLM said: {_first_lines(captured.text) or 'nothing'}",
                 "Check that the inputs match the shapes the model was exported with.",
             ) from error
@@ -516,6 +516,7 @@ class MicroRunner:
 
 
 def _first_lines(text: str, limit: int = 3) -> str:
+    """TFLM's log (not an exception: for those see errors.first_line), a few lines joined."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return " | ".join(lines[:limit])[:400]
 

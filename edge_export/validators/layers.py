@@ -75,7 +75,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InputSpecError, RuntimeRunError, UsageError
+from ..errors import InputSpecError, RuntimeRunError, UsageError, map_exceptions
 from ..flatbuffer import FlatbufferModel, TensorInfo, read_flatbuffer
 from ..provenance import clean_module_path, tensor_scopes
 from .metrics import cosine_similarity, sqnr_db
@@ -556,16 +556,15 @@ def per_layer_parity(
     def run_sample(s_idx: int) -> tuple[dict[tuple[str, ...], _Call], list, set, dict[int, np.ndarray]]:
         sample = samples[s_idx]
         t_inputs = tuple(torch.as_tensor(_as_model_array(a)) for a in sample)
-        try:
+        with map_exceptions(
+            {Exception: InputSpecError},  # the user's forward() runs here: its errors are the user's
+            f"The PyTorch model failed on sample {s_idx}: {{error}}",
+            "Check that the samples match the model's input shapes and dtypes.",
+        ):
             if from_graph:
                 calls, outs, _, amb = _capture_graph(module, t_inputs)
             else:
                 calls, outs, _, amb = _capture_torch(module, t_inputs)
-        except Exception as exc:
-            raise InputSpecError(
-                f"The PyTorch model failed on sample {s_idx}: {str(exc).strip()[:300]}",
-                "Check that the samples match the model's input shapes and dtypes.",
-            ) from exc
         feed = []
         for i, arr in enumerate(sample):
             arr = _as_model_array(arr)
@@ -628,13 +627,12 @@ def _read_tensors(runner: Any, fm: FlatbufferModel) -> dict[int, np.ndarray]:
         for t in op.outputs:
             if t < 0 or fm.tensors[t].dtype not in _COMPARABLE:
                 continue
-            try:
+            with map_exceptions(
+                {Exception: RuntimeRunError},  # a tensor the interpreter freed despite preserve_all_tensors
+                f"LiteRT did not keep intermediate tensor {fm.tensors[t].name!r}: {{error}}",
+                "Run with the reference resolver and preserve_all_tensors=True.",
+            ):
                 arr = runner.tensor(t)
-            except Exception as exc:  # a tensor the interpreter freed despite preserve_all_tensors
-                raise RuntimeRunError(
-                    f"LiteRT did not keep intermediate tensor {fm.tensors[t].name!r}: {exc}",
-                    "Run with the reference resolver and preserve_all_tensors=True.",
-                ) from exc
             deq = _dequantize(arr, fm.tensors[t])
             if deq is not None:
                 out[t] = deq

@@ -9,22 +9,12 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
-
-from model_zoo import small_cnn
-
-X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("paths")
-    model = folder / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), model)
-    from edge_export import export
-
-    export(str(model), output=folder / "cnn.tflite", validate=False)
-    return folder
+def built(built_artifacts):
+    """cnn.pt2, cnn.tflite and cnn.report.json: the session's fp32 export (tests/conftest.py)."""
+    return built_artifacts.source.parent
 
 
 @pytest.fixture

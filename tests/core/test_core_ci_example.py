@@ -9,6 +9,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cli_harness import REPO
@@ -38,6 +39,7 @@ def test_workflow_calls_the_script():
     assert any("junit" in s.get("uses", "") for s in steps)
 
 
+@pytest.mark.slow
 def test_gate_passes_against_committed_baseline(tmp_path):
     proc = _run(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -46,6 +48,7 @@ def test_gate_passes_against_committed_baseline(tmp_path):
     assert suite.get("tests") == "1" and suite.get("failures") == "0"
 
 
+@pytest.mark.slow
 def test_gate_fails_on_regression(tmp_path):
     base = json.loads((REPO / "examples" / "ci" / "baseline.report.json").read_text())
     for out in base["validation"]["outputs"]:  # a baseline that was "better" than today's model

@@ -260,6 +260,7 @@ def test_channels_last_cnn_has_no_transpose(tmp_path, run_cli):
     _assert_passed(report, "none")
 
 
+@pytest.mark.slow
 def test_quiet_prints_nothing_and_library_chatter_is_hidden(tmp_path):
     from cli_harness import run_cli_subprocess
 
@@ -293,7 +294,7 @@ class _DictOut(torch.nn.Module):
         return {"zeta": y * 3, "alpha": y - 1}  # not in alphabetical order
 
 
-@pytest.mark.parametrize("target", ["cpu", "micro"])
+@pytest.mark.parametrize("target", ["cpu", pytest.param("micro", marks=pytest.mark.slow)])
 def test_io_order_follows_forward_not_names(tmp_path, target):
     import edge_export
 

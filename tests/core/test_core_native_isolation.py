@@ -88,6 +88,7 @@ def test_crash_of_one_quantization_backend(cnn_pt2, tmp_path, run_cli, monkeypat
     assert report["quantization"]["backend"] == "pt2e"
 
 
+@pytest.mark.slow
 def test_isolated_export_is_deterministic(cnn_pt2, tmp_path, run_cli):
     """The flatbuffer backend: its quantization, candidate parity run and parity check all run isolated."""
     digests = []

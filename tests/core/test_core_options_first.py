@@ -55,13 +55,8 @@ def test_bad_option_is_refused_before_the_model_is_loaded(tmp_path, run_cli, arg
 
 
 @pytest.fixture(scope="module")
-def cnn_tflite(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cnn")
-    from edge_export import export
-
-    model = folder / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), model)
-    return export(str(model), output=folder / "cnn.tflite", validate=False).tflite_path
+def cnn_tflite(built_artifacts):
+    return built_artifacts.fp32  # the session's fp32 export of model_zoo.small_cnn (tests/conftest.py)
 
 
 @pytest.mark.parametrize("shape", ["1,3,32,32", "2,3,16,16"])

@@ -20,6 +20,7 @@ def cnn_pt2(tmp_path):
     return src
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["dynamic-int8", "int8", "int16x8"])
 def test_integer_modes(tmp_path, run_cli, cnn_pt2, mode):
     out = tmp_path / f"cnn_{mode}.tflite"
@@ -50,6 +51,7 @@ def test_uint8_io_parity_and_params(tmp_path, run_cli, cnn_pt2):
     assert "zero point" in res.stdout
 
 
+@pytest.mark.slow
 def test_calibration_npz_holds_out_parity_inputs(tmp_path, run_cli, cnn_pt2):
     data = np.random.default_rng(0).standard_normal((40, 1, 3, 16, 16)).astype(np.float32)
     np.savez(tmp_path / "calib.npz", data[:, 0])  # arr_0: 40 samples of the per-sample shape
@@ -121,6 +123,7 @@ def test_edgetpu_batch_above_one_is_refused(tmp_path, run_cli):
     assert res.exit_code == 2 and "batch" in res.stderr.lower()
 
 
+@pytest.mark.slow
 def test_micro_target_end_to_end(tmp_path, run_cli, cnn_pt2):
     out, ops = tmp_path / "micro.tflite", tmp_path / "fw" / "ops.h"
     (tmp_path / "fw").mkdir()
@@ -156,6 +159,7 @@ def test_micro_names_the_missing_operator(tmp_path, run_cli):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_edgetpu_delegate_absent_is_said_plainly(tmp_path, run_cli, cnn_pt2):
     out = tmp_path / "tpu.tflite"
     res = run_cli(cnn_pt2, "--target", "edgetpu", "--delegate", "edgetpu", "--quant-backend", "flatbuffer", "-o", out)
@@ -194,6 +198,7 @@ class _EluNet(nn.Module):
         return self.fc(self.blk(torch.relu(self.stem(x))).mean((2, 3)))
 
 
+@pytest.mark.slow
 def test_edgetpu_cut_names_module_and_source_line(tmp_path, run_cli):
     torch.manual_seed(0)
     src = tmp_path / "elu.pt2"

@@ -28,6 +28,7 @@ def _outputs(path, n=3):
     return [runner.run([rng.standard_normal((1, 3, 16, 16)).astype(np.float32)])[0] for _ in range(n)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["none", "int8"])
 def test_stripped_file_is_smaller_and_computes_the_same(tmp_path, run_cli, cnn_pt2, mode):
     from edge_export.flatbuffer import read_flatbuffer

@@ -59,6 +59,7 @@ def exported(workdir, fp32_run) -> Path:
     return workdir / "fp32" / "net.tflite"
 
 
+@pytest.mark.slow
 def test_export_fp32_passes_with_summary_and_colours(workdir, fp32_run):
     result = fp32_run
     assert_clean(result.output)
@@ -73,6 +74,7 @@ def test_export_fp32_passes_with_summary_and_colours(workdir, fp32_run):
     assert "\x1b[?25l" in result.output and "\x1b[?25h" in result.output  # the spinner hid the cursor and gave it back
 
 
+@pytest.mark.slow
 def test_export_int8_passes(workdir):
     result = run_cli_in_pty(
         "net.pt2", "-o", "int8/net.tflite", "--quantize", "int8", "--quant-backend", "flatbuffer",
@@ -87,6 +89,7 @@ def test_export_int8_passes(workdir):
     assert "warning: Activation ranges were calibrated on synthetic inputs" in text
 
 
+@pytest.mark.slow
 def test_export_parity_failure_exits_1(workdir):
     result = run_cli_in_pty("net.pt2", "-o", "strict/net.tflite", "--min-sqnr", "400", cwd=workdir)
     assert_clean(result.output)
@@ -106,6 +109,7 @@ def test_user_error_prints_one_paragraph_and_exits_2(workdir):
     assert not (workdir / "missing" / "net.tflite").exists()
 
 
+@pytest.mark.slow
 def test_quiet_prints_nothing_and_draws_no_spinner(workdir):
     result = run_cli_in_pty("net.pt2", "-o", "quiet/net.tflite", "--quiet", cwd=workdir)
     assert result.exit_code == read_report(workdir / "quiet" / "net.tflite")["exit_code"] == 0
@@ -119,6 +123,7 @@ def test_quiet_still_prints_the_error(workdir):
     assert "error: No such model file" in plain(result.output)
 
 
+@pytest.mark.slow
 def test_verbose_shows_library_output_and_the_summary(workdir):
     result = run_cli_in_pty("net.pt2", "-o", "verbose/net.tflite", "--verbose", cwd=workdir)
     assert_clean(result.output)

@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import json
 
-import torch
 
-from model_zoo import small_cnn
-
-
-def _export(tmp_path, run_cli, *extra):
-    src = tmp_path / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (torch.randn(1, 3, 16, 16),)), src)
-    out = tmp_path / "cnn.tflite"
-    assert run_cli(src, "-o", out, "--no-validate", *extra).exit_code == 0
-    return out
-
-
-def test_inspect_json_and_table(tmp_path, run_cli):
-    out = _export(tmp_path, run_cli)
+def test_inspect_json_and_table(built_artifacts, run_cli):
+    out = built_artifacts.fp32
     res = run_cli("inspect", out, "--json")
     assert res.exit_code == 0, res.stderr
     info = json.loads(res.stdout)
@@ -31,8 +19,16 @@ def test_inspect_json_and_table(tmp_path, run_cli):
     assert table.exit_code == 0 and "CONV_2D" in table.stdout and "Min runtime version" in table.stdout
 
 
-def test_bench_json(tmp_path, run_cli):
-    out = _export(tmp_path, run_cli)
+def test_inspect_integer_artifacts(built_artifacts, run_cli):
+    for out in (built_artifacts.int8, built_artifacts.edgetpu):
+        res = run_cli("inspect", out, "--json")
+        assert res.exit_code == 0, res.stderr
+        info = json.loads(res.stdout)
+        assert info["fully_integer"] is True, out
+
+
+def test_bench_json(built_artifacts, run_cli):
+    out = built_artifacts.fp32
     res = run_cli("bench", out, "--runs", "5", "--warmup", "1", "--json")
     assert res.exit_code == 0, res.stderr
     rep = json.loads(res.stdout)
@@ -40,8 +36,8 @@ def test_bench_json(tmp_path, run_cli):
     assert len(rep["results"]) == 2 and all(r["median_ms"] > 0 for r in rep["results"])
 
 
-def test_inspect_and_bench_reject_bad_files(tmp_path, run_cli):
-    out = _export(tmp_path, run_cli)
+def test_inspect_and_bench_reject_bad_files(tmp_path, built_artifacts, run_cli):
+    out = built_artifacts.fp32
     cut = tmp_path / "cut.tflite"
     cut.write_bytes(out.read_bytes()[:200])
     for cmd in ("inspect", "bench"):

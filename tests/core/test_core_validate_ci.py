@@ -15,12 +15,9 @@ X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 
 
 @pytest.fixture
-def exported(tmp_path, run_cli):
-    src = tmp_path / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
-    out = tmp_path / "cnn.tflite"
-    assert run_cli(src, "-o", out).exit_code == 0
-    return src, out
+def exported(artifacts):
+    """small_cnn with example X, exported in fp32 once per session (conftest), copied here."""
+    return artifacts.source, artifacts.fp32
 
 
 def test_validate_against_exported_program(exported, run_cli):
@@ -94,20 +91,18 @@ def test_junit_one_case_per_output(tmp_path, run_cli):
     assert len(failures) == 2 and "max_abs_error" in failures[0].get("message")
 
 
-def test_baseline_regression_fails_with_exit_1(tmp_path, run_cli):
-    src = tmp_path / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
-    good = tmp_path / "good.tflite"
-    assert run_cli(src, "-o", good).exit_code == 0
+def test_baseline_regression_fails_with_exit_1(tmp_path, exported, run_cli):
+    src, good = exported
+    baseline = good.with_name(f"{good.stem}.report.json")
     # same export again: no regression
     again = tmp_path / "again.tflite"
-    res = run_cli(src, "-o", again, "--baseline", tmp_path / "good.report.json")
+    res = run_cli(src, "-o", again, "--baseline", baseline)
     assert res.exit_code == 0, res.stdout + res.stderr
     assert read_report(again)["baseline"]["status"] == "ok"
     # fp16 is much worse than the fp32 baseline: the gate lists what regressed, even though the
     # fp16 run passes its own thresholds
     worse = tmp_path / "worse.tflite"
-    res = run_cli(src, "-o", worse, "--quantize", "fp16", "--baseline", tmp_path / "good.report.json")
+    res = run_cli(src, "-o", worse, "--quantize", "fp16", "--baseline", baseline)
     assert res.exit_code == 1
     rep = read_report(worse)
     assert rep["validation"]["status"] == "passed"

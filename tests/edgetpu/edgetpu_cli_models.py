@@ -1,8 +1,8 @@
 """Small MobileNetV2- and ResNet-style classifiers at module level, so the CLI can load them as a
 pickle (the classes must be importable) and as `edgetpu_cli_models:tiny_resnet` references.
 
-The layer patterns are those of benchmarks/bench_models.py (the 64x64 measurements): BatchNorm after
-every conv, ReLU6 and depthwise convs with inverted residuals, functional ReLU after the residual add,
+The blocks (from testing_models.py) are those of benchmarks/bench_models.py (the 64x64
+measurements): BatchNorm after every conv, ReLU6 and depthwise convs with inverted residuals, functional ReLU after the residual add,
 a padded max-pool stem, a global mean written as ``x.mean(dim=(2, 3))``.
 """
 
@@ -11,26 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-class InvertedResidual(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
-        super().__init__()
-        hidden = cin * expand
-        self.use_res = stride == 1 and cin == cout
-        layers: list[nn.Module] = []
-        if expand != 1:
-            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
-        layers += [
-            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
-            nn.BatchNorm2d(hidden),
-            nn.ReLU6(),
-            nn.Conv2d(hidden, cout, 1, bias=False),
-            nn.BatchNorm2d(cout),
-        ]
-        self.block = nn.Sequential(*layers)
-
-    def forward(self, x):
-        return x + self.block(x) if self.use_res else self.block(x)
+from testing_models import BasicBlock, InvertedResidual, random_batchnorm_stats
 
 
 class TinyMobileNetV2(nn.Module):
@@ -54,23 +35,6 @@ class TinyMobileNetV2(nn.Module):
         return self.classifier(self.features(x).mean(dim=(2, 3)))
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        identity = x if self.down is None else self.down(x)
-        y = torch.relu(self.bn1(self.conv1(x)))
-        return torch.relu(self.bn2(self.conv2(y)) + identity)
-
-
 class TinyResNet(nn.Module):
     def __init__(self, num_classes: int = 10, width: int = 8) -> None:
         super().__init__()
@@ -85,14 +49,7 @@ class TinyResNet(nn.Module):
 
 def _with_batchnorm_stats(module: nn.Module, seed: int = 0) -> nn.Module:
     """Seeded weights and non-trivial BatchNorm statistics, as a trained network would have."""
-    g = torch.Generator().manual_seed(seed)
-    for m in module.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-            m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-    return module.eval()
+    return random_batchnorm_stats(module, seed).eval()
 
 
 def tiny_mobilenet_v2() -> TinyMobileNetV2:

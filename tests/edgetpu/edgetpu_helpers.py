@@ -1,7 +1,5 @@
-"""Test helpers for the Edge TPU tests: plain PT2E int8 export of small models built in code.
-
-The project's own quantization stage is written elsewhere; these tests only need some full-integer
-flatbuffer, so they make one with the recipe litert-torch documents (PT2E static, per-channel).
+"""Test helpers for the Edge TPU tests: PT2E int8 export of small models built in code, through the
+product's own PT2E recipe (edge_export.quantization.pt2e), without the rest of the pipeline.
 """
 
 from __future__ import annotations
@@ -13,14 +11,17 @@ import pytest
 _CACHE: dict[str, bytes] = {}
 
 
-def export_int8(module, example_inputs, *, channels_last: bool = True, calib_batches: int = 4, seed: int = 0) -> bytes:
-    """Quantize ``module`` with PT2E (int8 activations, per-channel int8 weights) and convert it."""
+def export_int8(
+    module, example_inputs, *, channels_last: bool = True, calib_batches: int = 4, seed: int = 0, annotation_fixes: bool = True
+) -> bytes:
+    """Quantize ``module`` with PT2E (int8 activations, per-channel int8 weights) and convert it;
+    ``annotation_fixes=False`` gives litert-torch's plain recipe (see prepare_and_convert_pt2e)."""
     import torch
-    from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
     from litert_torch.quantize.quant_config import QuantConfig
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from edge_export.conversion import plan_channels_last, wrap_channels_last
+    from edge_export.config import QuantizeMode
+    from edge_export.conversion import convert_module, plan_channels_last, wrap_channels_last
+    from edge_export.quantization.pt2e import prepare_and_convert_pt2e
 
     torch.manual_seed(seed)
     module = module.eval()
@@ -35,24 +36,22 @@ def export_int8(module, example_inputs, *, channels_last: bool = True, calib_bat
             example_inputs = tuple(
                 x.permute(0, 2, 3, 1).contiguous() if x.dim() == 4 else x for x in example_inputs
             )
-    quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
-    exported = torch.export.export(module, example_inputs).module()
-    prepared = prepare_pt2e(exported, quantizer)
     gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for _ in range(calib_batches):
-            prepared(*[torch.randn(x.shape, generator=gen) if x.is_floating_point() else x for x in example_inputs])
-    converted = convert_pt2e(prepared, fold_quantize=False)
-    from edge_export.conversion import convert_module
-
+    batches = [
+        tuple(torch.randn(x.shape, generator=gen) if x.is_floating_point() else x for x in example_inputs)
+        for _ in range(calib_batches)
+    ]
+    converted, quantizer = prepare_and_convert_pt2e(
+        module, example_inputs, QuantizeMode.INT8, batches, annotation_fixes=annotation_fixes
+    )
     return convert_module(converted, example_inputs, quant_config=QuantConfig(pt2e_quantizer=quantizer))
 
 
-def cached_int8(key: str, build) -> bytes:
+def cached_int8(key: str, build, **options) -> bytes:
     """Export once per test session: conversions take seconds on this machine."""
     if key not in _CACHE:
         module, inputs = build()
-        _CACHE[key] = export_int8(module, inputs)
+        _CACHE[key] = export_int8(module, inputs, **options)
     return _CACHE[key]
 
 

@@ -56,6 +56,7 @@ def importable_models(monkeypatch):
 
 # Each source kind with each architecture maps fully (measured); the test runs four of the six
 # combinations to stay fast, so that every source and every architecture is covered.
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "arch"), [("pt2", "resnet"), ("pickle", "resnet"), ("module_ref", "mobilenet_v2")])
 def test_standard_classifiers_map_fully_from_every_source(run_cli, tmp_path, importable_models, kind, arch, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no edgetpu_compiler there: the missing-compiler path
@@ -77,6 +78,7 @@ echo "Number of Edge TPU subgraphs: 1"
 """
 
 
+@pytest.mark.slow
 def test_mobilenet_v2_pt2_with_a_fake_compiler_writes_the_compiled_model_beside_it(run_cli, tmp_path, importable_models):
     (tmp_path / "bin").mkdir()
     compiler = write_fake_compiler(tmp_path / "bin", _FAKE_COMPILER_BODY)

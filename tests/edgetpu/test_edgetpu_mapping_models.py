@@ -26,6 +26,7 @@ def _prepared(module, shape):
     return prep, x
 
 
+@pytest.mark.slow
 def test_mobilenet_v2_like_maps_fully_in_one_segment():
     def build():
         prep, x = _prepared(random_batchnorm_stats(mobilenet_v2_like()), IMAGE)
@@ -52,9 +53,11 @@ def test_resnet_like_plain_export_is_cut_early_at_the_maxpool_padding():
     after = report.ops[cut.index + 1 :]
     assert not any(op.on_tpu for op in after)
     assert {op.status for op in after if op.supported} == {OpStatus.AFTER_CUT}
-    # The shared ReLU leaves the residual ADDs in float: reported with their own reason.
+    # The residual ADDs after the shared ReLU are int8 with the product's PT2E recipe (it restores
+    # the source functions the annotators match; plain PT2E left them in float), so only the cut
+    # keeps them off the Edge TPU.
     adds = [op for op in after if op.opcode == "ADD"]
-    assert adds and all(op.status is OpStatus.UNSUPPORTED_DTYPE for op in adds)
+    assert adds and all(op.status is OpStatus.AFTER_CUT for op in adds)
 
 
 def test_resnet_like_with_rewrites_maps_fully_and_computes_the_same():
@@ -84,6 +87,7 @@ class _HardswishInTheMiddle(nn.Module):
         return self.tail(self.act(self.head(x)))
 
 
+@pytest.mark.slow
 def test_cut_in_the_middle_at_an_unsupported_activation_and_its_rewrite():
     x = torch.randn(1, 3, 16, 16)
     model = _HardswishInTheMiddle().eval()
@@ -125,7 +129,10 @@ def test_cut_late_at_a_mean_over_non_xy_axes():
 
 def test_transformer_cut_is_moved_late_by_reordering_and_explained():
     x = torch.randn(1, 16, 32)
-    data = cached_int8("tx", lambda: (transformer_encoder_like(), (x,)))
+    # litert-torch's plain recipe leaves the residual ADD in float, and its DEQUANTIZE is scheduled
+    # right after the first operator: the case reordering fixes (edge-export's own recipe quantizes
+    # that ADD, so its cut is at a rank-5 RESHAPE that no schedule moves).
+    data = cached_int8("tx_plain", lambda: (transformer_encoder_like(), (x,)), annotation_fixes=False)
     before = check_edgetpu_bytes(data)
     assert not before.fully_mapped and before.first_unmapped is not None
     reordered, changed = reorder_for_edgetpu(data)

@@ -91,19 +91,13 @@ def make_deep(seed: int = 0) -> Deep:
 
 
 def pt2e_int8(module: nn.Module, example: tuple, calibration: list) -> bytes:
-    """Plain PT2E static int8 (per-channel weights), as in the litert-stack notes."""
-    import litert_torch
-    from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+    """PT2E static int8 (per-channel weights) through the product's own recipe."""
     from litert_torch.quantize.quant_config import QuantConfig
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    quantizer = PT2EQuantizer().set_global(
-        get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False)
-    )
-    graph = torch.export.export(copy.deepcopy(module), example).module()
-    graph = prepare_pt2e(graph, quantizer)
-    for (x,) in calibration:
-        graph(torch.from_numpy(x))
-    graph = convert_pt2e(graph, fold_quantize=False)
-    edge = litert_torch.convert(graph, example, quant_config=QuantConfig(pt2e_quantizer=quantizer))
-    return bytes(edge.model_content())
+    from edge_export.config import QuantizeMode
+    from edge_export.conversion import convert_module
+    from edge_export.quantization.pt2e import prepare_and_convert_pt2e
+
+    batches = [(torch.from_numpy(x),) for (x,) in calibration]
+    graph, quantizer = prepare_and_convert_pt2e(copy.deepcopy(module), example, QuantizeMode.INT8, batches)
+    return convert_module(graph, example, quant_config=QuantConfig(pt2e_quantizer=quantizer))

@@ -47,6 +47,7 @@ def test_pt2e_failure_falls_back_to_a_fully_integer_flatbuffer_model():
     assert sqnr_db(torch_outputs(model, xs), tflite_outputs(result.model_bytes, xs)) > 25.0
 
 
+@pytest.mark.slow
 def test_residual_blocks_are_fully_integer_with_both_backends():
     for cls in (Residual, PadResidual):
         model = make(cls)

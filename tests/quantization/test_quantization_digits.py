@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "digits" / "digits_example.py"
 
 
@@ -25,6 +27,7 @@ def test_digits_int8_accuracy_drop_within_one_point(tmp_path):
     assert (tmp_path / "digits_int8.tflite").stat().st_size < 0.4 * (tmp_path / "digits_fp32.tflite").stat().st_size
 
 
+@pytest.mark.slow
 def test_digits_mobilenetv2_int8_accuracy_drop_within_one_point(tmp_path):
     # A trained MobileNetV2-style network (depthwise convs, ReLU6, inverted residuals with residual
     # adds, global mean) keeps its accuracy in int8, although the same architecture with random

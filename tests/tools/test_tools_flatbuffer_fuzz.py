@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
 
 WORKER = Path(__file__).with_name("flatbuffer_fuzz_worker.py")
@@ -90,6 +92,7 @@ def test_mutated_flatbuffers_never_crash(cnn_models, tmp_path):
 CLI_MUTANTS = 240
 
 
+@pytest.mark.slow
 def test_inspect_and_validate_survive_mutants(cnn_models, tmp_path):
     """`inspect` and `validate` (the real CLI, in a worker process) on random and structure-aware
     mutants: never a signal, an exit 4 or a traceback, and no native crash caught by the isolation."""

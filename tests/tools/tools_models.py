@@ -39,19 +39,15 @@ def make_cnn():
 
 
 def pt2e_int8(module, example, calibration):
-    """Plain PT2E static int8 (the recipe in shared/notes/litert-stack.md)."""
-    import litert_torch
-    import torch
-    from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+    """PT2E static int8 through the product's own recipe; returns (quantized graph, flatbuffer)."""
     from litert_torch.quantize.quant_config import QuantConfig
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False))
-    prepared = prepare_pt2e(torch.export.export(module, example).module(), quantizer)
-    for batch in calibration:
-        prepared(batch)
-    converted = convert_pt2e(prepared, fold_quantize=False)
-    return converted, litert_torch.convert(converted, example, quant_config=QuantConfig(pt2e_quantizer=quantizer)).model_content()
+    from edge_export.config import QuantizeMode
+    from edge_export.conversion import convert_module
+    from edge_export.quantization.pt2e import prepare_and_convert_pt2e
+
+    converted, quantizer = prepare_and_convert_pt2e(module, example, QuantizeMode.INT8, [(b,) for b in calibration])
+    return converted, convert_module(converted, example, quant_config=QuantConfig(pt2e_quantizer=quantizer))
 
 
 def int8_to_uint8_io(model_bytes: bytes) -> bytes:
