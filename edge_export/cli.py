@@ -149,10 +149,17 @@ DebugOpt = _CHECKING_OPTIONS[-1][1]
 VerboseOpt = _CHECKING_OPTIONS[-3][1]
 
 
+def _checking_fields(raw: dict) -> dict:
+    """The ExportOptions fields the shared options set, from their CLI values. Called inside the
+    command's run, so that a value that does not parse (``--input-shape 1,3,x``) is a usage error
+    with exit 2 like any other."""
+    return {field: convert(raw[name]) for name, _, _, field, convert in _CHECKING_OPTIONS if field is not None}
+
+
 def _with_checking_options(command):
     """Give ``command`` the options export and validate share. It is called with its own
-    parameters plus ``checking`` (the ExportOptions fields those options set), ``quiet`` and
-    ``debug``; typer sees one signature with all of them."""
+    parameters plus ``checking``: those options' raw values by parameter name (``quiet``,
+    ``debug`` and ``verbose`` among them); typer sees one signature with all of them."""
     import functools
     import inspect
 
@@ -161,11 +168,8 @@ def _with_checking_options(command):
 
     @functools.wraps(command)
     def with_options(**values):
-        checking = {}
-        for name, _, _, field, convert in _CHECKING_OPTIONS:
-            if field is not None:
-                checking[field] = convert(values.pop(name))
-        return command(**values, checking=checking)
+        raw = {name: values.pop(name) for name, *_ in _CHECKING_OPTIONS}
+        return command(**values, checking=raw)
 
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + shared
     with_options.__signature__ = inspect.Signature(params)
@@ -219,7 +223,7 @@ def export_command(
     strip_names: bool = typer.Option(False, "--strip-names", help="Drop inner tensor names from the written .tflite (smaller; same computation). The report keeps the module paths; later `validate --per-layer` on the file cannot."),
     strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
- checking: dict = None, quiet: bool = False, debug: bool = False,
+ checking: dict = None,
 ) -> None:
     def call(on_stage):
         from .api import ExportOptions, export
@@ -244,11 +248,11 @@ def export_command(
             strict=strict,
             validate=validate,
             channels_last=channels_last,
-            **checking,
+            **_checking_fields(checking),
         )
         return export(model, output=output, options=options, on_stage=on_stage)
 
-    _run(call, quiet, debug, checking["verbose"])
+    _run(call, checking["quiet"], checking["debug"], checking["verbose"])
 
 
 @app.command(
@@ -262,15 +266,15 @@ def validate_command(
     reference: str = typer.Option(..., "--reference", "-r", help="The PyTorch model it was exported from (.pt2, TorchScript, package.module:attr, pickle)."),
     report: Optional[Path] = typer.Option(None, "--report", help="Report path prefix (default <tflite stem>.validate)."),
     channels_last: bool = typer.Option(False, "--channels-last", help="The flatbuffer's 4-D inputs are NHWC (only needed when the reference has no example inputs)."),
- checking: dict = None, quiet: bool = False, debug: bool = False,
+ checking: dict = None,
 ) -> None:
     def call(on_stage):
         from .api import ExportOptions, validate
 
-        options = ExportOptions(channels_last=channels_last, **checking)
+        options = ExportOptions(channels_last=channels_last, **_checking_fields(checking))
         return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage)
 
-    _run(call, quiet, debug, checking["verbose"])
+    _run(call, checking["quiet"], checking["debug"], checking["verbose"])
 
 
 def _run_tool(call, debug: bool, verbose: bool = False) -> None:
