@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_export.validators.layers import (
-    _apply_layout,
-    _layout_candidates,
-    first_jump_index,
-)
+from edge_export.validators.layers import first_jump_index
+from edge_export.validators.per_layer.layout import apply_layout as _apply_layout
+from edge_export.validators.per_layer.layout import layout_candidates as _layout_candidates
 
 def test_nhwc_to_nchw_is_found_from_shapes():
     cands = _layout_candidates((1, 12, 16, 8), (1, 8, 12, 16))
