@@ -30,7 +30,12 @@ import numpy as np
 
 from ..errors import InputSpecError, UsageError
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
-from .per_layer.capture import capture_sample, class_fullname, graph_root_name, is_exported_graph
+from .per_layer.capture import (
+    capture_sample,
+    class_fullname,
+    graph_root_name,
+    is_exported_graph,
+)
 from .per_layer.matching import match_layers
 from .per_layer.measurement import first_jump_index, measure_layers
 from .per_layer.results import (
@@ -44,15 +49,15 @@ from .per_layer.results import (
 )
 
 __all__ = [
-    "LayerParity",
-    "UnmatchedModule",
-    "UnmatchedReason",
-    "LayerParityReport",
-    "JumpRule",
-    "per_layer_parity",
-    "first_jump_index",
     "JUMP_DROP_DB",
     "JUMP_FLOOR_DB",
+    "JumpRule",
+    "LayerParity",
+    "LayerParityReport",
+    "UnmatchedModule",
+    "UnmatchedReason",
+    "first_jump_index",
+    "per_layer_parity",
 ]
 
 

@@ -24,8 +24,9 @@ zero point (``read_flatbuffer_tensors``).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -38,8 +38,9 @@ Flatbuffer tensors that carry a module's name but are not its output (LayerNorm'
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ...flatbuffer import OperatorInfo, TensorInfo
 from ...provenance import tensor_scopes
@@ -190,9 +191,9 @@ def module_returning_a_model_output_takes_the_output_tensor(
         if c.output is None:
             continue
         for o_idx, out_id in enumerate(output_ids):
-            if o_idx < len(graph_outputs) and c.out_id is not None and c.out_id == out_id:
-                if graph_outputs[o_idx] in computed:
-                    by_output[c.key] = graph_outputs[o_idx]
+            matches = o_idx < len(graph_outputs) and c.out_id is not None and c.out_id == out_id
+            if matches and graph_outputs[o_idx] in computed:
+                by_output[c.key] = graph_outputs[o_idx]
     return by_output
 
 

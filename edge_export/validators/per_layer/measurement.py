@@ -16,7 +16,8 @@ int8 model's SQNR declines slowly through the network without any one layer bein
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
