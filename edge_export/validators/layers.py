@@ -48,16 +48,17 @@ from .per_layer.results import (
     UnmatchedReason,
 )
 
+# The result types are re-exported: reports, tests and examples import them from here.
 __all__ = [
-    "JUMP_DROP_DB",
-    "JUMP_FLOOR_DB",
-    "JumpRule",
     "LayerParity",
-    "LayerParityReport",
     "UnmatchedModule",
     "UnmatchedReason",
-    "first_jump_index",
+    "LayerParityReport",
     "per_layer_parity",
+    "first_jump_index",
+    "JumpRule",
+    "JUMP_DROP_DB",
+    "JUMP_FLOOR_DB",
 ]
 
 
