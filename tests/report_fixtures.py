@@ -206,7 +206,7 @@ def skipped_report() -> RunReport:
     )
 
 
-def report_with_outputs(*outputs: OutputParity, thresholds: Thresholds = Thresholds()) -> RunReport:
+def report_with_outputs(*outputs: OutputParity) -> RunReport:
     """``skipped_report()`` validated: a parity result of ``outputs`` (for the baseline comparison)."""
-    validation = ParityResult(4, thresholds, tuple(outputs), "ai-edge-litert interpreter (CPU, XNNPACK)")
+    validation = ParityResult(4, Thresholds(min_sqnr_db=20.0), tuple(outputs), "ai-edge-litert interpreter (CPU, XNNPACK)")
     return dataclasses.replace(skipped_report(), validation=validation)

@@ -29,7 +29,7 @@ from .serialize import to_json_value
 if TYPE_CHECKING:
     from .model import RunReport
 
-__all__ = ["BaselineTolerance", "Regression", "EarlierOutput", "compare_with_baseline"]
+__all__ = ["BaselineTolerance", "EarlierOutput", "Regression", "compare_with_baseline", "earlier_outputs"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class EarlierOutput:
     metrics: Mapping[str, float | None]
 
     @classmethod
-    def from_json(cls, output: Mapping[str, Any]) -> "EarlierOutput":
+    def from_json(cls, output: Mapping[str, Any]) -> EarlierOutput:
         return cls(output["name"], output.get("passed"), output.get("kind"), output.get("metrics") or {})
 
 

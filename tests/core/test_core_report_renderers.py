@@ -221,7 +221,7 @@ def test_markdown_of_a_failing_per_layer_gate():
     md = render_markdown(gated_layers_report())
     assert md.startswith("# edge-export: ❌ FAILED\n")
     assert "The error first jumps at **<code>head</code>** (Linear): SQNR 12 dB. This is the likely culprit." in md
-    worst = [line for line in md.splitlines() if line.startswith("| 1 |") or line.startswith("| 0 |")]
+    worst = [line for line in md.splitlines() if line.startswith(("| 1 |", "| 0 |"))]
     assert worst == [  # lowest SQNR first; the conv names the ReLU fused into it
         "| 1 | <code>head</code> | Linear | FULLY\\_CONNECTED | 12 | 0.970000 |",
         "| 0 | <code>features\\.0</code> (+ fused features\\.2) | Conv2d | CONV\\_2D | 38.5 | 0.999950 |",
