@@ -237,6 +237,23 @@ def test_markdown_of_a_target_section_from_a_plugin():
     assert to_json_value(report)["target"]["gpu"] == {"delegate": "opencl"}
 
 
+def test_markdown_of_a_compiled_edgetpu_model_and_of_a_target_without_compiler_run():
+    from edge_export.reports.model import CompilerSection, DelegateSection
+    from edge_export.targets.edgetpu_compiler import CompilerResult
+
+    report = full_report()
+    compiled = dataclasses.replace(
+        report,
+        target=dataclasses.replace(report.target, compiler=CompilerSection(CompilerResult(True, ""), ()), delegate=DelegateSection("edgetpu", True, "")),
+        artifacts=dataclasses.replace(report.artifacts, extra={"edgetpu_tflite": "out/cnn_edgetpu.tflite"}),
+    )
+    md = render_markdown(compiled)
+    assert "Compiled with edgetpu_compiler: <code>out/cnn\\_edgetpu\\.tflite</code>.\n- delegate edgetpu used for parity: True \n" in md
+    assert "compiler disagrees" not in md
+    md = render_markdown(dataclasses.replace(report, target=dataclasses.replace(report.target, compiler=None, delegate=None)))
+    assert "Not compiled: None\n\n" in md and "delegate edgetpu" not in md
+
+
 def test_markdown_of_the_quantization_attempts_shows_seconds_as_the_json_has_them():
     report = full_report()
     quant = report.quantization
