@@ -590,20 +590,20 @@ def _write_run(report: RunReport, files: Sequence[tuple[Path, bytes]], options: 
     json_path, md_path = Path(paths.report_json), Path(paths.report_markdown)
     result = ExportResult(Path(paths.tflite), json_path, md_path, report)
     layers = report.per_layer
-    data = result.report  # the JSON form, computed once: written, rendered and returned
+    data = result.report  # the JSON form, computed once: written and returned
     with stages.run("write", "Writing artifacts"):
         with ArtifactSet() as artifacts:
             for path, content in files:
                 artifacts.add(path, content)
             artifacts.add(json_path, render_json(data))
-            artifacts.add(md_path, render_markdown(data))
+            artifacts.add(md_path, render_markdown(report))
             if layers is not None and options.per_layer_plot:
                 artifacts.add(options.per_layer_plot, _plot_bytes(layers))
             if options.junit:
                 from .reports.junit import render_junit
 
                 check_writable_folder(Path(options.junit))
-                artifacts.add(options.junit, render_junit(data))
+                artifacts.add(options.junit, render_junit(report))
             artifacts.commit()
     return result
 

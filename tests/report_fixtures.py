@@ -2,10 +2,13 @@
 
 ``full_report()`` has every optional section (int8 quantization, an Edge TPU target, per-layer
 parity, a baseline with a regression) so that each renderer and every schema property is reached;
-``skipped_report()`` is an fp32 run with --no-validate and a TFLite Micro target.
+``skipped_report()`` is an fp32 run with --no-validate and a TFLite Micro target;
+``report_with_outputs(...)`` is that run with a parity result of the given outputs (baseline tests).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from edge_export.config import IODtype, OutputKind, QuantizeMode, Thresholds
 from edge_export.flatbuffer import QuantParams, TensorInfo
@@ -201,3 +204,9 @@ def skipped_report() -> RunReport:
         validation=SkippedValidation("--no-validate was given"),
         target=TargetSection("micro", ("--target micro implies --io-dtype int8",), micro=MicroSection(micro, "ops.cc")),
     )
+
+
+def report_with_outputs(*outputs: OutputParity) -> RunReport:
+    """``skipped_report()`` validated: a parity result of ``outputs`` (for the baseline comparison)."""
+    validation = ParityResult(4, Thresholds(min_sqnr_db=20.0), tuple(outputs), "ai-edge-litert interpreter (CPU, XNNPACK)")
+    return dataclasses.replace(skipped_report(), validation=validation)

@@ -1,12 +1,24 @@
 """JUnit XML from a report: one test case per output (and per layer with --per-layer), so CI systems
-show parity failures natively. It renders the report's verdicts; it never recomputes them."""
+show parity failures natively. It renders the report's verdicts; it never recomputes them.
+
+It reads the typed run report (``reports.model.RunReport``): the ``ParityResult`` (or
+``SkippedValidation``), the ``LayerParityReport`` and the baseline's regressions. Numbers are shown
+as the JSON report has them (a numpy scalar as a Python number, a non-finite float as n/a); a layer's
+details are its scalar fields under their JSON names (``serialize.json_keys``).
+"""
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING, Any
 
-from .serialize import json_form
+from .model import SkippedValidation
+from .serialize import json_keys, to_json_value
+
+if TYPE_CHECKING:
+    from ..validators.layers import LayerParity
+    from .model import RunReport
 
 __all__ = ["render_junit"]
 
@@ -16,7 +28,8 @@ __all__ = ["render_junit"]
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
-def _fmt(v) -> str:
+def _fmt(v: Any) -> str:
+    v = to_json_value(v)  # as the JSON has it: NaN is no value
     return "n/a" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
 
 
@@ -31,44 +44,49 @@ def _case(suite: ET.Element, classname: str, name: str, failure: str | None, det
     out.text = details
 
 
-def render_junit(report) -> str:
-    """``report``: a RunReport, or its JSON form (a dict, as written to report.json)."""
-    report = json_form(report)  # the keys report.schema.json documents
-    model = report.get("model", {}).get("source", "model")
+def _layer_details(layer: LayerParity) -> str:
+    """``key: value`` for every scalar field of the layer, under its JSON name (lists left out)."""
+    lines = []
+    for key in json_keys(type(layer)):
+        value = to_json_value(getattr(layer, key.attribute))
+        if isinstance(value, (list, dict)) or (value is None and key.omit_none):
+            continue
+        lines.append(f"{key.key}: {_fmt(value)}")
+    return "\n".join(lines)
+
+
+def render_junit(report: RunReport) -> str:
+    """The report as JUnit XML: a case per output, per compared layer and per baseline regression."""
     root = ET.Element("testsuites", name="edge-export")
-    suite = ET.SubElement(root, "testsuite", name=f"edge-export parity: {model}")
-    val = report.get("validation") or {}
-    if val.get("status") == "skipped":
-        _case(suite, "edge_export.parity", "outputs", None, "", skipped=val.get("reason", "skipped"))
-    for o in val.get("outputs", []):
-        m = o.get("metrics") or {}
-        missing = o.get("not_computable") or {}
-        kind = o.get("kind")
+    suite = ET.SubElement(root, "testsuite", name=f"edge-export parity: {report.model.source}")
+    val = report.validation
+    if isinstance(val, SkippedValidation):
+        _case(suite, "edge_export.parity", "outputs", None, "", skipped=val.reason)
+    for o in () if isinstance(val, SkippedValidation) else val.outputs:
+        kind = o.kind.value
         details = "\n".join(
-            ([f"kind: {kind} (decided by {o.get('kind_source')})"] if kind else [])
-            + [f"{k}: {'not computable: ' + missing[k] if k in missing else _fmt(v)}" for k, v in m.items()]
+            [f"kind: {kind} (decided by {o.decision.source.value})"]
+            + [f"{k}: {'not computable: ' + o.not_computable[k] if k in o.not_computable else _fmt(v)}" for k, v in o.metrics.items()]
         )
-        failed = [c for c in o.get("checks", []) if c.get("passed") is False]
+        failed = [c for c in o.checks if c.passed is False]
         failure = None
-        if o.get("error"):
-            failure = o["error"]
+        if o.error:
+            failure = o.error
         elif failed:
-            failure = "; ".join(f"{c['metric']} {_fmt(c['value'])} not {c['op']} {_fmt(c['threshold'])}" for c in failed)
-        name = f"output {o['index']} {o['name']}" + (f" ({kind})" if kind else "")
-        _case(suite, "edge_export.parity.outputs", name, failure, details)
-    layers = (report.get("per_layer") or {}).get("layers") or []
-    culprit = (report.get("per_layer") or {}).get("first_jump") or {}
+            failure = "; ".join(f"{c.metric} {_fmt(c.value)} not {c.op} {_fmt(c.threshold)}" for c in failed)
+        _case(suite, "edge_export.parity.outputs", f"output {o.index} {o.name} ({kind})", failure, details)
+    layers = report.per_layer.layers if report.per_layer is not None else ()
+    culprit = report.per_layer.first_jump if report.per_layer is not None else None
     for i, layer in enumerate(layers):
-        name = layer.get("module_path") or layer.get("name") or f"layer {i}"
-        details = "\n".join(f"{k}: {_fmt(v)}" for k, v in layer.items() if not isinstance(v, (list, dict)))
+        name = layer.module_path or f"layer {i}"
         failure = None
-        if layer.get("passed") is False:
-            failure = f"SQNR {_fmt(layer.get('sqnr_db'))} dB below the layer threshold"
-        if culprit and culprit.get("module_path") == layer.get("module_path") and culprit.get("tflite_tensor") == layer.get("tflite_tensor"):
+        if layer.passed is False:
+            failure = f"SQNR {_fmt(layer.sqnr_db)} dB below the layer threshold"
+        if culprit is not None and (culprit.module_path, culprit.tflite_tensor) == (layer.module_path, layer.tflite_tensor):
             failure = (failure + "; " if failure else "") + "first layer where the error jumps (likely culprit)"
-        _case(suite, "edge_export.parity.layers", f"{i:03d} {name}", failure, details)
-    for reg in (report.get("baseline") or {}).get("regressions", []):
-        _case(suite, "edge_export.baseline", f"{reg['output']} {reg['metric']}", reg["message"], reg["message"])
+        _case(suite, "edge_export.parity.layers", f"{i:03d} {name}", failure, _layer_details(layer))
+    for reg in report.baseline.regressions if report.baseline is not None else ():
+        _case(suite, "edge_export.baseline", f"{reg.output} {reg.metric}", reg.message, reg.message)
     cases = suite.findall("testcase")
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))

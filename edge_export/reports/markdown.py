@@ -1,10 +1,25 @@
-"""The Markdown report, fit for a CI job summary: verdict first, then outputs, then details."""
+"""The Markdown report, fit for a CI job summary: verdict first, then outputs, then details.
+
+It reads the typed run report (``reports.model.RunReport``) and the stage results it holds
+(``ParityResult``, ``LayerParityReport``, ``QuantizationResult``, ``EdgeTPUReport``, ``MicroSection``...);
+it never recomputes a verdict. Numbers are shown as the JSON report has them (``_plain``: a numpy
+scalar as a Python number, a non-finite float as no value), so the Markdown and the JSON agree.
+A target section's plugin keys (``TargetSection.extra``) are in the JSON only.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
-from .serialize import json_form
+from .model import SkippedValidation
+from .serialize import to_json_value as _plain
+
+if TYPE_CHECKING:
+    from ..quantization import QuantizationResult
+    from ..validators.layers import LayerParityReport
+    from ..validators.parity import ParityResult
+    from .model import ArtifactsSection, RunReport, TargetSection
 
 __all__ = ["render_markdown", "escape_markdown"]
 
@@ -36,7 +51,8 @@ def _code(value) -> str:
 _e = escape_markdown
 
 
-def _fmt(value, digits: int = 4) -> str:
+def _fmt(value: Any, digits: int = 4) -> str:
+    value = _plain(value)  # as the JSON has it: NaN is no value
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -54,80 +70,75 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def render_markdown(report) -> str:
-    """``report``: a RunReport, or its JSON form (a dict, as written to report.json)."""
-    report = json_form(report)  # the keys report.schema.json documents
+def render_markdown(report: RunReport) -> str:
+    """The report as Markdown: the verdict, the outputs, then one section per stage result the run has."""
     lines: list[str] = []
-    verdict = report.get("verdict", "exported-unvalidated")
-    model = report.get("model", {})
-    exp = report.get("export", {})
-    fb = report.get("flatbuffer", {})
-    val = report.get("validation", {})
+    verdict = report.verdict
+    model = report.model
+    exp = report.export
+    fb = report.flatbuffer
+    val = report.validation
     lines.append(f"# edge-export: {_ICON.get(verdict, _e(verdict))}")
     lines.append("")
     lines.append(
-        f"{_code(model.get('source'))} ({_e(model.get('kind'))}) → {_code(report.get('artifacts', {}).get('tflite'))} · "
-        f"quantize **{_e(exp.get('quantize'))}** · target **{_e(exp.get('target'))}** · "
-        f"{_size(fb.get('size_bytes', 0))} · {fb.get('num_operators')} ops · exit code {report.get('exit_code')}"
+        f"{_code(model.source)} ({_e(model.kind)}) → {_code(report.artifacts.tflite)} · "
+        f"quantize **{_e(exp.quantize)}** · target **{_e(exp.target)}** · "
+        f"{_size(fb.size_bytes)} · {fb.num_operators} ops · exit code {report.exit_code}"
     )
     lines.append("")
-    worst = val.get("worst") if isinstance(val, dict) else None
-    if val.get("status") == "skipped":
-        lines.append(f"Parity was not checked: {_e(val.get('reason'))}.")
-    elif worst:
-        failed = _e(", ".join(worst.get("failed_checks") or []) or "none")
-        lines.append(
-            f"Worst output: {_code(worst.get('output'))} ({_e(worst['kind']) + '; ' if worst.get('kind') else ''}"
-            f"SQNR {_fmt(worst.get('sqnr_db'))} dB, max abs error "
-            f"{_fmt(worst.get('max_abs_error'))}; failed checks: {failed})."
-        )
+    if isinstance(val, SkippedValidation):
+        lines.append(f"Parity was not checked: {_e(val.reason)}.")
+    else:
+        worst = val.worst()
+        if worst is not None:
+            failed = _e(", ".join(worst.failed_checks) or "none")
+            lines.append(
+                f"Worst output: {_code(worst.output)} ({_e(worst.kind.value)}; "
+                f"SQNR {_fmt(worst.sqnr_db)} dB, max abs error "
+                f"{_fmt(worst.max_abs_error)}; failed checks: {failed})."
+            )
     lines.append("")
-    base = report.get("baseline")
-    if base:
-        regs = base.get("regressions") or []
-        if regs:
-            lines.append(f"**Regressed against the baseline** {_code(base.get('path'))}:")
+    base = report.baseline
+    if base is not None:
+        if base.regressions:
+            lines.append(f"**Regressed against the baseline** {_code(base.path)}:")
             lines.append("")
-            lines.extend(f"- {_e(r['message'])}" for r in regs)
+            lines.extend(f"- {_e(r.message)}" for r in base.regressions)
         else:
-            lines.append(f"No regression against the baseline {_code(base.get('path'))}.")
+            lines.append(f"No regression against the baseline {_code(base.path)}.")
         lines.append("")
-    if val.get("outputs"):
+    if not isinstance(val, SkippedValidation) and val.outputs:
         lines.extend(_outputs_section(val))
-    layers = report.get("per_layer")
-    if layers:
-        lines.extend(_layer_section(layers))
-    if report.get("quantization"):
-        lines.extend(_quant_section(report["quantization"]))
-    if report.get("target"):
-        lines.extend(_target_section(report["target"], report.get("artifacts", {})))
+    if report.per_layer is not None:
+        lines.extend(_layer_section(report.per_layer))
+    if report.quantization is not None:
+        lines.extend(_quant_section(report.quantization))
+    if report.target is not None:
+        lines.extend(_target_section(report.target, report.artifacts))
     lines.append("## Flatbuffer")
     lines.append("")
-    lines.append(f"- size: {_size(fb.get('size_bytes', 0))} ({fb.get('size_bytes')} bytes), sha256 `{(fb.get('sha256') or '')[:16]}…`")
-    lines.append(f"- fully integer: {fb.get('fully_integer')}")
-    for kind in ("inputs", "outputs"):
-        for t in fb.get(kind, []):
-            q = t.get("quantization")
-            qs = f", scale {q.get('scale')}, zero point {q.get('zero_point')}" if q and not q.get("per_channel") else ""
-            lines.append(f"- {kind[:-1]} {_code(t['name'])}: {_e(t['dtype'])} {_e(list(t['shape']))}{_e(qs)}")
+    lines.append(f"- size: {_size(fb.size_bytes)} ({fb.size_bytes} bytes), sha256 `{(fb.sha256 or '')[:16]}…`")
+    lines.append(f"- fully integer: {fb.fully_integer}")
+    for kind, tensors in (("input", fb.inputs), ("output", fb.outputs)):
+        for t in tensors:
+            q = t.quant
+            qs = f", scale {_plain(q.scales[0])}, zero point {_plain(q.zero_points[0])}" if q is not None and not q.per_channel else ""
+            lines.append(f"- {kind} {_code(t.name)}: {_e(t.dtype)} {_e(_plain(t.shape))}{_e(qs)}")
     lines.append("")
     lines.append("| operator | count |")
     lines.append("|---|---|")
-    for op, n in (fb.get("op_counts") or {}).items():
-        lines.append(f"| {_e(op)} | {_e(n)} |")
+    for op, n in fb.op_counts.items():
+        lines.append(f"| {_e(op)} | {_e(_plain(n))} |")
     lines.append("")
-    stages = report.get("stages") or []
-    if stages:
+    if report.stages:
         lines.append("## Stages")
         lines.append("")
-        lines.append(" · ".join(f"{_e(s['name'])} {s['seconds']:.2f} s" for s in stages))
+        lines.append(" · ".join(f"{_e(s.name)} {s.seconds:.2f} s" for s in report.stages))
         lines.append("")
-    tool = report.get("tool", {})
-    libs = report.get("libraries", {})
     lines.append(
-        f"<sub>edge-export {_e(tool.get('version'))} · "
-        + " · ".join(f"{_e(k)} {_e(v)}" for k, v in libs.items() if v)
-        + f" · report schema {_e(report.get('schema_version'))}</sub>"
+        f"<sub>edge-export {_e(report.tool.version)} · "
+        + " · ".join(f"{_e(k)} {_e(v)}" for k, v in report.libraries.items() if v)
+        + f" · report schema {_e(report.schema_version)}</sub>"
     )
     return "\n".join(lines) + "\n"
 
@@ -161,34 +172,31 @@ _GATE_TEXT = {
 }
 
 
-def _outputs_section(val: dict) -> list[str]:
-    lines = [f"## Outputs ({_e(val.get('samples'))} samples, {_e(val.get('runtime'))})", ""]
+def _outputs_section(val: ParityResult) -> list[str]:
+    lines = [f"## Outputs ({_e(val.samples)} samples, {_e(val.runtime)})", ""]
     head = ["output", "kind", "shape", *(c[0] for c in _METRIC_COLUMNS), "verdict"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
-    for o in val["outputs"]:
-        m = o.get("metrics") or {}
-        missing = o.get("not_computable") or {}
-        failed = [c["metric"] for c in o.get("checks", []) if c.get("passed") is False]
-        status = "✅" if o.get("passed") else "❌ " + _e(o.get("error") or ", ".join(failed))
-        kind = o.get("kind")
-        kind_cell = f"{_e(kind)} ({_e(o.get('kind_source'))})" if kind else "–"
+    for o in val.outputs:
+        failed = [c.metric for c in o.checks if c.passed is False]
+        status = "✅" if o.passed else "❌ " + _e(o.error or ", ".join(failed))
+        kind_cell = f"{_e(o.kind.value)} ({_e(o.decision.source.value)})"
         cells = [
-            "n/c" if key in missing else _fmt(m.get(key), digits) for _, key, digits in _METRIC_COLUMNS
+            "n/c" if key in o.not_computable else _fmt(o.metrics.get(key), digits) for _, key, digits in _METRIC_COLUMNS
         ]
         lines.append(
-            f"| {_code(o['name'])} | {kind_cell} | {_e('×'.join(str(d) for d in o['shape']))} | " + " | ".join(cells) + f" | {status} |"
+            f"| {_code(o.name)} | {kind_cell} | {_e('×'.join(str(d) for d in _plain(o.shape)))} | " + " | ".join(cells) + f" | {status} |"
         )
     lines.append("")
     # n/c cells: why is in the notes (checks that could not be computed) or in the verdict (NaN/Inf)
-    for note in val.get("notes") or []:
+    for note in val.notes:
         lines.append(f"- {_e(note)}")
-    if val.get("notes"):
+    if val.notes:
         lines.append("")
-    t = val.get("thresholds", {})
-    kinds = list(dict.fromkeys(o.get("kind") for o in val["outputs"] if o.get("kind") in _GATES_BY_KIND))
+    t = val.thresholds
+    kinds = list(dict.fromkeys(o.kind.value for o in val.outputs if o.kind.value in _GATES_BY_KIND))
     for kind in kinds or ["regression"]:
-        gates = [_GATE_TEXT[k].format(t[k]) for k in _GATES_BY_KIND[kind] if t.get(k) is not None]
+        gates = [_GATE_TEXT[k].format(_plain(getattr(t, k))) for k in _GATES_BY_KIND[kind] if _plain(getattr(t, k)) is not None]
         if kind == "embedding":
             gates = [g.replace("cosine", "worst-sample cosine", 1) if g.startswith("cosine") else g for g in gates]
         lines.append(f"Thresholds ({kind}): " + (", ".join(gates) or "none"))
@@ -196,102 +204,100 @@ def _outputs_section(val: dict) -> list[str]:
     return lines
 
 
-def _layer_section(layers: dict) -> list[str]:
-    rows = [r for r in layers.get("layers", []) if r.get("sqnr_db") is not None]
-    out = [f"## Layers ({len(layers.get('layers', []))} compared, {layers.get('match_fraction', 0):.0%} of modules matched)", ""]
-    jump = layers.get("first_jump")
-    if jump:
+def _layer_section(layers: LayerParityReport) -> list[str]:
+    # a layer whose SQNR is not a number has none (as in the JSON): it is not among the worst
+    rows = [r for r in layers.layers if _plain(r.sqnr_db) is not None]
+    out = [f"## Layers ({len(layers.layers)} compared, {layers.match_fraction:.0%} of modules matched)", ""]
+    jump = layers.first_jump
+    if jump is not None:
         out.append(
-            f"The error first jumps at **{_code(jump.get('module_path'))}** ({_e(jump.get('module_type'))}): "
-            f"SQNR {_fmt(jump.get('sqnr_db'))} dB. This is the likely culprit."
+            f"The error first jumps at **{_code(jump.module_path)}** ({_e(jump.module_type)}): "
+            f"SQNR {_fmt(jump.sqnr_db)} dB. This is the likely culprit."
         )
     else:
         out.append("No layer shows a jump in error.")
     out.append("")
-    worst = sorted(rows, key=lambda r: r["sqnr_db"])[:5]
+    worst = sorted(rows, key=lambda r: _plain(r.sqnr_db))[:5]
     if worst:
         out.append("Worst layers:")
         out.append("")
         out.append("| # | module | type | op | SQNR dB | cosine |")
         out.append("|---|---|---|---|---|---|")
         for r in worst:
-            fused = f" (+ fused {_e(', '.join(r['fused_modules']))})" if r.get("fused_modules") else ""
+            fused = f" (+ fused {_e(', '.join(r.fused_modules))})" if r.fused_modules else ""
             out.append(
-                f"| {_e(r.get('position'))} | {_code(r.get('module_path'))}{fused} | {_e(r.get('module_type'))} | {_e(r.get('opcode'))} | "
-                f"{_fmt(r.get('sqnr_db'))} | {_fmt(r.get('cosine'), 6)} |"
+                f"| {_e(r.position)} | {_code(r.module_path)}{fused} | {_e(r.module_type)} | {_e(r.opcode)} | "
+                f"{_fmt(r.sqnr_db)} | {_fmt(r.cosine, 6)} |"
             )
         out.append("")
-    unmatched = layers.get("tensors_unmatched") or 0
-    out.append(f"{unmatched} flatbuffer tensor(s) could not be matched to a PyTorch module.")
+    out.append(f"{layers.tensors_unmatched or 0} flatbuffer tensor(s) could not be matched to a PyTorch module.")
     out.append("")
     return out
 
 
-def _quant_section(q: dict) -> list[str]:
+def _quant_section(q: QuantizationResult) -> list[str]:
     out = ["## Quantization", ""]
-    out.append(f"- mode **{_e(q['mode'])}**, backend **{_e(q['backend'])}** ({_e(q.get('recipe'))}, observer {_e(q.get('observer'))}): {_e(q['reason'])}")
-    cal = q.get("calibration") or {}
-    real = "real data" if cal.get("real_data") else "**synthetic inputs (not real data)**"
-    out.append(f"- calibrated on {_e(cal.get('samples'))} samples of {real} from {_code(cal.get('source'))}")
-    out.append(f"- fully integer: **{q['fully_integer']}**")
-    check = q.get("integer_check") or {}
-    for t in (check.get("float_tensors") or [])[:20]:
-        out.append(f"  - float tensor {_code(t.get('name'))} ({_e(t.get('dtype'))}) from module {_code(t.get('module'))}")
-    for op in (check.get("inner_quantize_ops") or [])[:20]:
-        out.append(f"  - {_e(op.get('opcode'))} #{_e(op.get('index'))} inside the graph, from module {_code(op.get('module'))}")
-    for w in q.get("warnings") or []:
+    out.append(f"- mode **{_e(q.mode.value)}**, backend **{_e(q.backend)}** ({_e(q.recipe)}, observer {_e(q.observer)}): {_e(q.reason)}")
+    cal = q.calibration
+    real = "real data" if cal.real_data else "**synthetic inputs (not real data)**"
+    out.append(f"- calibrated on {_e(cal.samples)} samples of {real} from {_code(cal.source)}")
+    out.append(f"- fully integer: **{q.fully_integer}**")
+    for t in q.integer_check.float_tensors[:20]:
+        out.append(f"  - float tensor {_code(t.name)} ({_e(t.dtype)}) from module {_code(t.module)}")
+    for op in q.integer_check.inner_quantize_ops[:20]:
+        out.append(f"  - {_e(op.opcode)} #{_e(op.index)} inside the graph, from module {_code(op.module)}")
+    for w in q.warnings:
         out.append(f"- ⚠️ {_e(w)}")
     out.append("")
     out.append("| tensor | dtype | scale | zero point |")
     out.append("|---|---|---|---|")
-    for x in q.get("io") or []:
-        out.append(f"| {_e(x['kind'])} {_code(x['name'])} | {_e(x['dtype'])} | {_fmt(x.get('scale'), 6)} | {_e(x.get('zero_point', '–'))} |")
+    for x in q.io:
+        out.append(f"| {_e(x.kind)} {_code(x.name)} | {_e(x.dtype)} | {_fmt(x.scale, 6)} | {_e(_plain(x.zero_point))} |")
     out.append("")
-    attempts = q.get("attempts") or []
-    if attempts:
+    if q.attempts:
         out.append("| backend tried | ok | fully integer | SQNR dB (calibration inputs) | seconds | error |")
         out.append("|---|---|---|---|---|---|")
-        for a in attempts:
+        for a in q.attempts:
             out.append(
-                f"| {_e(a['backend'])} | {_e(a['ok'])} | {_e(a.get('fully_integer'))} | {_fmt(a.get('sqnr_db'))} | "
-                f"{_fmt(a.get('seconds'), 3)} | {_e(a.get('error') or '')} |"
+                f"| {_e(a.backend)} | {_e(a.ok)} | {_e(a.fully_integer)} | {_fmt(a.sqnr_db)} | "
+                # seconds as the JSON has them: rounded to the millisecond (BackendAttempt's json_field)
+                f"{_fmt(round(a.seconds, 3), 3)} | {_e(a.error or '')} |"
             )
         out.append("")
     return out
 
 
-def _target_section(t: dict, artifacts: dict) -> list[str]:
-    out = [f"## Target: {_e(t.get('name'))}", ""]
-    for note in t.get("implied") or []:
+def _target_section(t: TargetSection, artifacts: ArtifactsSection) -> list[str]:
+    out = [f"## Target: {_e(t.name)}", ""]
+    for note in t.implied:
         out.append(f"- {_e(note)}")
-    for r in t.get("rewrites") or []:
-        out.append(f"- rewrite {_code(r['module_path'])}: {_e(r['kind'])} ({_e(r['why'])})")
-    tpu = t.get("edgetpu")
-    if tpu:
+    for r in t.rewrites or ():
+        out.append(f"- rewrite {_code(r.module_path)}: {_e(r.kind)} ({_e(r.why)})")
+    tpu = t.edgetpu
+    if tpu is not None:
         out.append("")
-        out.append(f"**Edge TPU mapping (predicted):** {_e(tpu.get('summary'))}")
+        out.append(f"**Edge TPU mapping (predicted):** {_e(tpu.summary())}")
         out.append("")
         out.append("| Operator | Count | Status |")
         out.append("|---|---|---|")
-        for row in tpu.get("table") or []:
-            out.append(f"| {_e(row['operator'])} | {_e(row['count'])} | {_e(row['status'])} |")
+        for row in tpu.table:
+            out.append(f"| {_e(row.operator)} | {_e(row.count)} | {_e(row.status)} |")
         out.append("")
-        comp = t.get("compiler") or {}
-        if comp.get("compiled"):
+        comp = t.compiler
+        if comp is not None and comp.result.compiled:
             out.append(f"Compiled with edgetpu_compiler: {_code(artifacts.get('edgetpu_tflite'))}.")
         else:
-            out.append(f"Not compiled: {_e(comp.get('reason'))}")
-        for d in comp.get("disagreements") or []:
+            out.append(f"Not compiled: {_e(comp.result.reason if comp is not None else None)}")
+        for d in comp.disagreements if comp is not None else ():
             out.append(f"- compiler disagrees with the prediction: {_e(d)}")
-        delegate = t.get("delegate")
-        if delegate:
-            out.append(f"- delegate edgetpu used for parity: {_e(delegate['used'])} {_e(delegate.get('reason') or '')}")
+        if t.delegate is not None:
+            out.append(f"- delegate edgetpu used for parity: {_e(t.delegate.used)} {_e(t.delegate.reason or '')}")
         out.append("")
-    micro = t.get("micro")
-    if micro:
+    micro = t.micro
+    if micro is not None:
         out.append("")
-        out.append(f"**TFLite Micro:** tensor arena {_e(micro.get('arena_bytes'))} bytes; operators: {_e(', '.join(micro.get('ops') or []))}.")
-        if micro.get("op_resolver"):
-            out.append(f"Op resolver lines written to {_code(micro['op_resolver'])}.")
+        out.append(f"**TFLite Micro:** tensor arena {_e(micro.report.arena_bytes)} bytes; operators: {_e(', '.join(micro.report.ops))}.")
+        if micro.op_resolver:
+            out.append(f"Op resolver lines written to {_code(micro.op_resolver)}.")
         out.append("")
     return out

@@ -26,7 +26,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["json_field", "to_json_value", "json_form", "json_keys", "JsonKey"]
+__all__ = ["json_field", "to_json_value", "json_keys", "JsonKey"]
 
 _META = "edge_export_json"
 
@@ -111,12 +111,6 @@ def to_json_value(value: Any) -> Any:
     if hasattr(value, "item") and hasattr(value, "dtype"):  # a numpy scalar
         return to_json_value(value.item())
     raise TypeError(f"{type(value).__name__} has no JSON form")
-
-
-def json_form(report: Any) -> Any:
-    """A typed report's JSON form; JSON data (a report read back from its file) is returned as it is.
-    The Markdown and JUnit renderers read this form, so a report renders the same either way."""
-    return report if isinstance(report, dict) else to_json_value(report)
 
 
 def _object(obj: Any) -> dict:

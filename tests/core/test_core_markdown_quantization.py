@@ -1,38 +1,28 @@
-"""The Markdown renderer's quantization section, on a hand-built report section.
+"""The Markdown renderer's quantization section, on a hand-built ``QuantizationResult``.
 
 Regression (issue 9): the renderer read ``module_path`` where the quantization stage writes
 ``module``, so every float tensor of a non-fully-integer model was listed "from module `None`".
+The renderer now reads the typed entries (``FloatTensorEntry.module``, ``QuantOpEntry.module``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+from report_fixtures import quantization
+
+from edge_export.quantization.selection import FloatTensorEntry, IntegerCheck, QuantOpEntry
 from edge_export.reports.markdown import _quant_section
 
 
-def _quantization(float_tensors: list[dict], inner_ops: list[dict]) -> dict:
-    return {
-        "mode": "int8",
-        "backend": "pt2e",
-        "recipe": "x",
-        "observer": "minmax",
-        "reason": "kept the better parity",
-        "calibration": {"samples": 8, "real_data": False, "source": "synthetic"},
-        "fully_integer": False,
-        "integer_check": {"float_tensors": float_tensors, "inner_quantize_ops": inner_ops},
-        "warnings": [],
-        "io": [],
-    }
-
-
 def test_float_tensors_and_inner_ops_name_their_module():
-    section = "\n".join(
-        _quant_section(
-            _quantization(
-                [{"index": 7, "name": "t7", "dtype": "float32", "module": "features.3"}],
-                [{"index": 2, "opcode": "DEQUANTIZE", "tensor": 7, "module": "head"}],
-            )
-        )
+    check = IntegerCheck(
+        False,
+        (FloatTensorEntry(7, "t7", "float32", (1, 8), "features.3", "DEQUANTIZE"),),
+        (QuantOpEntry(2, "DEQUANTIZE", "t7", "head"),),
     )
+    quant = dataclasses.replace(quantization(), observer="minmax", integer_check=check, io=(), attempts=(), warnings=())
+    section = "\n".join(_quant_section(quant))
     assert "float tensor <code>t7</code> (float32) from module <code>features\\.3</code>" in section
     assert "DEQUANTIZE #2 inside the graph, from module <code>head</code>" in section
     assert "None" not in section

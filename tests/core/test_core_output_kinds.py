@@ -236,36 +236,49 @@ def test_thresholds_per_kind():
 # ---- baseline and renderers use the same kinds ---------------------------------------------------
 
 
-def _report(outputs):
+def _earlier(outputs):
+    """A baseline: an earlier report's JSON."""
     return {"validation": {"status": "passed", "outputs": outputs}}
+
+
+def _now(kind, metrics, not_computable=None):
+    """This run's typed report, with one output ``e``."""
+    from report_fixtures import report_with_outputs
+
+    from edge_export.validators.parity import OutputParity
+
+    output = OutputParity(0, "e", (4, 8), metrics, (), decision=KindDecision(kind, KindSource.OPTION), not_computable=not_computable or {})
+    return report_with_outputs(output)
 
 
 def test_baseline_flags_a_changed_kind_a_lost_metric_and_a_neighbour_drop():
     from edge_export.reports.baseline import compare_with_baseline
 
     base = {"name": "e", "kind": "embedding", "passed": True, "metrics": {"neighbour_agreement": 1.0, "worst_sample_cosine": 0.999}}
-    same = dict(base)
-    assert compare_with_baseline(_report([same]), _report([base])) == []
-    worse = {**base, "metrics": {"neighbour_agreement": 0.5, "worst_sample_cosine": 0.999}}
-    assert [r.metric for r in compare_with_baseline(_report([worse]), _report([base]))] == ["neighbour_agreement"]
-    lost = {**base, "metrics": {"neighbour_agreement": None, "worst_sample_cosine": 0.999},
-            "not_computable": {"neighbour_agreement": "1 embedding vector"}}
-    (reg,) = compare_with_baseline(_report([lost]), _report([base]))
+    same = _now(E, dict(base["metrics"]))
+    assert compare_with_baseline(same, _earlier([base])) == []
+    worse = _now(E, {"neighbour_agreement": 0.5, "worst_sample_cosine": 0.999})
+    assert [r.metric for r in compare_with_baseline(worse, _earlier([base]))] == ["neighbour_agreement"]
+    lost = _now(E, {"neighbour_agreement": None, "worst_sample_cosine": 0.999}, {"neighbour_agreement": "1 embedding vector"})
+    (reg,) = compare_with_baseline(lost, _earlier([base]))
     assert reg.metric == "neighbour_agreement" and "cannot be computed now" in reg.message
-    changed = {**base, "kind": "classification"}
-    (reg,) = compare_with_baseline(_report([changed]), _report([base]))
+    changed = _now(C, dict(base["metrics"]))
+    (reg,) = compare_with_baseline(changed, _earlier([base]))
     assert reg.metric == "kind" and "--output-kind" in reg.message
     # a baseline written before kinds existed is compared metric by metric
-    assert compare_with_baseline(_report([same]), _report([{k: v for k, v in base.items() if k != "kind"}])) == []
+    assert compare_with_baseline(same, _earlier([{k: v for k, v in base.items() if k != "kind"}])) == []
 
 
 def test_markdown_and_junit_show_the_kind_and_what_was_not_computable():
+    import dataclasses
+
+    from report_fixtures import full_report
+
     from edge_export.reports.junit import render_junit
     from edge_export.reports.markdown import render_markdown
 
     ref = np.ones((1, 1, 8))
-    val = to_json_value(_compare(ref, ref, E))
-    report = {"verdict": "passed", "validation": val, "flatbuffer": {"size_bytes": 10}}
+    report = dataclasses.replace(full_report(), validation=_compare(ref, ref, E), baseline=None, per_layer=None)
     md = render_markdown(report)
     assert "| <code>y</code> | embedding (option) | 1×8 |" in md
     # the note names the output, so it is Markdown-escaped like every model-supplied text

@@ -3,13 +3,17 @@ JUnit XML and the console. None of them may add markup (issue 13, item 4)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from report_fixtures import full_report
+
 from edge_export.reports.junit import render_junit
 from edge_export.reports.markdown import escape_markdown, render_markdown
+from edge_export.reports.model import RunReport
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
@@ -27,56 +31,78 @@ HOSTILE = [
 ]
 
 
-def hostile_report() -> dict:
-    outputs = [
-        {
-            "index": i,
-            "name": name,
-            "shape": [1, 10],
-            "passed": False,
-            "error": f"crashed on {name}",
-            "metrics": {"max_abs_error": 0.5, "sqnr_db": 10.0},
-            "checks": [{"metric": "sqnr_db", "value": 10.0, "op": ">=", "threshold": 30.0, "passed": False}],
-        }
-        for i, name in enumerate(HOSTILE)
-    ]
-    layers = [
-        {"position": i, "module_path": name, "module_type": name, "opcode": name, "sqnr_db": 5.0 + i,
-         "cosine": 0.9, "fused_modules": [name], "passed": False, "tflite_tensor": name}
-        for i, name in enumerate(HOSTILE)
-    ]
-    return {
-        "verdict": "failed",
-        "exit_code": 1,
-        "model": {"source": HOSTILE[0], "kind": "pt2"},
-        "artifacts": {"tflite": HOSTILE[1]},
-        "export": {"quantize": "none", "target": "cpu"},
-        "flatbuffer": {
-            "size_bytes": 1000,
-            "num_operators": 3,
-            "sha256": "0" * 64,
-            "fully_integer": False,
-            "inputs": [{"name": n, "dtype": "float32", "shape": [1]} for n in HOSTILE],
-            "outputs": [],
-            "op_counts": {f"CUSTOM:{n}": 1 for n in HOSTILE},
-        },
-        "validation": {
-            "samples": 2,
-            "runtime": "xnnpack",
-            "outputs": outputs,
-            "thresholds": {"min_sqnr": 30.0},
-            "worst": {"output": HOSTILE[2], "sqnr_db": 10.0, "failed_checks": ["sqnr_db"]},
-        },
-        "per_layer": {"layers": layers, "match_fraction": 0.5, "first_jump": layers[3], "tensors_unmatched": 0},
-        "quantization": {
-            "mode": "int8", "backend": "pt2e", "reason": HOSTILE[4], "fully_integer": False,
-            "warnings": HOSTILE, "calibration": {"samples": 1, "source": HOSTILE[5]},
-            "integer_check": {"float_tensors": [{"name": n, "dtype": "float32", "module_path": n} for n in HOSTILE]},
-            "io": [{"kind": "input", "name": n, "dtype": "int8", "scale": 0.1, "zero_point": 0} for n in HOSTILE],
-            "attempts": [{"backend": "pt2e", "ok": False, "error": n} for n in HOSTILE],
-        },
-        "baseline": {"path": HOSTILE[3], "regressions": [{"output": n, "metric": "sqnr_db", "message": n} for n in HOSTILE]},
-    }
+def hostile_report() -> RunReport:
+    """A failing int8 Edge TPU + micro run (tests/report_fixtures.py) whose every model- or file-supplied
+    text is one of HOSTILE: outputs, layers, tensors, operators, modules, paths, messages."""
+    from edge_export.config import Thresholds
+    from edge_export.flatbuffer import TensorInfo
+    from edge_export.quantization.calibration import CalibrationSummary
+    from edge_export.quantization.io_types import IOQuantInfo
+    from edge_export.quantization.selection import BackendAttempt, FloatTensorEntry, IntegerCheck, QuantOpEntry
+    from edge_export.reports.baseline import Regression
+    from edge_export.reports.model import BaselineSection, CompilerSection, DelegateSection, MicroSection, ModelSection
+    from edge_export.targets.edgetpu import TableRow
+    from edge_export.targets.edgetpu_compiler import CompilerResult
+    from edge_export.targets.edgetpu_rewrites import AppliedRewrite
+    from edge_export.targets.micro import MicroReport
+    from edge_export.validators.layers import LayerParity
+    from edge_export.validators.parity import Check, OutputParity, ParityResult
+
+    report = full_report()
+    names = tuple(HOSTILE)
+    outputs = tuple(
+        OutputParity(i, name, (1, 10), {"max_abs_error": 0.5, "sqnr_db": 10.0}, (Check("sqnr_db", 10.0, 30.0, ">=", False),), error=f"crashed on {name}")
+        for i, name in enumerate(names)
+    )
+    layers = tuple(
+        LayerParity(i, name, name, name, i, name, (1, 10), "int8", (1, 10), name, 5.0 + i, 0.9, (name,), (name,), False)
+        for i, name in enumerate(names)
+    )
+    tpu = report.target.edgetpu
+    tpu = dataclasses.replace(
+        tpu,
+        first_unmapped=dataclasses.replace(tpu.first_unmapped, module_path=names[0], module_type=names[4], source=names[1], reason=names[2]),
+        table=tuple(TableRow(name, 1, name) for name in names),
+    )
+    micro = MicroReport(names, names, ("int8",), ("int8",), False, names, 100, 64)
+    return dataclasses.replace(
+        report,
+        model=ModelSection(names[0], "pt2", names[1]),
+        artifacts=dataclasses.replace(report.artifacts, tflite=names[1], extra={"edgetpu_tflite": names[2]}),
+        flatbuffer=dataclasses.replace(
+            report.flatbuffer,
+            sha256="0" * 64,
+            inputs=tuple(TensorInfo(i, name, (1,), (1,), "float32", False, None) for i, name in enumerate(names)),
+            outputs=(),
+            op_counts={f"CUSTOM:{name}": 1 for name in names},
+        ),
+        validation=ParityResult(2, Thresholds(min_sqnr_db=30.0), outputs, names[6], notes=names),
+        per_layer=dataclasses.replace(report.per_layer, layers=layers, first_jump=layers[3], worst=layers[0], min_sqnr_db=30.0),
+        quantization=dataclasses.replace(
+            report.quantization,
+            recipe=names[7],
+            reason=names[4],
+            warnings=names,
+            calibration=CalibrationSummary(names[5], 1, False, ()),
+            integer_check=IntegerCheck(
+                False,
+                tuple(FloatTensorEntry(i, name, "float32", (1,), name, name) for i, name in enumerate(names)),
+                tuple(QuantOpEntry(i, name, name, name) for i, name in enumerate(names)),
+            ),
+            io=tuple(IOQuantInfo("input", name, (1,), "int8", 0.1, 0) for name in names),
+            attempts=tuple(BackendAttempt("pt2e", False, name) for name in names),
+        ),
+        target=dataclasses.replace(
+            report.target,
+            implied=names,
+            rewrites=tuple(AppliedRewrite(name, name, name) for name in names),
+            edgetpu=tpu,
+            compiler=CompilerSection(CompilerResult(False, names[6]), names),
+            delegate=DelegateSection("edgetpu", False, names[7]),
+            micro=MicroSection(micro, names[3]),
+        ),
+        baseline=BaselineSection(names[3], tuple(Regression(name, "sqnr_db", None, None, name) for name in names)),
+    )
 
 
 def unescaped_pipes(line: str) -> int:
@@ -113,7 +139,7 @@ def test_escape_markdown_keeps_the_text_readable():
 
 def test_junit_from_hostile_names_parses():
     report = hostile_report()
-    report["model"]["source"] = "model\x1b\x00\x0b.pt2"
+    report = dataclasses.replace(report, model=dataclasses.replace(report.model, source="model\x1b\x00\x0b.pt2"))
     xml = render_junit(report)
     root = ET.fromstring(xml)
     names = [c.get("name") for c in root.iter("testcase")]

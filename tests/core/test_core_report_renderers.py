@@ -1,20 +1,27 @@
 """The renderers of the typed run report (terminal summary, Markdown, JUnit, baseline comparison),
-each on a report built in code (tests/report_fixtures.py): no export runs."""
+each on a report built in code (tests/report_fixtures.py): no export runs.
+
+Edge cases each renderer meets: skipped validation, metrics that are not computable or not finite
+(the JSON has them as null), a failing per-layer gate, and a target section holding a plugin's own
+keys (``TargetSection.extra``, in the JSON only)."""
 
 from __future__ import annotations
 
 import dataclasses
 import xml.etree.ElementTree as ET
 
-from report_fixtures import full_report, skipped_report
+import numpy as np
+from report_fixtures import full_report, report_with_outputs, skipped_report
 from rich.console import Console
 
 from edge_export.errors import EXIT_OK, EXIT_PARITY_FAILED, exit_code_for_verdict
-from edge_export.reports.baseline import compare_with_baseline
+from edge_export.reports.baseline import EarlierOutput, compare_with_baseline, earlier_outputs
 from edge_export.reports.junit import render_junit
 from edge_export.reports.markdown import render_markdown
+from edge_export.reports.model import BaselineSection, TargetSection
 from edge_export.reports.serialize import to_json_value
 from edge_export.reports.summary import print_summary
+from edge_export.validators.parity import Check, OutputParity
 
 
 def _summary(report) -> tuple[str, str]:
@@ -87,7 +94,6 @@ def test_markdown_of_a_full_report():
     assert "  - float tensor <code>norm;out</code> (float32) from module <code>features\\.1</code>" in md
     assert "The error first jumps at **<code>head</code>** (Linear): SQNR 12 dB." in md
     assert "- output <code>features</code>: int8 \\[1, 16\\]" in md  # per-channel: no single scale
-    assert md == render_markdown(to_json_value(full_report()))  # the typed report and its JSON render alike
 
 
 def test_markdown_of_an_unvalidated_report():
@@ -146,3 +152,243 @@ def test_baseline_reads_the_typed_report():
 def test_one_mapping_from_verdict_to_exit_code():
     assert [exit_code_for_verdict(v) for v in ("passed", "exported-unvalidated", "failed")] == [EXIT_OK, EXIT_OK, EXIT_PARITY_FAILED]
     assert full_report().exit_code == 1 and to_json_value(full_report())["exit_code"] == 1
+
+
+# ---- shared edge cases ---------------------------------------------------------------------------
+
+
+def nan_report():
+    """full_report() whose logits SQNR is NaN and cosine a numpy float32, and whose logits output
+    failed with an error; as the JSON has them: no SQNR, cosine 0.25."""
+    report = full_report()
+    parity = report.validation
+    logits = parity.outputs[0]
+    metrics = {**logits.metrics, "sqnr_db": float("nan"), "cosine": np.float32(0.25)}
+    checks = (Check("sqnr_db", float("nan"), 20.0, ">=", False),)
+    logits = dataclasses.replace(logits, metrics=metrics, checks=checks, error="the flatbuffer output contains NaN")
+    return dataclasses.replace(report, validation=dataclasses.replace(parity, outputs=(logits, parity.outputs[1])))
+
+
+def gated_layers_report():
+    """full_report() with a per-layer gate of 40 dB: both layers fail it, the second is the jump."""
+    report = full_report()
+    layers = tuple(dataclasses.replace(layer, passed=False) for layer in report.per_layer.layers)
+    per_layer = dataclasses.replace(report.per_layer, layers=layers, first_jump=layers[1], worst=layers[1], min_sqnr_db=40.0)
+    return dataclasses.replace(report, per_layer=per_layer)
+
+
+def plugin_target_report():
+    """skipped_report() for a target defined outside the package, whose hooks returned their own keys."""
+    target = TargetSection.from_hooks({"name": "gpu", "implied": ("--target gpu implies --quantize fp16",), "gpu": {"delegate": "opencl"}})
+    return dataclasses.replace(skipped_report(), target=target)
+
+
+# ---- Markdown ------------------------------------------------------------------------------------
+
+
+def test_markdown_of_a_micro_export_is_exactly_this():
+    assert render_markdown(skipped_report()) == (
+        "# edge-export: ⚠️ EXPORTED, NOT VALIDATED\n\n"
+        "<code>pkg\\.models\\:make</code> (module\\_reference) → <code>tiny\\.tflite</code> · quantize **int8** · "
+        "target **micro** · 20.0 KiB · 5 ops · exit code 0\n\n"
+        "Parity was not checked: --no-validate was given.\n\n"
+        "## Target: micro\n\n"
+        "- --target micro implies --io-dtype int8\n\n"
+        "**TFLite Micro:** tensor arena 8192 bytes; operators: CONV\\_2D, FULLY\\_CONNECTED.\n"
+        "Op resolver lines written to <code>ops\\.cc</code>.\n\n"
+        "## Flatbuffer\n\n"
+        "- size: 20.0 KiB (20480 bytes), sha256 `abababababababab…`\n"
+        "- fully integer: True\n"
+        "- input <code>args\\_0</code>: uint8 \\[1, 32, 32, 3\\], scale 0\\.0078125, zero point 128\n"
+        "- output <code>logits</code>: uint8 \\[1, 10\\], scale 0\\.125, zero point 0\n"
+        "- output <code>features</code>: int8 \\[1, 16\\]\n\n"
+        "| operator | count |\n|---|---|\n| CONV\\_2D | 2 |\n| FULLY\\_CONNECTED | 1 |\n| MEAN | 1 |\n| QUANTIZE | 1 |\n\n"
+        "## Stages\n\nload 0.25 s\n\n"
+        "<sub>edge-export 0\\.9\\.0 · python 3\\.11\\.9 · torch 2\\.6\\.0 · litert-torch 0\\.4\\.0 · ai-edge-litert 1\\.2\\.0 · "
+        "numpy 2\\.1\\.0 · report schema 1\\.1</sub>\n"
+    )
+
+
+def test_markdown_shows_metrics_that_are_not_computable_or_not_finite():
+    md = render_markdown(nan_report())
+    # top-5: not computable (n/c); SQNR NaN: no value (–), as in the JSON; cosine: a numpy float32
+    assert "| <code>logits</code> | classification (labels) | 1×10 | 0.0625 | 0.0100 | 0.250000 | – | 1 | n/c | – | – | ❌ the flatbuffer output contains NaN |" in md
+    assert "Worst output: <code>logits</code> (classification; SQNR – dB, max abs error 0.0625; failed checks: sqnr\\_db)." in md
+    assert "| nan" not in md.lower() and "sqnr nan" not in md.lower()  # no number reads "nan"
+
+
+def test_markdown_of_a_failing_per_layer_gate():
+    md = render_markdown(gated_layers_report())
+    assert md.startswith("# edge-export: ❌ FAILED\n")
+    assert "The error first jumps at **<code>head</code>** (Linear): SQNR 12 dB. This is the likely culprit." in md
+    worst = [line for line in md.splitlines() if line.startswith(("| 1 |", "| 0 |"))]
+    assert worst == [  # lowest SQNR first; the conv names the ReLU fused into it
+        "| 1 | <code>head</code> | Linear | FULLY\\_CONNECTED | 12 | 0.970000 |",
+        "| 0 | <code>features\\.0</code> (+ fused features\\.2) | Conv2d | CONV\\_2D | 38.5 | 0.999950 |",
+    ]
+    assert "1 flatbuffer tensor(s) could not be matched to a PyTorch module." in md
+
+
+def test_markdown_of_a_target_section_from_a_plugin():
+    report = plugin_target_report()
+    md = render_markdown(report)
+    assert "## Target: gpu\n\n- --target gpu implies --quantize fp16\n## Flatbuffer" in md
+    assert "opencl" not in md  # a plugin's own keys are in the JSON only
+    assert to_json_value(report)["target"]["gpu"] == {"delegate": "opencl"}
+
+
+def test_markdown_of_a_compiled_edgetpu_model_and_of_a_target_without_compiler_run():
+    from edge_export.reports.model import CompilerSection, DelegateSection
+    from edge_export.targets.edgetpu_compiler import CompilerResult
+
+    report = full_report()
+    compiled = dataclasses.replace(
+        report,
+        target=dataclasses.replace(report.target, compiler=CompilerSection(CompilerResult(True, ""), ()), delegate=DelegateSection("edgetpu", True, "")),
+        artifacts=dataclasses.replace(report.artifacts, extra={"edgetpu_tflite": "out/cnn_edgetpu.tflite"}),
+    )
+    md = render_markdown(compiled)
+    assert "Compiled with edgetpu_compiler: <code>out/cnn\\_edgetpu\\.tflite</code>.\n- delegate edgetpu used for parity: True \n" in md
+    assert "compiler disagrees" not in md
+    md = render_markdown(dataclasses.replace(report, target=dataclasses.replace(report.target, compiler=None, delegate=None)))
+    assert "Not compiled: None\n\n" in md and "delegate edgetpu" not in md
+
+
+def test_markdown_of_the_quantization_attempts_shows_seconds_as_the_json_has_them():
+    report = full_report()
+    quant = report.quantization
+    fast = dataclasses.replace(quant.attempts[0], seconds=0.0004)  # 0.0 in the JSON (milliseconds)
+    md = render_markdown(dataclasses.replace(report, quantization=dataclasses.replace(quant, attempts=(fast, quant.attempts[1]))))
+    assert "| pt2e | True | True | 31.25 | 0.000 |  |" in md
+    assert "| flatbuffer | False | None | – | 0.500 | it failed |" in md
+    assert to_json_value(fast)["seconds"] == 0.0
+
+
+def test_markdown_of_a_baseline_without_regression():
+    md = render_markdown(dataclasses.replace(full_report(), baseline=BaselineSection("old.json", ())))
+    assert "No regression against the baseline <code>old\\.json</code>." in md
+    assert "Regressed" not in md
+
+
+# ---- JUnit ---------------------------------------------------------------------------------------
+
+
+def _cases(report) -> dict:
+    suite = ET.fromstring(render_junit(report)).find("testsuite")
+    return {c.get("name"): c for c in suite.iter("testcase")}
+
+
+def test_junit_of_metrics_that_are_not_computable_or_not_finite():
+    case = _cases(nan_report())["output 0 logits (classification)"]
+    assert case.find("failure").get("message") == "the flatbuffer output contains NaN"  # the error, not the checks
+    details = case.find("system-out").text.splitlines()
+    assert details[0] == "kind: classification (decided by labels)"
+    assert "sqnr_db: n/a" in details and "cosine: 0.25" in details
+    assert "top5_agreement: not computable: fewer than 10 classes" in details
+
+
+def test_junit_names_the_failed_checks_of_an_output_without_error():
+    parity = full_report().validation
+    logits = dataclasses.replace(parity.outputs[0], checks=(Check("sqnr_db", float("nan"), 20.0, ">=", False), Check("max_abs_error", 0.75, 0.5, "<=", False)))
+    case = _cases(report_with_outputs(logits))["output 0 logits (classification)"]
+    assert case.find("failure").get("message") == "sqnr_db n/a not >= 20; max_abs_error 0.75 not <= 0.5"
+
+
+def test_junit_of_a_failing_per_layer_gate():
+    suite = ET.fromstring(render_junit(gated_layers_report())).find("testsuite")
+    layers = [c for c in suite.iter("testcase") if c.get("classname") == "edge_export.parity.layers"]
+    assert [(c.get("name"), c.find("failure").get("message")) for c in layers] == [
+        ("000 features.0", "SQNR 38.5 dB below the layer threshold"),
+        ("001 head", "SQNR 12 dB below the layer threshold; first layer where the error jumps (likely culprit)"),
+    ]
+    # a layer's details: its scalar fields under their JSON names; shapes and module lists left out
+    assert layers[0].find("system-out").text.splitlines() == [
+        "position: 0", "module_path: features.0", "module_type: Conv2d", "tflite_tensor: features.0;conv", "tflite_index: 3",
+        "opcode: CONV_2D", "dtype: int8", "layout: NHWC->NCHW", "sqnr_db: 38.5", "cosine: 0.99995", "passed: False",
+    ]
+    assert suite.get("failures") == "3"  # the two layers and the baseline regression; no output fails
+
+
+def test_junit_of_a_plugin_target_is_that_of_its_run():
+    assert render_junit(plugin_target_report()) == render_junit(skipped_report())  # targets have no test cases
+
+
+def test_junit_names_a_model_level_layer():
+    report = full_report()
+    root_layer = dataclasses.replace(report.per_layer.layers[0], module_path="")
+    per_layer = dataclasses.replace(report.per_layer, layers=(root_layer,), first_jump=None, worst=root_layer)
+    assert list(_cases(dataclasses.replace(report, per_layer=per_layer, baseline=None))) == [
+        "output 0 logits (classification)", "output 1 features (regression)", "000 layer 0",
+    ]
+
+
+# ---- baseline comparison -------------------------------------------------------------------------
+
+
+def _output(name: str, index: int = 0, failing: bool = False, error: str | None = None, **metrics) -> OutputParity:
+    checks = (Check("sqnr_db", metrics.get("sqnr_db"), 20.0, ">=", not failing),)
+    return OutputParity(index, name, (1, 4), metrics, checks, error=error)
+
+
+def _earlier(*outputs: dict) -> dict:
+    return {"schema_version": "1.1", "validation": {"status": "passed", "outputs": list(outputs)}}
+
+
+def test_baseline_that_skipped_validation_gives_nothing_to_compare():
+    assert earlier_outputs({"validation": {"status": "skipped", "reason": "--no-validate was given"}}) is None
+    assert compare_with_baseline(full_report(), to_json_value(skipped_report())) == []
+
+
+def test_baseline_reads_what_older_reports_lack():
+    assert EarlierOutput.from_json({"name": "y"}) == EarlierOutput("y", None, None, {})
+    current = report_with_outputs(_output("y", sqnr_db=30.0))
+    (reg,) = compare_with_baseline(current, _earlier({"name": "y", "metrics": {"sqnr_db": 35.0}}))  # no kind, no passed
+    assert (reg.metric, reg.baseline, reg.current) == ("sqnr_db", 35.0, 30.0)
+
+
+def test_baseline_flags_a_missing_output_and_a_lost_verdict():
+    current = report_with_outputs(_output("y", failing=True, sqnr_db=10.0))
+    regs = compare_with_baseline(
+        current, _earlier({"name": "y", "passed": True, "metrics": {"sqnr_db": 10.0}}, {"name": "z", "passed": True, "metrics": {}})
+    )
+    assert [(r.output, r.metric) for r in regs] == [("y", "verdict"), ("z", "presence")]
+    assert regs[0].message == "output y passed in the baseline and fails now"
+
+
+def test_baseline_matches_a_renamed_output_by_position():
+    current = report_with_outputs(_output("renamed", sqnr_db=30.0, max_abs_error=0.5))
+    regs = compare_with_baseline(current, _earlier({"name": "y", "passed": True, "metrics": {"sqnr_db": 30.5, "max_abs_error": 0.1}}))
+    assert [(r.output, r.metric, r.message) for r in regs] == [("y", "max_abs_error", "y: max_abs_error grew from 0.1 to 0.5 (limit 0.11)")]
+
+
+def test_baseline_skips_non_finite_and_numpy_metrics_as_the_json_has_them():
+    # NaN is null in the JSON: no value to compare; a numpy float compares as a number
+    current = report_with_outputs(_output("y", sqnr_db=float("nan"), cosine=np.float32(0.5)))
+    (reg,) = compare_with_baseline(current, _earlier({"name": "y", "passed": True, "metrics": {"sqnr_db": 40.0, "cosine": 0.99}}))
+    assert (reg.metric, reg.current) == ("cosine", 0.5) and type(reg.current) is float
+
+
+def test_baseline_flags_a_metric_that_is_not_computable_any_more():
+    lost = dataclasses.replace(_output("y", sqnr_db=30.0, top5_agreement=None), not_computable={"top5_agreement": "fewer than 10 classes"})
+    (reg,) = compare_with_baseline(report_with_outputs(lost), _earlier({"name": "y", "passed": True, "metrics": {"sqnr_db": 30.0, "top5_agreement": 0.9}}))
+    assert reg.message == "y: top5_agreement was 0.9 in the baseline and cannot be computed now (fewer than 10 classes)"
+    # an output that failed with an error shows as a verdict regression only
+    broken = dataclasses.replace(lost, error="NaN in the output")
+    regs = compare_with_baseline(report_with_outputs(broken), _earlier({"name": "y", "passed": True, "metrics": {"sqnr_db": 30.0, "top5_agreement": 0.9}}))
+    assert [r.metric for r in regs] == ["verdict"]
+
+
+# ---- terminal summary ----------------------------------------------------------------------------
+
+
+def test_summary_of_metrics_that_are_not_finite():
+    out, _ = _summary(nan_report())
+    assert "  parity (8 samples): worst output logits (classification): SQNR – dB, max abs error 0.0625; failed: sqnr_db; the flatbuffer output contains NaN" in out.splitlines()
+
+
+def test_summary_of_a_failing_per_layer_gate_and_a_plugin_target():
+    out, _ = _summary(gated_layers_report())
+    assert out.startswith("FAILED  ")
+    assert "  per-layer: 2 layers compared (75% of modules matched); worst head 12.0 dB; error jumps at head (12.0 dB)" in out.splitlines()
+    plugin, _ = _summary(plugin_target_report())
+    assert plugin == _summary(skipped_report())[0].replace("  tflite micro: arena 8192 bytes; ops CONV_2D, FULLY_CONNECTED\n", "")

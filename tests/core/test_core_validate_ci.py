@@ -121,13 +121,19 @@ def test_missing_baseline_is_a_usage_error(tmp_path, exported, run_cli):
 
 
 def test_baseline_unit_tolerances():
-    from edge_export.reports.baseline import BaselineTolerance, compare_with_baseline
+    from report_fixtures import report_with_outputs
 
-    def rep(sqnr, err):
+    from edge_export.reports.baseline import BaselineTolerance, compare_with_baseline
+    from edge_export.validators.parity import OutputParity
+
+    def now(sqnr, err):  # this run: a typed report
+        return report_with_outputs(OutputParity(0, "y", (1,), {"sqnr_db": sqnr, "max_abs_error": err}, ()))
+
+    def earlier(sqnr, err):  # the baseline: an earlier report's JSON
         return {"validation": {"status": "passed", "outputs": [{"name": "y", "passed": True, "metrics": {"sqnr_db": sqnr, "max_abs_error": err}}]}}
 
-    assert compare_with_baseline(rep(40.5, 0.0105), rep(41.0, 0.01)) == []  # within 1 dB and 10 %
-    regs = compare_with_baseline(rep(38.0, 0.02), rep(41.0, 0.01), BaselineTolerance())
+    assert compare_with_baseline(now(40.5, 0.0105), earlier(41.0, 0.01)) == []  # within 1 dB and 10 %
+    regs = compare_with_baseline(now(38.0, 0.02), earlier(41.0, 0.01), BaselineTolerance())
     assert {r.metric for r in regs} == {"sqnr_db", "max_abs_error"}
 
 
