@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .config import IODtype, QuantBackend, QuantizeMode, Target, parse_shape
+from .config import IODtype, QuantBackend, QuantizeMode, parse_shape
 from .errors import EXIT_INTERNAL, EXIT_USAGE, EdgeExportError, UsageError
 
 EXIT_CODES_HELP = """Exit codes: 0 exported and parity passed; 1 exported but parity (or a
@@ -205,7 +205,9 @@ def export_command(
     model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output .tflite path (default: <model stem>.tflite beside the model)."),
     quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights)."),
-    target: Target = typer.Option(Target.CPU, "--target", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O) or micro (int8 with int8 I/O, TFLite Micro)."),
+    # A plain name, not an enum of choices: a target is one module in edge_export/targets that
+    # registers itself, and the API refuses an unknown name (exit 2) listing the registered ones.
+    target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 I/O, TFLite Micro), or any other target registered in edge_export/targets."),
     io_dtype: Optional[IODtype] = typer.Option(None, "--io-dtype", help="Model input/output type for int8: float32 (default), int8 or uint8."),
     quant_backend: QuantBackend = typer.Option(QuantBackend.AUTO, "--quant-backend", help="auto (measure, fall back), pt2e (exported graph) or flatbuffer (ai-edge-quantizer)."),
     calibration_data: Optional[Path] = typer.Option(None, "--calibration-data", help="Calibration data: .npz (arrays keyed by input name or position), .npy, a folder of .npy, or a folder of JPEG/PNG images."),

@@ -215,3 +215,10 @@ def test_a_target_derived_from_micro_inherits_its_rules_and_options():
             resolve_target_options(ExportOptions(target="cpu", emit_op_resolver="ops.h"))
     finally:
         unregister_target("derived-micro")
+
+
+def test_cli_target_is_any_registered_name_and_an_unknown_one_is_exit_2(tmp_path, run_cli):
+    result = run_cli("pkg.module:Net", "--input-shape", "1,3,8,8", "--target", "bogus", "-o", tmp_path / "m.tflite")
+    assert result.exit_code == 2
+    assert "--target bogus is not known" in result.stderr and "edgetpu" in result.stderr and "micro" in result.stderr
+    assert "Traceback" not in result.stderr and not list(tmp_path.iterdir())
