@@ -9,16 +9,16 @@ stand-ins for real networks, useful to test and measure edge-export, not to a us
 What is here is what was written more than once, or used by both: the tests' small CNN
 (``small_cnn``, re-exported by tests/model_zoo.py), the ResNet basic block and MobileNetV2 inverted
 residual of the benchmark networks and of the tests' tiny classifiers (``benchmarks/bench_models.py``,
-``tests/edgetpu/edgetpu_cli_models.py``), the BatchNorm statistics helper, and the small
+``tests/targets/edgetpu/edgetpu_cli_models.py``), the BatchNorm statistics helper, and the small
 standard-architecture models of the Edge TPU mapping tests and benchmark. Definitions (class names,
 attribute names, seeds) are exactly those the tests and the benchmark numbers were measured with.
 ``resnet_like`` keeps torchvision's block layout (one ReLU module called twice, ``downsample``) on
 purpose: the Edge TPU preparation's ``split-reused-activation`` rewrite is tested on it.
 
 A class's module path is part of the flatbuffer's tensor names, so models whose module a test
-checks stay in their test folder's module (``layer_models.Net`` in tests/layers, the failing models
+checks stay in their test folder's module (``layer_models.Net`` in tests/validators/per_layer, the failing models
 of tests/model_zoo.py whose source file errors quote). The table of recorded real names in
-tests/core/test_core_provenance.py (``model_zoo.SmallCNN/...``) is text, valid wherever SmallCNN lives.
+tests/test_provenance.py (``model_zoo.SmallCNN/...``) is text, valid wherever SmallCNN lives.
 """
 
 from __future__ import annotations

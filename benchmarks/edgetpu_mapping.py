@@ -6,7 +6,7 @@ Edge TPU handling of the exporter. Models built in code (random weights, random 
 - "--target edgetpu": the edge_export pipeline, `export(model, target="edgetpu")` (int8, NHWC,
   uint8 I/O, the module rewrites and operator reordering); the numbers are the report's own.
 
-Small test models (tests/edgetpu/edgetpu_models.py, 32x32) and the benchmark architectures of
+Small test models (tests/targets/edgetpu/edgetpu_models.py, 32x32) and the benchmark architectures of
 bench_models.py (ResNet-18 and MobileNetV2-style, at --size, default 224).
 
     .venv/bin/python benchmarks/edgetpu_mapping.py [--size 224] [--small-only] [--json out.json]

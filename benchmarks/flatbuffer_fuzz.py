@@ -4,7 +4,7 @@ in a child process. A mutant the verifier accepts and the runtime then crashes o
 
     .venv/bin/python benchmarks/flatbuffer_fuzz.py [--mutants 4000] [--seed 13]
 
-Mutations (tests/tools/flatbuffer_mutations.py): omitted / out-of-range / missing / extra operator
+Mutations (tests/flatbuffer/flatbuffer_mutations.py): omitted / out-of-range / missing / extra operator
 inputs and outputs, buffer indices, short / long / swapped buffers, shapes, element types, opcode
 indices, builtin codes, subgraph inputs and outputs, quantization parameters, builtin options, and on
 the raw bytes vtable entries, table-to-vtable offsets and random bytes. Prints one row per mutation
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "flatbuffer"))
 
 _RUN_LIMIT_BYTES = 64 << 20
 

@@ -26,7 +26,7 @@ torch.jit.load, Pillow, numpy, the user's forward()); the message quotes the thi
 through :func:`first_line`, the one formatter of foreign errors. A few boundaries map by hand with a
 comment saying why (conversion locates the failing node first; torch.load tells a refused pickle from
 a corrupt one). Anything not mapped reaches the CLI as an unexpected exception and exits 4 as a bug:
-no user input may get there (tests/core/test_core_errors.py walks a table of bad inputs).
+no user input may get there (tests/test_errors.py walks a table of bad inputs).
 """
 
 from __future__ import annotations

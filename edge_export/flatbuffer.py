@@ -5,7 +5,7 @@ report says about a file is what the file holds. The buffer is verified first (s
 the bounds rules of flatbuffers' C++ Verifier, which the native runtimes do not run), then parsed
 with ai-edge-litert's generated schema reader and checked for what the kernels trust (indices,
 shapes, buffer sizes, quantization parameters, kernel options). A buffer that fails any of this
-raises ``FlatbufferError`` before any runtime touches it: the fuzz test in tests/tools shows which
+raises ``FlatbufferError`` before any runtime touches it: the fuzz test in tests/flatbuffer shows which
 mutated files used to crash the XNNPACK delegate.
 """
 
@@ -762,7 +762,7 @@ class _SchemaLayout:
 # The layout of the pinned ai-edge-litert schema (constraints.txt), shipped with the package:
 # deriving it parses the generated module's source, ~0.6 s that every export would pay.
 # Regenerate after changing the pin: `python -m edge_export.flatbuffer --write-layout`
-# (tests/core/test_core_schema_layout.py checks the shipped file against the installed schema).
+# (tests/flatbuffer/test_flatbuffer_schema_layout.py checks the shipped file against the installed schema).
 _SHIPPED_LAYOUT = Path(__file__).with_name("flatbuffer_schema_layout.json")
 
 

@@ -14,7 +14,7 @@ module's output a tensor holds) and error diagnosis (which module a failing node
   spelled ``L['self'].layer1[0].conv`` or ``layer1.0.conv``; ``node.meta["stack_trace"]`` holds the
   Python frames that created the node.
 
-``tests/core/test_core_provenance.py`` pins every function here to a table of names taken from real
+``tests/test_provenance.py`` pins every function here to a table of names taken from real
 conversions (fp32, int8 through both backends, channels-last I/O, nested ModuleLists, attention).
 """
 

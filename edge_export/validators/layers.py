@@ -8,7 +8,7 @@ The public entry, ``per_layer_parity``, chains three stages in ``validators/per_
   kernels and every intermediate tensor kept (dequantized).
 - **matching** (``per_layer/matching.py``): on the first sample, decide which flatbuffer tensor
   holds which module's output. Each rule is one named function with its own unit test
-  (``tests/layers/test_layers_matching.py``): the owner of a tensor is the module that finished
+  (``tests/validators/per_layer/test_per_layer_matching.py``): the owner of a tensor is the module that finished
   last, layout ops feeding a module are adapters, a BatchNorm PT2E folded is compared after the
   fold, renamed model outputs take their weights' scope, identity modules are left out, ...
   A module that owns no tensor is *fused* (listed on the op it was fused into), one that returns

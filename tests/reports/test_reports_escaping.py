@@ -15,7 +15,6 @@ from edge_export.reports.junit import render_junit
 from edge_export.reports.markdown import escape_markdown, render_markdown
 from edge_export.reports.model import RunReport
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
 
 FAKE_HEADING = "x\n# edge-export: ✅ PASSED"

@@ -107,7 +107,7 @@ def test_graph_nodes_name_their_module_and_the_users_line():
     mul = next(n for n in ep.graph.nodes if n.op == "call_function" and "mul" in str(n.target))
     assert node_module(mul) == ModuleRef("", "_Outer")
     source = node_user_source(mul)
-    assert source is not None and source.endswith(f"test_core_provenance.py:{_Outer.forward.__code__.co_firstlineno + 1}")
+    assert source is not None and source.endswith(f"test_provenance.py:{_Outer.forward.__code__.co_firstlineno + 1}")
     placeholder = next(n for n in ep.graph.nodes if n.op == "placeholder")
     assert node_module(placeholder) is None and node_user_source(placeholder) is None
 

@@ -210,7 +210,7 @@ def test_edgetpu_cut_names_module_and_source_line(tmp_path, run_cli):
     cut = tpu["first_unmapped"]
     assert not tpu["fully_mapped"] and cut is not None and tpu["share_on_tpu"] < 1.0
     assert cut["module_path"].startswith("blk")
-    assert cut["source"] and "test_core_quantize_cli.py:" in cut["source"]
+    assert cut["source"] and "test_quantization_cli.py:" in cut["source"]
     assert cut["output_names"] and cut["reason"]
     assert "the graph is cut at operator" in res.stdout
     md = (tmp_path / "elu.report.md").read_text()

@@ -75,7 +75,7 @@ def test_without_matplotlib_the_error_names_the_extra(tmp_path):
         sys.modules["matplotlib"] = None
         sys.modules["matplotlib.figure"] = None
         sys.path.insert(0, {str(__file__.rsplit('/', 1)[0])!r})
-        from test_layers_plot import _report
+        from test_per_layer_plot import _report
         from edge_export.errors import UsageError
         from edge_export.validators.layer_plot import plot_layer_sqnr
         try:

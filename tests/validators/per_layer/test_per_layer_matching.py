@@ -1,5 +1,5 @@
 """The pure pieces of per-layer parity: each matching rule on hand-built tensors, ops and captured
-calls (no export), layouts and the jump rule (tensor names: test_core_provenance.py)."""
+calls (no export), layouts and the jump rule (tensor names: test_provenance.py)."""
 
 from __future__ import annotations
 
