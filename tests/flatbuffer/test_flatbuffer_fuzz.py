@@ -42,7 +42,8 @@ def run_workers(paths: list[Path], worker_args: tuple[str, ...] = ()) -> tuple[c
     failures: list[str] = []
     todo = list(paths)
     here = Path(__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1]), str(here)])}
+    # the repository (edge_export), tests/ (tools_models: the validate reference) and this folder
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1]), str(here.parent), str(here)])}
     while todo:
         proc = subprocess.run(
             [sys.executable, str(WORKER), *worker_args],
