@@ -16,9 +16,9 @@ from quantization_models import (
     torch_outputs,
 )
 
-from edge_export.flatbuffer import read_flatbuffer
 from edge_export.config import InputSpec, QuantBackend, QuantizeMode
 from edge_export.errors import QuantizationError, UsageError
+from edge_export.flatbuffer import read_flatbuffer
 from edge_export.quantization import (
     BackendAttempt,
     check_integer,

@@ -9,7 +9,6 @@ import torch
 from quantization_models import CNN_SPEC, heldout, tflite_outputs, torch_outputs
 
 from edge_export.config import IODtype, QuantBackend, QuantizeMode
-from edge_export.flatbuffer import read_flatbuffer
 from edge_export.quantization import quantize_model
 from edge_export.validators.metrics import sqnr_db
 from edge_export.reports.serialize import to_json_value
