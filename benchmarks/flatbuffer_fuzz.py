@@ -36,7 +36,7 @@ def run_both_resolvers(data: bytes, model) -> str:
     outcome = "ran"
     for resolver in (Resolver.XNNPACK, Resolver.BUILTIN):
         try:
-            runner = TFLiteRunner(data, model=model, resolver=resolver)
+            runner = TFLiteRunner(model, resolver=resolver)
             arrays = [
                 rng.standard_normal(s.shape).astype(np.float32) if np.dtype(s.dtype).kind == "f" or s.quantized
                 else rng.integers(0, 4, size=s.shape).astype(s.dtype)

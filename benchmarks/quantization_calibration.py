@@ -48,7 +48,7 @@ def _quantize(model, example, calib, backend, observer, float_bytes):
     return quantize_model(
         model, example, QuantizeMode.INT8, calibration=calib, backend=QuantBackend(backend),
         float_model_bytes=float_bytes, parity_samples=1, **kwargs,
-    ).model_bytes
+    ).model.data
 
 
 def _outputs(model_bytes, xs):

@@ -41,6 +41,7 @@ from .reports.model import (
 )
 
 if TYPE_CHECKING:
+    from .flatbuffer import FlatbufferModel
     from .targets.base import TargetPlugin
 
 __all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
@@ -432,47 +433,48 @@ def _run_export(
                 strict=options.strict,
                 verbose=options.verbose,
             )
-        model_bytes = quant_result.model_bytes
     else:
         with stages.run("convert", "Tracing and converting with litert-torch"):
             quant_config = fp16_quant_config() if options.quantize is QuantizeMode.FP16 else None
             model_bytes = convert_module(
                 export_module, export_example, strict=options.strict, quant_config=quant_config, verbose=options.verbose
             )
-    # The converter ignores the schema's 16-byte alignment of buffer data; every check below runs
-    # on, and every file is written from, the aligned model (later rewrites re-pack it aligned).
-    from .flatbuffer_packing import align_buffers
-
-    model_bytes = align_buffers(model_bytes)
-    rewritten = target.rewrite_flatbuffer(model_bytes)
-    model_bytes = rewritten.model_bytes
-    target_report.update(rewritten.report)
-
     with stages.run("inspect", "Reading the flatbuffer"):
-        fb = read_flatbuffer(model_bytes, origin="the converted model")
+        if quant_result is not None:  # read and verified by quantization's last pass
+            fb = quant_result.model
+        else:
+            # The converter's bytes are the edge: read and verified once here, a model object from
+            # then on. The converter ignores the schema's 16-byte alignment of buffer data; every
+            # check below runs on, and every file is written from, the aligned model (later
+            # rewrites re-pack it aligned).
+            from .flatbuffer_packing import align_buffers
+
+            fb = read_flatbuffer(align_buffers(model_bytes), origin="the converted model")
+    rewritten = target.rewrite_flatbuffer(fb)
+    fb = rewritten.model
+    target_report.update(rewritten.report)
     from .targets.base import TargetCheck, TargetContext
 
     checked = TargetCheck()
     if target.check_label is not None:
         with stages.run("target", target.check_label):
-            checked = target.check(TargetContext(model_bytes, fb, export_base, options, tflite_path))
+            checked = target.check(TargetContext(fb, export_base, options, tflite_path))
         target_report.update(checked.report)
 
     parity = layers = None
     if options.validate:
         parity, layers = _check_parity(
-            module, example, specs, options, model_bytes, fb, plan, stages, samples=parity_samples,
+            module, example, specs, options, fb, plan, stages, samples=parity_samples,
             runner_factory=_parity_runner_factory(target, checked),
         )
 
-    named_size = len(model_bytes)
+    named_size = fb.size_bytes
     if options.strip_names:
         # After every check: parity, per-layer rows and module paths need the names, and the
         # stripped model computes exactly the same (the runtimes never read inner tensor names).
         from .passes.flatbuffer import run_flatbuffer_passes, strip_tensor_names_pass
 
-        model_bytes = run_flatbuffer_passes(fb, [strip_tensor_names_pass]).model_bytes
-        fb = read_flatbuffer(model_bytes, origin="the model without tensor names")
+        fb = run_flatbuffer_passes(fb, [strip_tensor_names_pass], origin="the model without tensor names").model
     export_section = ExportSection(
         quantize=options.quantize.value,
         target=target.name,
@@ -493,13 +495,13 @@ def _run_export(
             str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None,
             {a.key: str(a.path) for a in checked.artifacts},
         ),
-        flatbuffer=_flatbuffer_section(fb, model_bytes),
+        flatbuffer=_flatbuffer_section(fb),
         stages=tuple(stages.times),
         validation=_validation_section(parity),
         per_layer=layers,
     )
     report = _with_baseline(report, options.baseline)
-    files = [(tflite_path, model_bytes)] + [(a.path, a.data) for a in checked.artifacts]
+    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in checked.artifacts]
     return _write_run(report, files, options, stages)
 
 
@@ -635,10 +637,10 @@ def _example_for_loading(options: ExportOptions, example_inputs: tuple | None) -
     return None
 
 
-def _flatbuffer_section(fb: Any, model_bytes: bytes) -> FlatbufferSection:
+def _flatbuffer_section(fb: FlatbufferModel) -> FlatbufferSection:
     return FlatbufferSection(
         size_bytes=fb.size_bytes,
-        sha256=hashlib.sha256(model_bytes).hexdigest(),
+        sha256=hashlib.sha256(fb.data).hexdigest(),
         num_operators=fb.num_operators,
         op_counts=dict(fb.op_counts),
         num_tensors=len(fb.tensors),
@@ -666,13 +668,12 @@ def _check_parity(
     example: tuple,
     specs: list[InputSpec],
     options: ExportOptions,
-    model_bytes: bytes,
-    fb: Any,
+    fb: FlatbufferModel,
     plan: Any,
     stages: _Stages,
     *,
     samples: list[tuple] | None = None,
-    runner_factory: Callable[[bytes, Any], Any] | None = None,
+    runner_factory: Callable[[FlatbufferModel], Any] | None = None,
 ) -> tuple[Any, Any]:
     """Output parity, then (with --per-layer) the layer-by-layer comparison on the same samples."""
     from .inputs import make_samples
@@ -680,7 +681,7 @@ def _check_parity(
     if samples is None:
         samples = make_samples(specs, options.samples, options.seed, example)
     with stages.run("validate", f"Checking parity on {len(samples)} samples"):
-        parity = _validate(module, samples, options, model_bytes, fb, plan, runner_factory)
+        parity = _validate(module, samples, options, fb, plan, runner_factory)
     layers = None
     if options.per_layer:
         from .validators.layers import per_layer_parity
@@ -692,11 +693,10 @@ def _check_parity(
                 per_layer_parity,
                 module,
                 tuple(example),
-                model_bytes,
+                fb,
                 samples=[tuple(t.numpy() for t in sample) for sample in samples],
                 channels_last_inputs=tuple(plan.inputs),
                 min_sqnr_db=options.per_layer_min_sqnr,
-                model=fb,
                 stage="per-layer comparison",
                 backend="the LiteRT reference kernels",
             )
@@ -707,10 +707,9 @@ def _validate(
     module: Any,
     samples: list[tuple],
     options: ExportOptions,
-    model_bytes: bytes,
-    fb: Any,
+    fb: FlatbufferModel,
     plan: Any,
-    runner_factory: Callable[[bytes, Any], Any] | None = None,
+    runner_factory: Callable[[FlatbufferModel], Any] | None = None,
 ):
     import torch
 
@@ -737,7 +736,7 @@ def _validate(
             feeds.append(_to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True))
 
     def run_candidate():
-        runner = (runner_factory or litert_runner)(model_bytes, fb)
+        runner = (runner_factory or litert_runner)(fb)
         outs = [_to_layout(runner.run(feed), plan.outputs, nhwc=False) for feed in feeds]
         return outs, [o.name for o in runner.outputs], [o.scale for o in runner.outputs], runner.name
 
@@ -955,7 +954,7 @@ def _validate_flatbuffer(
             if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
         )
         plan = ChannelsLastPlan(nhwc_in, nhwc_out)
-        parity, layers = _check_parity(module, example, specs, options, fb.data, fb, plan, stages)
+        parity, layers = _check_parity(module, example, specs, options, fb, plan, stages)
         export_section = ValidateSection(
             quantize=options.quantize.value,
             target=get_target(options.target).name,
@@ -968,7 +967,7 @@ def _validate_flatbuffer(
             **_run_header(loaded, specs, plan),
             export=export_section,
             artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
-            flatbuffer=_flatbuffer_section(fb, fb.data),
+            flatbuffer=_flatbuffer_section(fb),
             stages=tuple(stages.times),
             validation=_validation_section(parity),
             per_layer=layers,

@@ -105,8 +105,8 @@ def random_inputs(specs: Sequence[IOTensor], seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
-def _time_one(model_bytes: bytes, model, resolver: Resolver, threads: int, runs: int, warmup: int) -> LatencyStats:
-    runner = TFLiteRunner(model_bytes, model=model, resolver=resolver, num_threads=threads)
+def _time_one(model: FlatbufferModel, resolver: Resolver, threads: int, runs: int, warmup: int) -> LatencyStats:
+    runner = TFLiteRunner(model, resolver=resolver, num_threads=threads)
     interp = runner.interpreter
     for spec, arr in zip(runner.inputs, random_inputs(runner.inputs)):
         interp.set_tensor(spec.index, arr)
@@ -144,11 +144,10 @@ def benchmark_latency(
     from .isolation import run_isolated
 
     model = model_bytes if isinstance(model_bytes, FlatbufferModel) else read_flatbuffer(model_bytes)
-    model_bytes = model.data
 
     def measure():
-        results = tuple(_time_one(model_bytes, model, r, threads, runs, warmup) for r in resolvers)
-        return results, tuple(TFLiteRunner(model_bytes, model=model, resolver=Resolver.BUILTIN).inputs)
+        results = tuple(_time_one(model, r, threads, runs, warmup) for r in resolvers)
+        return results, tuple(TFLiteRunner(model, resolver=Resolver.BUILTIN).inputs)
 
     # In a child process: a native crash of the runtime is exit 3 naming this stage, not a SIGSEGV.
     results, inputs = run_isolated(measure, stage="latency benchmark", backend="the LiteRT interpreter")
@@ -156,7 +155,7 @@ def benchmark_latency(
         threads=threads,
         runs=runs,
         warmup=warmup,
-        size_bytes=len(model_bytes),
+        size_bytes=model.size_bytes,
         inputs=inputs,
         results=results,
         host=f"{platform.machine()} {platform.processor() or platform.system()}, {os.cpu_count()} CPUs",

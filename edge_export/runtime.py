@@ -104,16 +104,16 @@ class TFLiteRunner:
 
     def __init__(
         self,
-        model_bytes: bytes,
+        model: FlatbufferModel | bytes,
         *,
         resolver: Resolver = Resolver.XNNPACK,
         num_threads: int | None = None,
         preserve_all_tensors: bool = False,
-        model: FlatbufferModel | None = None,
         delegates: Sequence[object] | None = None,
     ) -> None:
-        # Verify in pure Python first: the native interpreter may crash on a malformed buffer.
-        self.model = model or read_flatbuffer(model_bytes)
+        # The model object was verified when read; bytes (a file, a converter's output, a compiled
+        # Edge TPU model) are verified here first: the native interpreter may crash on a malformed buffer.
+        self.model = model if isinstance(model, FlatbufferModel) else read_flatbuffer(model)
         self.name = _RUNTIME_NAMES[Resolver(resolver)]
         from ai_edge_litert.interpreter import Interpreter
 
@@ -128,7 +128,7 @@ class TFLiteRunner:
             "The model may use an operator this LiteRT version lacks; run `edge-export inspect` on it.",
         ):
             self._interp = Interpreter(
-                model_content=bytes(model_bytes),
+                model_content=self.model.data,
                 experimental_op_resolver_type=_resolver_type(resolver),
                 num_threads=num_threads,
                 experimental_preserve_all_tensors=preserve_all_tensors,

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config import InputSpec, IODtype, QuantBackend, QuantizeMode
 from ..errors import EdgeExportError, QuantizationError, UsageError, first_line
+from ..flatbuffer import FlatbufferModel
 from ..isolation import run_isolated
 from ..passes.flatbuffer import run_flatbuffer_passes, set_io_dtype_pass, share_quantization_vectors_pass
 from .calibration import (
@@ -64,7 +65,7 @@ _QUANTIZE_MODES = (QuantizeMode.DYNAMIC_INT8, QuantizeMode.INT8, QuantizeMode.IN
 
 @dataclass(frozen=True)
 class QuantizationResult:
-    model_bytes: bytes = field(repr=False)
+    model: FlatbufferModel = field(repr=False)  # the chosen model, verified; its bytes are ``.data``
     mode: QuantizeMode
     backend: str  # "pt2e" | "flatbuffer"
     recipe: str  # ai-edge-quantizer recipe name, or the PT2E config used
@@ -87,7 +88,7 @@ class QuantizationResult:
 
     @property
     def size_bytes(self) -> int:
-        return len(self.model_bytes)
+        return self.model.size_bytes
 
     @property
     def calibrated_on_real_data(self) -> bool:
@@ -192,7 +193,7 @@ def quantize_model(
     refs = selection.reference_outputs(module, parity_set)
 
     attempts: list[BackendAttempt] = []
-    products: list[bytes | None] = []
+    products: list[FlatbufferModel | None] = []
     for name in backends_for(mode, backend):
         if mode in _FIRST_SUCCESS_MODES and any(a.ok for a in attempts):
             break
@@ -219,21 +220,24 @@ def quantize_model(
                     stage=f"{mode.value} quantization", backend="ai-edge-quantizer (flatbuffer backend)",
                     hint=_CRASH_HINT, preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
                 )
-            data = run_flatbuffer_passes(data, [share_quantization_vectors_pass]).model_bytes
+            # Bytes from the backend (an edge): verified once here, a model object from then on.
+            candidate = run_flatbuffer_passes(
+                data, [share_quantization_vectors_pass], origin=f"the {name} {mode.value} candidate"
+            ).model
             sqnr, cosine = run_isolated(
-                selection.measure_parity, data, parity_set, refs,
+                selection.measure_parity, candidate, parity_set, refs,
                 stage=f"parity run of the {name} {mode.value} candidate", backend="the LiteRT interpreter",
                 hint=_CRASH_HINT,
             )
-            check = check_integer(data)
+            check = check_integer(candidate)
             attempts.append(
                 BackendAttempt(
                     backend=name, ok=True, fully_integer=check.fully_integer, sqnr_db=round(sqnr, 3),
                     cosine=round(cosine, 6), seconds=time.perf_counter() - start, recipe=recipe,
-                    observer=observer, size_bytes=len(data),
+                    observer=observer, size_bytes=candidate.size_bytes,
                 )
             )
-            products.append(data)
+            products.append(candidate)
         except EdgeExportError as exc:
             if backend != QuantBackend.AUTO:
                 if isinstance(exc, (QuantizationError, UsageError)):
@@ -263,10 +267,9 @@ def quantize_model(
             f"{chosen.backend} succeeded first; for {mode.value} both backends give the same "
             "dynamic-range kernels, so the other was not tried"
         )
-    data = run_flatbuffer_passes(products[best], [partial(set_io_dtype_pass, io_dtype=io_dtype)]).model_bytes
-    from ..flatbuffer import read_flatbuffer
-
-    final = read_flatbuffer(data, origin="the quantized model")
+    final = run_flatbuffer_passes(
+        products[best], [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the quantized model"
+    ).model
     check = check_integer(final, module)
     warnings = []
     if not calibration.real_data and mode.needs_calibration:
@@ -281,7 +284,7 @@ def quantize_model(
             f"{len(check.inner_quantize_ops)} inner QUANTIZE/DEQUANTIZE op(s) (in {where})."
         )
     return QuantizationResult(
-        model_bytes=data,
+        model=final,
         mode=mode,
         backend=chosen.backend,
         recipe=chosen.recipe or "",

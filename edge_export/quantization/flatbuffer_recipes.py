@@ -36,6 +36,7 @@ import numpy as np
 
 from ..config import QuantizeMode
 from ..errors import QuantizationError, first_line
+from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..library_output import quiet_libraries
 from .calibration import CalibrationSet
 
@@ -71,11 +72,11 @@ def _recipe(mode: QuantizeMode) -> Any:
     return getattr(recipe, RECIPES[mode])()
 
 
-def _signature_data(float_bytes: bytes, calibration: CalibrationSet) -> dict[str, list[dict]]:
+def _signature_data(float_model: FlatbufferModel, calibration: CalibrationSet) -> dict[str, list[dict]]:
     """ai-edge-quantizer's calibration format: {signature: [{input name: array}, ...]}."""
     from ..runtime import Resolver, TFLiteRunner
 
-    runner = TFLiteRunner(float_bytes, resolver=Resolver.BUILTIN)
+    runner = TFLiteRunner(float_model, resolver=Resolver.BUILTIN)
     sigs = runner.interpreter.get_signature_list()
     key = next(iter(sigs)) if sigs else "serving_default"
     names = [t.name for t in runner.inputs]
@@ -93,12 +94,12 @@ def _signature_data(float_bytes: bytes, calibration: CalibrationSet) -> dict[str
 
 
 def _percentile_ranges(
-    float_bytes: bytes, calibration: CalibrationSet, qsvs: dict[str, dict], percentile: float
+    float_model: FlatbufferModel, calibration: CalibrationSet, qsvs: dict[str, dict], percentile: float
 ) -> dict[str, dict]:
     """Re-run the float model keeping every tensor and clip each calibrated range to percentiles."""
     from ..runtime import Resolver, TFLiteRunner
 
-    runner = TFLiteRunner(float_bytes, resolver=Resolver.BUILTIN, preserve_all_tensors=True)
+    runner = TFLiteRunner(float_model, resolver=Resolver.BUILTIN, preserve_all_tensors=True)
     by_name = {d["name"]: d["index"] for d in runner.interpreter.get_tensor_details()}
     wanted = {name: by_name[name] for name in qsvs if name in by_name}
     rng = np.random.default_rng(0)
@@ -156,10 +157,8 @@ def floor_ranges(
     return result, widened
 
 
-def _constant_tensor_names(float_bytes: bytes) -> set[str]:
-    from ..flatbuffer import read_flatbuffer
-
-    return {t.name for t in read_flatbuffer(float_bytes).tensors if t.is_constant}
+def _constant_tensor_names(float_model: FlatbufferModel) -> set[str]:
+    return {t.name for t in float_model.tensors if t.is_constant}
 
 
 def _calibrate(quantizer: Any, float_bytes: bytes, data: dict, observer: str) -> dict:
@@ -191,20 +190,23 @@ def quantize_flatbuffer(
         raise QuantizationError(
             f"Unknown flatbuffer-backend observer '{observer}'.", f"Use one of {', '.join(FLATBUFFER_OBSERVERS)}."
         )
+    # The converter's bytes (an edge): read and verified once, for the calibration runs below.
+    float_model = read_flatbuffer(float_bytes, origin="the float model") if mode.needs_calibration else None
     with quiet_libraries(verbose):
-        data = _signature_data(float_bytes, calibration) if mode.needs_calibration else None
+        data = _signature_data(float_model, calibration) if mode.needs_calibration else None
         try:
             from ai_edge_quantizer import quantizer as aeq
 
             qz = aeq.Quantizer(bytearray(float_bytes), _recipe(mode))
             qsvs = None
             if qz.need_calibration:
+                float_model = float_model or read_flatbuffer(float_bytes, origin="the float model")
                 # Its tqdm progress bar writes to sys.stderr, which may not be file descriptor 2.
                 with contextlib.redirect_stderr(io.StringIO()) if not verbose else contextlib.nullcontext():
                     qsvs = _calibrate(qz, float_bytes, data, observer)
                 if observer == "percentile":
-                    qsvs = _percentile_ranges(float_bytes, calibration, qsvs, percentile)
-                qsvs, _ = floor_ranges(qsvs, mode, _constant_tensor_names(float_bytes))
+                    qsvs = _percentile_ranges(float_model, calibration, qsvs, percentile)
+                qsvs, _ = floor_ranges(qsvs, mode, _constant_tensor_names(float_model))
             result = qz.quantize(qsvs, enable_progress_report=False)
             model = result.quantized_model
         except QuantizationError:

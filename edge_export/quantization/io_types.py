@@ -1,6 +1,6 @@
 """A quantized model's inputs and outputs as an app sees them, and the choice of their types
 (float32, int8 or uint8). The rewrite is the flatbuffer pass ``passes/flatbuffer/set_io_dtype_pass.py``;
-``set_io_dtype`` runs it alone on bytes.
+``set_io_dtype`` runs it alone on a model.
 """
 
 from __future__ import annotations
@@ -26,11 +26,8 @@ class IOQuantInfo:
     zero_point: int | None
 
 
-def describe_io(model: bytes | FlatbufferModel) -> tuple[IOQuantInfo, ...]:
+def describe_io(fb: FlatbufferModel) -> tuple[IOQuantInfo, ...]:
     """Inputs then outputs in subgraph order, named as ``FlatbufferModel.input_names`` says."""
-    from ..flatbuffer import read_flatbuffer
-
-    fb = model if isinstance(model, FlatbufferModel) else read_flatbuffer(model)
     order = (
         list(zip(fb.input_names, fb.inputs)),
         list(zip(fb.output_names, fb.outputs)),
@@ -53,10 +50,10 @@ def describe_io(model: bytes | FlatbufferModel) -> tuple[IOQuantInfo, ...]:
     return tuple(result)
 
 
-def set_io_dtype(model_bytes: bytes, io_dtype: IODtype) -> bytes:
+def set_io_dtype(model: FlatbufferModel, io_dtype: IODtype) -> FlatbufferModel:
     """The model with every quantized input/output in ``io_dtype`` (the pass, packed once); the
-    same bytes when no boundary changes."""
+    same model when no boundary changes."""
     from ..passes.flatbuffer import run_flatbuffer_passes, set_io_dtype_pass
 
-    result = run_flatbuffer_passes(model_bytes, [partial(set_io_dtype_pass, io_dtype=IODtype(io_dtype))])
-    return result.model_bytes if result.modified else bytes(model_bytes)
+    result = run_flatbuffer_passes(model, [partial(set_io_dtype_pass, io_dtype=IODtype(io_dtype))])
+    return result.model if result.modified else model

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..flatbuffer import FlatbufferModel, read_flatbuffer
+from ..flatbuffer import FlatbufferModel
 from ..reports.serialize import json_field
 
 __all__ = [
@@ -143,8 +143,7 @@ def _module_near(fb: FlatbufferModel, tensor_index: int, module: Any | None) -> 
     return None
 
 
-def check_integer(model: bytes | FlatbufferModel, module: Any | None = None) -> IntegerCheck:
-    fb = model if isinstance(model, FlatbufferModel) else read_flatbuffer(model)
+def check_integer(fb: FlatbufferModel, module: Any | None = None) -> IntegerCheck:
     floats = []
     for t in fb.float_tensors:
         producer = fb.producer_of(t.index)
@@ -184,13 +183,13 @@ def reference_outputs(module: Any, samples: Sequence[tuple[np.ndarray, ...]]) ->
 
 
 def measure_parity(
-    model_bytes: bytes, samples: Sequence[tuple[np.ndarray, ...]], refs: list[list[np.ndarray]]
+    model: FlatbufferModel, samples: Sequence[tuple[np.ndarray, ...]], refs: list[list[np.ndarray]]
 ) -> tuple[float, float]:
     """(worst-output SQNR dB, worst-output cosine) of the flatbuffer vs the reference outputs."""
     from ..runtime import Resolver, TFLiteRunner
     from ..validators.metrics import cosine_similarity, sqnr_db
 
-    runner = TFLiteRunner(model_bytes, resolver=Resolver.BUILTIN)
+    runner = TFLiteRunner(model, resolver=Resolver.BUILTIN)
     outs = [runner.run(list(sample)) for sample in samples]
     n_out = min(len(refs[0]), len(outs[0]))
     sqnrs, cosines = [], []

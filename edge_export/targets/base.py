@@ -93,7 +93,7 @@ class PreparedModule:
 
 @dataclass(frozen=True)
 class RewrittenFlatbuffer:
-    model_bytes: bytes
+    model: FlatbufferModel
     report: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -101,8 +101,7 @@ class RewrittenFlatbuffer:
 class TargetContext:
     """What a target's checks may read: the converted model and where the run writes."""
 
-    model_bytes: bytes
-    model: FlatbufferModel
+    model: FlatbufferModel  # verified; its bytes (``.data``) are what the run writes
     source_module: Any  # the PyTorch module that was converted (after prepare_module)
     options: ExportOptions
     tflite_path: Path
@@ -119,11 +118,11 @@ class TargetCheck:
     runner_label: str | None = None
 
 
-def litert_runner(model_bytes: bytes, model: FlatbufferModel) -> Runner:
+def litert_runner(model: FlatbufferModel) -> Runner:
     """The LiteRT interpreter with XNNPACK: what apps run, and parity's default."""
     from ..runtime import Resolver, TFLiteRunner
 
-    return TFLiteRunner(model_bytes, resolver=Resolver.XNNPACK, model=model)
+    return TFLiteRunner(model, resolver=Resolver.XNNPACK)
 
 
 class TargetPlugin:
@@ -155,16 +154,16 @@ class TargetPlugin:
     def prepare_module(self, module: Any, example: tuple) -> PreparedModule:
         return PreparedModule(module)
 
-    def rewrite_flatbuffer(self, model_bytes: bytes) -> RewrittenFlatbuffer:
-        return RewrittenFlatbuffer(model_bytes)
+    def rewrite_flatbuffer(self, model: FlatbufferModel) -> RewrittenFlatbuffer:
+        return RewrittenFlatbuffer(model)
 
     def check(self, context: TargetContext) -> TargetCheck:
         return TargetCheck()
 
-    def parity_runner(self, model_bytes: bytes, model: FlatbufferModel, checked: TargetCheck) -> Runner:
+    def parity_runner(self, model: FlatbufferModel, checked: TargetCheck) -> Runner:
         if checked.runner is not None:
             return checked.runner()
-        return litert_runner(model_bytes, model)
+        return litert_runner(model)
 
 
 def imply_full_integer_int8(options: ExportOptions, name: str) -> tuple[ExportOptions, list[str]]:

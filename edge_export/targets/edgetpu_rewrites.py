@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..flatbuffer import FlatbufferModel, read_flatbuffer
+from ..flatbuffer import FlatbufferModel
 from ..reports.serialize import json_field
 
 __all__ = [
@@ -228,9 +228,9 @@ def prepare_module_for_edgetpu(module: Any, example_inputs: tuple | None = None)
 # ---- flatbuffer level ---------------------------------------------------------------------------
 
 
-def reorder_for_edgetpu(source: bytes | FlatbufferModel) -> tuple[bytes, bool]:
+def reorder_for_edgetpu(model: FlatbufferModel) -> tuple[FlatbufferModel, bool]:
     """Move every operator that maps (and depends only on mapped operators) before the first that does
-    not. Returns ``(new_bytes, changed)``; the graph computes the same values in a valid order.
+    not. Returns ``(new_model, changed)``; the graph computes the same values in a valid order.
 
     The Edge TPU target's one call of the flatbuffer pass ``reorder_operators_for_edgetpu_pass``:
     the checker's verdict on ``source`` says which operators map.
@@ -240,10 +240,11 @@ def reorder_for_edgetpu(source: bytes | FlatbufferModel) -> tuple[bytes, bool]:
     from ..passes.flatbuffer import reorder_operators_for_edgetpu_pass, run_flatbuffer_passes
     from .edgetpu import check_edgetpu
 
-    model = source if isinstance(source, FlatbufferModel) else read_flatbuffer(source)
     report = check_edgetpu(model)
     if report.first_unmapped is None:
-        return model.data, False
+        return model, False
     supported = [mapping.supported for mapping in report.ops]
-    result = run_flatbuffer_passes(model, [partial(reorder_operators_for_edgetpu_pass, supported=supported)])
-    return result.model_bytes, result.modified
+    result = run_flatbuffer_passes(
+        model, [partial(reorder_operators_for_edgetpu_pass, supported=supported)], origin="the reordered model"
+    )
+    return result.model, result.modified

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..api import ExportOptions
+    from ..flatbuffer import FlatbufferModel
     from ..runtime import IOTensor
 
 __all__ = ["EdgeTPUTarget", "EdgeTPUDelegateRunner"]
@@ -45,10 +46,10 @@ class EdgeTPUDelegateRunner:
 
     name = "ai-edge-litert interpreter with the Edge TPU delegate"
 
-    def __init__(self, model_bytes: bytes, delegate: Any) -> None:
+    def __init__(self, model: FlatbufferModel | bytes, delegate: Any) -> None:
         from ..runtime import TFLiteRunner
 
-        self._runner = TFLiteRunner(model_bytes, delegates=[delegate])
+        self._runner = TFLiteRunner(model, delegates=[delegate])
         self.inputs: list[IOTensor] = self._runner.inputs
         self.outputs: list[IOTensor] = self._runner.outputs
 
@@ -92,13 +93,13 @@ class EdgeTPUTarget(TargetPlugin):
         prep = prepare_module_for_edgetpu(module, example)
         return PreparedModule(prep.module, {"rewrites": prep.rewrites})
 
-    def rewrite_flatbuffer(self, model_bytes: bytes) -> RewrittenFlatbuffer:
+    def rewrite_flatbuffer(self, model: FlatbufferModel) -> RewrittenFlatbuffer:
         # FLATBUFFER PASS: the Edge TPU operator reorder. The one place the Edge TPU target runs a
         # flatbuffer pass; the pass pipeline (issue 9, item 3) may take it over from here.
         from .edgetpu_rewrites import reorder_for_edgetpu
 
-        model_bytes, reordered = reorder_for_edgetpu(model_bytes)
-        return RewrittenFlatbuffer(model_bytes, {"reordered_operators": reordered})
+        model, reordered = reorder_for_edgetpu(model)
+        return RewrittenFlatbuffer(model, {"reordered_operators": reordered})
 
     def check(self, context: TargetContext) -> TargetCheck:
         from ..errors import TargetError
@@ -119,7 +120,7 @@ class EdgeTPUTarget(TargetPlugin):
         model_path, log_path = _compiled_paths(tflite_path)
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / f"{tflite_path.stem}.tflite"
-            src.write_bytes(context.model_bytes)
+            src.write_bytes(context.model.data)
             result = compile_for_edgetpu(src, tmp, explicit_compiler=options.edgetpu_compiler, timeout_s=options.compiler_timeout)
             report["compiler"] = CompilerSection(result, tuple(compare_with_prediction(mapping, result)))
             if options.require_compiler:
@@ -138,8 +139,9 @@ class EdgeTPUTarget(TargetPlugin):
                 report["delegate"] = DelegateSection("edgetpu", False, exc.message)
             else:
                 report["delegate"] = DelegateSection("edgetpu", True, "")
-                compiled_bytes = artifacts[0].data if artifacts else context.model_bytes
-                runner = functools.partial(EdgeTPUDelegateRunner, compiled_bytes, delegate)
+                # The compiled model is bytes from the compiler (an edge): the runner verifies it.
+                compiled = artifacts[0].data if artifacts else context.model
+                runner = functools.partial(EdgeTPUDelegateRunner, compiled, delegate)
         label = "the LiteRT interpreter with the Edge TPU delegate" if runner is not None else None
         return TargetCheck(report, tuple(artifacts), runner, label)
 

@@ -369,10 +369,10 @@ class MicroRunner:
 
     name = "TFLite Micro host interpreter"
 
-    def __init__(self, model_bytes: bytes, *, arena_size: int | None = None, model: FlatbufferModel | None = None) -> None:
-        # Verify in pure Python first: TFLM does not verify the buffer either.
-        self.model = model or read_flatbuffer(model_bytes)
-        self._bytes = bytes(model_bytes)
+    def __init__(self, model: FlatbufferModel | bytes, *, arena_size: int | None = None) -> None:
+        # Bytes are verified in pure Python first (a model object was when read): TFLM does not verify.
+        self.model = model if isinstance(model, FlatbufferModel) else read_flatbuffer(model)
+        self._bytes = self.model.data
         self.report = check_micro(self.model)
         if arena_size is None:
             self.arena_bytes = self._find_arena()
@@ -559,10 +559,10 @@ class MicroTarget(TargetPlugin):
             )
         from ..isolation import run_isolated
 
-        model_bytes, model = context.model_bytes, context.model
+        model = context.model
 
         def measure():  # raises RuntimeRunError naming the operator TFLM rejects
-            runner = MicroRunner(model_bytes, model=model)
+            runner = MicroRunner(model)
             return runner.arena_bytes, runner.report
 
         # TFLM runs in a child process (as every native run of a candidate model): a crash is exit 3.
@@ -576,7 +576,7 @@ class MicroTarget(TargetPlugin):
         section = MicroSection(micro_report, str(resolver_path) if resolver_path else None)
         return TargetCheck(
             {"micro": section}, artifacts,
-            runner=lambda: MicroRunner(model_bytes, arena_size=arena, model=model),
+            runner=lambda: MicroRunner(model, arena_size=arena),
             runner_label="the TFLite Micro interpreter",
         )
 

@@ -65,14 +65,13 @@ __all__ = [
 def per_layer_parity(
     module: Any,
     example_inputs: tuple,
-    model_bytes: bytes,
+    model: FlatbufferModel | bytes,
     *,
     samples: list[tuple[np.ndarray, ...]] | None = None,
     channels_last_inputs: tuple[int, ...] = (),
     jump_drop_db: float = JUMP_DROP_DB,
     jump_floor_db: float = JUMP_FLOOR_DB,
     min_sqnr_db: float | None = None,
-    model: FlatbufferModel | None = None,
 ) -> LayerParityReport:
     """Compare each PyTorch module's output with its flatbuffer tensor, over the samples.
 
@@ -81,18 +80,19 @@ def per_layer_parity(
     takes as NHWC (exported through ``conversion.wrap_channels_last``): they are permuted before
     being fed to LiteRT. The flatbuffer runs with the reference kernels and every intermediate
     tensor kept, so each tensor holds what its own op computed. ``min_sqnr_db`` gates each layer
-    (``LayerParity.passed``); ``model`` is the already parsed flatbuffer, to avoid parsing twice.
+    (``LayerParity.passed``). ``model`` is the flatbuffer as read (bytes, from a file, are read and
+    verified here).
     """
     if min_sqnr_db is not None and min_sqnr_db != min_sqnr_db:
         raise UsageError("The per-layer SQNR threshold is NaN.", "Give a number of dB, e.g. 25.")
     from ..runtime import Resolver, TFLiteRunner
 
-    fm = model or read_flatbuffer(model_bytes)
+    fm = model if isinstance(model, FlatbufferModel) else read_flatbuffer(model)
     if samples is None:
         samples = [tuple(np.asarray(t.detach().cpu().numpy()) for t in example_inputs)]
     if not samples:
         raise UsageError("Per-layer parity was given an empty list of samples.", "Pass at least one sample.")
-    runner = TFLiteRunner(model_bytes, resolver=Resolver.REFERENCE, preserve_all_tensors=True, model=fm)
+    runner = TFLiteRunner(fm, resolver=Resolver.REFERENCE, preserve_all_tensors=True)
     if len(samples[0]) != len(runner.inputs):
         raise InputSpecError(
             f"The flatbuffer takes {len(runner.inputs)} inputs but the samples have {len(samples[0])}.",

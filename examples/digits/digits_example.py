@@ -221,7 +221,7 @@ def run(
             model, example, mode, calibration=calib, backend=QuantBackend(backend),
             require_full_integer=mode == QuantizeMode.INT8, float_model_bytes=float_bytes,
         )
-        artifacts[mode.value] = q.model_bytes
+        artifacts[mode.value] = q.model.data
         results["models"][mode.value] = {"backend": q.backend, "fully_integer": q.fully_integer, "reason": q.reason}
         if detailed:
             results["models"][mode.value].update(

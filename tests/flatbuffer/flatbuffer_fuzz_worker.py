@@ -53,7 +53,7 @@ def check_one(path: str, rng: np.random.Generator) -> str:
     outcome = "ran"
     for resolver in (Resolver.XNNPACK, Resolver.BUILTIN):
         try:
-            runner = TFLiteRunner(data, model=model, resolver=resolver)
+            runner = TFLiteRunner(model, resolver=resolver)
             runner.run(random_inputs(runner, rng))
         except RuntimeRunError:
             outcome = "runtime-error"

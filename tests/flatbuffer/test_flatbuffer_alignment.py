@@ -134,6 +134,7 @@ def exported(tmp_path_factory) -> dict[str, Exported]:
     import edge_export
     import edge_export.flatbuffer_packing as packing
     from edge_export import quantization
+    from edge_export.flatbuffer import FlatbufferModel
 
     folder = tmp_path_factory.mktemp("aligned")
     compiler = folder / "edgetpu_compiler"
@@ -142,9 +143,9 @@ def exported(tmp_path_factory) -> dict[str, Exported]:
     seen: list[bytes] = []
 
     def recording(real):
-        def wrapper(model_bytes, *args, **kwargs):
-            seen.append(bytes(model_bytes))
-            return real(model_bytes, *args, **kwargs)
+        def wrapper(source, *args, **kwargs):  # bytes, or a model object (which carries its bytes)
+            seen.append(source.data if isinstance(source, FlatbufferModel) else bytes(source))
+            return real(source, *args, **kwargs)
 
         return wrapper
 

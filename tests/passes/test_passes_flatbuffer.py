@@ -129,8 +129,9 @@ def test_reorder_operators_for_edgetpu_pass_moves_independent_mapped_operators_f
 
 def test_pipeline_packs_once_and_writes_the_model_one_pass_at_a_time_wrote(converted, monkeypatch):
     """One pack for three passes. The file holds the same model as one pack per pass, but not the same
-    bytes (a re-read and re-pack lays tables out differently), which is why the export keeps its
-    stages' pipelines apart: its files stay byte-identical to earlier releases'."""
+    bytes: set_io_dtype_pass's new I/O scales are Python lists, which the writer does not share, while
+    after a re-read they are numpy vectors it does (docs/ARCHITECTURE.md). That is why the export keeps
+    its stages' pipelines apart: its files stay byte-identical to earlier releases'."""
     packs = []
     real_pack = pipeline_module.pack_model
     monkeypatch.setattr(pipeline_module, "pack_model", lambda *a, **k: packs.append(1) or real_pack(*a, **k))

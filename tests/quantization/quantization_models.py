@@ -109,7 +109,7 @@ def torch_outputs(model: nn.Module, xs: list[np.ndarray]) -> np.ndarray:
         return np.concatenate([model(torch.from_numpy(x)).numpy() for x in xs])
 
 
-def tflite_outputs(model_bytes: bytes, xs: list[np.ndarray]) -> np.ndarray:
+def tflite_outputs(model_bytes, xs: list[np.ndarray]) -> np.ndarray:
     from edge_export.runtime import TFLiteRunner
 
     runner = TFLiteRunner(model_bytes)

@@ -18,6 +18,7 @@ from quantization_models import (
 
 from edge_export.config import InputSpec, QuantBackend, QuantizeMode
 from edge_export.errors import QuantizationError, UsageError
+from edge_export.flatbuffer import read_flatbuffer
 from edge_export.quantization import (
     BackendAttempt,
     check_integer,
@@ -44,7 +45,7 @@ def test_pt2e_failure_falls_back_to_a_fully_integer_flatbuffer_model():
     assert flat.ok and result.backend == "flatbuffer" and result.fully_integer
     assert "pt2e failed" in result.reason
     xs = heldout(PAD_SPEC, 6)
-    assert sqnr_db(torch_outputs(model, xs), tflite_outputs(result.model_bytes, xs)) > 25.0
+    assert sqnr_db(torch_outputs(model, xs), tflite_outputs(result.model.data, xs)) > 25.0
 
 
 @pytest.mark.slow
@@ -67,7 +68,7 @@ def test_full_integer_requirement_picks_the_integer_backend():
     assert flat.ok and flat.fully_integer and result.backend == "flatbuffer" and result.fully_integer
     # The PT2E model's float island is traced back to the GroupNorm module.
     data = quantize_pt2e(model, example, QuantizeMode.INT8, calib, observer="minmax")
-    check = check_integer(data, model)
+    check = check_integer(read_flatbuffer(data), model)
     assert check.float_tensors and "norm" in check.float_modules
 
 
@@ -85,7 +86,7 @@ def test_transformer_pt2e_is_mixed_precision_and_the_float_parts_are_named():
     model = make(TinyEncoder)
     calib = synthetic_calibration([SEQ_SPEC], n=4)
     data = quantize_pt2e(model, (torch.zeros(SEQ_SPEC.shape),), QuantizeMode.INT8, calib)
-    check = check_integer(data, model)
+    check = check_integer(read_flatbuffer(data), model)
     assert not check.fully_integer and check.float_tensors and check.inner_quantize_ops
     modules = dict(model.named_modules())
     # Every float island maps to a real submodule; LayerNorm is among them.

@@ -9,7 +9,6 @@ import torch
 from quantization_models import CNN_SPEC, heldout, tflite_outputs, torch_outputs
 
 from edge_export.config import IODtype, QuantBackend, QuantizeMode
-from edge_export.flatbuffer import read_flatbuffer
 from edge_export.quantization import quantize_model
 from edge_export.validators.metrics import sqnr_db
 from edge_export.reports.serialize import to_json_value
@@ -31,7 +30,7 @@ def test_int8_flatbuffer_backend_is_full_integer_per_channel(cnn, cnn_float_byte
         cnn, EXAMPLE, QuantizeMode.INT8, calibration=cnn_calibration, backend=QuantBackend.FLATBUFFER,
         float_model_bytes=cnn_float_bytes,
     )
-    fb = read_flatbuffer(result.model_bytes)
+    fb = result.model
     assert result.backend == "flatbuffer" and result.recipe == "static_wi8_ai8"
     assert result.fully_integer and fb.is_fully_integer and not result.integer_check.float_tensors
     convs = [op for op in fb.operators if op.opcode == "CONV_2D"]
@@ -43,7 +42,7 @@ def test_int8_flatbuffer_backend_is_full_integer_per_channel(cnn, cnn_float_byte
     # Default I/O is float32 so callers need no quantization code.
     assert [x.dtype for x in result.io] == ["float32", "float32"]
     assert result.size_bytes < 0.8 * len(cnn_float_bytes)
-    assert _heldout_sqnr(cnn, result.model_bytes) > 30.0
+    assert _heldout_sqnr(cnn, result.model.data) > 30.0
 
 
 def test_int8_pt2e_backend_with_uint8_io(cnn, cnn_calibration):
@@ -53,10 +52,10 @@ def test_int8_pt2e_backend_with_uint8_io(cnn, cnn_calibration):
     )
     assert result.backend == "pt2e" and result.observer == "histogram" and result.fully_integer
     assert all(x.dtype == "uint8" and x.scale and x.zero_point is not None for x in result.io)
-    fb = read_flatbuffer(result.model_bytes)
+    fb = result.model
     w = _weights(fb, "CONV_2D")[0]
     assert w.dtype == "int8" and w.quant.per_channel and max(abs(z) for z in w.quant.zero_points) == 0
-    assert _heldout_sqnr(cnn, result.model_bytes) > 30.0  # the runner quantizes/dequantizes the I/O
+    assert _heldout_sqnr(cnn, result.model.data) > 30.0  # the runner quantizes/dequantizes the I/O
 
 
 def test_dynamic_int8_has_int8_weights_float_activations_float_io(cnn, cnn_float_bytes, cnn_calibration):
@@ -64,14 +63,14 @@ def test_dynamic_int8_has_int8_weights_float_activations_float_io(cnn, cnn_float
         cnn, EXAMPLE, QuantizeMode.DYNAMIC_INT8, calibration=cnn_calibration,
         backend=QuantBackend.FLATBUFFER, float_model_bytes=cnn_float_bytes,
     )
-    fb = read_flatbuffer(result.model_bytes)
+    fb = result.model
     assert result.recipe == "dynamic_wi8_afp32" and result.observer is None
     assert all(w.dtype == "int8" and w.is_constant for w in _weights(fb, "CONV_2D") + _weights(fb, "FULLY_CONNECTED"))
     assert [t.dtype for t in fb.input_tensors + fb.output_tensors] == ["float32", "float32"]
     conv_out = fb.tensors[next(op for op in fb.operators if op.opcode == "CONV_2D").outputs[0]]
     assert conv_out.dtype == "float32"
     assert not result.fully_integer
-    assert _heldout_sqnr(cnn, result.model_bytes) > 35.0
+    assert _heldout_sqnr(cnn, result.model.data) > 35.0
 
 
 def test_int16x8_has_int16_activations(cnn, cnn_float_bytes, cnn_calibration):
@@ -80,11 +79,11 @@ def test_int16x8_has_int16_activations(cnn, cnn_float_bytes, cnn_calibration):
     )
     assert result.backend == "flatbuffer" and result.recipe == "static_wi8_ai16"
     assert [a.backend for a in result.attempts] == ["flatbuffer"]  # PT2E has no int16 activations
-    fb = read_flatbuffer(result.model_bytes)
+    fb = result.model
     conv = next(op for op in fb.operators if op.opcode == "CONV_2D")
     assert fb.tensors[conv.inputs[1]].dtype == "int8" and fb.tensors[conv.outputs[0]].dtype == "int16"
     assert result.fully_integer
-    int16_sqnr = _heldout_sqnr(cnn, result.model_bytes)
+    int16_sqnr = _heldout_sqnr(cnn, result.model.data)
     assert int16_sqnr > 40.0
 
 

@@ -88,5 +88,6 @@ def test_quantize_model_writes_shared_vectors(cnn, cnn_calibration):
     result = quantize_model(
         cnn, (torch.zeros(CNN_SPEC.shape),), QuantizeMode.INT8, calibration=cnn_calibration, backend="flatbuffer"
     )
-    assert len(result.model_bytes) < len(_unshared(result.model_bytes))
-    assert len(share_quantization_vectors(result.model_bytes)) == len(result.model_bytes)
+    data = result.model.data
+    assert len(data) < len(_unshared(data))
+    assert len(share_quantization_vectors(data)) == len(data)

@@ -55,7 +55,7 @@ def test_int8_cnn_end_to_end_on_tflm(cnn_models):
     assert report.integer_io and report.fully_integer and report.unsupported_ops == ()
     assert set(report.ops) == set(model.op_counts)
 
-    runner = MicroRunner(cnn_models.int8, model=model)
+    runner = MicroRunner(model)
     arena = runner.arena_bytes
     assert 1000 < arena < 64 * 1024
     assert runner.report.arena_bytes == arena and to_json_value(runner.report)["arena_bytes"] == arena

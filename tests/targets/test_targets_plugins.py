@@ -35,8 +35,8 @@ class CountingRunner:
 
     name = "throwaway runtime"
 
-    def __init__(self, model_bytes: bytes, model, log: Path) -> None:
-        self._runner = litert_runner(model_bytes, model)
+    def __init__(self, model, log: Path) -> None:
+        self._runner = litert_runner(model)
         self.inputs, self.outputs = self._runner.inputs, self._runner.outputs
         self.log = log
 
@@ -69,9 +69,9 @@ class ThrowawayTarget(TargetPlugin):
         self.hooks.append("prepare_module")
         return PreparedModule(module, {"prepared": type(module).__name__})
 
-    def rewrite_flatbuffer(self, model_bytes):
+    def rewrite_flatbuffer(self, model):
         self.hooks.append("rewrite_flatbuffer")
-        return RewrittenFlatbuffer(model_bytes, {"rewritten": False})
+        return RewrittenFlatbuffer(model, {"rewritten": False})
 
     def check(self, context):
         self.hooks.append("check")
@@ -79,7 +79,7 @@ class ThrowawayTarget(TargetPlugin):
         artifact = TargetArtifact("operator_list", context.tflite_path.with_suffix(".ops.json"), json.dumps(ops).encode())
 
         def make_runner() -> CountingRunner:
-            return CountingRunner(context.model_bytes, context.model, context.tflite_path.with_name("runner.log"))
+            return CountingRunner(context.model, context.tflite_path.with_name("runner.log"))
 
         return TargetCheck({"throwaway": {"ops": ops}}, (artifact,), runner=make_runner)
 
@@ -170,7 +170,7 @@ def test_runners_share_one_protocol(tmp_path):
 
     result = edge_export.export(SmallCNN().eval(), example_inputs=(X,), output=tmp_path / "m.tflite", validate=False)
     data = result.tflite_path.read_bytes()
-    runner = TFLiteRunner(data, model=read_flatbuffer(data))
+    runner = TFLiteRunner(read_flatbuffer(data))
     assert isinstance(runner, Runner) and runner.name == "ai-edge-litert interpreter (CPU, XNNPACK)"
     # MicroRunner and the delegate runner need an int8 model or libedgetpu; their class attributes say
     # the rest of the protocol is there.

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...flatbuffer import FlatbufferModel
+from ...flatbuffer import FlatbufferModel, read_flatbuffer
 from ...flatbuffer_packing import misaligned_buffers, pack_model, read_model
 
 __all__ = ["FlatbufferPass", "PassPipelineResult", "pass_name", "run_flatbuffer_passes"]
@@ -25,8 +25,12 @@ FlatbufferPass = Callable[[Any], bool]
 
 @dataclass(frozen=True)
 class PassPipelineResult:
-    model_bytes: bytes
+    model: FlatbufferModel  # the packed result, verified and read back (its bytes are ``.data``)
     modified_by: tuple[str, ...]  # names of the passes that changed the model, in run order
+
+    @property
+    def model_bytes(self) -> bytes:
+        return self.model.data
 
     @property
     def modified(self) -> bool:
@@ -39,9 +43,13 @@ def pass_name(flatbuffer_pass: FlatbufferPass) -> str:
     return getattr(flatbuffer_pass, "__name__", type(flatbuffer_pass).__name__)
 
 
-def run_flatbuffer_passes(source: bytes | FlatbufferModel, passes: Sequence[FlatbufferPass]) -> PassPipelineResult:
-    """Run ``passes`` in order over the model in ``source`` (bytes, or a model read with its bytes)
-    and pack the result once."""
+def run_flatbuffer_passes(
+    source: bytes | FlatbufferModel, passes: Sequence[FlatbufferPass], origin: str = "the rewritten model"
+) -> PassPipelineResult:
+    """Run ``passes`` in order over ``source`` (a model, or bytes at the edges: a converter's
+    output, a file) and pack the result once. The result is read back and verified, so the next
+    stage gets a model object, not bytes to parse again; a model that no pass changed and whose
+    buffers are aligned comes back as the same object."""
     if isinstance(source, FlatbufferModel):
         data, model = source.data, source.mutable()
     else:
@@ -49,6 +57,6 @@ def run_flatbuffer_passes(source: bytes | FlatbufferModel, passes: Sequence[Flat
         model = read_model(data)
     modified_by = tuple(pass_name(p) for p in passes if p(model))
     if not modified_by and not misaligned_buffers(data):
-        return PassPipelineResult(data, ())
+        return PassPipelineResult(source if isinstance(source, FlatbufferModel) else read_flatbuffer(data, origin), ())
     # Unchanged but misaligned input packs to exactly what align_buffers writes for it.
-    return PassPipelineResult(pack_model(model, source=data), modified_by)
+    return PassPipelineResult(read_flatbuffer(pack_model(model, source=data), origin), modified_by)

@@ -12,7 +12,7 @@ from torch import nn
 from edgetpu_helpers import cached_int8, export_int8
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.runtime import TFLiteRunner
-from edge_export.targets.edgetpu import OpStatus, check_edgetpu_bytes
+from edge_export.targets.edgetpu import OpStatus, check_edgetpu, check_edgetpu_bytes
 from edge_export.targets.edgetpu_rewrites import prepare_module_for_edgetpu, reorder_for_edgetpu
 from edgetpu_models import mobilenet_v2_like, random_batchnorm_stats, resnet_like, transformer_encoder_like
 from edge_export.reports.serialize import to_json_value
@@ -135,8 +135,8 @@ def test_transformer_cut_is_moved_late_by_reordering_and_explained():
     data = cached_int8("tx_plain", lambda: (transformer_encoder_like(), (x,)), annotation_fixes=False)
     before = check_edgetpu_bytes(data)
     assert not before.fully_mapped and before.first_unmapped is not None
-    reordered, changed = reorder_for_edgetpu(data)
-    after = check_edgetpu_bytes(reordered)
+    reordered, changed = reorder_for_edgetpu(read_flatbuffer(data))
+    after = check_edgetpu(reordered)
     assert changed and after.num_on_tpu > before.num_on_tpu
     assert after.first_unmapped is not None and after.first_unmapped.reason
     # Same graph, different schedule: same outputs.
@@ -147,5 +147,6 @@ def test_transformer_cut_is_moved_late_by_reordering_and_explained():
 
 @pytest.mark.parametrize("shape", [IMAGE])
 def test_reorder_leaves_a_fully_mapped_model_alone(shape, small_cnn_int8):
-    data, changed = reorder_for_edgetpu(small_cnn_int8)
-    assert not changed and data == small_cnn_int8
+    model = read_flatbuffer(small_cnn_int8)
+    same, changed = reorder_for_edgetpu(model)
+    assert not changed and same is model

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from edge_export.flatbuffer import read_flatbuffer
 from edge_export.config import QuantizeMode
 from edge_export.conversion import convert_module
 from edge_export.passes.fx import restore_source_functions_pass
@@ -77,7 +78,7 @@ def _copy(gm):
 def test_pt2e_quantizes_residual_adds_of_an_exported_program_fully():
     gm = _exported_graph(_Residual())
     data = quantize_pt2e(gm, (torch.randn(1, 3, 8, 8),), QuantizeMode.INT8, _calibration((1, 3, 8, 8)), observer="minmax")
-    check = check_integer(data)
+    check = check_integer(read_flatbuffer(data))
     assert check.fully_integer and not check.inner_quantize_ops
     report = check_edgetpu_bytes(data)
     # Float I/O keeps one QUANTIZE in and one DEQUANTIZE out at the edges; every op between maps.
@@ -133,4 +134,4 @@ def test_flatbuffer_backend_model_with_a_vanishing_layer_loads_and_runs():
         ref = module(x).numpy()
     # The vanishing branch quantizes to zero; what is left is the last conv's bias, exactly.
     assert np.allclose(out, ref, atol=0.02 * float(np.abs(ref).max()) + 1e-6)
-    assert check_integer(data).fully_integer
+    assert check_integer(read_flatbuffer(data)).fully_integer
