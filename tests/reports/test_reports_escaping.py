@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
