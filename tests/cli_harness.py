@@ -110,3 +110,30 @@ def run_cli_in_pty(
     finally:
         os.close(master)
     return PtyResult(code, b"".join(chunks).decode("utf-8", errors="replace"))
+
+
+# The argument handling of a fake `edgetpu_compiler` (the only stand-in in these tests, at the
+# process boundary): it finds -o and the model, then copies the model to <name>_edgetpu.tflite.
+FAKE_COMPILER_PROLOGUE = """\
+out=""; model=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o|--out_dir) out="$2"; shift 2;;
+    -t|--timeout_sec) shift 2;;
+    -s|--show_operations) shift;;
+    *) model="$1"; shift;;
+  esac
+done
+name=$(basename "$model" .tflite)
+cp "$model" "$out/${name}_edgetpu.tflite" || exit 1
+"""
+
+
+def write_fake_compiler(bin_dir: Path, body: str) -> Path:
+    """An executable shell script named edgetpu_compiler in ``bin_dir`` running ``body``."""
+    import stat
+
+    path = bin_dir / "edgetpu_compiler"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path

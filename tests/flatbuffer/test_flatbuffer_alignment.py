@@ -5,13 +5,13 @@ mode and target, and the aligned files compute bit-identically to the unaligned 
 
 from __future__ import annotations
 
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from cli_harness import FAKE_COMPILER_PROLOGUE, write_fake_compiler
 from model_zoo import small_cnn
 
 SHAPE = (1, 3, 16, 16)
@@ -29,18 +29,8 @@ EXPORTS = {
 # I/O added after quantization, the targets integer I/O.
 SAME_IO_AS_CONVERTER = ("fp32", "fp16", "dynamic-int8")
 
-_FAKE_COMPILER = """\
-#!/bin/sh
-out=""; model=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -o|--out_dir) out="$2"; shift 2;;
-    -t|--timeout_sec) shift 2;;
-    -s|--show_operations) shift;;
-    *) model="$1"; shift;;
-  esac
-done
-cp "$model" "$out/$(basename "$model" .tflite)_edgetpu.tflite" || exit 1
+# The stand-in compiler copies its input: the Edge TPU output is then edge-export's own file.
+_FAKE_COMPILER_BODY = FAKE_COMPILER_PROLOGUE + """\
 echo "Edge TPU Compiler version 16.0.384591198"
 echo "Model compiled successfully in 12 ms."
 echo "Number of Edge TPU subgraphs: 1"
@@ -137,9 +127,7 @@ def exported(tmp_path_factory) -> dict[str, Exported]:
     from edge_export.flatbuffer import FlatbufferModel
 
     folder = tmp_path_factory.mktemp("aligned")
-    compiler = folder / "edgetpu_compiler"
-    compiler.write_text(_FAKE_COMPILER)
-    compiler.chmod(compiler.stat().st_mode | stat.S_IXUSR)
+    compiler = write_fake_compiler(folder, _FAKE_COMPILER_BODY)
     seen: list[bytes] = []
 
     def recording(real):
