@@ -82,6 +82,7 @@ class ExportOptions:
     per_layer_min_sqnr: float | None = None  # optional gate on every compared layer
     per_layer_plot: str | None = None  # PNG of SQNR per layer (needs matplotlib)
     strip_names: bool = False  # drop inner tensor names from the written flatbuffer
+    keep_names: bool = False  # keep them where the target strips them by default (micro)
     # quantization (int modes)
     calibration_data: str | None = None
     calibration_samples: int | None = None
@@ -124,6 +125,8 @@ class ExportOptions:
             raise UsageError(f"--image-layout {self.image_layout} is not known.", "Use nchw or nhwc.")
         if self.per_layer_min_sqnr is not None and self.per_layer_min_sqnr != self.per_layer_min_sqnr:
             raise UsageError("--per-layer-min-sqnr nan is not a number.")
+        if self.strip_names and self.keep_names:
+            raise UsageError("--strip-names and --keep-names contradict each other.", "Give one of them.")
 
     def thresholds(self) -> Thresholds:
         return default_thresholds(self.quantize).override(
@@ -469,12 +472,14 @@ def _run_export(
         )
 
     named_size = fb.size_bytes
+    named_fb = fb  # what the checks ran on; a target's written_artifacts may read its names
     if options.strip_names:
         # After every check: parity, per-layer rows and module paths need the names, and the
         # stripped model computes exactly the same (the runtimes never read inner tensor names).
         from .passes.flatbuffer import run_flatbuffer_passes, strip_tensor_names_pass
 
         fb = run_flatbuffer_passes(fb, [strip_tensor_names_pass], origin="the model without tensor names").model
+    target_artifacts = (*checked.artifacts, *target.written_artifacts(named_fb, fb, options, tflite_path))
     export_section = ExportSection(
         quantize=options.quantize.value,
         target=target.name,
@@ -493,7 +498,7 @@ def _run_export(
         target=TargetSection.from_hooks(target_report) if target.reports_target else None,
         artifacts=ArtifactsSection(
             str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None,
-            {a.key: str(a.path) for a in checked.artifacts},
+            {a.key: str(a.path) for a in target_artifacts},
         ),
         flatbuffer=_flatbuffer_section(fb),
         stages=tuple(stages.times),
@@ -501,7 +506,7 @@ def _run_export(
         per_layer=layers,
     )
     report = _with_baseline(report, options.baseline)
-    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in checked.artifacts]
+    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in target_artifacts]
     return _write_run(report, files, options, stages)
 
 
@@ -858,12 +863,15 @@ def validate(
     report_prefix: str | Path | None = None,
     options: ExportOptions | None = None,
     on_stage: Callable[[str], None] | None = None,
+    tensor_names: str | Path | None = None,
     **option_values: Any,
 ) -> ExportResult:
     """Check an existing flatbuffer against a PyTorch model (any source kind ``export`` accepts).
 
     Writes ``<stem>.validate.report.json`` / ``.md`` beside the flatbuffer (or at ``report_prefix``).
-    Thresholds default to the flatbuffer's precision, read from its tensors.
+    Thresholds default to the flatbuffer's precision, read from its tensors. A flatbuffer whose
+    inner tensor names were stripped gets them back, in memory, from ``tensor_names`` (default: the
+    ``<stem>.tensors.json`` beside it, when there is one).
     """
     explicit_quantize = "quantize" in option_values
     if options is None:
@@ -871,14 +879,18 @@ def validate(
     tflite_path = Path(tflite)
     prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
     json_path, md_path = Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
+    from .tensor_names import tensor_names_path
+
+    names_path = Path(tensor_names) if tensor_names else tensor_names_path(tflite_path)
     check_outputs_apart(
         [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *_side_outputs(options)],
-        [("the flatbuffer to validate", tflite_path), *_input_paths(reference, options)],
+        [("the flatbuffer to validate", tflite_path), ("the tensor-name map", names_path), *_input_paths(reference, options)],
     )
     created: list[Path] = []
     try:
         return _validate_flatbuffer(
-            tflite_path, reference, example_inputs, options, explicit_quantize, json_path, md_path, created, on_stage
+            tflite_path, reference, example_inputs, options, explicit_quantize, json_path, md_path, created, on_stage,
+            names_path if tensor_names or names_path.exists() else None, bool(tensor_names),
         )
     except BaseException:
         remove_created_folders(created)
@@ -895,18 +907,30 @@ def _validate_flatbuffer(
     md_path: Path,
     created: list[Path],
     on_stage: Callable[[str], None] | None,
+    names_path: Path | None = None,
+    names_given: bool = False,
 ) -> ExportResult:
     from .flatbuffer import load_flatbuffer
     from .targets.base import get_target
 
     fb = load_flatbuffer(tflite_path)  # rejects a bad file before any runtime sees it
+    file_fb = fb  # what the report describes; parity may run on it with its names restored
+    # A map found beside a file that kept its names is stale (an earlier export's) and not needed;
+    # one the user named is always checked.
+    if names_path is not None and (names_given or not fb.has_inner_tensor_names):
+        from .tensor_names import load_tensor_name_map, restore_tensor_names
+
+        name_map = load_tensor_name_map(names_path)
+        name_map.check_belongs_to(fb, names_path, tflite_path)
+        fb = restore_tensor_names(fb, name_map, names_path)
     if options.per_layer and not fb.has_inner_tensor_names:
         raise UsageError(
             f"{tflite_path} has no tensor names besides its inputs and outputs (it was written with "
             "--strip-names), and per-layer parity finds each layer's tensor by the PyTorch module "
             "path in its name.",
-            "Run --per-layer on an export made without --strip-names: stripping changes no "
-            "computation, so its per-layer numbers hold for the stripped file too.",
+            "Pass the <stem>.tensors.json written with it (--tensor-names FILE; --target micro writes "
+            "one beside the model), or run --per-layer on an export made without --strip-names: "
+            "stripping changes no computation, so its per-layer numbers hold for the stripped file too.",
         )
     if not explicit_quantize:
         from dataclasses import replace
@@ -967,7 +991,7 @@ def _validate_flatbuffer(
             **_run_header(loaded, specs, plan),
             export=export_section,
             artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
-            flatbuffer=_flatbuffer_section(fb),
+            flatbuffer=_flatbuffer_section(file_fb),
             stages=tuple(stages.times),
             validation=_validation_section(parity),
             per_layer=layers,

@@ -207,7 +207,7 @@ def export_command(
     quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights)."),
     # A plain name, not an enum of choices: a target is one module in edge_export/targets that
     # registers itself, and the API refuses an unknown name (exit 2) listing the registered ones.
-    target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 I/O, TFLite Micro), or any other target registered in edge_export/targets."),
+    target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), or any other target registered in edge_export/targets."),
     io_dtype: Optional[IODtype] = typer.Option(None, "--io-dtype", help="Model input/output type for int8: float32 (default), int8 or uint8."),
     quant_backend: QuantBackend = typer.Option(QuantBackend.AUTO, "--quant-backend", help="auto (measure, fall back), pt2e (exported graph) or flatbuffer (ai-edge-quantizer)."),
     calibration_data: Optional[Path] = typer.Option(None, "--calibration-data", help="Calibration data: .npz (arrays keyed by input name or position), .npy, a folder of .npy, or a folder of JPEG/PNG images."),
@@ -222,7 +222,8 @@ def export_command(
     delegate: Optional[str] = typer.Option(None, "--delegate", help="edgetpu: run parity through the Edge TPU delegate (libedgetpu) when present."),
     emit_op_resolver: Optional[Path] = typer.Option(None, "--emit-op-resolver", help="micro: write the C++ MicroMutableOpResolver lines for the model's operators here."),
     channels_last: bool = typer.Option(False, "--channels-last/--no-channels-last", help="NHWC inputs/outputs for 4-D image tensors (no boundary TRANSPOSE ops)."),
-    strip_names: bool = typer.Option(False, "--strip-names", help="Drop inner tensor names from the written .tflite (smaller; same computation). The report keeps the module paths; later `validate --per-layer` on the file cannot."),
+    strip_names: bool = typer.Option(False, "--strip-names", help="Drop inner tensor names from the written .tflite (smaller; same computation; the default with --target micro, which writes their map to <stem>.tensors.json). The report keeps the module paths; later `validate --per-layer` on the file needs that map."),
+    keep_names: bool = typer.Option(False, "--keep-names", help="Keep inner tensor names where the target strips them by default (--target micro); no tensor-name map is written."),
     strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
  checking: dict = None,
@@ -247,6 +248,7 @@ def export_command(
             delegate=delegate,
             emit_op_resolver=str(emit_op_resolver) if emit_op_resolver else None,
             strip_names=strip_names,
+            keep_names=keep_names,
             strict=strict,
             validate=validate,
             channels_last=channels_last,
@@ -268,13 +270,14 @@ def validate_command(
     reference: str = typer.Option(..., "--reference", "-r", help="The PyTorch model it was exported from (.pt2, TorchScript, package.module:attr, pickle)."),
     report: Optional[Path] = typer.Option(None, "--report", help="Report path prefix (default <tflite stem>.validate)."),
     channels_last: bool = typer.Option(False, "--channels-last", help="The flatbuffer's 4-D inputs are NHWC (only needed when the reference has no example inputs)."),
+    tensor_names: Optional[Path] = typer.Option(None, "--tensor-names", help="The tensor-name map of a stripped .tflite (default: <stem>.tensors.json beside it, which --target micro writes); --per-layer needs it."),
  checking: dict = None,
 ) -> None:
     def call(on_stage):
         from .api import ExportOptions, validate
 
         options = ExportOptions(channels_last=channels_last, **_checking_fields(checking))
-        return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage)
+        return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage, tensor_names=tensor_names)
 
     _run(call, checking["quiet"], checking["debug"], checking["verbose"])
 

@@ -9,6 +9,7 @@ A target is one object (a ``TargetPlugin``) that ``edge_export.api`` asks, in th
     check            its checks on the converted model, the artifacts it adds and the runner
                      parity uses (``TargetCheck``)
     parity_runner    the ``Runner`` parity runs through (default: the LiteRT interpreter)
+    written_artifacts  files derived from the model as written (after --strip-names)
 
 Every hook has a do-nothing default, so a target implements only what it changes. Targets register
 themselves with ``register_target`` when their module is imported; ``get_target`` imports every
@@ -164,6 +165,13 @@ class TargetPlugin:
         if checked.runner is not None:
             return checked.runner()
         return litert_runner(model)
+
+    def written_artifacts(
+        self, named: FlatbufferModel, written: FlatbufferModel, options: ExportOptions, tflite_path: Path
+    ) -> tuple[TargetArtifact, ...]:
+        """Files derived from the model as written, after ``--strip-names`` (``named`` is the same
+        model before it): micro's tensor-name map. Their paths must be in ``output_paths``."""
+        return ()
 
 
 def imply_full_integer_int8(options: ExportOptions, name: str) -> tuple[ExportOptions, list[str]]:

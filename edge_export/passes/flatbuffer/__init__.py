@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
+from .restore_tensor_names_pass import restore_tensor_names_pass
 from .set_io_dtype_pass import set_io_dtype_pass
 from .share_quantization_vectors_pass import share_quantization_vectors_pass
 from .strip_tensor_names_pass import strip_tensor_names_pass
@@ -19,6 +20,7 @@ __all__ = [
     "PassPipelineResult",
     "pass_name",
     "reorder_operators_for_edgetpu_pass",
+    "restore_tensor_names_pass",
     "run_flatbuffer_passes",
     "set_io_dtype_pass",
     "share_quantization_vectors_pass",
