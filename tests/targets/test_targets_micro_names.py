@@ -1,0 +1,158 @@
+"""--target micro: NHWC I/O (no boundary TRANSPOSE), inner tensor names stripped by default with
+their map in <stem>.tensors.json, and `validate --per-layer` working on the stripped file through
+that map."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli_harness import read_report
+from model_zoo import small_cnn
+
+SHAPE = (1, 3, 16, 16)
+
+
+@dataclass
+class MicroExports:
+    source: Path
+    stripped: Path  # the default: names stripped, map beside it
+    named: Path  # --keep-names
+    other: Path  # a stripped export of another model, with its own map
+
+
+def _export(source: Path, output: Path, **options) -> None:
+    import edge_export
+
+    edge_export.export(str(source), output=output, target="micro", quant_backend="flatbuffer", calibration_samples=16, **options)
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory) -> MicroExports:
+    folder = tmp_path_factory.mktemp("micro_names")
+    source = folder / "cnn.pt2"
+    torch.export.save(torch.export.export(small_cnn().eval(), (torch.randn(SHAPE, generator=torch.Generator().manual_seed(0)),)), source)
+    other_source = folder / "mlp.pt2"
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    torch.export.save(torch.export.export(mlp, (torch.randn(1, 8),)), other_source)
+    exports = MicroExports(source, folder / "cnn.tflite", folder / "named" / "cnn.tflite", folder / "mlp.tflite")
+    exports.named.parent.mkdir()
+    _export(source, exports.stripped)
+    _export(source, exports.named, keep_names=True)
+    _export(other_source, exports.other, validate=False)
+    return exports
+
+
+def _read(path: Path):
+    from edge_export.flatbuffer import load_flatbuffer
+
+    return load_flatbuffer(path)
+
+
+def test_micro_export_has_nhwc_io_and_no_transpose(micro):
+    fb = _read(micro.stripped)
+    assert "TRANSPOSE" not in fb.op_counts, fb.op_counts
+    assert tuple(fb.input_tensors[0].shape) == (1, 16, 16, 3)
+    report = read_report(micro.stripped)
+    assert report["export"]["channels_last"] is True
+    implied = report["target"]["implied"]
+    assert any("NHWC" in note for note in implied) and any("--strip-names" in note for note in implied)
+    # Parity still compares in PyTorch's layout, and passes.
+    assert report["validation"]["status"] == "passed"
+    assert report["inputs"][0]["shape"] == list(SHAPE) and report["inputs"][0]["layout"] == "NHWC"
+
+
+def test_micro_strips_inner_names_and_maps_every_one(micro):
+    from edge_export.tensor_names import load_tensor_name_map, restore_tensor_names, tensor_names_path
+
+    stripped, named = _read(micro.stripped), _read(micro.named)
+    boundary = {*stripped.inputs, *stripped.outputs}
+    inner = [t for t in stripped.tensors if t.index not in boundary]
+    assert inner and all(t.name == "" for t in inner)
+    assert stripped.input_names == named.input_names and stripped.output_names == named.output_names
+    assert micro.stripped.stat().st_size < 0.9 * micro.named.stat().st_size
+
+    sidecar = tensor_names_path(micro.stripped)
+    assert sidecar == micro.stripped.with_name("cnn.tensors.json") and sidecar.exists()
+    document = json.loads(sidecar.read_text())
+    assert document["model_sha256"] == hashlib.sha256(micro.stripped.read_bytes()).hexdigest()
+    mapped = {t["index"]: t for t in document["subgraphs"][0]["tensors"]}
+    # Every inner tensor that had a name is mapped, to the name the --keep-names export has.
+    assert set(mapped) == {t.index for t in named.tensors if t.index not in boundary and t.name}
+    assert {i: t["name"] for i, t in mapped.items()} == {i: named.tensors[i].name for i in mapped}
+    assert {t["module"] for t in mapped.values()} >= {"features.0", "head"}
+    report = read_report(micro.stripped)
+    assert report["artifacts"]["tensor_names"] == str(sidecar)
+    assert report["export"]["size_bytes_with_names"] > report["flatbuffer"]["size_bytes"] == micro.stripped.stat().st_size
+
+    restored = restore_tensor_names(stripped, load_tensor_name_map(sidecar), sidecar)
+    assert [t.name for t in restored.tensors] == [t.name for t in named.tensors]
+
+
+def test_keep_names_keeps_them_and_writes_no_map(micro):
+    assert _read(micro.named).has_inner_tensor_names
+    assert not micro.named.with_name("cnn.tensors.json").exists()
+    report = read_report(micro.named)
+    assert "tensor_names" not in report["artifacts"] and report["export"]["strip_names"] is False
+    assert not any("--strip-names" in note for note in report["target"]["implied"])
+    # The same model otherwise: only the names differ.
+    assert _read(micro.named).op_counts == _read(micro.stripped).op_counts
+
+
+def test_validate_per_layer_on_the_stripped_file(micro, run_cli):
+    res = run_cli("validate", micro.stripped, "--reference", micro.source, "--per-layer")
+    assert res.exit_code == 0, res.stderr
+    res = run_cli("validate", micro.named, "--reference", micro.source, "--per-layer")
+    assert res.exit_code == 0, res.stderr
+    stripped = json.loads(micro.stripped.with_name("cnn.validate.report.json").read_text())
+    named = json.loads(micro.named.with_name("cnn.validate.report.json").read_text())
+    assert stripped["per_layer"]["layers"] and stripped["per_layer"]["layers"] == named["per_layer"]["layers"]
+    # The report describes the file as it is, not the renamed copy parity ran on.
+    assert stripped["flatbuffer"]["sha256"] == hashlib.sha256(micro.stripped.read_bytes()).hexdigest()
+
+
+def test_map_of_another_model_is_refused(micro, run_cli, tmp_path):
+    other_map = micro.other.with_name("mlp.tensors.json")
+    assert other_map.exists()
+    res = run_cli("validate", micro.stripped, "--reference", micro.source, "--per-layer", "--tensor-names", other_map, "--report", tmp_path / "r")
+    assert res.exit_code == 2 and "belongs to another model" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "r.report.json").exists()
+    # The same when the wrong map sits beside the file (a stale one from another export).
+    copy = tmp_path / "cnn.tflite"
+    shutil.copy(micro.stripped, copy)
+    shutil.copy(other_map, tmp_path / "cnn.tensors.json")
+    res = run_cli("validate", copy, "--reference", micro.source, "--per-layer")
+    assert res.exit_code == 2 and "belongs to another model" in res.stderr
+    assert not (tmp_path / "cnn.validate.report.json").exists()
+
+
+def test_missing_or_unreadable_map_is_a_usage_error(micro, run_cli, tmp_path):
+    res = run_cli("validate", micro.stripped, "--reference", micro.source, "--tensor-names", tmp_path / "absent.json", "--report", tmp_path / "r")
+    assert res.exit_code == 2 and "does not exist" in res.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else"}')
+    res = run_cli("validate", micro.stripped, "--reference", micro.source, "--tensor-names", bad, "--report", tmp_path / "r")
+    assert res.exit_code == 2 and "not a tensor-name map" in res.stderr
+    assert not (tmp_path / "r.report.json").exists()
+
+
+def test_strip_and_keep_names_together_are_refused(micro, run_cli, tmp_path):
+    out = tmp_path / "x.tflite"
+    res = run_cli(micro.source, "--target", "micro", "--strip-names", "--keep-names", "-o", out)
+    assert res.exit_code == 2 and "contradict" in res.stderr
+    assert not out.exists()
+
+
+def test_map_cannot_replace_an_input(micro, run_cli, tmp_path):
+    """The map is an output: checked against the inputs like every other artifact."""
+    src = tmp_path / "cnn.tensors.json"
+    shutil.copy(micro.source, src)  # a model whose name is the map's name for -o cnn.tflite
+    res = run_cli(src, "--target", "micro", "-o", tmp_path / "cnn.tflite")
+    assert res.exit_code == 2, res.stderr
+    assert src.read_bytes() == micro.source.read_bytes()
