@@ -46,6 +46,9 @@ CASES = {
     "--baseline its own report": lambda w: ["cnn.pt2", "-o", "cnn.tflite", "--baseline", "cnn.report.json"],
     "--per-layer-plot the model": lambda w: ["cnn.pt2", "-o", "new.tflite", "--per-layer", "--per-layer-plot", "cnn.pt2"],
     "--emit-op-resolver the model": lambda w: ["cnn.pt2", "-o", "new.tflite", "--target", "micro", "--emit-op-resolver", "cnn.pt2"],
+    "micro tensor-name map is the model": lambda w: [_copy(w, "cnn.pt2", "m.tensors.json"), "-o", "m.tflite", "--target", "micro"],
+    "validate --report over the tensor-name map": lambda w: [
+        "validate", "cnn.tflite", "-r", "cnn.pt2", "--tensor-names", _copy(w, "cnn.pt2", "v.report.json"), "--report", "v"],
     "edgetpu compiled model is the model": lambda w: [
         _copy(w, "cnn.pt2", "m_edgetpu.tflite"), "-o", "m.tflite", "--target", "edgetpu"],
     "symlink to the model": lambda w: ["cnn.pt2", "-o", _symlink(w, "cnn.pt2", "link.tflite")],

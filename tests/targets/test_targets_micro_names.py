@@ -159,11 +159,3 @@ def test_strip_and_keep_names_together_are_refused(micro, run_cli, tmp_path):
     assert res.exit_code == 2 and "contradict" in res.stderr
     assert not out.exists()
 
-
-def test_map_cannot_replace_an_input(micro, run_cli, tmp_path):
-    """The map is an output: checked against the inputs like every other artifact."""
-    src = tmp_path / "cnn.tensors.json"
-    shutil.copy(micro.source, src)  # a model whose name is the map's name for -o cnn.tflite
-    res = run_cli(src, "--target", "micro", "-o", tmp_path / "cnn.tflite")
-    assert res.exit_code == 2, res.stderr
-    assert src.read_bytes() == micro.source.read_bytes()
