@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
 
@@ -25,10 +26,10 @@ if TYPE_CHECKING:
 __all__ = [
     "TENSOR_NAMES_FORMAT",
     "TensorNameMap",
-    "tensor_names_path",
     "build_tensor_name_map",
     "load_tensor_name_map",
     "restore_tensor_names",
+    "tensor_names_path",
 ]
 
 TENSOR_NAMES_FORMAT = "edge-export tensor names"
@@ -53,8 +54,8 @@ class TensorNameMap:
                 f"The tensor-name map {source} belongs to another model: it was written for a file with "
                 f"sha256 {self.model_sha256[:16]}..., but {tflite_path} has sha256 {actual[:16]}... "
                 "(the model was exported again, or the map is another model's).",
-                f"Export the model again so that its map is written with it, or pass the map written with "
-                f"this file with --tensor-names FILE.",
+                "Export the model again so that its map is written with it, or pass the map written with "
+                "this file with --tensor-names FILE.",
             )
 
 

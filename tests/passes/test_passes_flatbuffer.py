@@ -66,30 +66,27 @@ def test_strip_tensor_names_pass_keeps_only_io_names(converted):
 # ---- restore_tensor_names_pass ------------------------------------------------------------------
 
 
-def test_restore_tensor_names_pass_undoes_strip_from_the_map(converted):
+def test_restore_tensor_names_pass_undoes_strip_from_the_map(converted, tmp_path):
+    import json
+
     from edge_export.errors import UsageError
-    from edge_export.tensor_names import TensorNameMap, build_tensor_name_map, load_tensor_name_map
+    from edge_export.tensor_names import build_tensor_name_map, load_tensor_name_map
 
     named = read_flatbuffer(converted.fp32)
     stripped = run_flatbuffer_passes(named, [strip_tensor_names_pass]).model
-    import json
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "m.tensors.json"
-        path.write_bytes(build_tensor_name_map(named, stripped))
-        name_map = load_tensor_name_map(path)
-        assert json.loads(path.read_text())["model_size_bytes"] == stripped.size_bytes
-    name_map.check_belongs_to(stripped, path, Path("m.tflite"))
+    path = tmp_path / "m.tensors.json"
+    path.write_bytes(build_tensor_name_map(named, stripped))
+    name_map = load_tensor_name_map(path)
+    assert json.loads(path.read_text())["model_size_bytes"] == stripped.size_bytes
+    name_map.check_belongs_to(stripped, path, tmp_path / "m.tflite")
     with pytest.raises(UsageError, match="belongs to another model"):
-        name_map.check_belongs_to(named, path, Path("m.tflite"))
+        name_map.check_belongs_to(named, path, tmp_path / "m.tflite")
     model = stripped.mutable()
     assert restore_tensor_names_pass(model, name_map.names) is True
     assert restore_tensor_names_pass(model, name_map.names) is False  # already named
     assert [t.name for t in model.subgraphs[0].tensors] == [t.name for t in named.mutable().subgraphs[0].tensors]
     with pytest.raises(UsageError, match="tensor 99999"):
-        restore_tensor_names_pass(stripped.mutable(), (TensorNameMap("0" * 64, ({99999: "x"},)).names[0],))
+        restore_tensor_names_pass(stripped.mutable(), ({99999: "x"},))
 
 
 # ---- set_io_dtype_pass --------------------------------------------------------------------------

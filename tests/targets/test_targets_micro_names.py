@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from cli_harness import read_report
 from model_zoo import small_cnn
 
@@ -80,7 +79,11 @@ def test_micro_export_has_nhwc_io_and_no_transpose(micro):
 
 
 def test_micro_strips_inner_names_and_maps_every_one(micro):
-    from edge_export.tensor_names import load_tensor_name_map, restore_tensor_names, tensor_names_path
+    from edge_export.tensor_names import (
+        load_tensor_name_map,
+        restore_tensor_names,
+        tensor_names_path,
+    )
 
     stripped, named = _read(micro.stripped), _read(micro.named)
     boundary = {*stripped.inputs, *stripped.outputs}

@@ -8,7 +8,8 @@ of a stripped model in memory from the ``<stem>.tensors.json`` written with it
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ...errors import UsageError
 
