@@ -162,3 +162,13 @@ def test_strip_and_keep_names_together_are_refused(micro, run_cli, tmp_path):
     assert res.exit_code == 2 and "contradict" in res.stderr
     assert not out.exists()
 
+
+
+def test_stale_map_beside_a_file_that_kept_its_names_is_not_used(micro, run_cli, tmp_path):
+    """An earlier export's map left beside a --keep-names file: the file's own names win."""
+    copy = tmp_path / "cnn.tflite"
+    shutil.copy(micro.named, copy)
+    shutil.copy(micro.other.with_name("tiny.tensors.json"), tmp_path / "cnn.tensors.json")
+    res = run_cli("validate", copy, "--reference", micro.source, "--per-layer")
+    assert res.exit_code == 0, res.stderr
+    assert json.loads((tmp_path / "cnn.validate.report.json").read_text())["per_layer"]["layers"]
