@@ -9,6 +9,7 @@ A target is one object (a ``TargetPlugin``) that ``edge_export.api`` asks, in th
     check            its checks on the converted model, the artifacts it adds and the runner
                      parity uses (``TargetCheck``)
     parity_runner    the ``Runner`` parity runs through (default: the LiteRT interpreter)
+    check_written    checks on the file as written (after --strip-names), e.g. flash and RAM budgets
 
 Every hook has a do-nothing default, so a target implements only what it changes. Targets register
 themselves with ``register_target`` when their module is imported; ``get_target`` imports every
@@ -159,6 +160,14 @@ class TargetPlugin:
 
     def check(self, context: TargetContext) -> TargetCheck:
         return TargetCheck()
+
+    def check_written(
+        self, model: FlatbufferModel, named_model: FlatbufferModel, checked: TargetCheck, options: ExportOptions
+    ) -> Mapping[str, Any]:
+        """Entries of the report's target section from the model as written (``model``, its size
+        final) and before names were stripped (``named_model``, same tensor indices, the names
+        provenance reads): budgets (``targets/budgets.py``). Runs after parity."""
+        return {}
 
     def parity_runner(self, model: FlatbufferModel, checked: TargetCheck) -> Runner:
         if checked.runner is not None:
