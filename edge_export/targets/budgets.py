@@ -68,6 +68,9 @@ def parse_size(value: int | str, option: str) -> int:
     return int(size)
 
 
+_NAMES = {"flash": "flash", "ram": "RAM"}
+
+
 def _kib(n: int) -> str:
     return f"{n} bytes ({n / 1024:.1f} KiB)"
 
@@ -78,14 +81,17 @@ class SizeConsumer:
 
     tensor_index: int
     tensor: str  # its name in the flatbuffer ("" when names were stripped before the check)
+    shape: tuple[int, ...]
+    dtype: str
     bytes: int
     module: str | None  # the PyTorch module its name points to (None: the name names none)
     operators: tuple[str, ...]  # the operators that read or write it, "CONV_2D #3"
 
     def describe(self) -> str:
         where = f"module {self.module}" if self.module else f"tensor {self.tensor or self.tensor_index}"
-        ops = f" ({', '.join(self.operators[:3])})" if self.operators else ""
-        return f"{where}{ops}: {self.bytes} bytes"
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        ops = f", {', '.join(self.operators[:3])}" if self.operators else ""
+        return f"{where} ({self.dtype} {shape}{ops}): {self.bytes} bytes"
 
 
 @dataclass(frozen=True)
@@ -112,15 +118,16 @@ class BudgetCheck:
 
     def summary(self) -> str:
         """One line: use, budget and margin."""
+        name = _NAMES.get(self.resource, self.resource)
         if self.budget_bytes is None:
-            return f"{self.resource} {_kib(self.used_bytes)}, no budget"
+            return f"{name} {_kib(self.used_bytes)}, no budget"
         state = f"EXCEEDED by {-self.margin_bytes} bytes" if self.exceeded else f"margin {self.margin_bytes} bytes"
-        return f"{self.resource} {_kib(self.used_bytes)} of {_kib(self.budget_bytes)}: {state}"
+        return f"{name} {_kib(self.used_bytes)} of {_kib(self.budget_bytes)}: {state}"
 
     def message(self) -> str:
         """What the user reads when the budget is exceeded: the figures and what to shrink."""
         kind = {"flash": "largest constant tensors", "ram": "largest activation tensors"}.get(self.resource, "largest consumers")
-        text = f"The {self.measured} is {_kib(self.used_bytes)}, over the {self.resource} budget of {_kib(self.budget_bytes)} by {-self.margin_bytes} bytes."
+        text = f"The {self.measured} is {_kib(self.used_bytes)}, over the {_NAMES.get(self.resource, self.resource)} budget of {_kib(self.budget_bytes)} by {-self.margin_bytes} bytes."
         if self.largest:
             text += f" The {kind}: " + "; ".join(c.describe() for c in self.largest) + "."
         if self.note:
@@ -203,7 +210,10 @@ def _largest(model: FlatbufferModel, constant: bool, limit: int) -> tuple[SizeCo
     indices = [t.index for t in model.tensors if t.is_constant == constant and (constant or t.index in using)]
     indices.sort(key=lambda i: (-_tensor_bytes(model, i), i))
     return tuple(
-        SizeConsumer(i, model.tensors[i].name, _tensor_bytes(model, i), _module_of(model, i), tuple(using.get(i, ())))
+        SizeConsumer(
+            i, model.tensors[i].name, tuple(model.tensors[i].shape), model.tensors[i].dtype,
+            _tensor_bytes(model, i), _module_of(model, i), tuple(using.get(i, ())),
+        )
         for i in indices[:limit]
     )
 
