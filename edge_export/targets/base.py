@@ -253,8 +253,9 @@ def get_target(target: Target | str) -> TargetPlugin:
 def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None:
     """Options that belong to other targets are refused, never silently ignored.
 
-    The error names every option owned by the same targets ("--edgetpu-compiler, --require-compiler
-    and --delegate apply to --target edgetpu only."), so one message covers the whole group.
+    The error names every option given that the same targets own ("--edgetpu-compiler and
+    --delegate apply to --target edgetpu only."), so one message covers them, and only them: micro
+    owns several options, and a message about --max-flash need not list the op resolver.
     """
     from ..api import ExportOptions
 
@@ -268,7 +269,7 @@ def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None
     for option, names in owners.items():
         if option in plugin.own_options or getattr(options, option) == defaults[option].default:
             continue
-        group = [flags[o] for o, n in owners.items() if n == names]
+        group = [flags[o] for o, n in owners.items() if n == names and getattr(options, o) != defaults[o].default]
         joined = group[0] if len(group) == 1 else ", ".join(group[:-1]) + " and " + group[-1]
         verb = "applies" if len(group) == 1 else "apply"
         targets = " or ".join(f"--target {name}" for name in names)

@@ -4,6 +4,7 @@ budget is exit 1 with the artifacts kept and the largest consumers named."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +85,8 @@ def test_check_budgets_names_the_largest_consumers(micro_export):
 
 def test_over_budget_is_exit_1_naming_the_consumers(micro_export, run_cli, tmp_path):
     out = tmp_path / "small.tflite"
-    result = run_cli(micro_export.source, "--target", "micro", "--no-validate", "--max-flash", "2KiB", "--max-ram", "1000", "-o", out)
+    junit = tmp_path / "junit.xml"
+    result = run_cli(micro_export.source, "--target", "micro", "--no-validate", "--max-flash", "2KiB", "--max-ram", "1000", "-o", out, "--junit", junit)
     assert result.exit_code == 1, result.stderr
     assert out.exists()  # the artifacts are kept, like a parity failure
     report = validate_report(json.loads(out.with_suffix(".report.json").read_text()))
@@ -93,6 +95,18 @@ def test_over_budget_is_exit_1_naming_the_consumers(micro_export, run_cli, tmp_p
     assert "module features.3" in result.stderr  # the largest weight's module
     assert "largest activation tensors" in result.stderr and "not an exact breakdown" in result.stderr
     assert "EXCEEDED" in result.stdout
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase") if c.get("classname") == "edge_export.budgets"}
+    assert set(cases) == {"flash", "ram"} and all(c.find("failure") is not None for c in cases.values())
+
+
+def test_an_exceeded_budget_fails_the_verdict_even_without_parity():
+    from edge_export.reports.model import SkippedValidation, TargetSection, verdict_of
+
+    over = TargetSection("micro", (), budgets=check_budgets(flash_bytes=10, ram_bytes=None, max_flash=5, max_ram=64))
+    within = TargetSection("micro", (), budgets=check_budgets(flash_bytes=4, ram_bytes=None, max_flash=5, max_ram=64))
+    assert over.failed_budgets == ("flash",) and over.budgets.ram is None  # no RAM figure: not checked
+    assert verdict_of(SkippedValidation("--no-validate"), None, None, over) == "failed"
+    assert verdict_of(SkippedValidation("--no-validate"), None, None, within) == "exported-unvalidated"
 
 
 @pytest.mark.parametrize("args", [["--max-flash", "lots"], ["--max-ram", "12QB"]])
@@ -105,5 +119,5 @@ def test_bad_size_is_exit_2_before_loading(args, run_cli, tmp_path):
 
 def test_budgets_with_cpu_target_are_exit_2(run_cli, tmp_path):
     result = run_cli(tmp_path / "missing.pt2", "--max-flash", "256KiB", "-o", tmp_path / "m.tflite")
-    assert result.exit_code == 2 and "--max-flash" in result.stderr and "--target micro only" in result.stderr
+    assert result.exit_code == 2 and "--max-flash applies to --target micro only" in result.stderr
     assert not list(tmp_path.iterdir())
