@@ -121,3 +121,20 @@ def test_budgets_with_cpu_target_are_exit_2(run_cli, tmp_path):
     result = run_cli(tmp_path / "missing.pt2", "--max-flash", "256KiB", "-o", tmp_path / "m.tflite")
     assert result.exit_code == 2 and "--max-flash applies to --target micro only" in result.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_budgets_are_accepted_by_a_target_derived_from_micro():
+    """The Ethos-U targets build on micro and inherit the budget options."""
+    from edge_export.api import ExportOptions, resolve_target_options
+    from edge_export.targets.base import register_target, unregister_target
+    from edge_export.targets.micro import MicroTarget
+
+    class DerivedMicroTarget(MicroTarget):
+        name = "derived-micro-budgets"
+
+    register_target(DerivedMicroTarget())
+    try:
+        options, _ = resolve_target_options(ExportOptions(target="derived-micro-budgets", max_flash="1.5MB", max_ram="64K"))
+        assert (options.max_flash, options.max_ram) == (1_500_000, 65536)
+    finally:
+        unregister_target("derived-micro-budgets")
