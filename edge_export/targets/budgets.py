@@ -24,13 +24,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUDGET_OPTIONS",
-    "parse_size",
-    "SizeConsumer",
     "BudgetCheck",
     "BudgetsSection",
+    "SizeConsumer",
     "check_budgets",
-    "largest_constants",
     "largest_activations",
+    "largest_constants",
+    "parse_size",
 ]
 
 # ExportOptions field -> flag, for the targets that accept budgets (TargetPlugin.own_options).
@@ -63,7 +63,7 @@ def parse_size(value: int | str, option: str) -> int:
                 f"Write a number of bytes with an optional unit (B, KiB, MiB, GiB, kB, MB, GB), e.g. {option} 256KiB or {option} 300000.",
             )
         size = float(match.group(1)) * _UNITS[unit]
-    if size < 1 or size != size:
+    if size < 1:
         raise UsageError(f"{option} {value!r} must be at least one byte.", f"Write e.g. {option} 256KiB.")
     return int(size)
 
@@ -175,11 +175,13 @@ def check_budgets(
 
 # ---- the consumers in a flatbuffer --------------------------------------------------------------
 
-_DTYPE_BITS = {"float32": 32, "float16": 16, "bfloat16": 16, "float64": 64, "int64": 64, "uint64": 64, "int32": 32,
-               "uint32": 32, "int16": 16, "uint16": 16, "int8": 8, "uint8": 8, "bool": 8, "int4": 4}
-
 
 def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
+    """Bytes of a tensor's data as stored (constants) or allocated (activations), unpadded."""
+    from ..flatbuffer import (
+        _DTYPE_BITS,  # bits per element of each tensor type (int4 packed)
+    )
+
     t = model.tensors[index]
     count = 1
     for d in t.shape:

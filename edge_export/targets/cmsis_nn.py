@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..flatbuffer import FlatbufferModel, OperatorInfo
 
-__all__ = ["REFERENCE_KERNEL", "MAY_DIFFER", "KernelRuleViolation", "CmsisNNReport", "check_cmsis_nn"]
+__all__ = ["MAY_DIFFER", "REFERENCE_KERNEL", "CmsisNNReport", "KernelRuleViolation", "check_cmsis_nn"]
 
 REFERENCE_KERNEL = "runs the slower reference kernel"
 MAY_DIFFER = "may compute differently on the device than the host parity check measured"
@@ -104,7 +104,7 @@ def check_cmsis_nn(model: FlatbufferModel) -> CmsisNNReport:
     for op in model.operators:
         module = _module_of(model, op)
 
-        def add(tensor_index: int | None, rule: str, what: str, consequence: str) -> None:
+        def add(tensor_index: int | None, rule: str, what: str, consequence: str, op: OperatorInfo = op, module: str | None = module) -> None:
             name = model.tensors[tensor_index].name if tensor_index is not None else None
             found.append(KernelRuleViolation(op.index, op.opcode, tensor_index, name, module, rule, what, consequence))
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from cli_harness import validate_report
 
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.flatbuffer_packing import pack_model
 from edge_export.targets.cmsis_nn import MAY_DIFFER, REFERENCE_KERNEL, check_cmsis_nn
-from cli_harness import validate_report
 
 
 class _Dense(torch.nn.Module):
@@ -44,8 +44,9 @@ def _int16x8(module: torch.nn.Module, tmp_path, name: str):
 @pytest.fixture(scope="module")
 def micro_cnn(tmp_path_factory):
     """The small CNN (model_zoo) exported with --target micro: the report and the model."""
-    import edge_export
     from model_zoo import small_cnn
+
+    import edge_export
 
     example = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     result = edge_export.export(small_cnn(), example_inputs=(example,), output=tmp_path_factory.mktemp("cmsis") / "cnn.tflite", target="micro", samples=2)
@@ -58,7 +59,9 @@ def test_edge_export_int8_micro_model_meets_every_rule(micro_cnn):
     assert section["ok"] is True and section["violations"] == [] and section["checked_operators"] == len(model.operators)
     assert "CONV_2D" in model.op_counts and "FULLY_CONNECTED" in model.op_counts
     assert check_cmsis_nn(model).ok
-    markdown = open(report_json["artifacts"]["report_markdown"]).read()
+    from pathlib import Path
+
+    markdown = Path(report_json["artifacts"]["report_markdown"]).read_text()
     assert "### CMSIS-NN kernel rules" in markdown
 
 
@@ -70,7 +73,7 @@ def _weights_of(model, opcode):
 def test_asymmetric_and_per_tensor_weights_are_listed_with_their_module(micro_cnn):
     model = micro_cnn[1]
     conv, conv_weights = _weights_of(model, "CONV_2D")
-    fc, fc_weights = _weights_of(model, "FULLY_CONNECTED")
+    _, fc_weights = _weights_of(model, "FULLY_CONNECTED")
     mutable = model.mutable()
     tensors = mutable.subgraphs[0].tensors
     # The conv's weights per-tensor (one scale for every channel); the FC's with a zero point of 3.

@@ -9,10 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from cli_harness import validate_report
+
 from edge_export.errors import UsageError
-from edge_export.targets.budgets import check_budgets, largest_activations, largest_constants, parse_size
+from edge_export.targets.budgets import (
+    check_budgets,
+    largest_activations,
+    largest_constants,
+    parse_size,
+)
 
 
 @dataclass(frozen=True)
@@ -27,9 +32,9 @@ class MicroExport:
 def micro_export(tmp_path_factory) -> MicroExport:
     """The small CNN exported once with --target micro and generous budgets (parity on 2 samples)."""
     import torch
+    from model_zoo import small_cnn
 
     import edge_export
-    from model_zoo import small_cnn
 
     folder = tmp_path_factory.mktemp("micro")
     source = folder / "cnn.pt2"
