@@ -98,6 +98,8 @@ class ExportOptions:
     require_compiler: bool = False
     delegate: str | None = None  # "edgetpu": run parity through libedgetpu when present
     emit_op_resolver: str | None = None  # micro: write the C++ op-resolver lines here
+    max_flash: int | str | None = None  # micro: flash budget in bytes ("256KiB" parsed; targets/budgets.py)
+    max_ram: int | str | None = None  # micro: RAM (tensor arena) budget in bytes
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantize", QuantizeMode(self.quantize))
@@ -107,6 +109,11 @@ class ExportOptions:
             object.__setattr__(self, "io_dtype", IODtype(self.io_dtype))
         if self.delegate not in (None, "edgetpu"):
             raise UsageError(f"--delegate {self.delegate} is not known.", "Use --delegate edgetpu.")
+        from .targets.budgets import parse_size
+
+        for option, flag in (("max_flash", "--max-flash"), ("max_ram", "--max-ram")):
+            if getattr(self, option) is not None:  # a size that does not parse fails now, before any work
+                object.__setattr__(self, option, parse_size(getattr(self, option), flag))
         if self.calibration_samples is not None and self.calibration_samples < 1:
             raise UsageError(f"--calibration-samples {self.calibration_samples} must be at least 1.")
         if self.samples < 1:
@@ -472,7 +479,7 @@ def _run_export(
         )
 
     named_size = fb.size_bytes
-    named_fb = fb  # what the checks ran on; a target's written_artifacts may read its names
+    named_fb = fb  # what the checks ran on; a target's written_artifacts and check_written read its names
     if options.strip_names:
         # After every check: parity, per-layer rows and module paths need the names, and the
         # stripped model computes exactly the same (the runtimes never read inner tensor names).
@@ -480,6 +487,8 @@ def _run_export(
 
         fb = run_flatbuffer_passes(fb, [strip_tensor_names_pass], origin="the model without tensor names").model
     target_artifacts = (*checked.artifacts, *target.written_artifacts(named_fb, fb, options, tflite_path))
+    # Checks on the file as written (its final size), e.g. flash and RAM budgets.
+    target_report.update(target.check_written(fb, named_fb, checked, options))
     export_section = ExportSection(
         quantize=options.quantize.value,
         target=target.name,

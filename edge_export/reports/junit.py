@@ -56,7 +56,8 @@ def _layer_details(layer: LayerParity) -> str:
 
 
 def render_junit(report: RunReport) -> str:
-    """The report as JUnit XML: a case per output, per compared layer and per baseline regression."""
+    """The report as JUnit XML: a case per output, per compared layer, per baseline regression and
+    per flash/RAM budget given."""
     root = ET.Element("testsuites", name="edge-export")
     suite = ET.SubElement(root, "testsuite", name=f"edge-export parity: {report.model.source}")
     val = report.validation
@@ -87,6 +88,10 @@ def render_junit(report: RunReport) -> str:
         _case(suite, "edge_export.parity.layers", f"{i:03d} {name}", failure, _layer_details(layer))
     for reg in report.baseline.regressions if report.baseline is not None else ():
         _case(suite, "edge_export.baseline", f"{reg.output} {reg.metric}", reg.message, reg.message)
+    budgets = report.target.budgets if report.target is not None else None
+    for check in budgets.checks if budgets is not None else ():
+        if check.budget_bytes is not None:  # a case per budget given, so CI shows which one failed
+            _case(suite, "edge_export.budgets", check.resource, check.message() if check.exceeded else None, check.summary())
     cases = suite.findall("testcase")
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))

@@ -300,4 +300,40 @@ def _target_section(t: TargetSection, artifacts: ArtifactsSection) -> list[str]:
         if micro.op_resolver:
             out.append(f"Op resolver lines written to {_code(micro.op_resolver)}.")
         out.append("")
+    out += _budgets_section(t)
+    out += _cmsis_nn_section(t)
+    return out
+
+
+def _budgets_section(t: TargetSection) -> list[str]:
+    """Flash and RAM against --max-flash/--max-ram, and the largest consumers of an exceeded one."""
+    budgets = t.budgets
+    if budgets is None:
+        return []
+    out = ["### Flash and RAM budgets", "", "| resource | measured | bytes | budget | margin |", "|---|---|---|---|---|"]
+    for c in budgets.checks:
+        state = "" if c.budget_bytes is None else (" **exceeded**" if c.exceeded else "")
+        out.append(f"| {c.resource} | {_e(c.measured)} | {c.used_bytes} | {_e(c.budget_bytes)} | {_e(c.margin_bytes)}{state} |")
+    out.append("")
+    for c in budgets.checks:
+        if c.exceeded:
+            out.append(f"- {_e(c.message())}")
+    if budgets.exceeded:
+        out.append("")
+    return out
+
+
+def _cmsis_nn_section(t: TargetSection) -> list[str]:
+    rules = t.cmsis_nn
+    if rules is None:
+        return []
+    out = ["### CMSIS-NN kernel rules", "", _e(rules.note)]
+    if rules.violations:
+        out += ["", "| operator | tensor | module | found | CMSIS-NN assumes | consequence |", "|---|---|---|---|---|---|"]
+        for v in rules.violations:
+            out.append(
+                f"| {_e(v.opcode)} #{v.operator_index} | {_code(v.tensor) if v.tensor else ''} | {_code(v.module) if v.module else ''} "
+                f"| {_e(v.found)} | {_e(v.rule)} | {_e(v.consequence)} |"
+            )
+    out.append("")
     return out

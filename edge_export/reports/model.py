@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from ..targets.edgetpu_compiler import CompilerResult
     from ..targets.edgetpu_rewrites import AppliedRewrite
     from ..targets.micro import MicroReport
+    from ..targets.budgets import BudgetsSection
+    from ..targets.cmsis_nn import CmsisNNReport
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
     from .baseline import Regression
@@ -204,6 +206,8 @@ class TargetSection:
     compiler: CompilerSection | None = json_field(default=None, omit_none=True)
     delegate: DelegateSection | None = json_field(default=None, omit_none=True)
     micro: MicroSection | None = json_field(default=None, omit_none=True)
+    budgets: BudgetsSection | None = json_field(default=None, omit_none=True)  # --max-flash/--max-ram
+    cmsis_nn: CmsisNNReport | None = json_field(default=None, omit_none=True)  # CMSIS-NN rule check
     # sections of targets defined outside this package (a plugin's own keys), written as they are
     extra: Mapping[str, Any] = json_field(default_factory=dict, flatten=True)
 
@@ -212,6 +216,11 @@ class TargetSection:
         """The section from what a target's hooks returned: known keys typed, the rest in ``extra``."""
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         return cls(**{k: v for k, v in sections.items() if k in known}, extra={k: v for k, v in sections.items() if k not in known})
+
+    @property
+    def failed_budgets(self) -> tuple[str, ...]:
+        """The budgets exceeded ("flash", "ram"): any fails the verdict."""
+        return self.budgets.exceeded if self.budgets is not None else ()
 
 
 @dataclass(frozen=True)
@@ -226,10 +235,17 @@ class BaselineSection:
         return "regressed" if self.regressions else "ok"
 
 
-def verdict_of(validation: ParityResult | SkippedValidation, per_layer: LayerParityReport | None, baseline: BaselineSection | None) -> str:
-    """Failed when parity, the per-layer gate or the baseline gate failed; passed when parity
-    passed; exported-unvalidated when parity was skipped (and no gate failed)."""
+def verdict_of(
+    validation: ParityResult | SkippedValidation,
+    per_layer: LayerParityReport | None,
+    baseline: BaselineSection | None,
+    target: TargetSection | None = None,
+) -> str:
+    """Failed when parity, the per-layer gate, the baseline gate or a flash/RAM budget failed; passed
+    when parity passed; exported-unvalidated when parity was skipped (and no gate failed)."""
     if baseline is not None and baseline.regressions:
+        return Verdict.FAILED
+    if target is not None and target.failed_budgets:
         return Verdict.FAILED
     if per_layer is not None and per_layer.passed is False:
         return Verdict.FAILED
@@ -269,7 +285,7 @@ class RunReport:
 
     @property
     def verdict(self) -> str:
-        return verdict_of(self.validation, self.per_layer, self.baseline)
+        return verdict_of(self.validation, self.per_layer, self.baseline, self.target)
 
     @property
     def exit_code(self) -> int:

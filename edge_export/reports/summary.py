@@ -83,6 +83,16 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
         if target.micro is not None:
             m = target.micro.report
             _plain(out, f"  tflite micro: arena {m.arena_bytes} bytes; ops {', '.join(m.ops)}")
+        if target.budgets is not None:
+            _plain(out, "  budgets: " + "; ".join(c.summary() for c in target.budgets.checks))
+            for c in target.budgets.checks:
+                if c.exceeded:
+                    err.print(f"[bold red]budget exceeded:[/bold red] {escape(c.message())}")
+        if target.cmsis_nn is not None and target.cmsis_nn.violations:
+            rules = target.cmsis_nn
+            _plain(out, f"  cmsis-nn: {len(rules.violations)} rule violation(s): {rules.note}")
+            for v in rules.violations[:10]:
+                _plain(out, f"    - {v.describe()}")
     layers = report.per_layer
     if layers is not None:
         jump, worst_layer = layers.first_jump, layers.worst

@@ -10,6 +10,7 @@ A target is one object (a ``TargetPlugin``) that ``edge_export.api`` asks, in th
                      parity uses (``TargetCheck``)
     parity_runner    the ``Runner`` parity runs through (default: the LiteRT interpreter)
     written_artifacts  files derived from the model as written (after --strip-names)
+    check_written    checks on the file as written (after --strip-names), e.g. flash and RAM budgets
 
 Every hook has a do-nothing default, so a target implements only what it changes. Targets register
 themselves with ``register_target`` when their module is imported; ``get_target`` imports every
@@ -161,6 +162,14 @@ class TargetPlugin:
     def check(self, context: TargetContext) -> TargetCheck:
         return TargetCheck()
 
+    def check_written(
+        self, model: FlatbufferModel, named_model: FlatbufferModel, checked: TargetCheck, options: ExportOptions
+    ) -> Mapping[str, Any]:
+        """Entries of the report's target section from the model as written (``model``, its size
+        final) and before names were stripped (``named_model``, same tensor indices, the names
+        provenance reads): budgets (``targets/budgets.py``). Runs after parity."""
+        return {}
+
     def parity_runner(self, model: FlatbufferModel, checked: TargetCheck) -> Runner:
         if checked.runner is not None:
             return checked.runner()
@@ -252,8 +261,9 @@ def get_target(target: Target | str) -> TargetPlugin:
 def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None:
     """Options that belong to other targets are refused, never silently ignored.
 
-    The error names every option owned by the same targets ("--edgetpu-compiler, --require-compiler
-    and --delegate apply to --target edgetpu only."), so one message covers the whole group.
+    The error names every option given that the same targets own ("--edgetpu-compiler and
+    --delegate apply to --target edgetpu only."), so one message covers them, and only them: micro
+    owns several options, and a message about --max-flash need not list the op resolver.
     """
     from ..api import ExportOptions
 
@@ -267,7 +277,7 @@ def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None
     for option, names in owners.items():
         if option in plugin.own_options or getattr(options, option) == defaults[option].default:
             continue
-        group = [flags[o] for o, n in owners.items() if n == names]
+        group = [flags[o] for o, n in owners.items() if n == names and getattr(options, o) != defaults[o].default]
         joined = group[0] if len(group) == 1 else ", ".join(group[:-1]) + " and " + group[-1]
         verb = "applies" if len(group) == 1 else "apply"
         targets = " or ".join(f"--target {name}" for name in names)

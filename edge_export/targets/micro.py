@@ -32,6 +32,7 @@ from ..config import IODtype
 from ..errors import RuntimeRunError, TargetError, UsageError, first_line
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..runtime import IOTensor, from_model_outputs, to_model_inputs
+from .budgets import BUDGET_OPTIONS
 from .base import (
     TargetArtifact,
     TargetCheck,
@@ -530,7 +531,7 @@ class MicroTarget(TargetPlugin):
     measured in its host interpreter, and the op resolver lines on request."""
 
     name = "micro"
-    own_options: ClassVar[Mapping[str, str]] = {"emit_op_resolver": "--emit-op-resolver"}
+    own_options: ClassVar[Mapping[str, str]] = {"emit_op_resolver": "--emit-op-resolver", **BUDGET_OPTIONS}
     requires_full_integer = True
     check_label = "Checking TFLite Micro support"
 
@@ -602,11 +603,35 @@ class MicroTarget(TargetPlugin):
         if resolver_path:
             artifacts = (TargetArtifact("op_resolver", Path(resolver_path), emit_op_resolver(micro_report.ops).encode()),)
         section = MicroSection(micro_report, str(resolver_path) if resolver_path else None)
+        from .cmsis_nn import check_cmsis_nn
+
         return TargetCheck(
-            {"micro": section}, artifacts,
+            {"micro": section, "cmsis_nn": check_cmsis_nn(model)}, artifacts,
             runner=lambda: MicroRunner(model, arena_size=arena),
             runner_label="the TFLite Micro interpreter",
         )
+
+    def check_written(self, model: FlatbufferModel, named_model: FlatbufferModel, checked: TargetCheck, options: ExportOptions) -> Mapping:
+        """Flash (the written .tflite) and RAM (the arena TFLM measured) against --max-flash/--max-ram."""
+        from .budgets import check_budgets, largest_activations, largest_constants
+
+        micro = checked.report.get("micro")
+        arena = micro.report.arena_bytes if micro is not None else None
+        budgets = check_budgets(
+            flash_bytes=model.size_bytes,
+            ram_bytes=arena,
+            max_flash=options.max_flash,
+            max_ram=options.max_ram,
+            flash_consumers=largest_constants(named_model),
+            ram_consumers=largest_activations(named_model),
+            ram_measured="tensor arena (measured by the TFLite Micro host interpreter)",
+            ram_note=(
+                "The arena also holds TFLite Micro's own structures and kernel scratch, planned by TFLM with "
+                "tensors sharing memory when their lifetimes do not overlap: these are the largest activations, "
+                "not an exact breakdown."
+            ),
+        )
+        return {"budgets": budgets}
 
 
 register_target(MicroTarget())

@@ -119,7 +119,7 @@ def test_a_registered_target_refuses_what_it_refuses_and_other_targets_options(t
 
     with pytest.raises(UsageError, match="runs float models"):
         resolve_target_options(ExportOptions(target="throwaway", quantize="int8"))
-    with pytest.raises(UsageError, match="--delegate apply to --target edgetpu only"):
+    with pytest.raises(UsageError, match="--delegate applies to --target edgetpu only"):
         resolve_target_options(ExportOptions(target="throwaway", delegate="edgetpu"))
     with pytest.raises(UsageError, match="--emit-op-resolver applies to --target micro only"):
         resolve_target_options(ExportOptions(target="throwaway", emit_op_resolver="ops.h"))
@@ -155,8 +155,10 @@ def test_builtin_targets_imply_what_they_did(target, implied, notes_count):
 def test_micro_no_longer_ignores_edge_tpu_options():
     from edge_export.api import ExportOptions, resolve_target_options
 
-    with pytest.raises(UsageError, match="apply to --target edgetpu only"):
+    with pytest.raises(UsageError, match="--delegate applies to --target edgetpu only"):
         resolve_target_options(ExportOptions(target="micro", delegate="edgetpu"))
+    with pytest.raises(UsageError, match="--edgetpu-compiler and --delegate apply to --target edgetpu only"):
+        resolve_target_options(ExportOptions(target="micro", delegate="edgetpu", edgetpu_compiler="c"))
     with pytest.raises(UsageError, match="applies to --target micro only"):
         resolve_target_options(ExportOptions(target="edgetpu", emit_op_resolver="ops.h"))
 
