@@ -97,6 +97,8 @@ class ExportOptions:
     require_compiler: bool = False
     delegate: str | None = None  # "edgetpu": run parity through libedgetpu when present
     emit_op_resolver: str | None = None  # micro: write the C++ op-resolver lines here
+    emit_c: str | None = None  # micro: the C bundle's folder (default <stem>_micro beside the .tflite)
+    no_emit_c: bool = False  # micro: write no C bundle
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantize", QuantizeMode(self.quantize))
@@ -501,7 +503,15 @@ def _run_export(
         per_layer=layers,
     )
     report = _with_baseline(report, options.baseline)
-    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in checked.artifacts]
+    from .targets.base import FinishedRun
+
+    finished = target.finish(FinishedRun(fb, report, checked, options, tflite_path))
+    if finished:
+        from dataclasses import replace
+
+        listed = {**report.artifacts.extra, **{a.key: str(a.path) for a in finished}}
+        report = replace(report, artifacts=replace(report.artifacts, extra=listed))
+    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in (*checked.artifacts, *finished)]
     return _write_run(report, files, options, stages)
 
 

@@ -8,6 +8,8 @@ A target is one object (a ``TargetPlugin``) that ``edge_export.api`` asks, in th
     rewrite_flatbuffer  flatbuffer passes after conversion (``RewrittenFlatbuffer``)
     check            its checks on the converted model, the artifacts it adds and the runner
                      parity uses (``TargetCheck``)
+    finish           artifacts made from the model as written and the finished report
+                     (``FinishedRun``; e.g. the micro target's C bundle)
     parity_runner    the ``Runner`` parity runs through (default: the LiteRT interpreter)
 
 Every hook has a do-nothing default, so a target implements only what it changes. Targets register
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
     from ..api import ExportOptions
     from ..flatbuffer import FlatbufferModel
+    from ..reports.model import RunReport
     from ..runtime import IOTensor
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "RewrittenFlatbuffer",
     "TargetContext",
     "TargetCheck",
+    "FinishedRun",
     "TargetPlugin",
     "register_target",
     "unregister_target",
@@ -118,6 +122,18 @@ class TargetCheck:
     runner_label: str | None = None
 
 
+@dataclass(frozen=True)
+class FinishedRun:
+    """What ``finish`` may read: the model exactly as the run writes it (after --strip-names), the
+    report (verdict, parity), and what the target's own check returned."""
+
+    model: FlatbufferModel
+    report: RunReport
+    checked: TargetCheck
+    options: ExportOptions
+    tflite_path: Path
+
+
 def litert_runner(model: FlatbufferModel) -> Runner:
     """The LiteRT interpreter with XNNPACK: what apps run, and parity's default."""
     from ..runtime import Resolver, TFLiteRunner
@@ -159,6 +175,11 @@ class TargetPlugin:
 
     def check(self, context: TargetContext) -> TargetCheck:
         return TargetCheck()
+
+    def finish(self, run: FinishedRun) -> tuple[TargetArtifact, ...]:
+        """Artifacts that need the written model or the report (listed by ``output_paths`` too);
+        written atomically with the rest."""
+        return ()
 
     def parity_runner(self, model: FlatbufferModel, checked: TargetCheck) -> Runner:
         if checked.runner is not None:
