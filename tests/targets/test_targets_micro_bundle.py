@@ -273,9 +273,10 @@ def test_unwritable_or_file_emit_c_is_exit_2_before_work(tmp_path, run_cli, micr
 
 
 def test_bundle_is_not_left_when_the_export_fails(tmp_path, run_cli, micro_pt2):
-    """A failure after the bundle folder was created (here: the bundle would replace the model) leaves nothing."""
-    res = run_cli(micro_pt2, "--target", "micro", "--emit-c", tmp_path / "fw", "-o", tmp_path / "x.tflite",
-                  "--baseline", tmp_path / "missing.json")
+    """A failure after the bundle folder was created (here: inputs the model cannot take, found
+    while loading) leaves nothing, not even the folder."""
+    res = run_cli(micro_pt2, "--target", "micro", "--emit-c", tmp_path / "fw" / "deeper", "-o", tmp_path / "x.tflite",
+                  "--input-shape", "1,5,16,16")
     assert res.exit_code == 2, res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["micro.pt2"]
 
