@@ -299,3 +299,28 @@ def micro_pt2(tmp_path):
     src = tmp_path / "micro.pt2"
     torch.export.save(torch.export.export(small_cnn(), (X,)), src)
     return src
+
+
+def test_renderers_name_the_bundle():
+    """The terminal summary and the Markdown report say where the bundle is and the arena to reserve."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from edge_export.reports.markdown import render_markdown
+    from edge_export.reports.model import CBundleSection
+    from edge_export.reports.serialize import to_json_value
+    from edge_export.reports.summary import print_summary
+    from report_fixtures import skipped_report
+
+    report = skipped_report()
+    bundle = CBundleSection("tiny_micro", "tiny", tuple(f"tiny{s}" for s in BUNDLE_SUFFIXES), 8192, 9024, 3, 1)
+    micro = dataclasses.replace(report.target.micro, c_bundle=bundle)
+    report = dataclasses.replace(report, target=dataclasses.replace(report.target, micro=micro))
+    out = Console(record=True, width=300, highlight=False, soft_wrap=True, force_terminal=False)
+    print_summary(report, out, Console(record=True, width=300, force_terminal=False))
+    assert "  firmware bundle: tiny_micro/ (tiny_*; arena 9024 bytes with margin)\n" in out.export_text()
+    markdown = render_markdown(report)
+    assert r"Firmware bundle in <code>tiny\_micro</code>: tiny\_model\_data\.h, tiny\_model\_data\.cc," in markdown
+    assert r"<code>tiny\_arena\_size</code> = 9024 bytes (8192 measured plus the margin); 3 test vectors, tolerance 1 step." in markdown
+    assert to_json_value(report)["target"]["micro"]["c_bundle"]["arena_size"] == 9024
