@@ -564,6 +564,11 @@ class MicroTarget(TargetPlugin):
                     f"Cannot write the firmware bundle into {folder}: it is a file, not a folder.",
                     "Pass --emit-c with a folder path (it is created), or --no-emit-c.",
                 )
+            if folder.absolute() == tflite_path.absolute():
+                raise UsageError(
+                    f"--emit-c {folder} is the path of the .tflite itself.",
+                    "Pass --emit-c a folder of its own (e.g. the default, <stem>_micro/ beside the .tflite).",
+                )
             from .micro_bundle import bundle_paths
 
             label = f"the firmware bundle ({'--emit-c' if options.emit_c else 'implied by --target micro; --no-emit-c skips it'})"

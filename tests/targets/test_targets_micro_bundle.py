@@ -251,10 +251,11 @@ def test_no_emit_c_writes_no_bundle(tmp_path, run_cli, micro_pt2):
         (["--no-emit-c"], "--target micro"),
         (["--target", "edgetpu", "--emit-c", "fw"], "--target micro"),
         (["--target", "micro", "--emit-c", "fw", "--no-emit-c"], "contradict"),
+        (["--target", "micro", "--emit-c", "{tmp}/x.tflite"], "the path of the .tflite itself"),
     ],
 )
 def test_emit_c_refused(tmp_path, run_cli, micro_pt2, args, needle):
-    res = run_cli(micro_pt2, *args, "-o", tmp_path / "x.tflite")
+    res = run_cli(micro_pt2, *(a.replace("{tmp}", str(tmp_path)) for a in args), "-o", tmp_path / "x.tflite")
     assert res.exit_code == 2 and needle in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["micro.pt2"]
