@@ -25,22 +25,22 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 __all__ = [
     "ARENA_MARGIN_FRACTION",
     "ARENA_MARGIN_MIN_BYTES",
-    "TEST_VECTOR_COUNT",
-    "TEST_TOLERANCE_STEPS",
     "BUNDLE_SUFFIXES",
-    "c_identifier",
+    "TEST_TOLERANCE_STEPS",
+    "TEST_VECTOR_COUNT",
+    "TestVectors",
     "arena_with_margin",
     "bundle_paths",
-    "TestVectors",
+    "c_identifier",
     "render_model_data",
     "render_op_resolver",
     "render_test_data",
@@ -68,14 +68,107 @@ BUNDLE_SUFFIXES = (
 # C and C++ keywords (C23, C++20) and names the standard library reserves as macros: a stem equal
 # to one is prefixed, so that ``<name>`` alone (it names nothing today) stays usable later.
 _RESERVED = frozenset(
-    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
-    char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
-    co_return co_yield decltype default delete do double dynamic_cast else enum explicit export
-    extern false float for friend goto if inline int long mutable namespace new noexcept not not_eq
-    nullptr operator or or_eq private protected public register reinterpret_cast requires restrict
-    return short signed sizeof static static_assert static_cast struct switch template this
-    thread_local throw true try typedef typeid typename typeof union unsigned using virtual void
-    volatile wchar_t while xor xor_eq errno assert offsetof NULL main""".split()
+    [
+        "alignas",
+        "alignof",
+        "and",
+        "and_eq",
+        "asm",
+        "auto",
+        "bitand",
+        "bitor",
+        "bool",
+        "break",
+        "case",
+        "catch",
+        "char",
+        "char8_t",
+        "char16_t",
+        "char32_t",
+        "class",
+        "compl",
+        "concept",
+        "const",
+        "consteval",
+        "constexpr",
+        "constinit",
+        "const_cast",
+        "continue",
+        "co_await",
+        "co_return",
+        "co_yield",
+        "decltype",
+        "default",
+        "delete",
+        "do",
+        "double",
+        "dynamic_cast",
+        "else",
+        "enum",
+        "explicit",
+        "export",
+        "extern",
+        "false",
+        "float",
+        "for",
+        "friend",
+        "goto",
+        "if",
+        "inline",
+        "int",
+        "long",
+        "mutable",
+        "namespace",
+        "new",
+        "noexcept",
+        "not",
+        "not_eq",
+        "nullptr",
+        "operator",
+        "or",
+        "or_eq",
+        "private",
+        "protected",
+        "public",
+        "register",
+        "reinterpret_cast",
+        "requires",
+        "restrict",
+        "return",
+        "short",
+        "signed",
+        "sizeof",
+        "static",
+        "static_assert",
+        "static_cast",
+        "struct",
+        "switch",
+        "template",
+        "this",
+        "thread_local",
+        "throw",
+        "true",
+        "try",
+        "typedef",
+        "typeid",
+        "typename",
+        "typeof",
+        "union",
+        "unsigned",
+        "using",
+        "virtual",
+        "void",
+        "volatile",
+        "wchar_t",
+        "while",
+        "xor",
+        "xor_eq",
+        "errno",
+        "assert",
+        "offsetof",
+        "NULL",
+        "main",
+    ]
 )
 
 _C_TYPES = {
@@ -117,7 +210,9 @@ def _guard(filename: str) -> str:
 def _byte_rows(data: bytes, per_row: int = 12) -> str:
     rows = []
     for start in range(0, len(data), per_row):
-        rows.append("  " + ", ".join(f"0x{b:02x}" for b in data[start : start + per_row]) + ",")
+        rows.append(
+            "  " + ", ".join(f"0x{b:02x}" for b in data[start : start + per_row]) + ","
+        )
     return "\n".join(rows)
 
 
@@ -131,7 +226,10 @@ def _value_rows(values: np.ndarray, per_row: int = 16) -> str:
         text = [str(int(v)) for v in flat]
     if not text:
         return ""
-    return "\n".join("  " + ", ".join(text[i : i + per_row]) + "," for i in range(0, len(text), per_row))
+    return "\n".join(
+        "  " + ", ".join(text[i : i + per_row]) + ","
+        for i in range(0, len(text), per_row)
+    )
 
 
 def render_model_data(
@@ -232,13 +330,18 @@ def _c_type(array: np.ndarray, what: str) -> str:
         ) from None
 
 
-def render_test_data(name: str, vectors: TestVectors, *, headline: str) -> tuple[str, str]:
+def render_test_data(
+    name: str, vectors: TestVectors, *, headline: str
+) -> tuple[str, str]:
     """(header, source) of the test vectors: ``<name>_test_input_<i>`` and
     ``<name>_test_expected_output_<j>``, each ``count * size`` values, vector after vector."""
     header_name = f"{name}_test_data.h"
     guard = _guard(header_name)
     declarations, definitions = [], []
-    for kind, arrays in (("input", vectors.inputs), ("expected_output", vectors.outputs)):
+    for kind, arrays in (
+        ("input", vectors.inputs),
+        ("expected_output", vectors.outputs),
+    ):
         for i, array in enumerate(arrays):
             ctype = _c_type(array, kind.replace("_", " "))
             size = int(np.prod(array.shape[1:], dtype=np.int64))
@@ -249,7 +352,12 @@ def render_test_data(name: str, vectors: TestVectors, *, headline: str) -> tuple
                 f"constexpr unsigned int {var}_size = {size};",
                 f"alignas(16) extern const {ctype} {var}[{vectors.count} * {size}];",
             ]
-            definitions += [f"alignas(16) const {ctype} {var}[{vectors.count} * {size}] = {{", _value_rows(array), "};", ""]
+            definitions += [
+                f"alignas(16) const {ctype} {var}[{vectors.count} * {size}] = {{",
+                _value_rows(array),
+                "};",
+                "",
+            ]
     header = "\n".join(
         [
             f"// Test vectors of {name}, written by edge-export: inputs in the model's own dtype, layout",
@@ -273,11 +381,23 @@ def render_test_data(name: str, vectors: TestVectors, *, headline: str) -> tuple
             "",
         ]
     )
-    source = "\n".join([f"// Test vectors of {name}, written by edge-export.", f'#include "{header_name}"', "", *definitions])
+    source = "\n".join(
+        [
+            f"// Test vectors of {name}, written by edge-export.",
+            f'#include "{header_name}"',
+            "",
+            *definitions,
+        ]
+    )
     return header, source
 
 
-def render_test_main(name: str, op_count: int, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> str:
+def render_test_main(
+    name: str,
+    op_count: int,
+    inputs: Sequence[np.ndarray],
+    outputs: Sequence[np.ndarray],
+) -> str:
     """``<name>_test.cc``: ``int <name>_run_test_vectors()`` (0 when every vector matches) and a
     ``main`` calling it, left out when ``EDGE_EXPORT_NO_TEST_MAIN`` is defined (firmware with its
     own main calls the function)."""

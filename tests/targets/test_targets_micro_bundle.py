@@ -16,17 +16,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from cli_harness import read_report
+from model_zoo import small_cnn
+
 from edge_export.errors import UsageError
-from edge_export.targets.micro import TFLM_CUSTOM_OP_METHODS, TFLM_OP_RESOLVER_METHODS, MicroRunner
+from edge_export.targets.micro import (
+    TFLM_CUSTOM_OP_METHODS,
+    TFLM_OP_RESOLVER_METHODS,
+    MicroRunner,
+)
 from edge_export.targets.micro_bundle import (
     ARENA_MARGIN_MIN_BYTES,
     BUNDLE_SUFFIXES,
     arena_with_margin,
     c_identifier,
 )
-from model_zoo import small_cnn
 
 X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 STEM = "8bit-cnn"  # not a C identifier: the bundle is named model_8bit_cnn
@@ -41,7 +45,7 @@ def _compiler() -> str:
 
 
 def _run(*args: str | Path, cwd: Path | None = None) -> str:
-    proc = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([str(a) for a in args], cwd=cwd, check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"{' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
@@ -229,7 +233,7 @@ def test_tflm_sources_parse_against_stub_headers(bundle, tmp_path):
     shutil.copytree(folder, broken)
     header = broken / f"{NAME}_op_resolver.h"
     header.write_text(header.read_text().replace("AddConv2D", "AddConv2d"))
-    proc = subprocess.run([cxx, *map(str, flags[:-1]), str(broken), str(uses)], capture_output=True, text=True)
+    proc = subprocess.run([cxx, *map(str, flags[:-1]), str(broken), str(uses)], check=False, capture_output=True, text=True)
     assert proc.returncode != 0 and "AddConv2d" in proc.stderr
 
 
@@ -306,13 +310,13 @@ def test_renderers_name_the_bundle():
     """The terminal summary and the Markdown report say where the bundle is and the arena to reserve."""
     import dataclasses
 
+    from report_fixtures import skipped_report
     from rich.console import Console
 
     from edge_export.reports.markdown import render_markdown
     from edge_export.reports.model import CBundleSection
     from edge_export.reports.serialize import to_json_value
     from edge_export.reports.summary import print_summary
-    from report_fixtures import skipped_report
 
     report = skipped_report()
     bundle = CBundleSection("tiny_micro", "tiny", tuple(f"tiny{s}" for s in BUNDLE_SUFFIXES), 8192, 9024, 3, 1)
