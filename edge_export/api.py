@@ -100,6 +100,8 @@ class ExportOptions:
     emit_op_resolver: str | None = None  # micro: write the C++ op-resolver lines here
     max_flash: int | str | None = None  # micro: flash budget in bytes ("256KiB" parsed; targets/budgets.py)
     max_ram: int | str | None = None  # micro: RAM (tensor arena) budget in bytes
+    emit_c: str | None = None  # micro: the C bundle's folder (default <stem>_micro beside the .tflite)
+    no_emit_c: bool = False  # micro: write no C bundle
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantize", QuantizeMode(self.quantize))
@@ -515,7 +517,15 @@ def _run_export(
         per_layer=layers,
     )
     report = _with_baseline(report, options.baseline)
-    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in target_artifacts]
+    from .targets.base import FinishedRun
+
+    finished = target.finish(FinishedRun(fb, report, checked, options, tflite_path))
+    if finished:
+        from dataclasses import replace
+
+        listed = {**report.artifacts.extra, **{a.key: str(a.path) for a in finished}}
+        report = replace(report, artifacts=replace(report.artifacts, extra=listed))
+    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in (*target_artifacts, *finished)]
     return _write_run(report, files, options, stages)
 
 

@@ -299,6 +299,13 @@ def _target_section(t: TargetSection, artifacts: ArtifactsSection) -> list[str]:
         out.append(f"**TFLite Micro:** tensor arena {_e(micro.report.arena_bytes)} bytes; operators: {_e(', '.join(micro.report.ops))}.")
         if micro.op_resolver:
             out.append(f"Op resolver lines written to {_code(micro.op_resolver)}.")
+        if micro.c_bundle is not None:
+            b = micro.c_bundle
+            out.append(
+                f"Firmware bundle in {_code(b.folder)}: {_e(', '.join(b.files))}; {_code(b.name + '_arena_size')} = "
+                f"{_e(b.arena_size)} bytes ({_e(b.arena_measured_bytes)} measured plus the margin); "
+                f"{_e(b.test_vectors)} test vectors, tolerance {_e(b.tolerance_steps)} step."
+            )
         out.append("")
     out += _budgets_section(t)
     out += _cmsis_nn_section(t)

@@ -55,6 +55,7 @@ __all__ = [
     "CompilerSection",
     "DelegateSection",
     "MicroSection",
+    "CBundleSection",
     "BaselineSection",
     "Verdict",
     "verdict_of",
@@ -192,6 +193,20 @@ class DelegateSection:
 class MicroSection:
     report: MicroReport = json_field(flatten=True)
     op_resolver: str | None = json_field(default=None, omit_none=True)  # --emit-op-resolver path
+    c_bundle: CBundleSection | None = json_field(default=None, omit_none=True)  # --emit-c (absent with --no-emit-c)
+
+
+@dataclass(frozen=True)
+class CBundleSection:
+    """The firmware bundle written for the micro target (targets/micro_bundle.py)."""
+
+    folder: str
+    name: str  # the C identifier prefixing every file and symbol
+    files: tuple[str, ...]
+    arena_measured_bytes: int  # the host interpreter's figure
+    arena_size: int  # <name>_arena_size: measured plus the margin
+    test_vectors: int
+    tolerance_steps: int
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,9 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
         if target.micro is not None:
             m = target.micro.report
             _plain(out, f"  tflite micro: arena {m.arena_bytes} bytes; ops {', '.join(m.ops)}")
+            bundle = target.micro.c_bundle
+            if bundle is not None:
+                _plain(out, f"  firmware bundle: {bundle.folder}/ ({bundle.name}_*; arena {bundle.arena_size} bytes with margin)")
         if target.budgets is not None:
             _plain(out, "  budgets: " + "; ".join(c.summary() for c in target.budgets.checks))
             for c in target.budgets.checks:

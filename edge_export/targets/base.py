@@ -8,6 +8,8 @@ A target is one object (a ``TargetPlugin``) that ``edge_export.api`` asks, in th
     rewrite_flatbuffer  flatbuffer passes after conversion (``RewrittenFlatbuffer``)
     check            its checks on the converted model, the artifacts it adds and the runner
                      parity uses (``TargetCheck``)
+    finish           artifacts made from the model as written and the finished report
+                     (``FinishedRun``; e.g. the micro target's C bundle)
     parity_runner    the ``Runner`` parity runs through (default: the LiteRT interpreter)
     written_artifacts  files derived from the model as written (after --strip-names)
     check_written    checks on the file as written (after --strip-names), e.g. flash and RAM budgets
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 
     from ..api import ExportOptions
     from ..flatbuffer import FlatbufferModel
+    from ..reports.model import RunReport
     from ..runtime import IOTensor
 
 __all__ = [
@@ -51,6 +54,7 @@ __all__ = [
     "RewrittenFlatbuffer",
     "TargetContext",
     "TargetCheck",
+    "FinishedRun",
     "TargetPlugin",
     "register_target",
     "unregister_target",
@@ -120,6 +124,18 @@ class TargetCheck:
     runner_label: str | None = None
 
 
+@dataclass(frozen=True)
+class FinishedRun:
+    """What ``finish`` may read: the model exactly as the run writes it (after --strip-names), the
+    report (verdict, parity), and what the target's own check returned."""
+
+    model: FlatbufferModel
+    report: RunReport
+    checked: TargetCheck
+    options: ExportOptions
+    tflite_path: Path
+
+
 def litert_runner(model: FlatbufferModel) -> Runner:
     """The LiteRT interpreter with XNNPACK: what apps run, and parity's default."""
     from ..runtime import Resolver, TFLiteRunner
@@ -169,6 +185,11 @@ class TargetPlugin:
         final) and before names were stripped (``named_model``, same tensor indices, the names
         provenance reads): budgets (``targets/budgets.py``). Runs after parity."""
         return {}
+
+    def finish(self, run: FinishedRun) -> tuple[TargetArtifact, ...]:
+        """Artifacts that need the written model or the report (listed by ``output_paths`` too);
+        written atomically with the rest."""
+        return ()
 
     def parity_runner(self, model: FlatbufferModel, checked: TargetCheck) -> Runner:
         if checked.runner is not None:

@@ -34,6 +34,7 @@ from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..runtime import IOTensor, from_model_outputs, to_model_inputs
 from .budgets import BUDGET_OPTIONS
 from .base import (
+    FinishedRun,
     TargetArtifact,
     TargetCheck,
     TargetContext,
@@ -313,8 +314,9 @@ def check_micro(model: FlatbufferModel, *, arena_bytes: int | None = None) -> Mi
     )
 
 
-def emit_op_resolver(ops: Iterable[str], variable: str = "resolver") -> str:
-    """C++ lines registering exactly these operators (names as in FlatbufferModel.op_counts)."""
+def emit_op_resolver(ops: Iterable[str], variable: str = "resolver", *, function: str | None = None) -> str:
+    """C++ lines registering exactly these operators (names as in FlatbufferModel.op_counts), in a
+    function named ``function`` (default ``RegisterEdgeExportOps``)."""
     ops = list(dict.fromkeys(ops))
     missing = [op for op in ops if _method_for(op) is None]
     if missing:
@@ -326,7 +328,7 @@ def emit_op_resolver(ops: Iterable[str], variable: str = "resolver") -> str:
         raise UsageError(f"{variable!r} is not a C++ identifier.", "Use a name such as `resolver`.")
     methods = sorted({_method_for(op) for op in ops})
     n = len(methods)
-    fn = "RegisterEdgeExportOps" if variable == "resolver" else f"Register_{variable}"
+    fn = function or ("RegisterEdgeExportOps" if variable == "resolver" else f"Register_{variable}")
     lines = [
         f"// TFLite Micro op resolver for the {n} operators of this model (written by edge-export).",
         '#include "tensorflow/lite/micro/micro_mutable_op_resolver.h"',
@@ -531,7 +533,12 @@ class MicroTarget(TargetPlugin):
     measured in its host interpreter, and the op resolver lines on request."""
 
     name = "micro"
-    own_options: ClassVar[Mapping[str, str]] = {"emit_op_resolver": "--emit-op-resolver", **BUDGET_OPTIONS}
+    own_options: ClassVar[Mapping[str, str]] = {
+        "emit_op_resolver": "--emit-op-resolver",
+        "emit_c": "--emit-c",
+        "no_emit_c": "--no-emit-c",
+        **BUDGET_OPTIONS,
+    }
     requires_full_integer = True
     check_label = "Checking TFLite Micro support"
 
@@ -556,6 +563,11 @@ class MicroTarget(TargetPlugin):
             implied.append(
                 f"--target {self.name} implies --strip-names (the names go to <stem>.tensors.json; --keep-names keeps them)"
             )
+        if options.emit_c and options.no_emit_c:
+            raise UsageError(
+                f"--emit-c {options.emit_c} and --no-emit-c contradict each other.",
+                "Keep one: --emit-c DIR writes the firmware bundle there, --no-emit-c writes none.",
+            )
         return options, implied
 
     def output_paths(self, options: ExportOptions, tflite_path: Path) -> list[tuple[str, Path]]:
@@ -564,6 +576,23 @@ class MicroTarget(TargetPlugin):
         paths = [("--emit-op-resolver", Path(options.emit_op_resolver))] if options.emit_op_resolver else []
         if options.strip_names:
             paths.append(("the tensor-name map (named after -o)", tensor_names_path(tflite_path)))
+        bundle = _bundle_layout(options, tflite_path)
+        if bundle is not None:
+            folder, name = bundle
+            if folder.exists() and not folder.is_dir():
+                raise UsageError(
+                    f"Cannot write the firmware bundle into {folder}: it is a file, not a folder.",
+                    "Pass --emit-c with a folder path (it is created), or --no-emit-c.",
+                )
+            if folder.absolute() == tflite_path.absolute():
+                raise UsageError(
+                    f"--emit-c {folder} is the path of the .tflite itself.",
+                    "Pass --emit-c a folder of its own (e.g. the default, <stem>_micro/ beside the .tflite).",
+                )
+            from .micro_bundle import bundle_paths
+
+            label = f"the firmware bundle ({'--emit-c' if options.emit_c else 'implied by --target micro; --no-emit-c skips it'})"
+            paths += [(label, p) for p in bundle_paths(folder, name)]
         return paths
 
     def written_artifacts(
@@ -602,7 +631,23 @@ class MicroTarget(TargetPlugin):
         resolver_path = context.options.emit_op_resolver
         if resolver_path:
             artifacts = (TargetArtifact("op_resolver", Path(resolver_path), emit_op_resolver(micro_report.ops).encode()),)
-        section = MicroSection(micro_report, str(resolver_path) if resolver_path else None)
+        bundle = _bundle_layout(context.options, context.tflite_path)
+        c_bundle = None
+        if bundle is not None:
+            from ..reports.model import CBundleSection
+            from .micro_bundle import TEST_TOLERANCE_STEPS, TEST_VECTOR_COUNT, arena_with_margin, bundle_paths
+
+            folder, name = bundle
+            c_bundle = CBundleSection(
+                folder=str(folder),
+                name=name,
+                files=tuple(p.name for p in bundle_paths(folder, name)),
+                arena_measured_bytes=arena,
+                arena_size=arena_with_margin(arena),
+                test_vectors=TEST_VECTOR_COUNT,
+                tolerance_steps=TEST_TOLERANCE_STEPS,
+            )
+        section = MicroSection(micro_report, str(resolver_path) if resolver_path else None, c_bundle)
         from .cmsis_nn import check_cmsis_nn
 
         return TargetCheck(
@@ -632,6 +677,85 @@ class MicroTarget(TargetPlugin):
             ),
         )
         return {"budgets": budgets}
+
+    def finish(self, run: FinishedRun) -> tuple[TargetArtifact, ...]:
+        """The firmware bundle, from the model exactly as written (after --strip-names) and the
+        report's headline; the test vectors' expected outputs come from the host interpreter
+        running that model."""
+        section = run.checked.report.get("micro")
+        bundle = getattr(section, "c_bundle", None)
+        if bundle is None:
+            return ()
+        from .. import __version__
+        from ..isolation import run_isolated
+        from . import micro_bundle as cb
+
+        model, seed = run.model, run.options.seed
+        vectors = run_isolated(
+            lambda: make_test_vectors(model, bundle.arena_measured_bytes, bundle.test_vectors, seed),
+            stage="TFLite Micro test vectors",
+            backend="the TFLite Micro interpreter",
+        )
+        name, folder = bundle.name, Path(bundle.folder)
+        headline = _report_headline(run.report)
+        model_h, model_cc = cb.render_model_data(
+            name, model.data, source=run.tflite_path.name, headline=headline,
+            arena_measured=bundle.arena_measured_bytes, arena_size=bundle.arena_size, tool_version=__version__,
+        )
+        ops = section.report.ops
+        resolver = cb.render_op_resolver(name, emit_op_resolver(ops, function=f"{name}_register_ops"))
+        test_h, test_cc = cb.render_test_data(name, vectors, headline=headline)
+        test_main = cb.render_test_main(name, len({_method_for(op) for op in ops}), vectors.inputs, vectors.outputs)
+        texts = (model_h, model_cc, resolver, test_h, test_cc, test_main)
+        keys = ("c_model_data_h", "c_model_data_cc", "c_op_resolver_h", "c_test_data_h", "c_test_data_cc", "c_test_cc")
+        paths = cb.bundle_paths(folder, name)
+        return tuple(TargetArtifact(key, path, text.encode()) for key, path, text in zip(keys, paths, texts))
+
+
+def make_test_vectors(model: FlatbufferModel, arena_bytes: int, count: int, seed: int):
+    """``count`` seeded inputs in the model's own input dtypes and shapes (quantized inputs over
+    their whole integer range; unquantized integer inputs, such as indices, 0 or 1) and the outputs
+    the TFLite Micro host interpreter returns for them, as stored (int8 for a micro export)."""
+    from .micro_bundle import TestVectors
+
+    runner = MicroRunner(model, arena_size=arena_bytes)
+    rng = np.random.default_rng(seed)
+    per_vector = []
+    for _ in range(count):
+        arrays = []
+        for spec in runner.inputs:
+            dtype = np.dtype(spec.dtype)
+            if dtype.kind in "iu" and spec.scale is not None:
+                info = np.iinfo(dtype)
+                arrays.append(rng.integers(info.min, int(info.max) + 1, size=spec.shape, dtype=dtype))
+            elif dtype.kind in "iub":
+                arrays.append(rng.integers(0, 2, size=spec.shape).astype(dtype))
+            else:
+                arrays.append(rng.standard_normal(spec.shape).astype(dtype))
+        per_vector.append((arrays, runner.run_raw(arrays)))
+    inputs = tuple(np.stack([v[0][i] for v in per_vector]) for i in range(len(runner.inputs)))
+    outputs = tuple(np.stack([np.asarray(v[1][j]) for v in per_vector]) for j in range(len(runner.outputs)))
+    return TestVectors(inputs, outputs)
+
+
+def _report_headline(report) -> str:
+    """The verdict and the worst output's SQNR, for the bundle's comments."""
+    validation = report.validation
+    worst = validation.worst() if hasattr(validation, "worst") else None
+    if worst is None:
+        return f"verdict {report.verdict} (parity not checked)"
+    sqnr = "n/a" if worst.sqnr_db is None or not math.isfinite(worst.sqnr_db) else f"{worst.sqnr_db:.1f} dB"
+    return f"verdict {report.verdict}, worst output SQNR {sqnr} ({worst.output}), {validation.samples} samples on {validation.runtime}"
+
+
+def _bundle_layout(options: ExportOptions, tflite_path: Path) -> tuple[Path, str] | None:
+    """(folder, C name) of the firmware bundle, or None with --no-emit-c."""
+    if options.no_emit_c:
+        return None
+    from .micro_bundle import c_identifier
+
+    folder = Path(options.emit_c) if options.emit_c else tflite_path.with_name(f"{tflite_path.stem}_micro")
+    return folder, c_identifier(tflite_path.stem)
 
 
 register_target(MicroTarget())
