@@ -43,13 +43,13 @@ def _int16x8(module: torch.nn.Module, tmp_path, name: str):
 
 @pytest.fixture(scope="module")
 def micro_cnn(tmp_path_factory):
-    """The small CNN (model_zoo) exported with --target micro: the report and the model."""
+    """The small CNN (model_zoo) exported with --target micro --keep-names (the rules name modules, which need the tensor names): the report and the model."""
     from model_zoo import small_cnn
 
     import edge_export
 
     example = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
-    result = edge_export.export(small_cnn(), example_inputs=(example,), output=tmp_path_factory.mktemp("cmsis") / "cnn.tflite", target="micro", samples=2)
+    result = edge_export.export(small_cnn(), example_inputs=(example,), output=tmp_path_factory.mktemp("cmsis") / "cnn.tflite", target="micro", samples=2, keep_names=True)
     return validate_report(result.report), read_flatbuffer(result.tflite_path.read_bytes())
 
 
