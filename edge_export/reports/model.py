@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..targets.edgetpu import EdgeTPUReport
     from ..targets.edgetpu_compiler import CompilerResult
     from ..targets.edgetpu_rewrites import AppliedRewrite
+    from ..targets.gpu import GpuReport
     from ..targets.micro import MicroReport
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
@@ -204,6 +205,7 @@ class TargetSection:
     compiler: CompilerSection | None = json_field(default=None, omit_none=True)
     delegate: DelegateSection | None = json_field(default=None, omit_none=True)
     micro: MicroSection | None = json_field(default=None, omit_none=True)
+    gpu: GpuReport | None = json_field(default=None, omit_none=True)  # --target gpu
     # sections of targets defined outside this package (a plugin's own keys), written as they are
     extra: Mapping[str, Any] = json_field(default_factory=dict, flatten=True)
 

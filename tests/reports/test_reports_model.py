@@ -36,6 +36,7 @@ _TYPE_MODULES = (
     "edge_export.targets.edgetpu",
     "edge_export.targets.edgetpu_compiler",
     "edge_export.targets.edgetpu_rewrites",
+    "edge_export.targets.gpu",
     "edge_export.targets.micro",
     "edge_export.validators.layers",
     "edge_export.validators.output_kinds",

@@ -1,0 +1,517 @@
+"""The Android GPU target: a float model, and an op-by-op prediction of what the LiteRT GPU delegate runs.
+
+Phones run float models on the GPU delegate. It takes the operators it supports and leaves the rest on
+the CPU; every switch between a delegated run and a CPU operator is a partition (a round trip through
+host memory), so one unsupported operator in the middle of a network costs far more than its own time.
+This module predicts, without a phone:
+
+- each operator's verdict against the delegate's published operator list and its version limits (the
+  table below), plus the constraints the delegate's own compatibility code checks (float tensors,
+  constant weights, broadcast shapes), registered one rule per operator (``GPU_RULES``);
+- the share of operators and of compute (multiply-accumulates estimated from shapes for CONV_2D,
+  DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED and BATCH_MATMUL) on the GPU;
+- the partitions: contiguous runs of supported operators in execution order, which is how the
+  delegate's partitioner groups them (tflite/delegates/utils: GraphPartitionHelper);
+- the first unsupported operator, blamed on its PyTorch module and source line (``provenance``, and
+  ``_source_of`` of the Edge TPU checker).
+
+The operator table and its source
+---------------------------------
+The published list (LiteRT/TFLite "GPU delegates", section "Supported ops": float16 and float32;
+"by default, all ops are only supported at version 1", with the listed exceptions):
+
+    ADD, AVERAGE_POOL_2D, CONCATENATION, CONV_2D, DEPTHWISE_CONV_2D (v1-2), EXP, FULLY_CONNECTED,
+    LOGICAL_AND, LOGISTIC, LSTM (v2, basic LSTM only), MAX_POOL_2D, MAXIMUM, MINIMUM, MUL, PAD, PRELU,
+    RELU, RELU6, RESHAPE, RESIZE_BILINEAR (v1-3), SOFTMAX, STRIDED_SLICE, SUB, TRANSPOSE_CONV
+
+plus the operators the delegate's model builder parses and its compatibility checker accepts
+(tensorflow/lite/tools/versioning/gpu_compatibility.cc, tensorflow/lite/delegates/gpu/common/
+model_builder.cc), which the converter emits for ordinary PyTorch models: HARD_SWISH, TANH, MEAN,
+TRANSPOSE, SLICE, SPLIT, SQUEEZE/EXPAND_DIMS-free RESHAPE, BATCH_MATMUL, DIV, RSQRT, SQRT,
+SQUARED_DIFFERENCE, ABS, COS, SIN, LOG, NEG, POW, SQUARE, ELU, LEAKY_RELU, RESIZE_NEAREST_NEIGHBOR,
+SPACE_TO_DEPTH, DEPTH_TO_SPACE, REDUCE_MAX, REDUCE_MIN, SUM, REDUCE_PROD, QUANTIZE/DEQUANTIZE
+(float16 weights). The version limits of ``GPU_MAX_VERSIONS`` are the published ones where the list
+gives one, and the builder's ``CheckMaxSupportedOpVersion`` otherwise (most are 1-2; a newer version
+means a semantics the delegate does not know, e.g. integer inputs).
+
+Newer delegate builds accept more (CUMSUM, GELU, ONE_HOT, SELECT_V2 appear in later
+gpu_compatibility.cc); this table predicts the published set, so a model using those is reported as
+partitioned here, and the analyzer cross-check (below) is where a newer runtime can disagree.
+
+The cross-check
+---------------
+ai-edge-litert ships a private analyzer (``_pywrap_analyzer_wrapper.ModelAnalyzer(path, True, True)``,
+what ``tf.lite.experimental.Analyzer`` calls with ``gpu_compatibility=True``). It is called
+defensively in the isolation child: when it is missing, raises or crashes, the report says so. Its
+verdict (whole model "looks compatible", or per-operator "GPU COMPATIBILITY WARNING" lines) is
+compared with the prediction and every difference is listed in ``GpuReport.disagreements``. Measured
+on ai-edge-litert 2.3.0 here: the build prints no per-operator warnings and calls even a CUMSUM or GELU
+model compatible, so on it the cross-check mostly reports that it disagrees with the table.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from ..config import QuantizeMode
+from ..errors import UsageError
+from ..reports.serialize import json_field
+from .base import TargetCheck, TargetContext, TargetPlugin, register_target
+from .operator_rules import OperatorRules
+
+if TYPE_CHECKING:
+    from ..api import ExportOptions
+    from ..flatbuffer import FlatbufferModel, OperatorInfo
+
+__all__ = [
+    "GPU_MAX_VERSIONS",
+    "GPU_RULES",
+    "GpuOp",
+    "GpuUnsupportedOp",
+    "AnalyzerCrossCheck",
+    "GpuReport",
+    "GpuTarget",
+    "check_gpu",
+    "estimate_macs",
+    "run_gpu_analyzer",
+]
+
+# Operator -> highest version the delegate takes (see the module docstring for the source).
+GPU_MAX_VERSIONS: Mapping[str, int] = {
+    "ADD": 2,
+    "AVERAGE_POOL_2D": 1,
+    "CONCATENATION": 1,
+    "CONV_2D": 1,
+    "DEPTHWISE_CONV_2D": 2,
+    "EXP": 1,
+    "FULLY_CONNECTED": 1,
+    "LOGICAL_AND": 1,
+    "LOGISTIC": 1,
+    "LSTM": 2,
+    "MAX_POOL_2D": 1,
+    "MAXIMUM": 1,
+    "MINIMUM": 1,
+    "MUL": 1,
+    "PAD": 1,
+    "PRELU": 1,
+    "RELU": 1,
+    "RELU6": 1,
+    "RESHAPE": 1,
+    "RESIZE_BILINEAR": 3,
+    "SOFTMAX": 1,
+    "STRIDED_SLICE": 1,
+    "SUB": 1,
+    "TRANSPOSE_CONV": 1,
+    # parsed by the delegate's model builder beyond the published list
+    "HARD_SWISH": 1,
+    "TANH": 1,
+    "MEAN": 1,
+    "TRANSPOSE": 2,
+    "SLICE": 2,
+    "SPLIT": 2,
+    "BATCH_MATMUL": 1,
+    "DIV": 1,
+    "RSQRT": 1,
+    "SQRT": 1,
+    "SQUARED_DIFFERENCE": 1,
+    "ABS": 1,
+    "COS": 1,
+    "SIN": 1,
+    "LOG": 1,
+    "NEG": 1,
+    "POW": 1,
+    "SQUARE": 1,
+    "ELU": 1,
+    "LEAKY_RELU": 1,
+    "RESIZE_NEAREST_NEIGHBOR": 3,
+    "SPACE_TO_DEPTH": 1,
+    "DEPTH_TO_SPACE": 1,
+    "REDUCE_MAX": 1,
+    "REDUCE_MIN": 1,
+    "SUM": 1,
+    "REDUCE_PROD": 1,
+    "DEQUANTIZE": 2,  # float16 weights (--quantize fp16) are dequantized inside the delegate
+    "QUANTIZE": 1,
+}
+
+_FLOAT = frozenset({"float32", "float16"})
+# Integer tensors the delegate accepts: shapes, axes, paddings, indices (constant inputs only).
+_INDEX_CONSTANT = frozenset({"int32", "int64"})
+_WEIGHT_INPUTS = {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "TRANSPOSE_CONV": 1}
+# Fused activations the delegate implements (schema ActivationFunctionType: NONE, RELU, RELU_N1_TO_1,
+# RELU6, TANH, SIGN_BIT=5 is not; see IsActivationSupported).
+_FUSED_OK = frozenset({0, 1, 2, 3, 4})
+
+GPU_RULES = OperatorRules("LiteRT GPU delegate")
+gpu_rule = GPU_RULES.rule
+
+
+@gpu_rule("CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV")
+def _constant_weights(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> str | None:
+    pos = _WEIGHT_INPUTS[op.opcode]
+    if pos < len(op.inputs) and op.inputs[pos] >= 0 and not model.tensors[op.inputs[pos]].is_constant:
+        return f"{op.opcode} with run-time weights; the delegate needs constant weights"
+    return None
+
+
+@gpu_rule("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "DIV", "AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION")
+def _supported_fused_activation(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> str | None:
+    fused = int(getattr(op.options, "fusedActivationFunction", 0) or 0)
+    if fused not in _FUSED_OK:
+        return f"{op.opcode} with fused activation {fused}, which the delegate does not implement"
+    return None
+
+
+@gpu_rule("ADD", "MUL", "SUB", "DIV")
+def _broadcast_the_delegate_knows(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> str | None:
+    # CheckAddMulBroadcastCompatibility (default flags): operands of different ranks above 1 must be
+    # 4-D with batch 1 against 3-D, [1, 1], or [b, c] against [b, x, y, c].
+    if len(op.inputs) != 2 or min(op.inputs) < 0:
+        return f"{op.opcode} needs two input tensors"
+    a, b = (model.tensors[i].shape for i in op.inputs)
+    if len(a) > 1 and len(b) > 1 and len(a) != len(b):
+        long, short = (a, b) if len(a) >= len(b) else (b, a)
+        ok = (len(long) == 4 and len(short) == 3 and long[0] == 1) or (
+            len(long) == 4 and len(short) == 2 and long[0] == short[0] and long[3] == short[1]
+        ) or (len(long) == 4 and tuple(short) == (1, 1) and long[0] == 1)
+        if not ok:
+            return f"{op.opcode} broadcasting {list(a)} with {list(b)}, which the delegate does not support"
+    return None
+
+
+@gpu_rule("FULLY_CONNECTED")
+def _fully_connected_default_weights(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> str | None:
+    if int(getattr(op.options, "weightsFormat", 0) or 0) != 0:
+        return "fully connected with shuffled weights"
+    return None
+
+
+@gpu_rule("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD")
+def _constant_axes(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> str | None:
+    if len(op.inputs) > 1 and op.inputs[1] >= 0 and not model.tensors[op.inputs[1]].is_constant:
+        return f"{op.opcode} with run-time axes"
+    return None
+
+
+@dataclass(frozen=True)
+class GpuOp:
+    index: int
+    opcode: str
+    version: int
+    supported: bool
+    reason: str
+    partition: int | None  # 0-based delegated partition it falls in; None: runs on the CPU
+    macs: int
+    module_path: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuUnsupportedOp:
+    """The first operator the delegate leaves on the CPU, and where it came from in PyTorch."""
+
+    index: int
+    opcode: str
+    reason: str
+    module_path: str | None
+    module_type: str | None
+    source: str | None  # "file.py:LINE" when the PyTorch module (or its graph) was given
+    ops_before: int
+
+    def describe(self) -> str:
+        where = ""
+        if self.module_path is not None:
+            where = f" in module '{self.module_path or '<root>'}'"
+            if self.module_type:
+                where += f" ({self.module_type})"
+            if self.source:
+                where += f", at {self.source}"
+        return f"operator #{self.index} {self.opcode}{where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class AnalyzerCrossCheck:
+    """ai-edge-litert's private GPU compatibility analyzer, run beside the prediction."""
+
+    available: bool
+    verdict: str | None  # "compatible", "incompatible", or None when it could not run
+    flagged_ops: tuple[int, ...] = ()  # operator indices it warned about
+    note: str = ""  # why it could not run, or what it printed instead of a verdict
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    ops: tuple[GpuOp, ...]
+    first_unsupported: GpuUnsupportedOp | None
+    analyzer: AnalyzerCrossCheck | None = None
+    disagreements: tuple[str, ...] = ()
+    model_problems: tuple[str, ...] = ()
+
+    JSON_KEYS = (
+        "num_ops", "num_on_gpu", "share_ops_on_gpu", "total_macs", "macs_on_gpu", "share_macs_on_gpu",
+        "num_partitions", "fully_delegated", "model_problems", "first_unsupported", "unsupported_ops",
+        "analyzer", "disagreements", "ops", "summary",
+    )
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.ops)
+
+    @property
+    def num_on_gpu(self) -> int:
+        return sum(op.partition is not None for op in self.ops)
+
+    @property
+    def share_ops_on_gpu(self) -> float:
+        return self.num_on_gpu / self.num_ops if self.ops else 0.0
+
+    @property
+    def total_macs(self) -> int:
+        return sum(op.macs for op in self.ops)
+
+    @property
+    def macs_on_gpu(self) -> int:
+        return sum(op.macs for op in self.ops if op.partition is not None)
+
+    @property
+    def share_macs_on_gpu(self) -> float:
+        return self.macs_on_gpu / self.total_macs if self.total_macs else 0.0
+
+    @property
+    def num_partitions(self) -> int:
+        return len({op.partition for op in self.ops if op.partition is not None})
+
+    @property
+    def fully_delegated(self) -> bool:
+        return not self.model_problems and self.first_unsupported is None and self.num_on_gpu > 0
+
+    def unsupported_ops(self) -> dict[str, int]:
+        """Operator -> how many of it stay on the CPU."""
+        return dict(Counter(op.opcode for op in self.ops if not op.supported))
+
+    def summary(self) -> str:
+        text = (
+            f"{self.num_on_gpu} of {self.num_ops} operations predicted on the GPU delegate "
+            f"({100 * self.share_ops_on_gpu:.0f}% of operations, {100 * self.share_macs_on_gpu:.0f}% of "
+            f"{self.total_macs} MACs), {self.num_partitions} GPU partition(s)"
+        )
+        if self.model_problems:
+            text += "; " + "; ".join(self.model_problems)
+        elif self.first_unsupported is not None:
+            text += "; the first operator left on the CPU is " + self.first_unsupported.describe()
+        return text + "."
+
+
+# ---- compute ------------------------------------------------------------------------------------
+
+
+def _elements(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= max(int(d), 1)
+    return n
+
+
+def estimate_macs(op: OperatorInfo, model: FlatbufferModel) -> int:
+    """Multiply-accumulates of the operators that dominate compute, from static shapes (0 otherwise)."""
+    try:
+        out = model.tensors[op.outputs[0]].shape
+        if op.opcode == "CONV_2D":  # weights [cout, kh, kw, cin]
+            w = model.tensors[op.inputs[1]].shape
+            return _elements(out) * w[1] * w[2] * w[3]
+        if op.opcode == "DEPTHWISE_CONV_2D":  # weights [1, kh, kw, cout]
+            w = model.tensors[op.inputs[1]].shape
+            return _elements(out) * w[1] * w[2]
+        if op.opcode == "TRANSPOSE_CONV":  # inputs: output shape, weights [cout, kh, kw, cin], input
+            w, src = model.tensors[op.inputs[1]].shape, model.tensors[op.inputs[2]].shape
+            return _elements(src) * w[0] * w[1] * w[2]
+        if op.opcode == "FULLY_CONNECTED":  # weights [units, in]
+            w = model.tensors[op.inputs[1]].shape
+            return _elements(out) * w[-1]
+        if op.opcode == "BATCH_MATMUL":
+            a = model.tensors[op.inputs[0]].shape
+            adj_x = bool(getattr(op.options, "adjX", False))
+            return _elements(out) * (a[-2] if adj_x else a[-1])
+    except (IndexError, TypeError):
+        return 0
+    return 0
+
+
+# ---- the prediction -----------------------------------------------------------------------------
+
+
+def _op_versions(model: FlatbufferModel) -> list[int]:
+    """Each main-subgraph operator's opcode version (the model object keeps only the opcode name)."""
+    try:
+        mutable = model.mutable()
+        opcodes = mutable.operatorCodes
+        return [int(opcodes[op.opcodeIndex].version or 1) for op in mutable.subgraphs[0].operators]
+    except Exception:  # a model object built without bytes (unit tests): version 1
+        return [1] * len(model.operators)
+
+
+def _own_verdict(op: OperatorInfo, version: int, model: FlatbufferModel) -> str | None:
+    limit = GPU_MAX_VERSIONS.get(op.opcode)
+    if limit is None:
+        return f"{op.opcode} is not on the GPU delegate's supported operator list"
+    if version > limit:
+        return f"{op.opcode} version {version}; the delegate takes versions up to {limit}"
+    for i in (*op.inputs, *op.outputs):
+        if i < 0:
+            continue
+        t = model.tensors[i]
+        if t.is_constant:
+            # float weights, float16 weights (dequantized in the delegate), index constants
+            if t.dtype not in _FLOAT | _INDEX_CONSTANT and not (op.opcode == "DEQUANTIZE" and t.dtype == "float16"):
+                return f"constant '{t.name}' is {t.dtype}; the delegate computes in float"
+        elif t.dtype not in _FLOAT:
+            return f"tensor '{t.name}' is {t.dtype}; the delegate computes only on float16/float32 tensors"
+    return GPU_RULES.first_violation(op, model, {})
+
+
+def _model_problems(model: FlatbufferModel) -> list[str]:
+    problems = []
+    if not model.operators:
+        problems.append("the model has no operators")
+    for t in (*model.input_tensors, *model.output_tensors):
+        if t.has_dynamic_dims:
+            problems.append(
+                f"model input/output '{t.name}' has a dynamic dimension {list(t.shape_signature)}; "
+                "the delegate plans its memory for static shapes"
+            )
+    return problems
+
+
+def check_gpu(model: FlatbufferModel, *, source_module: Any = None, analyzer: AnalyzerCrossCheck | None = None) -> GpuReport:
+    """Predict which operators of ``model``'s main subgraph the GPU delegate runs, and how it partitions."""
+    from .edgetpu import _module_of, _source_of
+
+    versions = _op_versions(model)
+    ops: list[GpuOp] = []
+    first: GpuUnsupportedOp | None = None
+    partition, in_run = -1, False
+    for op, version in zip(model.operators, versions):
+        reason = _own_verdict(op, version, model)
+        found = _module_of(op, model)
+        module_path = found[0] if found else None
+        if reason is None:
+            if not in_run:
+                partition, in_run = partition + 1, True
+            where: int | None = partition
+        else:
+            in_run, where = False, None
+            if first is None:
+                first = GpuUnsupportedOp(
+                    index=op.index,
+                    opcode=op.opcode,
+                    reason=reason,
+                    module_path=module_path,
+                    module_type=found[1] if found else None,
+                    source=_source_of(source_module, module_path) if source_module is not None and module_path is not None else None,
+                    ops_before=op.index,
+                )
+        ops.append(GpuOp(op.index, op.opcode, version, reason is None, reason or "", where, estimate_macs(op, model), module_path))
+    report = GpuReport(tuple(ops), first, analyzer, model_problems=tuple(_model_problems(model)))
+    if analyzer is not None:
+        report = GpuReport(report.ops, first, analyzer, tuple(_disagreements(report, analyzer)), report.model_problems)
+    return report
+
+
+def _disagreements(report: GpuReport, analyzer: AnalyzerCrossCheck) -> list[str]:
+    if not analyzer.available or analyzer.verdict is None:
+        return []
+    unsupported = [op for op in report.ops if not op.supported]
+    found = []
+    if analyzer.verdict == "compatible" and unsupported:
+        names = ", ".join(f"#{op.index} {op.opcode}" for op in unsupported[:5])
+        found.append(
+            f"the analyzer calls the model GPU-compatible, the prediction leaves {len(unsupported)} "
+            f"operator(s) on the CPU ({names}); a newer delegate may take them: check on the device"
+        )
+    flagged = set(analyzer.flagged_ops)
+    for op in report.ops:
+        if op.supported and op.index in flagged:
+            found.append(f"the analyzer warns about operator #{op.index} {op.opcode}, which the prediction puts on the GPU")
+        if not op.supported and analyzer.verdict == "incompatible" and flagged and op.index not in flagged:
+            found.append(f"the prediction leaves operator #{op.index} {op.opcode} on the CPU, the analyzer does not warn about it")
+    return found
+
+
+# ---- the analyzer cross-check -------------------------------------------------------------------
+
+_WARNING = re.compile(r"GPU COMPATIBILITY WARNING", re.IGNORECASE)
+_OP_LINE = re.compile(r"^\s*Op#(\d+)\s")
+
+
+def parse_analyzer_output(text: str) -> AnalyzerCrossCheck:
+    """The analyzer's text as a verdict: per-operator warnings follow the ``Op#N`` line they concern."""
+    flagged, current = [], None
+    for line in text.splitlines():
+        m = _OP_LINE.match(line)
+        if m:
+            current = int(m.group(1))
+        elif _WARNING.search(line) and current is not None:
+            flagged.append(current)
+    if flagged or _WARNING.search(text):
+        return AnalyzerCrossCheck(True, "incompatible", tuple(dict.fromkeys(flagged)))
+    if "looks compatible with GPU delegate" in text:
+        return AnalyzerCrossCheck(True, "compatible")
+    return AnalyzerCrossCheck(True, None, note="the analyzer printed no GPU verdict")
+
+
+def _analyze_in_child(data: bytes) -> str:
+    from ai_edge_litert import _pywrap_analyzer_wrapper  # private: may move or change
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.tflite"
+        path.write_bytes(data)
+        return str(_pywrap_analyzer_wrapper.ModelAnalyzer(str(path), True, True))
+
+
+def run_gpu_analyzer(model: FlatbufferModel) -> AnalyzerCrossCheck:
+    """Run the analyzer in the isolation child; any failure is reported, never raised."""
+    from ..errors import EdgeExportError
+    from ..isolation import run_isolated
+
+    try:
+        text = run_isolated(_analyze_in_child, model.data, stage="GPU analyzer cross-check", backend="ai-edge-litert's model analyzer")
+    except (ImportError, AttributeError) as exc:
+        return AnalyzerCrossCheck(False, None, note=f"the analyzer could not be loaded: {type(exc).__name__}: {exc}")
+    except EdgeExportError as exc:  # a crash or error in the child
+        return AnalyzerCrossCheck(False, None, note=f"the analyzer failed: {exc.message}")
+    except Exception as exc:  # private API: any failure is a note, not a failed export
+        return AnalyzerCrossCheck(False, None, note=f"the analyzer failed: {type(exc).__name__}: {exc}")
+    return parse_analyzer_output(text)
+
+
+# ---- the target ---------------------------------------------------------------------------------
+
+
+class GpuTarget(TargetPlugin):
+    name = "gpu"
+    check_label = "Predicting the GPU delegate's partitions"
+
+    def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
+        # The delegate computes in float16/float32. Static int8/int16x8 give integer activations it
+        # cannot run; dynamic-int8 keeps float activations but its int8 weights feed
+        # FULLY_CONNECTED/CONV_2D with hybrid kernels the delegate has no path for (it dequantizes only
+        # float16 weights), so every layer that matters would fall back to the CPU: refused as well.
+        if options.quantize.is_integer:
+            raise UsageError(
+                f"--target gpu runs float models (fp32 or fp16 weights), but --quantize {options.quantize.value} "
+                "gives integer operators the LiteRT GPU delegate leaves on the CPU.",
+                "Drop --quantize, or use --quantize fp16 (half the size, the delegate's native precision).",
+            )
+        return options, []
+
+    def check(self, context: TargetContext) -> TargetCheck:
+        analyzer = run_gpu_analyzer(context.model)
+        report = check_gpu(context.model, source_module=context.source_module, analyzer=analyzer)
+        return TargetCheck({"gpu": report})
+
+
+register_target(GpuTarget())
