@@ -31,8 +31,12 @@ TRANSPOSE, SLICE, SPLIT, SQUEEZE/EXPAND_DIMS-free RESHAPE, BATCH_MATMUL, DIV, RS
 SQUARED_DIFFERENCE, ABS, COS, SIN, LOG, NEG, POW, SQUARE, ELU, LEAKY_RELU, RESIZE_NEAREST_NEIGHBOR,
 SPACE_TO_DEPTH, DEPTH_TO_SPACE, REDUCE_MAX, REDUCE_MIN, SUM, REDUCE_PROD, QUANTIZE/DEQUANTIZE
 (float16 weights). The version limits of ``GPU_MAX_VERSIONS`` are the published ones where the list
-gives one, and the builder's ``CheckMaxSupportedOpVersion`` otherwise (most are 1-2; a newer version
-means a semantics the delegate does not know, e.g. integer inputs).
+gives one (DEPTHWISE_CONV_2D 2, RESIZE_BILINEAR 3, LSTM 2) and the model builder's
+``CheckMaxSupportedOpVersion`` where it was read (ADD 2, CONCATENATION 2, CONV_2D 5, FULLY_CONNECTED 9).
+The published "version 1 only" default is not applied: the converter writes FULLY_CONNECTED v5
+(keep_num_dims) for every Linear, which the delegate's builder takes. Other operators are checked by
+name, dtype and their rules only; a newer version usually means integer inputs, which the dtype
+check refuses anyway.
 
 Newer delegate builds accept more (CUMSUM, GELU, ONE_HOT, SELECT_V2 appear in later
 gpu_compatibility.cc); this table predicts the published set, so a model using those is reported as
@@ -81,62 +85,63 @@ __all__ = [
     "run_gpu_analyzer",
 ]
 
-# Operator -> highest version the delegate takes (see the module docstring for the source).
-GPU_MAX_VERSIONS: Mapping[str, int] = {
-    "ADD": 2,
-    "AVERAGE_POOL_2D": 1,
-    "CONCATENATION": 1,
-    "CONV_2D": 1,
-    "DEPTHWISE_CONV_2D": 2,
-    "EXP": 1,
-    "FULLY_CONNECTED": 1,
-    "LOGICAL_AND": 1,
-    "LOGISTIC": 1,
-    "LSTM": 2,
-    "MAX_POOL_2D": 1,
-    "MAXIMUM": 1,
-    "MINIMUM": 1,
-    "MUL": 1,
-    "PAD": 1,
-    "PRELU": 1,
-    "RELU": 1,
-    "RELU6": 1,
-    "RESHAPE": 1,
-    "RESIZE_BILINEAR": 3,
-    "SOFTMAX": 1,
-    "STRIDED_SLICE": 1,
-    "SUB": 1,
-    "TRANSPOSE_CONV": 1,
+# Operator -> highest version the delegate takes, or None where neither the published list nor the
+# model builder's CheckMaxSupportedOpVersion gives one that was checked here (no version limit applied).
+GPU_MAX_VERSIONS: Mapping[str, int | None] = {
+    "ADD": 2,  # model_builder.cc
+    "AVERAGE_POOL_2D": None,
+    "CONCATENATION": 2,  # model_builder.cc
+    "CONV_2D": 5,  # model_builder.cc
+    "DEPTHWISE_CONV_2D": 2,  # published: v1-2
+    "EXP": None,
+    "FULLY_CONNECTED": 9,  # model_builder.cc
+    "LOGICAL_AND": None,
+    "LOGISTIC": None,
+    "LSTM": 2,  # published: v2, basic LSTM only
+    "MAX_POOL_2D": None,
+    "MAXIMUM": None,
+    "MINIMUM": None,
+    "MUL": None,
+    "PAD": None,
+    "PRELU": None,
+    "RELU": None,
+    "RELU6": None,
+    "RESHAPE": None,
+    "RESIZE_BILINEAR": 3,  # published: v1-3
+    "SOFTMAX": None,
+    "STRIDED_SLICE": None,
+    "SUB": None,
+    "TRANSPOSE_CONV": None,
     # parsed by the delegate's model builder beyond the published list
-    "HARD_SWISH": 1,
-    "TANH": 1,
-    "MEAN": 1,
-    "TRANSPOSE": 2,
-    "SLICE": 2,
-    "SPLIT": 2,
-    "BATCH_MATMUL": 1,
-    "DIV": 1,
-    "RSQRT": 1,
-    "SQRT": 1,
-    "SQUARED_DIFFERENCE": 1,
-    "ABS": 1,
-    "COS": 1,
-    "SIN": 1,
-    "LOG": 1,
-    "NEG": 1,
-    "POW": 1,
-    "SQUARE": 1,
-    "ELU": 1,
-    "LEAKY_RELU": 1,
-    "RESIZE_NEAREST_NEIGHBOR": 3,
-    "SPACE_TO_DEPTH": 1,
-    "DEPTH_TO_SPACE": 1,
-    "REDUCE_MAX": 1,
-    "REDUCE_MIN": 1,
-    "SUM": 1,
-    "REDUCE_PROD": 1,
-    "DEQUANTIZE": 2,  # float16 weights (--quantize fp16) are dequantized inside the delegate
-    "QUANTIZE": 1,
+    "HARD_SWISH": None,
+    "TANH": None,
+    "MEAN": None,
+    "TRANSPOSE": None,
+    "SLICE": None,
+    "SPLIT": None,
+    "BATCH_MATMUL": None,
+    "DIV": None,
+    "RSQRT": None,
+    "SQRT": None,
+    "SQUARED_DIFFERENCE": None,
+    "ABS": None,
+    "COS": None,
+    "SIN": None,
+    "LOG": None,
+    "NEG": None,
+    "POW": None,
+    "SQUARE": None,
+    "ELU": None,
+    "LEAKY_RELU": None,
+    "RESIZE_NEAREST_NEIGHBOR": None,
+    "SPACE_TO_DEPTH": None,
+    "DEPTH_TO_SPACE": None,
+    "REDUCE_MAX": None,
+    "REDUCE_MIN": None,
+    "SUM": None,
+    "REDUCE_PROD": None,
+    "DEQUANTIZE": None,  # float16 weights (--quantize fp16), dequantized inside the delegate
+    "QUANTIZE": None,
 }
 
 _FLOAT = frozenset({"float32", "float16"})
@@ -355,10 +360,10 @@ def _op_versions(model: FlatbufferModel) -> list[int]:
 
 
 def _own_verdict(op: OperatorInfo, version: int, model: FlatbufferModel) -> str | None:
-    limit = GPU_MAX_VERSIONS.get(op.opcode)
-    if limit is None:
+    if op.opcode not in GPU_MAX_VERSIONS:
         return f"{op.opcode} is not on the GPU delegate's supported operator list"
-    if version > limit:
+    limit = GPU_MAX_VERSIONS[op.opcode]
+    if limit is not None and version > limit:
         return f"{op.opcode} version {version}; the delegate takes versions up to {limit}"
     for i in (*op.inputs, *op.outputs):
         if i < 0:
