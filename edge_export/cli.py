@@ -124,6 +124,7 @@ _CHECKING_OPTIONS = (
     ("input_dtype", Annotated[Optional[List[str]], typer.Option("--input-dtype", help="Input dtype (float32, int64, ...); repeatable; default float32.")], None, "input_dtypes", _as_tuple),
     ("samples", Annotated[int, typer.Option("--samples", help="Number of parity inputs (example inputs plus seeded random ones).")], 8, "samples", _same),
     ("seed", Annotated[int, typer.Option("--seed", help="Seed for the random parity inputs.")], 0, "seed", _same),
+    ("runtime", Annotated[str, typer.Option("--runtime", help="Runtime parity runs through: interpreter (the classic Interpreter, or the target's own runner), compiled-model (LiteRT 2.x CompiledModel, CPU) or both (a difference between them fails the check).")], "interpreter", "runtime", _same),
     ("atol", Annotated[Optional[float], typer.Option("--atol", help="Max absolute error allowed per classification or regression output.")], None, "atol", _same),
     ("min_sqnr", Annotated[Optional[float], typer.Option("--min-sqnr", help="Minimum SQNR in dB per classification or regression output.")], None, "min_sqnr", _same),
     ("min_cosine", Annotated[Optional[float], typer.Option("--min-cosine", help="Minimum cosine similarity: over all samples for classification outputs, of the worst sample for embeddings.")], None, "min_cosine", _same),

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ..targets.micro import MicroReport
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
+    from ..validators.runtimes import RuntimeComparison
     from .baseline import Regression
 
 __all__ = [
@@ -228,9 +229,12 @@ class BaselineSection:
         return "regressed" if self.regressions else "ok"
 
 
-def verdict_of(validation: ParityResult | SkippedValidation, per_layer: LayerParityReport | None, baseline: BaselineSection | None) -> str:
+def verdict_of(validation: ParityResult | SkippedValidation, per_layer: LayerParityReport | None, baseline: BaselineSection | None, runtimes: RuntimeComparison | None = None) -> str:
     """Failed when parity, the per-layer gate or the baseline gate failed; passed when parity
-    passed; exported-unvalidated when parity was skipped (and no gate failed)."""
+    passed; exported-unvalidated when parity was skipped (and no gate failed). With --runtime both,
+    a runtime whose parity failed or two runtimes that disagree fail it too."""
+    if runtimes is not None and runtimes.findings():
+        return Verdict.FAILED
     if baseline is not None and baseline.regressions:
         return Verdict.FAILED
     if per_layer is not None and per_layer.passed is False:
@@ -260,18 +264,19 @@ class RunReport:
     quantization: QuantizationResult | None = json_field(default=None, omit_none=True)
     target: TargetSection | None = json_field(default=None, omit_none=True)
     per_layer: LayerParityReport | None = json_field(default=None, omit_none=True)
+    runtimes: RuntimeComparison | None = json_field(default=None, omit_none=True)  # --runtime compiled-model|both
     baseline: BaselineSection | None = json_field(default=None, omit_none=True)
     schema_version: str = field(default=REPORT_SCHEMA_VERSION)
 
     JSON_KEYS = (
         "schema_version", "tool", "libraries", "created_at", "model", "inputs", "export", "quantization",
-        "target", "artifacts", "flatbuffer", "stages", "validation", "per_layer", "baseline", "verdict",
+        "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "baseline", "verdict",
         "exit_code",
     )
 
     @property
     def verdict(self) -> str:
-        return verdict_of(self.validation, self.per_layer, self.baseline)
+        return verdict_of(self.validation, self.per_layer, self.baseline, self.runtimes)
 
     @property
     def exit_code(self) -> int:

@@ -41,6 +41,7 @@ _TYPE_MODULES = (
     "edge_export.validators.layers",
     "edge_export.validators.output_kinds",
     "edge_export.validators.parity",
+    "edge_export.validators.runtimes",
     "edge_export.reports.baseline",
     "edge_export.reports.model",
     "edge_export.config",
