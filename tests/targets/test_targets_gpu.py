@@ -167,6 +167,6 @@ def test_export_target_gpu_writes_the_prediction_and_the_analyzer_cross_check(tm
 @pytest.mark.parametrize("mode", ["int8", "int16x8", "dynamic-int8"])
 def test_target_gpu_with_an_integer_mode_is_exit_2(tmp_path, run_cli, mode):
     result = run_cli("model_zoo:small_cnn", "--input-shape", "1,3,16,16", "--target", "gpu", "--quantize", mode, "-o", tmp_path / "m.tflite")
-    assert result.code == 2, result.err
-    assert "--target gpu runs float models" in result.err and "Traceback" not in result.err
+    assert result.exit_code == 2, result.stderr
+    assert "--target gpu runs float models" in result.stderr and "Traceback" not in result.stderr
     assert not list(tmp_path.iterdir())
