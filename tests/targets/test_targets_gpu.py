@@ -162,6 +162,8 @@ def test_export_target_gpu_writes_the_prediction_and_the_analyzer_cross_check(tm
     assert analyzer["available"] is True, analyzer
     if analyzer["verdict"] == "compatible":
         assert any("CUMSUM" in d for d in gpu["disagreements"])
+    markdown = out.with_suffix(".report.md").read_text()
+    assert "GPU delegate (predicted)" in markdown and "ai-edge-litert's GPU analyzer" in markdown
 
 
 @pytest.mark.parametrize("mode", ["int8", "int16x8", "dynamic-int8"])

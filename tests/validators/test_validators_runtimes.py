@@ -72,3 +72,15 @@ def test_an_unknown_runtime_is_a_usage_error(run_cli, tmp_path):
         edge_export.ExportOptions(runtime="gpu")
     result = run_cli("model_zoo:small_cnn", "--input-shape", "1,3,16,16", "--runtime", "npu", "-o", tmp_path / "m.tflite")
     assert result.exit_code == 2 and "--runtime npu is not known" in result.stderr
+
+
+def test_markdown_shows_each_runtime_and_the_findings():
+    from dataclasses import replace
+
+    from edge_export.reports.markdown import render_markdown
+    from report_fixtures import full_report
+
+    report = replace(full_report(), per_layer=None, baseline=None)
+    (difference,) = compare_runtimes(["logits"], [[np.array([1.0])]], [[np.array([1.5])]], [None])
+    text = render_markdown(replace(report, runtimes=RuntimeComparison("both", (report.validation, report.validation), (difference,))))
+    assert "## Runtimes" in text and "**finding:** output 'logits' differs" in text.replace("\\", "")
