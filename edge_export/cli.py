@@ -208,7 +208,7 @@ def export_command(
     quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights)."),
     # A plain name, not an enum of choices: a target is one module in edge_export/targets that
     # registers itself, and the API refuses an unknown name (exit 2) listing the registered ones.
-    target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 I/O, TFLite Micro), or any other target registered in edge_export/targets."),
+    target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 I/O, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), or any other target registered in edge_export/targets."),
     io_dtype: Optional[IODtype] = typer.Option(None, "--io-dtype", help="Model input/output type for int8: float32 (default), int8 or uint8."),
     quant_backend: QuantBackend = typer.Option(QuantBackend.AUTO, "--quant-backend", help="auto (measure, fall back), pt2e (exported graph) or flatbuffer (ai-edge-quantizer)."),
     calibration_data: Optional[Path] = typer.Option(None, "--calibration-data", help="Calibration data: .npz (arrays keyed by input name or position), .npy, a folder of .npy, or a folder of JPEG/PNG images."),
