@@ -159,9 +159,20 @@ gpu_rule = GPU_RULES.rule
 @gpu_rule("CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV")
 def _constant_weights(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> str | None:
     pos = _WEIGHT_INPUTS[op.opcode]
-    if pos < len(op.inputs) and op.inputs[pos] >= 0 and not model.tensors[op.inputs[pos]].is_constant:
+    if pos < len(op.inputs) and op.inputs[pos] >= 0 and not _constant_or_float16_constant(op.inputs[pos], model):
         return f"{op.opcode} with run-time weights; the delegate needs constant weights"
     return None
+
+
+def _constant_or_float16_constant(index: int, model: FlatbufferModel) -> bool:
+    """A constant, or the DEQUANTIZE of a constant (how --quantize fp16 stores weights): the delegate
+    reads float16 weights through that DEQUANTIZE as constants (it drops the op, keeping the weights)."""
+    if model.tensors[index].is_constant:
+        return True
+    for other in model.operators:
+        if index in other.outputs:
+            return other.opcode == "DEQUANTIZE" and bool(other.inputs) and model.tensors[other.inputs[0]].is_constant
+    return False
 
 
 @gpu_rule("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "DIV", "AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION")

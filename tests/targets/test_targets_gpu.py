@@ -172,3 +172,14 @@ def test_target_gpu_with_an_integer_mode_is_exit_2(tmp_path, run_cli, mode):
     assert result.exit_code == 2, result.stderr
     assert "--target gpu runs float models" in result.stderr and "Traceback" not in result.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_fp16_weights_stay_on_the_gpu(tmp_path, models):
+    module, _ = models["mobilenet"]
+    out = tmp_path / "mnv2_fp16.tflite"
+    result = edge_export.export(module, example_inputs=(torch.randn(1, 3, 32, 32),), output=out, target="gpu", quantize="fp16", validate=False)
+    assert result.exit_code == 0
+    gpu = read_report(out)["target"]["gpu"]
+    # the float16 weights reach the convolutions through DEQUANTIZE ops, which the delegate folds
+    assert "DEQUANTIZE" in {op["opcode"] for op in gpu["ops"]}
+    assert gpu["fully_delegated"] and gpu["num_partitions"] == 1
