@@ -183,3 +183,15 @@ def test_fp16_weights_stay_on_the_gpu(tmp_path, models):
     # the float16 weights reach the convolutions through DEQUANTIZE ops, which the delegate folds
     assert "DEQUANTIZE" in {op["opcode"] for op in gpu["ops"]}
     assert gpu["fully_delegated"] and gpu["num_partitions"] == 1
+
+
+def test_an_analyzer_that_crashes_is_reported_not_raised(models, monkeypatch):
+    from edge_export.isolation import CRASH_HOOK_ENV
+    from edge_export.targets.gpu import run_gpu_analyzer
+
+    _, model = models["cumsum"]
+    monkeypatch.setenv(CRASH_HOOK_ENV, "GPU analyzer cross-check")
+    analyzer = run_gpu_analyzer(model)
+    assert analyzer.available is False and analyzer.verdict is None and "failed" in analyzer.note
+    report = check_gpu(model, analyzer=analyzer)
+    assert report.disagreements == () and report.analyzer.note  # said, not hidden
