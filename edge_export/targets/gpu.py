@@ -512,14 +512,20 @@ class GpuTarget(TargetPlugin):
     check_label = "Predicting the GPU delegate's partitions"
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
-        # The delegate computes in float16/float32. Static int8/int16x8 give integer activations it
-        # cannot run; dynamic-int8 keeps float activations but its int8 weights feed
-        # FULLY_CONNECTED/CONV_2D with hybrid kernels the delegate has no path for (it dequantizes only
-        # float16 weights), so every layer that matters would fall back to the CPU: refused as well.
+        # The delegate computes in float16/float32, so the integer modes are refused (issue 10):
+        # - dynamic-int8 stores int8 weights read straight by FULLY_CONNECTED/CONV_2D (hybrid
+        #   kernels); the delegate's builder reads weights only from float32/float16 constants
+        #   (model_builder.cc CreateVectorCopyData: "Unsupported data type for float32 tensor"), so
+        #   those layers, the compute, stay on the CPU;
+        # - int16x8's int16 activations have no GPU path (gpu_compatibility.cc refuses an int16
+        #   DEQUANTIZE);
+        # - full int8 is run by newer delegates only by dequantizing to float inside the GPU: none
+        #   of int8's speed, and parity would no longer test what the phone computes.
         if options.quantize.is_integer:
             raise UsageError(
                 f"--target gpu runs float models (fp32 or fp16 weights), but --quantize {options.quantize.value} "
-                "gives integer operators the LiteRT GPU delegate leaves on the CPU.",
+                "stores integer tensors, which the LiteRT GPU delegate either leaves on the CPU (dynamic-int8's "
+                "int8 weights, int16x8) or converts back to float inside the GPU (int8).",
                 "Drop --quantize, or use --quantize fp16 (half the size, the delegate's native precision).",
             )
         return options, []
