@@ -27,7 +27,7 @@ The published list (LiteRT/TFLite "GPU delegates", section "Supported ops": floa
 plus the operators the delegate's model builder parses and its compatibility checker accepts
 (tensorflow/lite/tools/versioning/gpu_compatibility.cc, tensorflow/lite/delegates/gpu/common/
 model_builder.cc), which the converter emits for ordinary PyTorch models: HARD_SWISH, TANH, MEAN,
-TRANSPOSE, SLICE, SPLIT, SQUEEZE/EXPAND_DIMS-free RESHAPE, BATCH_MATMUL, DIV, RSQRT, SQRT,
+TRANSPOSE, SLICE, SPLIT, BATCH_MATMUL, DIV, RSQRT, SQRT,
 SQUARED_DIFFERENCE, ABS, COS, SIN, LOG, NEG, POW, SQUARE, ELU, LEAKY_RELU, RESIZE_NEAREST_NEIGHBOR,
 SPACE_TO_DEPTH, DEPTH_TO_SPACE, REDUCE_MAX, REDUCE_MIN, SUM, REDUCE_PROD, QUANTIZE/DEQUANTIZE
 (float16 weights). The version limits of ``GPU_MAX_VERSIONS`` are the published ones where the list
