@@ -11,7 +11,10 @@ This module predicts, without a phone:
 - the share of operators and of compute (multiply-accumulates estimated from shapes for CONV_2D,
   DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED and BATCH_MATMUL) on the GPU;
 - the partitions: contiguous runs of supported operators in execution order, which is how the
-  delegate's partitioner groups them (tflite/delegates/utils: GraphPartitionHelper);
+  delegate's partitioner groups them (tflite/delegates/utils: GraphPartitionHelper). The delegate's
+  default options delegate only the largest one (``max_delegated_partitions = 1`` in
+  TfLiteGpuDelegateOptionsV2Default); ``largest_partition_ops`` is what runs on the GPU then, unless
+  the app raises that limit;
 - the first unsupported operator, blamed on its PyTorch module and source line (``provenance``, and
   ``_source_of`` of the Edge TPU checker).
 
@@ -38,8 +41,8 @@ The published "version 1 only" default is not applied: the converter writes FULL
 name, dtype and their rules only; a newer version usually means integer inputs, which the dtype
 check refuses anyway.
 
-Newer delegate builds accept more (CUMSUM, GELU, ONE_HOT, SELECT_V2 appear in later
-gpu_compatibility.cc); this table predicts the published set, so a model using those is reported as
+Newer delegate builds accept more (CUMSUM, ONE_HOT, SELECT_V2, DYNAMIC_UPDATE_SLICE and
+EMBEDDING_LOOKUP appear in the current gpu_compatibility.cc); this table predicts the published set, so a model using those is reported as
 partitioned here, and the analyzer cross-check (below) is where a newer runtime can disagree.
 
 The cross-check
@@ -269,7 +272,7 @@ class GpuReport:
 
     JSON_KEYS = (
         "num_ops", "num_on_gpu", "share_ops_on_gpu", "total_macs", "macs_on_gpu", "share_macs_on_gpu",
-        "num_partitions", "fully_delegated", "model_problems", "first_unsupported", "unsupported_ops",
+        "num_partitions", "largest_partition_ops", "fully_delegated", "model_problems", "first_unsupported", "unsupported_ops",
         "analyzer", "disagreements", "ops", "summary",
     )
 
@@ -302,6 +305,12 @@ class GpuReport:
         return len({op.partition for op in self.ops if op.partition is not None})
 
     @property
+    def largest_partition_ops(self) -> int:
+        """Operators of the largest partition: what the delegate runs with its default options."""
+        sizes = Counter(op.partition for op in self.ops if op.partition is not None)
+        return max(sizes.values(), default=0)
+
+    @property
     def fully_delegated(self) -> bool:
         return not self.model_problems and self.first_unsupported is None and self.num_on_gpu > 0
 
@@ -315,6 +324,8 @@ class GpuReport:
             f"({100 * self.share_ops_on_gpu:.0f}% of operations, {100 * self.share_macs_on_gpu:.0f}% of "
             f"{self.total_macs} MACs), {self.num_partitions} GPU partition(s)"
         )
+        if self.num_partitions > 1:
+            text += f" (with the delegate's default of one partition, only the largest, {self.largest_partition_ops} operations, runs on the GPU)"
         if self.model_problems:
             text += "; " + "; ".join(self.model_problems)
         elif self.first_unsupported is not None:

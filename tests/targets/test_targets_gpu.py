@@ -121,6 +121,7 @@ def test_an_unsupported_op_is_blamed_on_its_module_and_source_line(models):
     # FC, then CUMSUM on the CPU, then FC: two GPU partitions (a CPU round trip between them)
     assert [op.partition for op in report.ops] == [0, None, 1]
     assert report.unsupported_ops() == {"CUMSUM": 1}
+    assert report.largest_partition_ops == 1 and "only the largest" in report.summary()
 
 
 def test_macs_follow_the_shapes(models):
