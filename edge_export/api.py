@@ -58,6 +58,7 @@ class ExportOptions:
     validate: bool = True
     samples: int = 8
     seed: int = 0
+    runtime: str = "interpreter"  # parity through: interpreter, compiled-model (LiteRT 2.x) or both
     atol: float | None = None
     min_sqnr: float | None = None
     min_cosine: float | None = None
@@ -120,6 +121,9 @@ class ExportOptions:
             raise UsageError(f"--calibration-samples {self.calibration_samples} must be at least 1.")
         if self.samples < 1:
             raise UsageError(f"--samples {self.samples} must be at least 1.", "Use e.g. --samples 8.")
+        from .validators.runtimes import check_runtime_option
+
+        check_runtime_option(self.runtime)
         from .validators.output_kinds import parse_labels, parse_output_kinds
 
         object.__setattr__(self, "output_kinds", parse_output_kinds(self.output_kinds))
@@ -473,9 +477,9 @@ def _run_export(
             checked = target.check(TargetContext(fb, export_base, options, tflite_path))
         target_report.update(checked.report)
 
-    parity = layers = None
+    parity = layers = runtimes = None
     if options.validate:
-        parity, layers = _check_parity(
+        parity, layers, runtimes = _check_parity(
             module, example, specs, options, fb, plan, stages, samples=parity_samples,
             runner_factory=_parity_runner_factory(target, checked),
         )
@@ -514,6 +518,7 @@ def _run_export(
         flatbuffer=_flatbuffer_section(fb),
         stages=tuple(stages.times),
         validation=_validation_section(parity),
+        runtimes=runtimes,
         per_layer=layers,
     )
     report = _with_baseline(report, options.baseline)
@@ -698,14 +703,15 @@ def _check_parity(
     *,
     samples: list[tuple] | None = None,
     runner_factory: Callable[[FlatbufferModel], Any] | None = None,
-) -> tuple[Any, Any]:
-    """Output parity, then (with --per-layer) the layer-by-layer comparison on the same samples."""
+) -> tuple[Any, Any, Any]:
+    """Output parity, then (with --per-layer) the layer-by-layer comparison on the same samples;
+    with --runtime compiled-model or both, each runtime's parity and their differences too."""
     from .inputs import make_samples
 
     if samples is None:
         samples = make_samples(specs, options.samples, options.seed, example)
     with stages.run("validate", f"Checking parity on {len(samples)} samples"):
-        parity = _validate(module, samples, options, fb, plan, runner_factory)
+        parity, runtimes = _validate(module, samples, options, fb, plan, runner_factory)
     layers = None
     if options.per_layer:
         from .validators.layers import per_layer_parity
@@ -724,7 +730,7 @@ def _check_parity(
                 stage="per-layer comparison",
                 backend="the LiteRT reference kernels",
             )
-    return parity, layers
+    return parity, layers, runtimes
 
 
 def _validate(
@@ -759,15 +765,27 @@ def _validate(
             references.append([t.detach().float().numpy() for t in _flatten_outputs(outputs)])
             feeds.append(_to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True))
 
+    from .runtime import CompiledModelRunner
+
+    # --runtime: the target's runner (the LiteRT interpreter unless the target brings its own),
+    # LiteRT 2.x's CompiledModel, or both on the same samples.
+    interpreter = runner_factory or litert_runner
+    factories = {"interpreter": [interpreter], "compiled-model": [CompiledModelRunner], "both": [interpreter, CompiledModelRunner]}[options.runtime]
+
     def run_candidate():
-        runner = (runner_factory or litert_runner)(fb)
-        outs = [_to_layout(runner.run(feed), plan.outputs, nhwc=False) for feed in feeds]
-        return outs, [o.name for o in runner.outputs], [o.scale for o in runner.outputs], runner.name
+        runs = []
+        for factory in factories:
+            runner = factory(fb)
+            outs = [_to_layout(runner.run(feed), plan.outputs, nhwc=False) for feed in feeds]
+            runs.append((outs, [o.name for o in runner.outputs], [o.scale for o in runner.outputs], runner.name))
+        return runs
 
     # The flatbuffer runs in a child process: a native crash becomes exit 3 naming this stage.
-    candidates, names, scales, runtime = run_isolated(
-        run_candidate, stage="parity check", backend=_backend_label(runner_factory)
+    backend = _backend_label(runner_factory) if options.runtime == "interpreter" else (
+        "LiteRT's CompiledModel (CPU)" if options.runtime == "compiled-model" else _backend_label(runner_factory) + " or LiteRT's CompiledModel (CPU)"
     )
+    runs = run_isolated(run_candidate, stage="parity check", backend=backend)
+    candidates, names, scales, runtime = runs[0]
     if len(names) != len(references[0]):
         raise UsageError(
             f"The flatbuffer has {len(names)} outputs but the PyTorch model returns {len(references[0])}.",
@@ -784,16 +802,25 @@ def _validate(
         if unnamed
         else []
     )
-    return compare_outputs(
-        references,
-        candidates,
-        names=names,
-        thresholds=options.thresholds(),
-        runtime=runtime,
-        output_scales=scales,
-        notes=notes,
-        kinds=kinds,
-    )
+    results = [
+        compare_outputs(
+            references,
+            run_outputs,
+            names=names,
+            thresholds=options.thresholds(),
+            runtime=run_runtime,
+            output_scales=scales,
+            notes=notes,
+            kinds=kinds,
+        )
+        for run_outputs, _, _, run_runtime in runs
+    ]
+    if options.runtime == "interpreter":
+        return results[0], None
+    from .validators.runtimes import RuntimeComparison, compare_runtimes
+
+    differences = compare_runtimes(names, runs[0][0], runs[1][0], scales) if len(runs) == 2 else ()
+    return results[0], RuntimeComparison(options.runtime, tuple(results), differences)
 
 
 def _output_keys(returned: Any) -> list[str | None]:
@@ -997,7 +1024,7 @@ def _validate_flatbuffer(
             if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
         )
         plan = ChannelsLastPlan(nhwc_in, nhwc_out)
-        parity, layers = _check_parity(module, example, specs, options, fb, plan, stages)
+        parity, layers, runtimes = _check_parity(module, example, specs, options, fb, plan, stages)
         export_section = ValidateSection(
             quantize=options.quantize.value,
             target=get_target(options.target).name,
@@ -1013,6 +1040,7 @@ def _validate_flatbuffer(
             flatbuffer=_flatbuffer_section(file_fb),
             stages=tuple(stages.times),
             validation=_validation_section(parity),
+            runtimes=runtimes,
             per_layer=layers,
         )
         report = _with_baseline(report, options.baseline)

@@ -124,6 +124,7 @@ _CHECKING_OPTIONS = (
     ("input_dtype", Annotated[Optional[List[str]], typer.Option("--input-dtype", help="Input dtype (float32, int64, ...); repeatable; default float32.")], None, "input_dtypes", _as_tuple),
     ("samples", Annotated[int, typer.Option("--samples", help="Number of parity inputs (example inputs plus seeded random ones).")], 8, "samples", _same),
     ("seed", Annotated[int, typer.Option("--seed", help="Seed for the random parity inputs.")], 0, "seed", _same),
+    ("runtime", Annotated[str, typer.Option("--runtime", help="Runtime parity runs through: interpreter (the classic Interpreter, or the target's own runner), compiled-model (LiteRT 2.x CompiledModel, CPU) or both (a difference between them fails the check).")], "interpreter", "runtime", _same),
     ("atol", Annotated[Optional[float], typer.Option("--atol", help="Max absolute error allowed per classification or regression output.")], None, "atol", _same),
     ("min_sqnr", Annotated[Optional[float], typer.Option("--min-sqnr", help="Minimum SQNR in dB per classification or regression output.")], None, "min_sqnr", _same),
     ("min_cosine", Annotated[Optional[float], typer.Option("--min-cosine", help="Minimum cosine similarity: over all samples for classification outputs, of the worst sample for embeddings.")], None, "min_cosine", _same),
@@ -207,7 +208,7 @@ def export_command(
     quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights)."),
     # A plain name, not an enum of choices: a target is one module in edge_export/targets that
     # registers itself, and the API refuses an unknown name (exit 2) listing the registered ones.
-    target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), or any other target registered in edge_export/targets."),
+    target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), or any other target registered in edge_export/targets."),
     io_dtype: Optional[IODtype] = typer.Option(None, "--io-dtype", help="Model input/output type for int8: float32 (default), int8 or uint8."),
     quant_backend: QuantBackend = typer.Option(QuantBackend.AUTO, "--quant-backend", help="auto (measure, fall back), pt2e (exported graph) or flatbuffer (ai-edge-quantizer)."),
     calibration_data: Optional[Path] = typer.Option(None, "--calibration-data", help="Calibration data: .npz (arrays keyed by input name or position), .npy, a folder of .npy, or a folder of JPEG/PNG images."),

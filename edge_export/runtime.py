@@ -21,6 +21,7 @@ __all__ = [
     "Resolver",
     "IOTensor",
     "TFLiteRunner",
+    "CompiledModelRunner",
     "quantize_array",
     "dequantize_array",
     "to_model_inputs",
@@ -196,3 +197,78 @@ class TFLiteRunner:
     @property
     def interpreter(self):
         return self._interp
+
+
+class CompiledModelRunner:
+    """Runs one flatbuffer through LiteRT 2.x's CompiledModel API (what LiteRT 2.x apps call), on
+    the CPU accelerator: the GPU accelerator finds no adapter on a host without a GPU and the NPU
+    alone fails, so the host checks the API and its CPU path (XNNPACK), not a phone's GPU.
+
+    A ``targets.base.Runner``: float in and float out, in signature order, quantizing and
+    dequantizing like ``TFLiteRunner`` with the I/O scales the model object reads.
+    """
+
+    name = "ai-edge-litert CompiledModel (CPU accelerator, XNNPACK)"
+
+    def __init__(self, model: FlatbufferModel | bytes, *, num_threads: int = 1) -> None:
+        self.model = model if isinstance(model, FlatbufferModel) else read_flatbuffer(model)
+        from ai_edge_litert.compiled_model import CompiledModel
+        from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+        from ai_edge_litert.options import CpuOptions, Options
+
+        with map_exceptions(
+            {Exception: RuntimeRunError},
+            "LiteRT's CompiledModel could not load the model: {error}",
+            "The model may use an operator this LiteRT version lacks; run `edge-export inspect` on it.",
+        ):
+            options = Options(HardwareAccelerator.CPU, cpu_options=CpuOptions(num_threads=num_threads))
+            self._compiled = CompiledModel.from_buffer(self.model.data, options=options)
+            signatures = self._compiled.get_signature_list()
+            self._signature = next(iter(signatures))
+            self._input_names = list(signatures[self._signature]["inputs"])
+            self._output_names = list(signatures[self._signature]["outputs"])
+            self._signature_index = self._compiled.get_signature_index(self._signature)
+        self.inputs, self.outputs = self._io_tensors()
+
+    def _io_tensors(self) -> tuple[list[IOTensor], list[IOTensor]]:
+        # The signature's tensors are the subgraph's inputs/outputs; the model object's names pair
+        # them (a model without a signature has none, and CompiledModel refuses it above).
+        by_name = dict(zip(self.model.input_names, self.model.input_tensors))
+        by_name.update(zip(self.model.output_names, self.model.output_tensors))
+
+        def make(names):
+            result = []
+            for position, name in enumerate(names):
+                t = by_name[name]
+                quant = t.quant
+                scale = float(quant.scales[0]) if quant is not None and len(quant.scales) == 1 and quant.scales[0] else None
+                zero_point = int(quant.zero_points[0]) if scale is not None else None
+                result.append(IOTensor(name=name, index=position, shape=tuple(t.shape), dtype=t.dtype, scale=scale, zero_point=zero_point))
+            return result
+
+        # Parity feeds and reads in subgraph order (forward()'s order): keep that order here.
+        ins = [n for n in self.model.input_names if n in self._input_names]
+        outs = [n for n in self.model.output_names if n in self._output_names]
+        return make(ins), make(outs)
+
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(arrays) != len(self.inputs):
+            raise RuntimeRunError(f"The flatbuffer has {len(self.inputs)} inputs but {len(arrays)} arrays were given.")
+        with map_exceptions(
+            {Exception: RuntimeRunError},
+            "LiteRT's CompiledModel failed to run the model: {error}",
+            "Check that the inputs match the shapes and dtypes the model was exported with.",
+        ):
+            feeds = to_model_inputs(self.inputs, arrays)
+            input_map = {}
+            for spec, arr in zip(self.inputs, feeds):
+                buffer = self._compiled.create_input_buffer_by_name(self._signature, spec.name)
+                buffer.write(np.ascontiguousarray(arr, dtype=spec.dtype))
+                input_map[spec.name] = buffer
+            output_map = {spec.name: self._compiled.create_output_buffer_by_name(self._signature, spec.name) for spec in self.outputs}
+            self._compiled.run_by_name(self._signature, input_map, output_map)
+            raw = []
+            for spec in self.outputs:
+                count = int(np.prod(spec.shape)) if spec.shape else 1
+                raw.append(np.asarray(output_map[spec.name].read(count, np.dtype(spec.dtype))).reshape(spec.shape))
+        return from_model_outputs(self.outputs, raw)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..quantization import QuantizationResult
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
+    from ..validators.runtimes import RuntimeComparison
     from .model import ArtifactsSection, RunReport, TargetSection
 
 __all__ = ["render_markdown", "escape_markdown"]
@@ -109,6 +110,8 @@ def render_markdown(report: RunReport) -> str:
         lines.append("")
     if not isinstance(val, SkippedValidation) and val.outputs:
         lines.extend(_outputs_section(val))
+    if report.runtimes is not None:
+        lines.extend(_runtimes_section(report.runtimes))
     if report.per_layer is not None:
         lines.extend(_layer_section(report.per_layer))
     if report.quantization is not None:
@@ -327,6 +330,35 @@ def _budgets_section(t: TargetSection) -> list[str]:
             out.append(f"- {_e(c.message())}")
     if budgets.exceeded:
         out.append("")
+    gpu = t.gpu
+    if gpu is not None:
+        out.append("")
+        out.append(f"**GPU delegate (predicted):** {_e(gpu.summary())}")
+        out.append("")
+        for opcode, count in gpu.unsupported_ops().items():
+            out.append(f"- left on the CPU: {_e(opcode)} × {_e(count)}")
+        analyzer = gpu.analyzer
+        if analyzer is not None:
+            verdict = analyzer.verdict if analyzer.available else f"not run ({analyzer.note})"
+            out.append(f"- ai-edge-litert's GPU analyzer: {_e(verdict)}")
+        for d in gpu.disagreements:
+            out.append(f"- analyzer disagrees with the prediction: {_e(d)}")
+        out.append("")
+    return out
+
+
+def _runtimes_section(runtimes: RuntimeComparison) -> list[str]:
+    out = ["## Runtimes", ""]
+    for result in runtimes.results:
+        worst = result.worst()
+        sqnr = f", worst SQNR {_fmt(worst.sqnr_db)} dB" if worst is not None else ""
+        out.append(f"- {_e(result.runtime)}: parity {_e(result.status)}{_e(sqnr)}")
+    for d in runtimes.differences:
+        same = "bit-identical" if d.identical else f"max difference {_fmt(d.max_abs_difference)} (tolerance {_fmt(d.tolerance)})"
+        out.append(f"- output {_code(d.output)} between the runtimes: {_e(same)}")
+    for finding in runtimes.findings():
+        out.append(f"- **finding:** {_e(finding)}")
+    out.append("")
     return out
 
 

@@ -32,11 +32,13 @@ if TYPE_CHECKING:
     from ..targets.edgetpu import EdgeTPUReport
     from ..targets.edgetpu_compiler import CompilerResult
     from ..targets.edgetpu_rewrites import AppliedRewrite
+    from ..targets.gpu import GpuReport
     from ..targets.micro import MicroReport
     from ..targets.budgets import BudgetsSection
     from ..targets.cmsis_nn import CmsisNNReport
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
+    from ..validators.runtimes import RuntimeComparison
     from .baseline import Regression
 
 __all__ = [
@@ -223,6 +225,7 @@ class TargetSection:
     micro: MicroSection | None = json_field(default=None, omit_none=True)
     budgets: BudgetsSection | None = json_field(default=None, omit_none=True)  # --max-flash/--max-ram
     cmsis_nn: CmsisNNReport | None = json_field(default=None, omit_none=True)  # CMSIS-NN rule check
+    gpu: GpuReport | None = json_field(default=None, omit_none=True)  # --target gpu
     # sections of targets defined outside this package (a plugin's own keys), written as they are
     extra: Mapping[str, Any] = json_field(default_factory=dict, flatten=True)
 
@@ -255,9 +258,13 @@ def verdict_of(
     per_layer: LayerParityReport | None,
     baseline: BaselineSection | None,
     target: TargetSection | None = None,
+    runtimes: RuntimeComparison | None = None,
 ) -> str:
-    """Failed when parity, the per-layer gate, the baseline gate or a flash/RAM budget failed; passed
-    when parity passed; exported-unvalidated when parity was skipped (and no gate failed)."""
+    """Failed when parity, the per-layer gate, the baseline gate or a flash/RAM budget failed, or
+    (with --runtime both) when a runtime's parity failed or two runtimes disagree; passed when parity
+    passed; exported-unvalidated when parity was skipped (and no gate failed)."""
+    if runtimes is not None and runtimes.findings():
+        return Verdict.FAILED
     if baseline is not None and baseline.regressions:
         return Verdict.FAILED
     if target is not None and target.failed_budgets:
@@ -289,18 +296,19 @@ class RunReport:
     quantization: QuantizationResult | None = json_field(default=None, omit_none=True)
     target: TargetSection | None = json_field(default=None, omit_none=True)
     per_layer: LayerParityReport | None = json_field(default=None, omit_none=True)
+    runtimes: RuntimeComparison | None = json_field(default=None, omit_none=True)  # --runtime compiled-model|both
     baseline: BaselineSection | None = json_field(default=None, omit_none=True)
     schema_version: str = field(default=REPORT_SCHEMA_VERSION)
 
     JSON_KEYS = (
         "schema_version", "tool", "libraries", "created_at", "model", "inputs", "export", "quantization",
-        "target", "artifacts", "flatbuffer", "stages", "validation", "per_layer", "baseline", "verdict",
+        "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "baseline", "verdict",
         "exit_code",
     )
 
     @property
     def verdict(self) -> str:
-        return verdict_of(self.validation, self.per_layer, self.baseline, self.target)
+        return verdict_of(self.validation, self.per_layer, self.baseline, self.target, self.runtimes)
 
     @property
     def exit_code(self) -> int:

@@ -96,6 +96,20 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
             _plain(out, f"  cmsis-nn: {len(rules.violations)} rule violation(s): {rules.note}")
             for v in rules.violations[:10]:
                 _plain(out, f"    - {v.describe()}")
+        if target.gpu is not None:
+            _plain(out, f"  gpu delegate: {target.gpu.summary()}")
+            analyzer = target.gpu.analyzer
+            if analyzer is not None:
+                _plain(out, f"  gpu analyzer: {analyzer.verdict if analyzer.available else 'not run: ' + analyzer.note}")
+            for d in target.gpu.disagreements:
+                _plain(out, f"    disagreement: {d}")
+    runtimes = report.runtimes
+    if runtimes is not None:
+        _plain(out, "  runtimes: " + "; ".join(f"{r.runtime} {r.status}" for r in runtimes.results) + (
+            "" if runtimes.agree is None else ("; outputs agree" if runtimes.agree else "; outputs DIFFER")
+        ))
+        for finding in runtimes.findings():
+            _plain(out, f"    finding: {finding}")
     layers = report.per_layer
     if layers is not None:
         jump, worst_layer = layers.first_jump, layers.worst

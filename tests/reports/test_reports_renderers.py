@@ -179,7 +179,7 @@ def gated_layers_report():
 
 def plugin_target_report():
     """skipped_report() for a target defined outside the package, whose hooks returned their own keys."""
-    target = TargetSection.from_hooks({"name": "gpu", "implied": ("--target gpu implies --quantize fp16",), "gpu": {"delegate": "opencl"}})
+    target = TargetSection.from_hooks({"name": "npu", "implied": ("--target npu implies --quantize fp16",), "npu": {"delegate": "opencl"}})
     return dataclasses.replace(skipped_report(), target=target)
 
 
@@ -232,9 +232,9 @@ def test_markdown_of_a_failing_per_layer_gate():
 def test_markdown_of_a_target_section_from_a_plugin():
     report = plugin_target_report()
     md = render_markdown(report)
-    assert "## Target: gpu\n\n- --target gpu implies --quantize fp16\n## Flatbuffer" in md
+    assert "## Target: npu\n\n- --target npu implies --quantize fp16\n## Flatbuffer" in md
     assert "opencl" not in md  # a plugin's own keys are in the JSON only
-    assert to_json_value(report)["target"]["gpu"] == {"delegate": "opencl"}
+    assert to_json_value(report)["target"]["npu"] == {"delegate": "opencl"}
 
 
 def test_markdown_of_a_compiled_edgetpu_model_and_of_a_target_without_compiler_run():
