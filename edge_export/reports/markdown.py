@@ -310,6 +310,20 @@ def _target_section(t: TargetSection, artifacts: ArtifactsSection) -> list[str]:
                 f"{_e(b.test_vectors)} test vectors, tolerance {_e(b.tolerance_steps)} step."
             )
         out.append("")
+    gpu = t.gpu
+    if gpu is not None:
+        out.append("")
+        out.append(f"**GPU delegate (predicted):** {_e(gpu.summary())}")
+        out.append("")
+        for opcode, count in gpu.unsupported_ops().items():
+            out.append(f"- left on the CPU: {_e(opcode)} × {_e(count)}")
+        analyzer = gpu.analyzer
+        if analyzer is not None:
+            verdict = analyzer.verdict if analyzer.available else f"not run ({analyzer.note})"
+            out.append(f"- ai-edge-litert's GPU analyzer: {_e(verdict)}")
+        for d in gpu.disagreements:
+            out.append(f"- analyzer disagrees with the prediction: {_e(d)}")
+        out.append("")
     out += _budgets_section(t)
     out += _cmsis_nn_section(t)
     return out
@@ -329,20 +343,6 @@ def _budgets_section(t: TargetSection) -> list[str]:
         if c.exceeded:
             out.append(f"- {_e(c.message())}")
     if budgets.exceeded:
-        out.append("")
-    gpu = t.gpu
-    if gpu is not None:
-        out.append("")
-        out.append(f"**GPU delegate (predicted):** {_e(gpu.summary())}")
-        out.append("")
-        for opcode, count in gpu.unsupported_ops().items():
-            out.append(f"- left on the CPU: {_e(opcode)} × {_e(count)}")
-        analyzer = gpu.analyzer
-        if analyzer is not None:
-            verdict = analyzer.verdict if analyzer.available else f"not run ({analyzer.note})"
-            out.append(f"- ai-edge-litert's GPU analyzer: {_e(verdict)}")
-        for d in gpu.disagreements:
-            out.append(f"- analyzer disagrees with the prediction: {_e(d)}")
         out.append("")
     return out
 

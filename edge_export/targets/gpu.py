@@ -65,9 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ..config import QuantizeMode
 from ..errors import UsageError
-from ..reports.serialize import json_field
 from .base import TargetCheck, TargetContext, TargetPlugin, register_target
 from .operator_rules import OperatorRules
 

@@ -121,7 +121,7 @@ def test_a_registered_target_refuses_what_it_refuses_and_other_targets_options(t
         resolve_target_options(ExportOptions(target="throwaway", quantize="int8"))
     with pytest.raises(UsageError, match="--delegate applies to --target edgetpu only"):
         resolve_target_options(ExportOptions(target="throwaway", delegate="edgetpu"))
-    with pytest.raises(UsageError, match="--emit-op-resolver, --emit-c and --no-emit-c apply to --target micro only"):
+    with pytest.raises(UsageError, match="--emit-op-resolver applies to --target micro only"):
         resolve_target_options(ExportOptions(target="throwaway", emit_op_resolver="ops.h"))
 
 
