@@ -213,7 +213,7 @@ def test_a_target_derived_from_micro_inherits_its_rules_and_options():
         options, notes = resolve_target_options(ExportOptions(target="derived-micro", emit_op_resolver="ops.h"))
         assert options.quantize is QuantizeMode.INT8 and options.io_dtype.value == "int8"
         assert notes[0] == "--target derived-micro implies --quantize int8 (full integer)"
-        with pytest.raises(UsageError, match="apply to --target micro or --target derived-micro only"):
+        with pytest.raises(UsageError, match="applies to --target micro or --target derived-micro only"):
             resolve_target_options(ExportOptions(target="cpu", emit_op_resolver="ops.h"))
     finally:
         unregister_target("derived-micro")
