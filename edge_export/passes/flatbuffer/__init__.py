@@ -9,6 +9,7 @@ its preconditions, changes the model and returns whether it changed anything;
 from __future__ import annotations
 
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
+from .rename_signature_pass import rename_signature_pass
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
 from .set_io_dtype_pass import set_io_dtype_pass
 from .share_quantization_vectors_pass import share_quantization_vectors_pass
@@ -18,6 +19,7 @@ __all__ = [
     "FlatbufferPass",
     "PassPipelineResult",
     "pass_name",
+    "rename_signature_pass",
     "reorder_operators_for_edgetpu_pass",
     "run_flatbuffer_passes",
     "set_io_dtype_pass",
