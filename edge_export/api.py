@@ -462,6 +462,12 @@ def _run_export(
 
             fb = read_flatbuffer(align_buffers(model_bytes), origin="the converted model")
         fb = _name_signature(fb, specs, returned_keys, options)
+        if quant_result is not None:  # its I/O table names what the written file names
+            from dataclasses import replace
+
+            from .quantization import describe_io
+
+            quant_result = replace(quant_result, model=fb, io=describe_io(fb))
     rewritten = target.rewrite_flatbuffer(fb)
     fb = rewritten.model
     target_report.update(rewritten.report)
@@ -639,12 +645,12 @@ def _load_with_inputs(
     specs, example = _resolve_inputs(loaded, options, example_inputs)
     returned = check_model_accepts(loaded.module, example, specs)
     outputs = _flatten_outputs(returned)
-    specs = _named_specs(loaded.module, specs, options)
+    specs = _named_specs(loaded, specs, options)
     _check_output_names(options, len(outputs))
     return loaded, specs, example, outputs, _output_keys(returned)
 
 
-def _named_specs(module: Any, specs: list[InputSpec], options: ExportOptions) -> list[InputSpec]:
+def _named_specs(loaded: Any, specs: list[InputSpec], options: ExportOptions) -> list[InputSpec]:
     """The specs named after --input-names or forward()'s parameters: every file a user hands in
     (calibration archives) is keyed by the same names as the signature."""
     from dataclasses import replace
@@ -652,9 +658,8 @@ def _named_specs(module: Any, specs: list[InputSpec], options: ExportOptions) ->
     from .io_names import check_count, forward_parameter_names, resolve_names
 
     check_count(options.input_names, len(specs), "--input-names", "input")
-    names = resolve_names(
-        options.input_names, forward_parameter_names(module, len(specs)), [f"args_{i}" for i in range(len(specs))]
-    )
+    from_model = list(loaded.input_names or ())[: len(specs)] or forward_parameter_names(loaded.module, len(specs))
+    names = resolve_names(options.input_names, from_model, [f"args_{i}" for i in range(len(specs))])
     return [replace(spec, name=name) for spec, name in zip(specs, names)]
 
 
