@@ -105,3 +105,26 @@ def test_npz_calibration_is_keyed_by_forward_names(tmp_path, run_cli, sources):
     res = run_cli(*sources["reference"], "--quantize", "int8", "--calibration-data", data, *FAST, "-o", out)
     assert res.exit_code == 0, res.stderr
     assert read_report(out)["quantization"]["calibration"]["real_data"] is True
+
+
+class _SwappedOutputs(NamedIO):
+    """NamedIO's outputs returned in the other order: a flatbuffer whose outputs are (embedding, logits)."""
+
+    def forward(self, pixel_values, attention_mask):
+        out = super().forward(pixel_values, attention_mask)
+        return {"embedding": out["embedding"], "logits": out["logits"]}
+
+
+def test_validate_pairs_outputs_by_name(tmp_path):
+    from edge_export import export, validate
+
+    out = tmp_path / "swapped.tflite"
+    exported = export(_SwappedOutputs().eval(), example_inputs=EXAMPLE, output=out, samples=2)
+    assert exported.passed
+    from edge_export.flatbuffer import read_flatbuffer
+
+    assert read_flatbuffer(out.read_bytes()).output_names == ("embedding", "logits")
+    # the reference returns logits first: paired by position, the shapes (4 vs 6) would not even match
+    checked = validate(out, NamedIO().eval(), example_inputs=EXAMPLE, samples=2)
+    assert checked.passed
+    assert [o["name"] for o in checked.report["validation"]["outputs"]] == ["embedding", "logits"]
