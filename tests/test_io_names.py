@@ -6,7 +6,12 @@ import pytest
 import torch
 
 from edge_export.errors import UsageError
-from edge_export.io_names import check_names, check_signature_key, forward_parameter_names, resolve_names
+from edge_export.io_names import (
+    check_names,
+    check_signature_key,
+    forward_parameter_names,
+    resolve_names,
+)
 
 
 class _Named(torch.nn.Module):

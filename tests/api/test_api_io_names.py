@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from cli_harness import read_report
 from model_zoo import NamedIO
 
@@ -60,10 +59,10 @@ def test_overrides_name_the_signature(tmp_path, run_cli, sources):
     )
     assert res.exit_code == 0, res.stderr
     assert _signature(out) == {"run": {"inputs": ["image", "mask"], "outputs": ["features", "scores"]}}
-    from edge_export.runtime import TFLiteRunner
-
     # The signature runner finds the inputs by the new names and computes what PyTorch does.
     from ai_edge_litert.interpreter import Interpreter
+
+    from edge_export.runtime import TFLiteRunner
 
     runner = Interpreter(model_content=out.read_bytes()).get_signature_runner("run")
     got = runner(image=EXAMPLE[0].numpy(), mask=EXAMPLE[1].numpy())
@@ -71,6 +70,10 @@ def test_overrides_name_the_signature(tmp_path, run_cli, sources):
     np.testing.assert_allclose(got["scores"], want["logits"].detach().numpy(), atol=1e-5)
     np.testing.assert_allclose(got["features"], want["embedding"].detach().numpy(), atol=1e-5)
     assert [o.name for o in TFLiteRunner(out.read_bytes()).outputs] == ["scores", "features"]
+    from edge_export.inspection import inspect_flatbuffer
+
+    assert inspect_flatbuffer(out).signatures[0]["key"] == "run"
+    assert inspect_flatbuffer(out).signatures[0]["inputs"] == ["image", "mask"]
 
 
 @pytest.mark.parametrize(

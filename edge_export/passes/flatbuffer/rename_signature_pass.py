@@ -22,7 +22,7 @@ def _decode(value: Any) -> str:
 def _renamed_tensor(name: str, old_key: str, old: str, new_key: str, new: str) -> str | None:
     """``<old_key>_<old>`` (optionally followed by ``_...`` or ``:...``) with the new key and name."""
     prefix = f"{old_key}_{old}"
-    if name == prefix or name.startswith(prefix + "_") or name.startswith(prefix + ":"):
+    if name == prefix or name.startswith((prefix + "_", prefix + ":")):
         return f"{new_key}_{new}{name[len(prefix):]}"
     return None
 
