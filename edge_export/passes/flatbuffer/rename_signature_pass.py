@@ -1,5 +1,6 @@
-"""Name a model's signature after the PyTorch model (``--input-names``, ``--output-names``,
-``--signature-key``; see ``io_names``).
+"""Name the signature's inputs, outputs and key after the PyTorch model (see ``io_names``).
+
+The names come from ``forward()`` or from ``--input-names``, ``--output-names`` and ``--signature-key``.
 
 litert-torch, given positional example inputs, names the signature's inputs ``args_0``...; this pass
 renames the SignatureDef's entries (what the runtime's signature runner and apps look tensors up by),
