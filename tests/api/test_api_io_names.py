@@ -49,6 +49,8 @@ def test_signature_is_named_after_the_model(tmp_path, run_cli, sources, kind, mo
     assert set(outputs) == {"logits", "embedding"}
     # the real names decide the kinds: no "judged as regression" default for either output
     assert outputs["embedding"]["kind"] == "embedding"
+    if mode == "int8":  # quantization's I/O table names what the written file names
+        assert [x["name"] for x in report["quantization"]["io"]] == ["pixel_values", "attention_mask", "logits", "embedding"]
 
 
 def test_overrides_name_the_signature(tmp_path, run_cli, sources):
