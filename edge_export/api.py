@@ -84,6 +84,10 @@ class ExportOptions:
     per_layer_plot: str | None = None  # PNG of SQNR per layer (needs matplotlib)
     strip_names: bool = False  # drop inner tensor names from the written flatbuffer
     keep_names: bool = False  # keep them where the target strips them by default (micro)
+    # signature names (see io_names.py): "a,b" or a sequence; empty: named after the model
+    input_names: Any = ()
+    output_names: Any = ()
+    signature_key: str = "serving_default"
     # quantization (int modes)
     calibration_data: str | None = None
     calibration_samples: int | None = None
@@ -128,6 +132,13 @@ class ExportOptions:
 
         object.__setattr__(self, "output_kinds", parse_output_kinds(self.output_kinds))
         object.__setattr__(self, "labels", parse_labels(self.labels))
+        from .io_names import check_names, check_signature_key
+
+        for field, option in (("input_names", "--input-names"), ("output_names", "--output-names")):
+            value = getattr(self, field)
+            value = [v.strip() for v in value.split(",")] if isinstance(value, str) and value.strip() else list(value or ())
+            object.__setattr__(self, field, check_names(value, option))
+        check_signature_key(self.signature_key)
         self.thresholds()  # a bad threshold fails now, not after minutes of tracing
         for option, values in (("--mean", self.mean), ("--std", self.std)):
             if values is not None and not all(math.isfinite(v) for v in values):
@@ -412,7 +423,7 @@ def _run_export(
     from .flatbuffer import read_flatbuffer
 
     with stages.run("load", "Loading the model"):
-        loaded, specs, example, reference_out = _load_with_inputs(model, options, example_inputs)
+        loaded, specs, example, reference_out, returned_keys = _load_with_inputs(model, options, example_inputs)
         module = loaded.module
 
     # The target's sections of the report, in the order of its hooks (see targets/base.py).
@@ -466,6 +477,13 @@ def _run_export(
             from .flatbuffer_packing import align_buffers
 
             fb = read_flatbuffer(align_buffers(model_bytes), origin="the converted model")
+        fb = _name_signature(fb, specs, returned_keys, options)
+        if quant_result is not None:  # its I/O table names what the written file names
+            from dataclasses import replace
+
+            from .quantization import describe_io
+
+            quant_result = replace(quant_result, model=fb, io=describe_io(fb))
     rewritten = target.rewrite_flatbuffer(fb)
     fb = rewritten.model
     target_report.update(rewritten.report)
@@ -639,8 +657,11 @@ def _write_run(report: RunReport, files: Sequence[tuple[Path, bytes]], options: 
     return result
 
 
-def _load_with_inputs(model: Any, options: ExportOptions, example_inputs: tuple | None) -> tuple[Any, list[InputSpec], tuple, list]:
-    """Load the model, settle its input specs and example, and run it once eagerly."""
+def _load_with_inputs(
+    model: Any, options: ExportOptions, example_inputs: tuple | None
+) -> tuple[Any, list[InputSpec], tuple, list, list[str | None]]:
+    """Load the model, settle its input specs (named) and example, and run it once eagerly: its
+    flattened outputs and the key each was returned under."""
     from .inputs import check_model_accepts
     from .loading import load_model
 
@@ -651,8 +672,43 @@ def _load_with_inputs(model: Any, options: ExportOptions, example_inputs: tuple 
         trust_pickle=options.trust_pickle,
     )
     specs, example = _resolve_inputs(loaded, options, example_inputs)
-    outputs = _flatten_outputs(check_model_accepts(loaded.module, example, specs))
-    return loaded, specs, example, outputs
+    returned = check_model_accepts(loaded.module, example, specs)
+    outputs = _flatten_outputs(returned)
+    specs = _named_specs(loaded, specs, options)
+    _check_output_names(options, len(outputs))
+    return loaded, specs, example, outputs, _output_keys(returned)
+
+
+def _named_specs(loaded: Any, specs: list[InputSpec], options: ExportOptions) -> list[InputSpec]:
+    """The specs named after --input-names or forward()'s parameters: every file a user hands in
+    (calibration archives) is keyed by the same names as the signature."""
+    from dataclasses import replace
+
+    from .io_names import check_count, forward_parameter_names, resolve_names
+
+    check_count(options.input_names, len(specs), "--input-names", "input")
+    from_model = list(loaded.input_names or ())[: len(specs)] or forward_parameter_names(loaded.module, len(specs))
+    names = resolve_names(options.input_names, from_model, [f"args_{i}" for i in range(len(specs))])
+    return [replace(spec, name=name) for spec, name in zip(specs, names)]
+
+
+def _check_output_names(options: ExportOptions, count: int) -> None:
+    from .io_names import check_count
+
+    check_count(options.output_names, count, "--output-names", "output")
+
+
+def _name_signature(fb: FlatbufferModel, specs: Sequence[InputSpec], returned_keys: Sequence[str | None], options: ExportOptions) -> FlatbufferModel:
+    """The converter's signature (``args_0``..., ``output_0``...) renamed after the model."""
+    from .io_names import resolve_names
+    from .passes.flatbuffer import rename_signature_pass, run_flatbuffer_passes
+
+    inputs = resolve_names((), [s.name for s in specs], fb.input_names)
+    outputs = resolve_names(options.output_names, returned_keys, fb.output_names)
+    rename = functools.partial(
+        rename_signature_pass, input_names=inputs, output_names=outputs, signature_key=options.signature_key
+    )
+    return run_flatbuffer_passes(fb, [rename], origin="the model with named inputs and outputs").model
 
 
 def _example_for_loading(options: ExportOptions, example_inputs: tuple | None) -> tuple | None:
@@ -791,6 +847,10 @@ def _validate(
             f"The flatbuffer has {len(names)} outputs but the PyTorch model returns {len(references[0])}.",
             "This can happen when outputs are constants or duplicates; run with --no-validate to export anyway.",
         )
+    order = _outputs_by_name(torch_names, names)
+    if order is not None:  # both sides name their outputs: pair by name, not by position
+        references = [[ref[i] for i in order] for ref in references]
+        torch_names = [torch_names[i] for i in order]
     kinds = _output_kinds(names, torch_names, [tuple(r.shape) for r in references[0]], options)
     unnamed = [n for n, d in zip(names, kinds) if d.source.value == "default"]
     notes = (
@@ -821,6 +881,15 @@ def _validate(
 
     differences = compare_runtimes(names, runs[0][0], runs[1][0], scales) if len(runs) == 2 else ()
     return results[0], RuntimeComparison(options.runtime, tuple(results), differences)
+
+
+def _outputs_by_name(torch_names: Sequence[str | None], names: Sequence[str]) -> list[int] | None:
+    """For each flatbuffer output (``names``), the index of the PyTorch output of the same name;
+    None (pair by position) unless every output on both sides is named and the names are the same."""
+    if len(torch_names) != len(names) or set(torch_names) != set(names) or len(set(names)) != len(names):
+        return None
+    index = {n: i for i, n in enumerate(torch_names)}
+    return [index[n] for n in names]
 
 
 def _output_keys(returned: Any) -> list[str | None]:
@@ -1009,7 +1078,7 @@ def _validate_flatbuffer(
                 dtypes = tuple("float32" if (t.quant or t.is_float) else t.dtype for t in fb.input_tensors)
                 options = replace(options, input_shapes=tuple(shapes), input_dtypes=dtypes)
         with stages.run("load", "Loading the reference model"):
-            loaded, specs, example, ref_out = _load_with_inputs(reference, options, example_inputs)
+            loaded, specs, example, ref_out, _ = _load_with_inputs(reference, options, example_inputs)
             module = loaded.module
         if len(specs) != len(fb.inputs):
             raise InputSpecError(

@@ -48,6 +48,9 @@ class LoadedModel:
     source: str
     example_inputs: tuple | None  # torch tensors, when the source carries them
     class_name: str
+    # forward()'s parameter names when the source records them apart from ``module`` (TorchScript:
+    # the converted graph renames ``x`` to ``x_1``); None: read them from ``module.forward``
+    input_names: tuple[str, ...] | None = None
 
 
 def is_module_reference(text: str) -> bool:
@@ -198,7 +201,16 @@ def _load_torchscript(path: Path, example_inputs: tuple | None) -> LoadedModel:
             "Check --input-shape against the model, or export the original nn.Module with "
             "torch.export.save and pass the .pt2 instead.",
         ) from exc
-    return LoadedModel(ep.module(), ModelKind.TORCHSCRIPT, str(path), None, scripted.original_name)
+    return LoadedModel(
+        ep.module(), ModelKind.TORCHSCRIPT, str(path), None, scripted.original_name, _torchscript_input_names(scripted)
+    )
+
+
+def _torchscript_input_names(scripted: Any) -> tuple[str, ...]:
+    """forward()'s parameter names from the TorchScript graph (its debug names carry a ``.N``
+    suffix when the tracer renamed them: ``pixel_values.1``), without ``self``."""
+    names = [value.debugName() for value in scripted.graph.inputs()][1:]
+    return tuple(re.sub(r"\.\d+$", "", name) for name in names)
 
 
 def _load_pickle(path: Path, trust_pickle: bool) -> LoadedModel:

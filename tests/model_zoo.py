@@ -9,7 +9,7 @@ from torch import nn
 
 from testing_models import SmallCNN, small_cnn
 
-__all__ = ["ComplexOp", "DataDependent", "SmallCNN", "TwoInputs", "TwoOutputs", "small_cnn"]
+__all__ = ["ComplexOp", "DataDependent", "NamedIO", "SmallCNN", "TwoInputs", "TwoOutputs", "small_cnn"]
 
 
 class TwoInputs(nn.Module):
@@ -36,6 +36,20 @@ class TwoOutputs(nn.Module):
     def forward(self, x: torch.Tensor):
         fmap = torch.relu(self.conv(x))
         return fmap, self.fc(fmap.mean(dim=(2, 3)))
+
+
+class NamedIO(nn.Module):
+    """Named inputs and a dict of named outputs, as a Hugging Face model has (issue 10's names)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.head = nn.Linear(8, 4)
+        self.project = nn.Linear(8, 6)
+
+    def forward(self, pixel_values: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+        hidden = torch.relu(pixel_values + attention_mask)
+        return {"logits": self.head(hidden), "embedding": self.project(hidden)}
 
 
 class DataDependent(nn.Module):

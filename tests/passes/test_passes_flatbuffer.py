@@ -14,6 +14,7 @@ from edge_export.flatbuffer import read_flatbuffer
 from edge_export.flatbuffer_packing import align_buffers, misaligned_buffers, pack_model, read_model
 from edge_export.passes.flatbuffer import pipeline as pipeline_module
 from edge_export.passes.flatbuffer import (
+    rename_signature_pass,
     reorder_operators_for_edgetpu_pass,
     run_flatbuffer_passes,
     set_io_dtype_pass,
@@ -87,6 +88,28 @@ def test_restore_tensor_names_pass_undoes_strip_from_the_map(converted, tmp_path
     assert [t.name for t in model.subgraphs[0].tensors] == [t.name for t in named.mutable().subgraphs[0].tensors]
     with pytest.raises(UsageError, match="tensor 99999"):
         restore_tensor_names_pass(stripped.mutable(), ({99999: "x"},))
+# ---- rename_signature_pass -----------------------------------------------------------------------
+
+
+def test_rename_signature_pass_renames_the_signature_and_its_io_tensors_only(converted):
+    model = read_model(converted.int8)
+    rename = partial(rename_signature_pass, input_names=("image",), output_names=("scores",), signature_key="run")
+    assert rename(model) is True
+    assert rename(model) is False  # already named so
+    renamed = run_flatbuffer_passes(converted.int8, [rename]).model_bytes
+    before, after = read_flatbuffer(converted.int8), read_flatbuffer(renamed)
+    assert before.input_names == ("args_0",) and after.input_names == ("image",)
+    assert after.output_names == ("scores",)
+    assert after.signatures[0]["key"] == "run"
+    assert [t.name for t in after.input_tensors] == ["run_image"]
+    # inner tensors keep their names (provenance reads them), and the model computes the same
+    inner = [i for i in range(len(before.tensors)) if i not in (*before.inputs, *before.outputs)]
+    assert [after.tensors[i].name for i in inner] == [before.tensors[i].name for i in inner]
+    for a, b in zip(_outputs(renamed, converted.example), _outputs(converted.int8, converted.example)):
+        np.testing.assert_array_equal(a, b)
+    from ai_edge_litert.interpreter import Interpreter
+
+    assert Interpreter(model_content=renamed).get_signature_list() == {"run": {"inputs": ["image"], "outputs": ["scores"]}}
 
 
 # ---- set_io_dtype_pass --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ its preconditions, changes the model and returns whether it changed anything;
 from __future__ import annotations
 
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
+from .rename_signature_pass import rename_signature_pass
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
 from .restore_tensor_names_pass import restore_tensor_names_pass
 from .set_io_dtype_pass import set_io_dtype_pass
@@ -19,6 +20,7 @@ __all__ = [
     "FlatbufferPass",
     "PassPipelineResult",
     "pass_name",
+    "rename_signature_pass",
     "reorder_operators_for_edgetpu_pass",
     "restore_tensor_names_pass",
     "run_flatbuffer_passes",
