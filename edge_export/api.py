@@ -134,10 +134,10 @@ class ExportOptions:
         object.__setattr__(self, "labels", parse_labels(self.labels))
         from .io_names import check_names, check_signature_key
 
-        for field, option in (("input_names", "--input-names"), ("output_names", "--output-names")):
-            value = getattr(self, field)
+        for attr, option in (("input_names", "--input-names"), ("output_names", "--output-names")):
+            value = getattr(self, attr)
             value = [v.strip() for v in value.split(",")] if isinstance(value, str) and value.strip() else list(value or ())
-            object.__setattr__(self, field, check_names(value, option))
+            object.__setattr__(self, attr, check_names(value, option))
         check_signature_key(self.signature_key)
         self.thresholds()  # a bad threshold fails now, not after minutes of tracing
         for option, values in (("--mean", self.mean), ("--std", self.std)):

@@ -41,7 +41,7 @@ def test_compiled_model_runner_is_a_runner_and_matches_the_interpreter(tmp_path)
     compiled = CompiledModelRunner(model)
     assert isinstance(compiled, Runner)
     interpreter = TFLiteRunner(model)
-    assert [t.name for t in compiled.inputs] == [t.name for t in interpreter.inputs] == ["args_0"]
+    assert [t.name for t in compiled.inputs] == [t.name for t in interpreter.inputs] == ["x"]
     x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
     np.testing.assert_allclose(compiled.run([x])[0], interpreter.run([x])[0], rtol=1e-5, atol=1e-6)
 
