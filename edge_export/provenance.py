@@ -27,6 +27,7 @@ from typing import Any
 __all__ = [
     "ModuleRef",
     "clean_module_path",
+    "describe_location",
     "node_module",
     "node_user_source",
     "scope_levels",
@@ -143,3 +144,16 @@ def node_user_source(node: Any) -> str | None:
     frames = _FRAME.findall(getattr(node, "meta", {}).get("stack_trace") or "")
     user = [(f, n) for f, n in frames if "site-packages" not in f and "/torch/" not in f]
     return f"{user[-1][0]}:{user[-1][1]}" if user else None
+
+
+def describe_location(module_path: str | None, module_type: str | None, source: str | None) -> str:
+    """`` in module 'path' (Type), at file.py:LINE``: where an operator came from, for the messages
+    of every target's first unsupported operator ("" when the name named no module)."""
+    if module_path is None:
+        return ""
+    where = f" in module '{module_path or '<root>'}'"
+    if module_type:
+        where += f" ({module_type})"
+    if source:
+        where += f", at {source}"
+    return where

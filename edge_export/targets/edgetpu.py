@@ -149,13 +149,9 @@ class UnmappedOp:
     ops_before: int  # operators that precede it (the share the TPU gets)
 
     def describe(self) -> str:
-        where = ""
-        if self.module_path is not None:
-            where = f" in module '{self.module_path or '<root>'}'"
-            if self.module_type:
-                where += f" ({self.module_type})"
-            if self.source:
-                where += f", at {self.source}"
+        from ..provenance import describe_location
+
+        where = describe_location(self.module_path, self.module_type, self.source)
         return f"operator #{self.index} {self.opcode}{where}: {self.reason}"
 
 
