@@ -503,16 +503,13 @@ def _run_export(
         )
 
     named_size = fb.size_bytes
-    named_fb = fb  # what the checks ran on; a target's written_artifacts and check_written read its names
+    named_fb = fb  # what the checks ran on; the target's finish reads its names
     if options.strip_names:
         # After every check: parity, per-layer rows and module paths need the names, and the
         # stripped model computes exactly the same (the runtimes never read inner tensor names).
         from .passes.flatbuffer import run_flatbuffer_passes, strip_tensor_names_pass
 
         fb = run_flatbuffer_passes(fb, [strip_tensor_names_pass], origin="the model without tensor names").model
-    target_artifacts = (*checked.artifacts, *target.written_artifacts(named_fb, fb, options, tflite_path))
-    # Checks on the file as written (its final size), e.g. flash and RAM budgets.
-    target_report.update(target.check_written(fb, named_fb, checked, options))
     export_section = ExportSection(
         quantize=options.quantize.value,
         target=target.name,
@@ -531,7 +528,7 @@ def _run_export(
         target=TargetSection.from_hooks(target_report) if target.reports_target else None,
         artifacts=ArtifactsSection(
             str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None,
-            {a.key: str(a.path) for a in target_artifacts},
+            {a.key: str(a.path) for a in checked.artifacts},
         ),
         flatbuffer=_flatbuffer_section(fb),
         stages=tuple(stages.times),
@@ -542,13 +539,19 @@ def _run_export(
     report = _with_baseline(report, options.baseline)
     from .targets.base import FinishedRun
 
-    finished = target.finish(FinishedRun(fb, report, checked, options, tflite_path))
-    if finished:
+    # The target's last word, on the file as written: e.g. budgets on its final size, the micro
+    # target's tensor-name map and C bundle.
+    run = FinishedRun(fb, named_fb, report, checked, options, tflite_path)
+    finished = target.finish(run)
+    if finished.report:
+        report = run.report_with(finished.report)
+    if finished.artifacts:
         from dataclasses import replace
 
-        listed = {**report.artifacts.extra, **{a.key: str(a.path) for a in finished}}
+        listed = {**report.artifacts.extra, **{a.key: str(a.path) for a in finished.artifacts}}
         report = replace(report, artifacts=replace(report.artifacts, extra=listed))
-    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in (*target_artifacts, *finished)]
+    target_artifacts = (*checked.artifacts, *finished.artifacts)
+    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in target_artifacts]
     return _write_run(report, files, options, stages)
 
 

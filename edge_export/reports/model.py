@@ -235,6 +235,11 @@ class TargetSection:
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         return cls(**{k: v for k, v in sections.items() if k in known}, extra={k: v for k, v in sections.items() if k not in known})
 
+    def as_hooks(self) -> dict[str, Any]:
+        """The inverse of ``from_hooks``: the entries this section was built from."""
+        entries = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**{k: v for k, v in entries.items() if v is not None}, **self.extra}
+
     @property
     def failed_budgets(self) -> tuple[str, ...]:
         """The budgets exceeded ("flash", "ram"): any fails the verdict."""

@@ -8,11 +8,10 @@ A target is one object (a ``TargetPlugin``) that ``edge_export.api`` asks, in th
     rewrite_flatbuffer  flatbuffer passes after conversion (``RewrittenFlatbuffer``)
     check            its checks on the converted model, the artifacts it adds and the runner
                      parity uses (``TargetCheck``)
-    finish           artifacts made from the model as written and the finished report
-                     (``FinishedRun``; e.g. the micro target's C bundle)
     parity_runner    the ``Runner`` parity runs through (default: the LiteRT interpreter)
-    written_artifacts  files derived from the model as written (after --strip-names)
-    check_written    checks on the file as written (after --strip-names), e.g. flash and RAM budgets
+    finish           after parity and --strip-names, on the model as written (``FinishedRun``):
+                     report entries and artifacts made from it (``FinishedTarget``; e.g. the
+                     micro target's tensor-name map, flash/RAM budgets and C bundle)
 
 Every hook has a do-nothing default, so a target implements only what it changes. Targets register
 themselves with ``register_target`` when their module is imported; ``get_target`` imports every
@@ -127,13 +126,34 @@ class TargetCheck:
 @dataclass(frozen=True)
 class FinishedRun:
     """What ``finish`` may read: the model exactly as the run writes it (after --strip-names), the
-    report (verdict, parity), and what the target's own check returned."""
+    same model with its tensor names (what provenance reads; the same object without
+    --strip-names), the report so far (verdict, parity; the target section without ``finish``'s
+    entries), and what the target's own check returned."""
 
     model: FlatbufferModel
+    named_model: FlatbufferModel
     report: RunReport
     checked: TargetCheck
     options: ExportOptions
     tflite_path: Path
+
+    def report_with(self, entries: Mapping[str, Any]) -> RunReport:
+        """The report as it will be written once ``entries`` join its target section (e.g. for a
+        headline that must count a budget ``finish`` found exceeded)."""
+        from ..reports.model import TargetSection
+
+        current = self.report.target
+        merged = {**(current.as_hooks() if current is not None else {}), **entries}
+        return replace(self.report, target=TargetSection.from_hooks(merged))
+
+
+@dataclass(frozen=True)
+class FinishedTarget:
+    """What ``finish`` adds: entries of the report's target section and files written atomically
+    with the rest (their paths listed by ``output_paths``)."""
+
+    report: Mapping[str, Any] = field(default_factory=dict)
+    artifacts: tuple[TargetArtifact, ...] = ()
 
 
 def litert_runner(model: FlatbufferModel) -> Runner:
@@ -178,30 +198,15 @@ class TargetPlugin:
     def check(self, context: TargetContext) -> TargetCheck:
         return TargetCheck()
 
-    def check_written(
-        self, model: FlatbufferModel, named_model: FlatbufferModel, checked: TargetCheck, options: ExportOptions
-    ) -> Mapping[str, Any]:
-        """Entries of the report's target section from the model as written (``model``, its size
-        final) and before names were stripped (``named_model``, same tensor indices, the names
-        provenance reads): budgets (``targets/budgets.py``). Runs after parity."""
-        return {}
-
-    def finish(self, run: FinishedRun) -> tuple[TargetArtifact, ...]:
-        """Artifacts that need the written model or the report (listed by ``output_paths`` too);
-        written atomically with the rest."""
-        return ()
+    def finish(self, run: FinishedRun) -> FinishedTarget:
+        """Report entries and artifacts from the model as written: runs after parity and
+        --strip-names, once, with the report so far."""
+        return FinishedTarget()
 
     def parity_runner(self, model: FlatbufferModel, checked: TargetCheck) -> Runner:
         if checked.runner is not None:
             return checked.runner()
         return litert_runner(model)
-
-    def written_artifacts(
-        self, named: FlatbufferModel, written: FlatbufferModel, options: ExportOptions, tflite_path: Path
-    ) -> tuple[TargetArtifact, ...]:
-        """Files derived from the model as written, after ``--strip-names`` (``named`` is the same
-        model before it): micro's tensor-name map. Their paths must be in ``output_paths``."""
-        return ()
 
 
 def imply_full_integer_int8(options: ExportOptions, name: str) -> tuple[ExportOptions, list[str]]:

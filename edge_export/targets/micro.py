@@ -35,6 +35,7 @@ from ..runtime import IOTensor, from_model_outputs, to_model_inputs
 from .budgets import BUDGET_OPTIONS
 from .base import (
     FinishedRun,
+    FinishedTarget,
     TargetArtifact,
     TargetCheck,
     TargetContext,
@@ -595,15 +596,6 @@ class MicroTarget(TargetPlugin):
             paths += [(label, p) for p in bundle_paths(folder, name)]
         return paths
 
-    def written_artifacts(
-        self, named: FlatbufferModel, written: FlatbufferModel, options: ExportOptions, tflite_path: Path
-    ) -> tuple[TargetArtifact, ...]:
-        if not options.strip_names:
-            return ()
-        from ..tensor_names import build_tensor_name_map, tensor_names_path
-
-        return (TargetArtifact("tensor_names", tensor_names_path(tflite_path), build_tensor_name_map(named, written)),)
-
     def check(self, context: TargetContext) -> TargetCheck:
         from ..errors import ConversionError
 
@@ -656,36 +648,23 @@ class MicroTarget(TargetPlugin):
             runner_label="the TFLite Micro interpreter",
         )
 
-    def check_written(self, model: FlatbufferModel, named_model: FlatbufferModel, checked: TargetCheck, options: ExportOptions) -> Mapping:
-        """Flash (the written .tflite) and RAM (the arena TFLM measured) against --max-flash/--max-ram."""
-        from .budgets import check_budgets, largest_activations, largest_constants
+    def finish(self, run: FinishedRun) -> FinishedTarget:
+        """On the model as written (after --strip-names): the tensor-name map of a stripped model,
+        flash (the written .tflite) and RAM (the arena TFLM measured) against --max-flash/--max-ram,
+        and the firmware bundle, whose comments carry the report's headline and whose test vectors'
+        expected outputs come from the host interpreter running that model."""
+        artifacts: tuple[TargetArtifact, ...] = ()
+        if run.options.strip_names:
+            from ..tensor_names import build_tensor_name_map, tensor_names_path
 
-        micro = checked.report.get("micro")
-        arena = micro.report.arena_bytes if micro is not None else None
-        budgets = check_budgets(
-            flash_bytes=model.size_bytes,
-            ram_bytes=arena,
-            max_flash=options.max_flash,
-            max_ram=options.max_ram,
-            flash_consumers=largest_constants(named_model),
-            ram_consumers=largest_activations(named_model),
-            ram_measured="tensor arena (measured by the TFLite Micro host interpreter)",
-            ram_note=(
-                "The arena also holds TFLite Micro's own structures and kernel scratch, planned by TFLM with "
-                "tensors sharing memory when their lifetimes do not overlap: these are the largest activations, "
-                "not an exact breakdown."
-            ),
-        )
-        return {"budgets": budgets}
-
-    def finish(self, run: FinishedRun) -> tuple[TargetArtifact, ...]:
-        """The firmware bundle, from the model exactly as written (after --strip-names) and the
-        report's headline; the test vectors' expected outputs come from the host interpreter
-        running that model."""
+            artifacts += (
+                TargetArtifact("tensor_names", tensor_names_path(run.tflite_path), build_tensor_name_map(run.named_model, run.model)),
+            )
+        entries = {"budgets": self._budgets(run)}
         section = run.checked.report.get("micro")
         bundle = getattr(section, "c_bundle", None)
         if bundle is None:
-            return ()
+            return FinishedTarget(entries, artifacts)
         from .. import __version__
         from ..isolation import run_isolated
         from . import micro_bundle as cb
@@ -697,7 +676,7 @@ class MicroTarget(TargetPlugin):
             backend="the TFLite Micro interpreter",
         )
         name, folder = bundle.name, Path(bundle.folder)
-        headline = _report_headline(run.report)
+        headline = _report_headline(run.report_with(entries))
         model_h, model_cc = cb.render_model_data(
             name, model.data, source=run.tflite_path.name, headline=headline,
             arena_measured=bundle.arena_measured_bytes, arena_size=bundle.arena_size, tool_version=__version__,
@@ -709,7 +688,30 @@ class MicroTarget(TargetPlugin):
         texts = (model_h, model_cc, resolver, test_h, test_cc, test_main)
         keys = ("c_model_data_h", "c_model_data_cc", "c_op_resolver_h", "c_test_data_h", "c_test_data_cc", "c_test_cc")
         paths = cb.bundle_paths(folder, name)
-        return tuple(TargetArtifact(key, path, text.encode()) for key, path, text in zip(keys, paths, texts))
+        artifacts += tuple(TargetArtifact(key, path, text.encode()) for key, path, text in zip(keys, paths, texts))
+        return FinishedTarget(entries, artifacts)
+
+    @staticmethod
+    def _budgets(run: FinishedRun):
+        """Flash (the written .tflite) and RAM (the arena TFLM measured) against --max-flash/--max-ram."""
+        from .budgets import check_budgets, largest_activations, largest_constants
+
+        micro = run.checked.report.get("micro")
+        arena = micro.report.arena_bytes if micro is not None else None
+        return check_budgets(
+            flash_bytes=run.model.size_bytes,
+            ram_bytes=arena,
+            max_flash=run.options.max_flash,
+            max_ram=run.options.max_ram,
+            flash_consumers=largest_constants(run.named_model),
+            ram_consumers=largest_activations(run.named_model),
+            ram_measured="tensor arena (measured by the TFLite Micro host interpreter)",
+            ram_note=(
+                "The arena also holds TFLite Micro's own structures and kernel scratch, planned by TFLM with "
+                "tensors sharing memory when their lifetimes do not overlap: these are the largest activations, "
+                "not an exact breakdown."
+            ),
+        )
 
 
 def make_test_vectors(model: FlatbufferModel, arena_bytes: int, count: int, seed: int):

@@ -14,6 +14,7 @@ from model_zoo import SmallCNN
 from edge_export.config import QuantizeMode
 from edge_export.errors import UsageError
 from edge_export.targets.base import (
+    FinishedTarget,
     PreparedModule,
     RewrittenFlatbuffer,
     Runner,
@@ -63,7 +64,7 @@ class ThrowawayTarget(TargetPlugin):
         return options, []
 
     def output_paths(self, options, tflite_path):
-        return [("the operator list", tflite_path.with_suffix(".ops.json"))]
+        return [("the operator list", tflite_path.with_suffix(".ops.json")), ("the size note", tflite_path.with_suffix(".size.txt"))]
 
     def prepare_module(self, module, example):
         self.hooks.append("prepare_module")
@@ -82,6 +83,14 @@ class ThrowawayTarget(TargetPlugin):
             return CountingRunner(context.model, context.tflite_path.with_name("runner.log"))
 
         return TargetCheck({"throwaway": {"ops": ops}}, (artifact,), runner=make_runner)
+
+    def finish(self, run):
+        # One hook on the file as written: it sees the verdict so far and adds an entry and a file.
+        self.hooks.append("finish")
+        note = f"{run.model.size_bytes} bytes, verdict {run.report.verdict}"
+        entries = {"written": {"size_bytes": run.model.size_bytes}}
+        assert run.report_with(entries).target.extra["written"] == entries["written"]
+        return FinishedTarget(entries, (TargetArtifact("size_note", run.tflite_path.with_suffix(".size.txt"), note.encode()),))
 
 
 @pytest.fixture
@@ -102,7 +111,7 @@ def test_a_target_registered_outside_api_is_used_by_export(tmp_path, throwaway_t
     assert report["export"]["quantize"] == "fp16" and report["export"]["target"] == "throwaway"
     assert report["target"]["implied"] == ["--target throwaway implies --quantize fp16"]
     # every hook ran, in the chain's order, and its sections reached the report
-    assert throwaway_target.hooks == ["prepare_module", "rewrite_flatbuffer", "check"]
+    assert throwaway_target.hooks == ["prepare_module", "rewrite_flatbuffer", "check", "finish"]
     assert report["target"]["prepared"] == "SmallCNN" and report["target"]["rewritten"] is False
     assert "CONV_2D" in report["target"]["throwaway"]["ops"]
     assert any(s["name"] == "target" for s in report["stages"])
@@ -112,6 +121,11 @@ def test_a_target_registered_outside_api_is_used_by_export(tmp_path, throwaway_t
     ops_file = tmp_path / "m.ops.json"
     assert json.loads(ops_file.read_text()) == report["target"]["throwaway"]["ops"]
     assert report["artifacts"]["operator_list"] == str(ops_file)
+    # finish: its entry joined the target section, its file was written from the model as written
+    written = tmp_path / "m.tflite"
+    assert report["target"]["written"] == {"size_bytes": written.stat().st_size}
+    assert (tmp_path / "m.size.txt").read_text() == f"{written.stat().st_size} bytes, verdict passed"
+    assert report["artifacts"]["size_note"] == str(tmp_path / "m.size.txt")
 
 
 def test_a_registered_target_refuses_what_it_refuses_and_other_targets_options(throwaway_target):
