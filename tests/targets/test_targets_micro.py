@@ -140,3 +140,26 @@ def test_float_model_fails_the_micro_rules(cnn_models):
     assert report.unsupported_ops == ()
     assert not report.integer_io and not report.fully_integer
     assert len(report.problems) == 2 and "int8" in report.problems[0]
+
+
+def test_arena_search_survives_tflm_crashing_just_below_the_minimum(tmp_path):
+    """Regression: on this Linear-ReLU-Linear model TFLM segfaults (rather than failing) for arena
+    sizes up to 16 bytes below the smallest that allocates, and the arena search probed one: every
+    --target micro export of it ended in exit 3. Probes now run in a forked child."""
+    import torch
+
+    import edge_export
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+    result = edge_export.export(
+        mlp, example_inputs=(torch.randn(1, 16),), output=tmp_path / "mlp.tflite", target="micro",
+        samples=3, calibration_samples=16, no_emit_c=True,
+    )
+    assert result.exit_code == 0, result.report
+    arena = result.report["target"]["micro"]["arena_bytes"]
+    # The figure found is the smallest that allocates: a fresh interpreter takes it, and a smaller one (below the crash window) is refused.
+    data = (tmp_path / "mlp.tflite").read_bytes()
+    assert MicroRunner(data, arena_size=arena).arena_bytes == arena
+    with pytest.raises(RuntimeRunError):
+        MicroRunner(data, arena_size=arena - 64)
