@@ -539,7 +539,10 @@ def _run_export(
 
             size_before = fb.size_bytes
             fb = attach_metadata(fb, model_metadata)
-            metadata_section = replace(model_metadata.section, added_bytes=fb.size_bytes - size_before)
+            from .model_metadata import model_has_metadata
+
+            carriers = (str(tflite_path), *(str(a.path) for a in target_artifacts if a.path.suffix == ".tflite" and model_has_metadata(a.data)))
+            metadata_section = replace(model_metadata.section, added_bytes=fb.size_bytes - size_before, written_to=carriers)
     export_section = ExportSection(
         quantize=options.quantize.value,
         target=target.name,

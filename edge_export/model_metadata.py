@@ -55,6 +55,7 @@ __all__ = [
     "build_model_metadata",
     "check_metadata_options",
     "metadata_requested",
+    "model_has_metadata",
     "read_model_metadata",
 ]
 
@@ -376,6 +377,11 @@ def read_model_metadata(model: FlatbufferModel) -> MetadataSection | None:
         metadata_bytes=len(raw),
         notes=tuple(f"the metadata names the associated file {n}, which the file does not hold" for n in missing),
     )
+
+
+def model_has_metadata(data: bytes) -> bool:
+    """Whether the flatbuffer ``data`` has a ``TFLITE_METADATA`` buffer (no MediaPipe needed)."""
+    return _metadata_buffer(bytes(data)) is not None
 
 
 def _metadata_buffer(data: bytes) -> bytes | None:

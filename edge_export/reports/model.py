@@ -295,6 +295,7 @@ class MetadataSection:
     associated_files: tuple[AssociatedFile, ...]
     metadata_bytes: int  # the metadata flatbuffer's own size
     added_bytes: int | None = None  # what the .tflite grew by (metadata buffer, padding, zip); None when read back
+    written_to: tuple[str, ...] = ()  # the .tflite files that carry it (the Edge TPU compiled model too)
     notes: tuple[str, ...] = ()
 
 
