@@ -57,6 +57,7 @@ __all__ = [
     "metadata_requested",
     "model_has_metadata",
     "read_model_metadata",
+    "read_model_metadata_bundle",
 ]
 
 INSTALL_COMMAND = "pip install 'edge-export[metadata]'"
@@ -377,6 +378,20 @@ def read_model_metadata(model: FlatbufferModel) -> MetadataSection | None:
         metadata_bytes=len(raw),
         notes=tuple(f"the metadata names the associated file {n}, which the file does not hold" for n in missing),
     )
+
+
+def read_model_metadata_bundle(model: FlatbufferModel) -> ModelMetadata | None:
+    """The metadata of ``model`` as ``attach_metadata`` takes it (the buffer as stored, the
+    associated files' bytes): to copy metadata onto another model of the same inputs and outputs."""
+    raw = _metadata_buffer(model.data)
+    section = read_model_metadata(model)
+    if raw is None or section is None:
+        return None
+    files: tuple[tuple[str, bytes], ...] = ()
+    if section.associated_files:  # read_model_metadata listed only files the zip holds
+        with zipfile.ZipFile(io.BytesIO(model.data)) as archive:
+            files = tuple((f.name, archive.read(f.name)) for f in section.associated_files)
+    return ModelMetadata(raw, files, section)
 
 
 def model_has_metadata(data: bytes) -> bool:
