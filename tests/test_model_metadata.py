@@ -10,6 +10,7 @@ with the normalization and labels it finds in the file.
 from __future__ import annotations
 
 import hashlib
+import os
 import io
 import zipfile
 from pathlib import Path
@@ -302,3 +303,46 @@ def test_cli_bad_metadata_option_is_one_paragraph_exit_2(tmp_path, cnn_source):
     assert cli.exit_code == 2, cli.stderr
     assert "--std has 2 values" in cli.stderr and "Traceback" not in cli.stderr
     assert list(out.iterdir()) == []
+
+
+@pytest.mark.slow  # two int8 exports: about 20 s here under load
+def test_edgetpu_export_reattaches_metadata_to_the_compiled_model(tmp_path, cnn_source, monkeypatch):
+    """With a compiler (a stand-in at the process boundary: it copies the model it is given, which
+    carries no metadata yet) the compiled model gets the metadata back; without one, the .tflite
+    alone carries it and the report says the model was not compiled."""
+    from cli_harness import FAKE_COMPILER_PROLOGUE, write_fake_compiler
+
+    from edge_export.model_metadata import model_has_metadata
+
+    labels = tmp_path / "labels.txt"
+    labels.write_bytes(LABELS.encode("utf-8"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_fake_compiler(bin_dir, FAKE_COMPILER_PROLOGUE + 'echo "Model compiled successfully in 1 ms."\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    result = edge_export.export(
+        cnn_source, output=tmp_path / "tpu.tflite", target="edgetpu", quant_backend="flatbuffer", labels=str(labels),
+        mean=(0.5,), std=(0.25,), model_name="tpu", validate=False,
+    )
+    compiled = tmp_path / "tpu_edgetpu.tflite"
+    assert result.run_report.target.compiler.result.compiled
+    assert result.report["metadata"]["written_to"] == [str(result.tflite_path), str(compiled)]
+    for path in (result.tflite_path, compiled):
+        data = path.read_bytes()
+        assert model_has_metadata(data) and misaligned_buffers(data) == []
+        assert _raw_metadata(data).name == b"tpu"
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            assert archive.read("labels.txt") == labels.read_bytes()
+    # uint8 I/O (the Edge TPU's): the input metadata records the uint8 range, not float bounds.
+    image = _raw_metadata(compiled.read_bytes()).subgraphMetadata[0].inputTensorMetadata[0]
+    assert (list(image.stats.min), list(image.stats.max)) == ([0.0], [255.0])
+
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    absent = edge_export.export(
+        cnn_source, output=tmp_path / "no_compiler.tflite", target="edgetpu", quant_backend="flatbuffer",
+        labels=str(labels), validate=False,
+    )
+    assert not absent.run_report.target.compiler.result.compiled
+    assert "not on PATH" in absent.run_report.target.compiler.result.reason
+    assert absent.report["metadata"]["written_to"] == [str(absent.tflite_path)]
+    assert not (tmp_path / "no_compiler_edgetpu.tflite").exists()
