@@ -93,6 +93,7 @@ class ExportOptions:
     model_version: str | None = None
     description: str | None = None
     author: str | None = None
+    write_metadata: bool = True  # False (--no-metadata): --labels, --mean/--std keep only their checking roles
     # quantization (int modes)
     calibration_data: str | None = None
     calibration_samples: int | None = None

@@ -93,10 +93,11 @@ class ModelMetadata:
 
 
 def metadata_requested(options: Any) -> bool:
-    """Whether the run writes model metadata (any of the six options given)."""
-    return bool(options.labels or options.mean is not None or options.std is not None) or any(
+    """Whether the run writes model metadata (any of the six options given, and no --no-metadata)."""
+    given = bool(options.labels or options.mean is not None or options.std is not None) or any(
         getattr(options, field) for field, _ in DESCRIBING_OPTIONS
     )
+    return given and options.write_metadata
 
 
 def _metadata_modules() -> tuple[Any, Any, Any]:
@@ -109,7 +110,8 @@ def _metadata_modules() -> tuple[Any, Any, Any]:
         raise UsageError(
             "Writing TFLite model metadata (--labels, --mean/--std, --model-name, --model-version, "
             f"--description, --author) needs MediaPipe's metadata writers, which are not installed ({exc}).",
-            f"Install them with {INSTALL_COMMAND}, or drop the metadata options.",
+            f"Install them with {INSTALL_COMMAND}, or pass --no-metadata to use --labels, --mean and --std "
+            "only for parity and calibration.",
         ) from exc
     return metadata_info, metadata_fb, schema_fb
 
@@ -133,6 +135,13 @@ def check_metadata_options(options: Any, specs: Sequence[InputSpec], carries_met
     """Refuse metadata options the run cannot write (exit 2) before any conversion: the extra is
     missing, the target keeps no metadata, ``--mean``/``--std`` do not fit the image input. Returns
     the image input ``--mean``/``--std`` describe (None without them)."""
+    described = [flag for field, flag in DESCRIBING_OPTIONS if getattr(options, field)]
+    if described and not options.write_metadata:
+        raise UsageError(
+            f"{', '.join(described)} and --no-metadata contradict each other: "
+            f"{'it is' if len(described) == 1 else 'they are'} only written as model metadata.",
+            f"Drop --no-metadata, or drop {', '.join(described)}.",
+        )
     if not metadata_requested(options):
         return None
     if not carries_metadata:

@@ -347,3 +347,15 @@ def test_edgetpu_export_reattaches_metadata_to_the_compiled_model(tmp_path, cnn_
     assert "not on PATH" in absent.run_report.target.compiler.result.reason
     assert absent.report["metadata"]["written_to"] == [str(absent.tflite_path)]
     assert not (tmp_path / "no_compiler_edgetpu.tflite").exists()
+
+
+def test_no_metadata_keeps_labels_for_parity_only(tmp_path, cnn_source):
+    from edge_export.model_metadata import model_has_metadata
+
+    labels = tmp_path / "labels.txt"
+    labels.write_bytes(LABELS.encode("utf-8"))
+    result = edge_export.export(cnn_source, output=tmp_path / "m.tflite", labels=str(labels), samples=2, write_metadata=False)
+    assert result.exit_code == 0
+    assert not model_has_metadata(result.tflite_path.read_bytes()) and "metadata" not in result.report
+    assert result.report["validation"]["outputs"][0]["kind_source"] == "labels"
+    _refused(tmp_path, cnn_source, "--model-name and --no-metadata contradict", model_name="x", write_metadata=False)
