@@ -415,3 +415,18 @@ def test_markdown_metadata_section_on_a_hand_built_report():
     assert "- **note:** a \\| note" in section
     assert "## Model metadata" not in render_markdown(full_report())
     assert to_json_value(dataclasses.replace(full_report(), metadata=metadata))["metadata"]["written_to"][1] == "out/cnn_edgetpu.tflite"
+
+
+def test_summary_metadata_line_is_printed_literally():
+    from edge_export.reports.model import MetadataSection, MetadataTensor
+
+    metadata = MetadataSection(
+        name="[bold]Digits", version="2", description=None, author=None, min_parser_version="1.0.0",
+        inputs=(MetadataTensor("x", "image", (127.5,), (127.5,), "RGB"),),
+        outputs=(MetadataTensor("logits", "classification", labels_file="labels.txt", labels_count=10),),
+        associated_files=(), metadata_bytes=600, added_bytes=880, notes=("NCHW input",),
+    )
+    out, _ = _summary(dataclasses.replace(full_report(), metadata=metadata))
+    assert "  metadata: [bold]Digits 2; x normalized by mean 127.5; logits labelled by labels.txt (10) (+880 bytes)" in out.splitlines()
+    assert "    note: NCHW input" in out.splitlines()
+    assert "metadata:" not in _summary(full_report())[0]
