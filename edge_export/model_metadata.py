@@ -116,7 +116,7 @@ def _metadata_modules() -> tuple[Any, Any, Any]:
     return metadata_info, metadata_fb, schema_fb
 
 
-def _image_input(specs: Sequence[InputSpec], layout: str, channels_last: bool) -> ImageInput:
+def _image_input(specs: Sequence[InputSpec], layout: str) -> ImageInput:
     images = [i for i, s in enumerate(specs) if len(s.shape) == 4]
     if len(images) != 1:
         what = "no 4-D (image) input" if not images else f"{len(images)} 4-D inputs"
@@ -157,7 +157,7 @@ def check_metadata_options(options: Any, specs: Sequence[InputSpec], carries_met
     _metadata_modules()
     if options.mean is None and options.std is None:
         return None
-    image = _image_input(specs, options.image_layout, options.channels_last)
+    image = _image_input(specs, options.image_layout)
     for flag, values in (("--mean", options.mean), ("--std", options.std)):
         if values is not None and len(values) not in (1, image.channels):
             raise UsageError(
@@ -242,9 +242,10 @@ def build_model_metadata(
                 label_files=[metadata_info.LabelFileMd(file_name)],
                 tensor_type=tensor_type(tensor.dtype),
             )
-            # The writer records a 0..1 range for float scores (probabilities); a logits output is
-            # not in it, and the export cannot tell which one the model returns: no range.
-            md.min_values = md.max_values = None
+            if tensor.dtype == "float32":
+                # The writer records a 0..1 range for float scores (probabilities); a logits output
+                # is not in it, and the export cannot tell which one the model returns: no range.
+                md.min_values = md.max_values = None
             output_md.append(md)
             files.append((file_name, data))
             associated.append(AssociatedFile(
