@@ -27,8 +27,6 @@ from edge_export.flatbuffer import read_flatbuffer
 from edge_export.flatbuffer_packing import misaligned_buffers
 from edge_export.runtime import TFLiteRunner
 
-pytest.importorskip("mediapipe.tasks.metadata.metadata_schema_py_generated", reason="the metadata extra is part of [dev]")
-
 # Byte-for-byte: a unicode label, a label with markup, Windows line ends and a final newline.
 LABELS = "zero\r\none ☃\r\n[bold]two[/bold]\r\n" + "".join(f"class {i}\r\n" for i in range(3, 10))
 MODEL_NAME = "Digits [red]CNN[/red] <b>"  # rich markup and HTML: shown literally by inspect and the Markdown
