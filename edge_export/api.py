@@ -536,12 +536,11 @@ def _run_export(
         with stages.run("metadata", "Attaching the model metadata"):
             from dataclasses import replace
 
-            from .model_metadata import attach_metadata
+            from .model_metadata import attach_metadata, model_has_metadata
 
             size_before = fb.size_bytes
             fb = attach_metadata(fb, model_metadata)
-            from .model_metadata import model_has_metadata
-
+            # The .tflite, and the target's models that carry it too (the Edge TPU compiled model).
             carriers = (str(tflite_path), *(str(a.path) for a in target_artifacts if a.path.suffix == ".tflite" and model_has_metadata(a.data)))
             metadata_section = replace(model_metadata.section, added_bytes=fb.size_bytes - size_before, written_to=carriers)
     export_section = ExportSection(
