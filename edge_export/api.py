@@ -88,6 +88,12 @@ class ExportOptions:
     input_names: Any = ()
     output_names: Any = ()
     signature_key: str = "serving_default"
+    # TFLite model metadata (model_metadata.py), written with --labels and --mean/--std too
+    model_name: str | None = None
+    model_version: str | None = None
+    description: str | None = None
+    author: str | None = None
+    write_metadata: bool = True  # False (--no-metadata): --labels, --mean/--std keep only their checking roles
     # quantization (int modes)
     calibration_data: str | None = None
     calibration_samples: int | None = None
@@ -139,6 +145,10 @@ class ExportOptions:
             value = [v.strip() for v in value.split(",")] if isinstance(value, str) and value.strip() else list(value or ())
             object.__setattr__(self, attr, check_names(value, option))
         check_signature_key(self.signature_key)
+        for attr, option in (("model_name", "--model-name"), ("model_version", "--model-version"), ("description", "--description"), ("author", "--author")):
+            value = getattr(self, attr)
+            if value is not None and not str(value).strip():
+                raise UsageError(f"{option} is empty.", f"Give {option} a text, or drop it.")
         self.thresholds()  # a bad threshold fails now, not after minutes of tracing
         for option, values in (("--mean", self.mean), ("--std", self.std)):
             if values is not None and not all(math.isfinite(v) for v in values):
@@ -429,6 +439,9 @@ def _run_export(
     # The target's sections of the report, in the order of its hooks (see targets/base.py).
     target_report: dict = {"name": target.name, "implied": tuple(implied)}  # TargetSection's fields
     target.check_inputs(specs)
+    from .model_metadata import check_metadata_options, metadata_requested
+
+    metadata_image = check_metadata_options(options, specs, target.carries_metadata)
     prepared = target.prepare_module(module, example)
     export_base = prepared.module
     target_report.update(prepared.report)
@@ -484,6 +497,9 @@ def _run_export(
             from .quantization import describe_io
 
             quant_result = replace(quant_result, model=fb, io=describe_io(fb))
+    model_metadata = None
+    if metadata_requested(options) and target.carries_metadata:  # a bad labels file: exit 2 before the checks
+        model_metadata = _build_metadata(fb, options, reference_out, returned_keys, metadata_image)
     rewritten = target.rewrite_flatbuffer(fb)
     fb = rewritten.model
     target_report.update(rewritten.report)
@@ -492,7 +508,7 @@ def _run_export(
     checked = TargetCheck()
     if target.check_label is not None:
         with stages.run("target", target.check_label):
-            checked = target.check(TargetContext(fb, export_base, options, tflite_path))
+            checked = target.check(TargetContext(fb, export_base, options, tflite_path, model_metadata))
         target_report.update(checked.report)
 
     parity = layers = runtimes = None
@@ -510,6 +526,20 @@ def _run_export(
         from .passes.flatbuffer import run_flatbuffer_passes, strip_tensor_names_pass
 
         fb = run_flatbuffer_passes(fb, [strip_tensor_names_pass], origin="the model without tensor names").model
+    metadata_section = None
+    if model_metadata is not None:
+        # The last change to the model: after every check (parity ran on the same operators and
+        # buffers; metadata changes no computation) and --strip-names.
+        with stages.run("metadata", "Attaching the model metadata"):
+            from dataclasses import replace
+
+            from .model_metadata import attach_metadata, model_has_metadata
+
+            size_before = fb.size_bytes
+            fb = attach_metadata(fb, model_metadata)
+            # The .tflite, and the target's models that carry it too (the Edge TPU compiled model).
+            carriers = (str(tflite_path), *(str(a.path) for a in checked.artifacts if a.path.suffix == ".tflite" and model_has_metadata(a.data)))
+            metadata_section = replace(model_metadata.section, added_bytes=fb.size_bytes - size_before, written_to=carriers)
     export_section = ExportSection(
         quantize=options.quantize.value,
         target=target.name,
@@ -535,6 +565,7 @@ def _run_export(
         validation=_validation_section(parity),
         runtimes=runtimes,
         per_layer=layers,
+        metadata=metadata_section,
     )
     report = _with_baseline(report, options.baseline)
     from .targets.base import FinishedRun
@@ -553,6 +584,20 @@ def _run_export(
     target_artifacts = (*checked.artifacts, *finished.artifacts)
     files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in target_artifacts]
     return _write_run(report, files, options, stages)
+
+
+def _build_metadata(fb: FlatbufferModel, options: ExportOptions, reference_out: Sequence[Any], returned_keys: Sequence[str | None], image: Any) -> Any:
+    """The TFLite model metadata of ``fb`` (model_metadata.py): each output's kind decided as
+    parity decides it, so ``--labels`` names the same output and its count is checked here."""
+    from .model_metadata import build_model_metadata
+
+    names = list(fb.output_names)
+    shapes = [tuple(t.shape) for t in reference_out]
+    keys = list(returned_keys)
+    order = _outputs_by_name(keys, names)
+    if order is not None:
+        shapes, keys = [shapes[i] for i in order], [keys[i] for i in order]
+    return build_model_metadata(fb, options, _output_kinds(names, keys, shapes, options), image)
 
 
 def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .flatbuffer import FlatbufferModel, TensorInfo, load_flatbuffer, read_flatbuffer
+from .reports.model import MetadataSection
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -57,6 +58,9 @@ class InspectionReport:
     float_islands: tuple[FloatIsland, ...]
     min_runtime_version: str | None
     description: str | None
+    # TFLite model metadata (model_metadata.read_model_metadata); metadata_note says why it was not decoded
+    metadata: MetadataSection | None = None
+    metadata_note: str | None = None
 
     @property
     def io_dtypes(self) -> tuple[str, ...]:
@@ -69,6 +73,7 @@ def inspect_model(model: FlatbufferModel, path: str | None = None) -> Inspection
     for op in model.inner_quantize_ops:
         tensor_index = op.inputs[0] if op.opcode == "QUANTIZE" else op.outputs[0]
         islands.append(FloatIsland(op.index, op.opcode, model.tensors[tensor_index].name))
+    metadata, metadata_note = _read_metadata(model)
     return InspectionReport(
         path=path,
         size_bytes=model.size_bytes,
@@ -85,7 +90,21 @@ def inspect_model(model: FlatbufferModel, path: str | None = None) -> Inspection
         float_islands=tuple(islands),
         min_runtime_version=model.min_runtime_version,
         description=model.description,
+        metadata=metadata,
+        metadata_note=metadata_note,
     )
+
+
+def _read_metadata(model: FlatbufferModel) -> tuple[MetadataSection | None, str | None]:
+    from .errors import UsageError
+    from .model_metadata import INSTALL_COMMAND, model_has_metadata, read_model_metadata
+
+    if not model_has_metadata(model.data):
+        return None, None
+    try:
+        return read_model_metadata(model), None
+    except UsageError:
+        return None, f"TFLITE_METADATA present; install MediaPipe's metadata schema to decode it: {INSTALL_COMMAND}"
 
 
 def inspect_flatbuffer(source: str | Path | bytes) -> InspectionReport:
@@ -163,6 +182,11 @@ def render_inspection(report: InspectionReport, console: Console) -> None:
             table.add_row(str(i), escape(t.name), t.dtype, _shape_text(t), _quant_text(t))
         console.print(table)
 
+    if report.metadata is not None:
+        _render_metadata(report.metadata, console)
+    elif report.metadata_note:
+        console.print(f"Metadata: {report.metadata_note}", markup=False)
+
     ops = Table(title="Operators", title_justify="left")
     ops.add_column("operator")
     ops.add_column("count", justify="right")
@@ -183,3 +207,37 @@ def render_inspection(report: InspectionReport, console: Console) -> None:
         shown = "\n  ".join(report.float_tensors[:8])
         more = f"\n  ... and {len(report.float_tensors) - 8} more" if len(report.float_tensors) > 8 else ""
         console.print(f"Float tensors inside the graph:\n  {shown}{more}", markup=False)
+
+
+def _values_text(values: tuple[float, ...] | None) -> str:
+    return ", ".join(f"{v:g}" for v in values) if values else "-"
+
+
+def _render_metadata(metadata: MetadataSection, console: Console) -> None:
+    """The model metadata: every text in it comes from the file, printed literally."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    info = Table(title="Metadata (TFLITE_METADATA)", title_justify="left", show_header=False)
+    info.add_column(style="bold")
+    info.add_column(overflow="fold")
+    for label, value in (
+        ("name", metadata.name), ("version", metadata.version), ("author", metadata.author),
+        ("description", metadata.description), ("min parser version", metadata.min_parser_version),
+    ):
+        if value:
+            info.add_row(label, escape(value))
+    for f in metadata.associated_files:
+        info.add_row("associated file", escape(f"{f.name} ({f.type}, {f.size_bytes} bytes)"))
+    console.print(info)
+    table = Table(title="Metadata per tensor", title_justify="left")
+    for col in ("tensor", "name", "kind", "normalization mean / std", "colour space", "labels"):
+        table.add_column(col, overflow="fold")
+    for side, rows in (("input", metadata.inputs), ("output", metadata.outputs)):
+        for i, t in enumerate(rows):
+            normalization = f"{_values_text(t.normalization_mean)} / {_values_text(t.normalization_std)}" if t.normalization_mean else "-"
+            labels = f"{t.labels_file} ({t.labels_count if t.labels_count is not None else '?'} labels)" if t.labels_file else "-"
+            table.add_row(f"{side} {i}", escape(t.name), t.kind, normalization, escape(t.color_space or "-"), escape(labels))
+    console.print(table)
+    for note in metadata.notes:
+        console.print(f"Metadata note: {note}", markup=False)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
     from ..validators.runtimes import RuntimeComparison
-    from .model import ArtifactsSection, RunReport, TargetSection
+    from .model import ArtifactsSection, MetadataSection, RunReport, TargetSection
 
 __all__ = ["render_markdown", "escape_markdown"]
 
@@ -118,6 +118,8 @@ def render_markdown(report: RunReport) -> str:
         lines.extend(_quant_section(report.quantization))
     if report.target is not None:
         lines.extend(_target_section(report.target, report.artifacts))
+    if report.metadata is not None:
+        lines.extend(_metadata_section(report.metadata))
     lines.append("## Flatbuffer")
     lines.append("")
     lines.append(f"- size: {_size(fb.size_bytes)} ({fb.size_bytes} bytes), sha256 `{(fb.sha256 or '')[:16]}…`")
@@ -375,4 +377,36 @@ def _cmsis_nn_section(t: TargetSection) -> list[str]:
                 f"| {_e(v.found)} | {_e(v.rule)} | {_e(v.consequence)} |"
             )
     out.append("")
+    return out
+
+
+def _metadata_section(metadata: MetadataSection) -> list[str]:
+    """The TFLite model metadata the run attached: every text in it came from the user or the model."""
+    def values(v: tuple[float, ...] | None) -> str:
+        return ", ".join(_fmt(x) for x in v) if v else "–"
+
+    out = ["## Model metadata", ""]
+    info = [(label, value) for label, value in (
+        ("name", metadata.name), ("version", metadata.version), ("author", metadata.author), ("description", metadata.description),
+    ) if value]
+    out += [f"- {label}: {_e(value)}" for label, value in info]
+    added = f", the .tflite grew by {metadata.added_bytes} bytes" if metadata.added_bytes is not None else ""
+    out.append(f"- metadata flatbuffer: {metadata.metadata_bytes} bytes (parser version {_e(metadata.min_parser_version)}){_e(added)}")
+    if metadata.written_to:
+        out.append(f"- written into: {', '.join(_code(p) for p in metadata.written_to)}")
+    for f in metadata.associated_files:
+        source = f" from {_code(f.source)}" if f.source else ""
+        out.append(f"- associated file {_code(f.name)} ({_e(f.type)}, {f.size_bytes} bytes{source}), sha256 `{f.sha256[:16]}…`")
+    out += ["", "| tensor | name | kind | normalization mean | normalization std | colour space | labels |", "|---|---|---|---|---|---|---|"]
+    for side, rows in (("input", metadata.inputs), ("output", metadata.outputs)):
+        for i, t in enumerate(rows):
+            labels = f"{_code(t.labels_file)} ({_e(t.labels_count)})" if t.labels_file else "–"
+            out.append(
+                f"| {side} {i} | {_code(t.name)} | {_e(t.kind)} | {values(t.normalization_mean)} | {values(t.normalization_std)} "
+                f"| {_e(t.color_space or '–')} | {labels} |"
+            )
+    out.append("")
+    out += [f"- **note:** {_e(n)}" for n in metadata.notes]
+    if metadata.notes:
+        out.append("")
     return out

@@ -59,6 +59,9 @@ __all__ = [
     "MicroSection",
     "CBundleSection",
     "BaselineSection",
+    "MetadataSection",
+    "MetadataTensor",
+    "AssociatedFile",
     "Verdict",
     "verdict_of",
 ]
@@ -258,6 +261,49 @@ class BaselineSection:
         return "regressed" if self.regressions else "ok"
 
 
+@dataclass(frozen=True)
+class MetadataTensor:
+    """One input or output as the model metadata describes it (``model_metadata.py``)."""
+
+    name: str
+    kind: str  # "image" (normalization, colour space), "classification" (labels file) or "tensor"
+    normalization_mean: tuple[float, ...] | None = None  # on the 0..255 pixel scale apps feed
+    normalization_std: tuple[float, ...] | None = None
+    color_space: str | None = None  # RGB, GRAYSCALE
+    labels_file: str | None = None  # the associated file's name inside the .tflite
+    labels_count: int | None = None
+
+
+@dataclass(frozen=True)
+class AssociatedFile:
+    """A file packed after the flatbuffer (a zip, as the metadata schema prescribes)."""
+
+    name: str
+    type: str  # the schema's AssociatedFileType, e.g. TENSOR_AXIS_LABELS
+    size_bytes: int
+    sha256: str
+    source: str | None = None  # the file it was read from (None when read back from a model)
+
+
+@dataclass(frozen=True)
+class MetadataSection:
+    """The TFLite model metadata written into the .tflite (``--labels``, ``--mean``/``--std``,
+    ``--model-name``, ``--model-version``, ``--description``, ``--author``), or read back from one."""
+
+    name: str | None
+    version: str | None
+    description: str | None
+    author: str | None
+    min_parser_version: str | None
+    inputs: tuple[MetadataTensor, ...]
+    outputs: tuple[MetadataTensor, ...]
+    associated_files: tuple[AssociatedFile, ...]
+    metadata_bytes: int  # the metadata flatbuffer's own size
+    added_bytes: int | None = None  # what the .tflite grew by (metadata buffer, padding, zip); None when read back
+    written_to: tuple[str, ...] = ()  # the .tflite files that carry it (the Edge TPU compiled model too)
+    notes: tuple[str, ...] = ()
+
+
 def verdict_of(
     validation: ParityResult | SkippedValidation,
     per_layer: LayerParityReport | None,
@@ -303,11 +349,12 @@ class RunReport:
     per_layer: LayerParityReport | None = json_field(default=None, omit_none=True)
     runtimes: RuntimeComparison | None = json_field(default=None, omit_none=True)  # --runtime compiled-model|both
     baseline: BaselineSection | None = json_field(default=None, omit_none=True)
+    metadata: MetadataSection | None = json_field(default=None, omit_none=True)  # TFLite model metadata, when written
     schema_version: str = field(default=REPORT_SCHEMA_VERSION)
 
     JSON_KEYS = (
         "schema_version", "tool", "libraries", "created_at", "model", "inputs", "export", "quantization",
-        "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "baseline", "verdict",
+        "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "baseline", "metadata", "verdict",
         "exit_code",
     )
 

@@ -126,6 +126,15 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
         _plain(out, f"  baseline {base.path}: " + (f"{len(regs)} regression(s)" if regs else "no regression"))
         for r in regs[:10]:
             _plain(out, f"    - {r.message}")
+    metadata = report.metadata
+    if metadata is not None:
+        # Printed literally (_plain): the name and file names are the user's text.
+        what = [f"{metadata.name or 'unnamed'}{' ' + metadata.version if metadata.version else ''}"]
+        what += [f"{t.name} normalized by mean {', '.join(f'{v:g}' for v in t.normalization_mean or ())}" for t in metadata.inputs if t.kind == "image"]
+        what += [f"{t.name} labelled by {t.labels_file} ({t.labels_count})" for t in metadata.outputs if t.labels_file]
+        _plain(out, f"  metadata: {'; '.join(what)} (+{metadata.added_bytes} bytes)")
+        for note in metadata.notes:
+            _plain(out, f"    note: {note}")
     _plain(out, f"  reports: {report.artifacts.report_json}  {report.artifacts.report_markdown}")
     if report.artifacts.junit:
         _plain(out, f"  junit: {report.artifacts.junit}")

@@ -110,6 +110,9 @@ class TargetContext:
     source_module: Any  # the PyTorch module that was converted (after prepare_module)
     options: ExportOptions
     tflite_path: Path
+    # The TFLite model metadata the run attaches at the end (model_metadata.ModelMetadata; None:
+    # none): a target whose artifacts are other models (the Edge TPU compiler's) attaches it to them.
+    metadata: Any = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,8 @@ class TargetPlugin:
     reports_target: bool = True
     # Stage label of ``check`` (None: the target has no checks and the stage is skipped).
     check_label: str | None = None
+    # The written .tflite keeps TFLite model metadata (--labels, --mean/--std, --model-name...).
+    carries_metadata: bool = True
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
         """Options the target implies, each with a note for the report; raise UsageError for a

@@ -33,6 +33,7 @@ __all__ = [
     "parse_operation_log",
     "compare_with_prediction",
     "require_compiled",
+    "reattach_metadata",
     "load_edgetpu_delegate",
 ]
 
@@ -297,6 +298,22 @@ def compile_for_edgetpu(
             ),
         )
     return run_compiler(tflite_path, out_dir, compiler, timeout_s)
+
+
+def reattach_metadata(compiled: bytes, metadata: Any) -> bytes:
+    """The compiled model with the run's TFLite model metadata attached again.
+
+    The compiler writes a new flatbuffer without the source model's metadata (the ``TFLITE_METADATA``
+    buffer and the zip of associated files after it), so apps would lose the labels and the
+    normalization of the model they deploy. The compiled model keeps the source's inputs and outputs
+    in order, which is what the metadata's tensor entries follow, so the same metadata applies.
+    ``metadata`` is the run's ``model_metadata.ModelMetadata``. The compiled model is re-packed by
+    the aligned writer (what MediaPipe's populator, the documented way for compiled models, also
+    does with a plain writer); the edgetpu-custom operator's data is copied as it is.
+    """
+    from ..model_metadata import attach_metadata
+
+    return attach_metadata(bytes(compiled), metadata, origin=f"the {COMPILER_NAME} output with metadata").data
 
 
 def require_compiled(result: CompilerResult) -> None:

@@ -108,6 +108,7 @@ class EdgeTPUTarget(TargetPlugin):
             compare_with_prediction,
             compile_for_edgetpu,
             load_edgetpu_delegate,
+            reattach_metadata,
             require_compiled,
         )
 
@@ -127,7 +128,10 @@ class EdgeTPUTarget(TargetPlugin):
                 require_compiled(result)
             if result.compiled and result.compiled_model:
                 compiled = Path(result.compiled_model)
-                artifacts.append(TargetArtifact("edgetpu_tflite", model_path, compiled.read_bytes()))
+                compiled_bytes = compiled.read_bytes()
+                if context.metadata is not None:  # the compiler drops it: the app deploys this file
+                    compiled_bytes = reattach_metadata(compiled_bytes, context.metadata)
+                artifacts.append(TargetArtifact("edgetpu_tflite", model_path, compiled_bytes))
                 log = compiled.with_suffix(".log")
                 if log.is_file():
                     artifacts.append(TargetArtifact("edgetpu_log", log_path, log.read_bytes()))

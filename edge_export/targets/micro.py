@@ -557,6 +557,8 @@ class MicroTarget(TargetPlugin):
         **BUDGET_OPTIONS,
     }
     requires_full_integer = True
+    # TFLite Micro ignores metadata: it would only cost flash (--labels stays a parity option).
+    carries_metadata = False
     check_label = "Checking TFLite Micro support"
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:

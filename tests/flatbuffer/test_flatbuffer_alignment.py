@@ -24,6 +24,8 @@ EXPORTS = {
     "int16x8": {"quantize": "int16x8", "quant_backend": "flatbuffer"},
     "edgetpu": {"target": "edgetpu", "quant_backend": "flatbuffer", "edgetpu_compiler": "<fake>"},
     "micro": {"target": "micro", "quant_backend": "flatbuffer"},
+    # TFLite model metadata: one more buffer (TFLITE_METADATA) and a zip after the flatbuffer
+    "metadata": {"quantize": "none", "model_name": "aligned", "mean": (0.5,), "std": (0.5,)},
 }
 # Modes whose written file has the converter's (or quantizer's) I/O types: int8 and int16x8 get float
 # I/O added after quantization, the targets integer I/O.

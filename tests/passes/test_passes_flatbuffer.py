@@ -14,6 +14,7 @@ from edge_export.flatbuffer import read_flatbuffer
 from edge_export.flatbuffer_packing import align_buffers, misaligned_buffers, pack_model, read_model
 from edge_export.passes.flatbuffer import pipeline as pipeline_module
 from edge_export.passes.flatbuffer import (
+    attach_metadata_pass,
     rename_signature_pass,
     reorder_operators_for_edgetpu_pass,
     run_flatbuffer_passes,
@@ -209,6 +210,29 @@ def test_pipeline_that_changes_nothing_returns_aligned_input_without_packing(con
     assert result.model_bytes == aligned and not result.modified and packs == []
     # Misaligned input is still written aligned (what align_buffers writes).
     assert run_flatbuffer_passes(converted.fp32, []).model_bytes == aligned
+
+
+# ---- attach_metadata_pass -----------------------------------------------------------------------
+
+
+def test_attach_metadata_pass_stores_one_aligned_metadata_buffer(converted):
+    model = read_model(converted.fp32)
+    first, second = b"\x10\x00\x00\x00M001" + bytes(7), b"\x10\x00\x00\x00M001" + bytes(9)
+    assert attach_metadata_pass(model, metadata_buffer=first) is True
+    assert attach_metadata_pass(model, metadata_buffer=first) is False  # already there
+    assert attach_metadata_pass(model, metadata_buffer=second) is True  # replaced, not added
+    data = pack_model(model)
+    assert misaligned_buffers(data) == []
+    from ai_edge_litert import schema_py_generated as schema
+
+    root = schema.Model.GetRootAs(data, 0)
+    named = [root.Metadata(i) for i in range(root.MetadataLength()) if root.Metadata(i).Name() == b"TFLITE_METADATA"]
+    assert len(named) == 1
+    stored = root.Buffers(named[0].Buffer())
+    assert stored.DataAsNumpy().tobytes() == second
+    assert stored._tab.Vector(stored._tab.Offset(4)) % 16 == 0  # the data itself, at a multiple of 16
+    feed = [t.numpy() for t in converted.example]
+    assert all(np.array_equal(x, y) for x, y in zip(TFLiteRunner(data).run(feed), _outputs(converted.fp32, converted.example)))
 
 
 # ---- the model object ---------------------------------------------------------------------------

@@ -392,3 +392,41 @@ def test_summary_of_a_failing_per_layer_gate_and_a_plugin_target():
     assert "  per-layer: 2 layers compared (75% of modules matched); worst head 12.0 dB; error jumps at head (12.0 dB)" in out.splitlines()
     plugin, _ = _summary(plugin_target_report())
     assert plugin == _summary(skipped_report())[0].replace("  tflite micro: arena 8192 bytes; ops CONV_2D, FULLY_CONNECTED\n", "")
+
+
+def test_markdown_metadata_section_on_a_hand_built_report():
+    from edge_export.reports.model import AssociatedFile, MetadataSection, MetadataTensor
+
+    metadata = MetadataSection(
+        name="Digits *v1*", version="1.0", description=None, author="<script>", min_parser_version="1.0.0",
+        inputs=(MetadataTensor("pixel_values", "image", (127.5,), (63.75,), "RGB"),),
+        outputs=(MetadataTensor("logits", "classification", labels_file="labels.txt", labels_count=10),),
+        associated_files=(AssociatedFile("labels.txt", "TENSOR_AXIS_LABELS", 80, "ab" * 32, "data/labels.txt"),),
+        metadata_bytes=620, added_bytes=900, written_to=("out/cnn.tflite", "out/cnn_edgetpu.tflite"),
+        notes=("a | note",),
+    )
+    md = render_markdown(dataclasses.replace(full_report(), metadata=metadata))
+    section = md.split("## Model metadata", 1)[1].split("## Flatbuffer", 1)[0]
+    assert "- name: Digits \\*v1\\*" in section and "- author: &lt;script&gt;" in section and "description" not in section
+    assert "620 bytes (parser version 1\\.0\\.0), the \\.tflite grew by 900 bytes" in section
+    assert "<code>out/cnn\\.tflite</code>, <code>out/cnn\\_edgetpu\\.tflite</code>" in section
+    assert "| input 0 | <code>pixel\\_values</code> | image | 127.5 | 63.75 | RGB | – |" in section
+    assert "| output 0 | <code>logits</code> | classification | – | – | – | <code>labels\\.txt</code> (10) |" in section
+    assert "- **note:** a \\| note" in section
+    assert "## Model metadata" not in render_markdown(full_report())
+    assert to_json_value(dataclasses.replace(full_report(), metadata=metadata))["metadata"]["written_to"][1] == "out/cnn_edgetpu.tflite"
+
+
+def test_summary_metadata_line_is_printed_literally():
+    from edge_export.reports.model import MetadataSection, MetadataTensor
+
+    metadata = MetadataSection(
+        name="[bold]Digits", version="2", description=None, author=None, min_parser_version="1.0.0",
+        inputs=(MetadataTensor("x", "image", (127.5,), (127.5,), "RGB"),),
+        outputs=(MetadataTensor("logits", "classification", labels_file="labels.txt", labels_count=10),),
+        associated_files=(), metadata_bytes=600, added_bytes=880, notes=("NCHW input",),
+    )
+    out, _ = _summary(dataclasses.replace(full_report(), metadata=metadata))
+    assert "  metadata: [bold]Digits 2; x normalized by mean 127.5; logits labelled by labels.txt (10) (+880 bytes)" in out.splitlines()
+    assert "    note: NCHW input" in out.splitlines()
+    assert "metadata:" not in _summary(full_report())[0]

@@ -8,6 +8,7 @@ its preconditions, changes the model and returns whether it changed anything;
 
 from __future__ import annotations
 
+from .attach_metadata_pass import attach_metadata_pass
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
 from .rename_signature_pass import rename_signature_pass
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
@@ -18,6 +19,7 @@ from .strip_tensor_names_pass import strip_tensor_names_pass
 
 __all__ = [
     "FlatbufferPass",
+    "attach_metadata_pass",
     "PassPipelineResult",
     "pass_name",
     "rename_signature_pass",
