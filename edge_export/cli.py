@@ -232,6 +232,8 @@ def export_command(
     input_names: Optional[str] = typer.Option(None, "--input-names", help="Signature input names, comma-separated in forward()'s order (default: forward()'s parameter names)."),
     output_names: Optional[str] = typer.Option(None, "--output-names", help="Signature output names, comma-separated (default: the dict keys / fields forward() returns, else output_0...)."),
     signature_key: str = typer.Option("serving_default", "--signature-key", help="The signature's name in the .tflite."),
+    emit_test_vectors: bool = typer.Option(False, "--emit-test-vectors", help="Also write <stem>.testdata.npz: parity inputs exactly as the .tflite takes them (dtype, layout, quantization), PyTorch's outputs and the thresholds used; `validate MODEL.tflite --test-vectors FILE` re-checks a model against them without PyTorch."),
+    test_vectors_count: int = typer.Option(4, "--test-vectors-count", help="How many parity samples --emit-test-vectors stores (at most the number parity checked)."),
     strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
  checking: dict = None,
@@ -264,6 +266,8 @@ def export_command(
             input_names=input_names or (),
             output_names=output_names or (),
             signature_key=signature_key,
+            emit_test_vectors=emit_test_vectors,
+            test_vectors_count=test_vectors_count,
             strict=strict,
             validate=validate,
             channels_last=channels_last,
@@ -276,13 +280,15 @@ def export_command(
 
 @app.command(
     "validate",
-    help="Check an existing MODEL.tflite against a PyTorch reference (any source kind export accepts). "
+    help="Check an existing MODEL.tflite against a PyTorch reference (any source kind export accepts), or "
+    "against the test vectors --emit-test-vectors wrote (--test-vectors FILE: no PyTorch needed). "
     "Thresholds default to the flatbuffer's precision. Writes <stem>.validate.report.json/.md.\n\n" + EXIT_CODES_HELP,
 )
 @_with_checking_options
 def validate_command(
     tflite: Path = typer.Argument(..., help="The .tflite flatbuffer to check."),
-    reference: str = typer.Option(..., "--reference", "-r", help="The PyTorch model it was exported from (.pt2, TorchScript, package.module:attr, pickle)."),
+    reference: Optional[str] = typer.Option(None, "--reference", "-r", help="The PyTorch model it was exported from (.pt2, TorchScript, package.module:attr, pickle)."),
+    test_vectors: Optional[Path] = typer.Option(None, "--test-vectors", help="Instead of --reference: a <stem>.testdata.npz from --emit-test-vectors; the model runs on its inputs and is judged against its outputs, kinds and thresholds (no PyTorch)."),
     report: Optional[Path] = typer.Option(None, "--report", help="Report path prefix (default <tflite stem>.validate)."),
     channels_last: bool = typer.Option(False, "--channels-last", help="The flatbuffer's 4-D inputs are NHWC (only needed when the reference has no example inputs)."),
     tensor_names: Optional[Path] = typer.Option(None, "--tensor-names", help="The tensor-name map of a stripped .tflite (default: <stem>.tensors.json beside it, which --target micro writes); --per-layer needs it."),
@@ -292,7 +298,9 @@ def validate_command(
         from .api import ExportOptions, validate
 
         options = ExportOptions(channels_last=channels_last, **_checking_fields(checking))
-        return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage, tensor_names=tensor_names)
+        return validate(
+            tflite, reference, test_vectors=test_vectors, report_prefix=report, options=options, on_stage=on_stage, tensor_names=tensor_names
+        )
 
     _run(call, checking["quiet"], checking["debug"], checking["verbose"])
 
