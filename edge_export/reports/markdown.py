@@ -385,12 +385,13 @@ def _cmsis_nn_section(t: TargetSection) -> list[str]:
 def kotlin_string(value) -> str:
     """``value`` as a Kotlin string literal of printable ASCII only: quotes, backslashes and ``$``
     (string templates) escaped, everything else as ``\\uXXXX``. No line break can appear, so a name
-    read from a file cannot end the fenced code block it is written in, nor the literal."""
+    read from a file cannot end the fenced code block it is written in, nor the literal; backticks
+    and ``<>&`` are ``\\uXXXX`` too, so the block holds no fence or HTML a name brought."""
     out = []
     for ch in str(value):
         if ch in '"\\$':
             out.append("\\" + ch)
-        elif " " <= ch <= "~":
+        elif " " <= ch <= "~" and ch not in "`<>&":
             out.append(ch)
         else:
             data = ch.encode("utf-16-be")
@@ -465,7 +466,7 @@ def _app_section(app: AppSection, tflite: str) -> list[str]:
     if app.signature_key is not None:
         out.append(
             f"Signature {_code(app.signature_key)}: look inputs and outputs up by these names (LiteRT 2.x "
-            "`CompiledModel`, or the Interpreter's signature runner)."
+            "<code>CompiledModel</code>, or the Interpreter's signature runner)."
         )
     else:
         out.append("The model has no signature: apps address its inputs and outputs by position.")
@@ -476,11 +477,13 @@ def _app_section(app: AppSection, tflite: str) -> list[str]:
         for t in tensors:
             out.append(
                 f"| {side} | {_code(t.name)} | {_e(t.dtype)} | {_e('×'.join(str(d) for d in _plain(t.shape)))} | "
-                f"{_e(t.layout)} | {_fmt(t.scale, 6)} | {_e(_plain(t.zero_point)) if t.zero_point is not None else '–'} |"
+                # the scale in full (as the JSON has it): an app quantizes with it
+                f"{_e(t.layout)} | {_e(_plain(t.scale)) if t.scale is not None else '–'} | "
+                f"{_e(_plain(t.zero_point)) if t.zero_point is not None else '–'} |"
             )
     out.append("")
     if any(t.scale is not None for t in (*app.inputs, *app.outputs)):
-        out.append("Quantized tensors: feed `q = round(x / scale) + zero_point`, read `x = (q - zero_point) * scale`.")
+        out.append("Quantized tensors: feed <code>q = round(x / scale) + zero_point</code>, read <code>x = (q - zero_point) * scale</code>.")
         out.append("")
     out += _kotlin_example(app, PurePath(tflite).name)
     out.append("")
