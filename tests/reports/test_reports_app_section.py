@@ -5,8 +5,11 @@ read from a .tflite are arbitrary text: they must not break out of the table or 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
+import pytest
+from cli_harness import validate_report
 from report_fixtures import app_section, full_report
 
 from edge_export.reports.markdown import kotlin_string, render_markdown
@@ -105,3 +108,59 @@ def test_hostile_names_stay_inside_their_literals_and_the_code_block():
     section = outside.split("## Use it in an app", 1)[1].split("\n## ", 1)[0]
     table = [line for line in section.splitlines() if line.startswith(("| input |", "| output |"))]
     assert len(table) == 5 and all(line.count(" | ") == 7 - 1 for line in table)
+
+
+# ---- end to end: an export's section, and validate on a file whose signature names are hostile ----
+
+
+@pytest.fixture(scope="module")
+def exported_cnn(tmp_path_factory):
+    import torch
+
+    import edge_export
+    from model_zoo import small_cnn
+
+    folder = tmp_path_factory.mktemp("app")
+    source = folder / "cnn.pt2"
+    example = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    torch.export.save(torch.export.export(small_cnn(), (example,)), source)
+    result = edge_export.export(source, output=folder / "cnn.tflite", samples=2)
+    assert result.exit_code == 0
+    return source, folder / "cnn.tflite"
+
+
+def test_exported_report_has_the_app_section_of_its_signature(exported_cnn):
+    _, tflite = exported_cnn
+    report = validate_report(json.loads(tflite.with_name("cnn.report.json").read_text()))
+    assert report["app"] == {
+        "signature_key": "serving_default",
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 3, 16, 16], "layout": "NCHW", "scale": None, "zero_point": None}],
+        "outputs": [{"name": "output_0", "dtype": "float32", "shape": [1, 10], "layout": "other", "scale": None, "zero_point": None}],
+    }
+    code = _kotlin_block(tflite.with_name("cnn.report.md").read_text())
+    assert 'inputs.getValue("x").writeFloat(FloatArray(768))  // your data' in code
+
+
+def test_validate_of_a_file_with_hostile_signature_names_keeps_the_code_block(exported_cnn, tmp_path, run_cli):
+    from edge_export.flatbuffer import load_flatbuffer
+    from edge_export.passes.flatbuffer import run_flatbuffer_passes
+
+    source, tflite = exported_cnn
+    names = {"input": "x\n```\n# Injected", "output": 'y"); exec("$z'}
+
+    def rename(model) -> bool:
+        signature = model.signatureDefs[0]
+        signature.inputs[0].name = names["input"].encode()
+        signature.outputs[0].name = names["output"].encode()
+        return True
+
+    hostile = tmp_path / "hostile.tflite"
+    hostile.write_bytes(run_flatbuffer_passes(load_flatbuffer(tflite), [rename]).model.data)
+    res = run_cli("validate", hostile, "--reference", source, "--samples", "2")
+    assert res.exit_code == 0, res.stderr
+    md = (tmp_path / "hostile.validate.report.md").read_text()
+    code = _kotlin_block(md)
+    assert code[-1].startswith("val output0 = ")  # the block ends after the renderer's last line
+    assert not any(line.startswith("# Injected") for line in md.splitlines())
+    literals = _kotlin_literals("\n".join(code))
+    assert names["input"] in literals and names["output"] in literals
