@@ -164,3 +164,19 @@ def test_validate_of_a_file_with_hostile_signature_names_keeps_the_code_block(ex
     assert not any(line.startswith("# Injected") for line in md.splitlines())
     literals = _kotlin_literals("\n".join(code))
     assert names["input"] in literals and names["output"] in literals
+
+
+def test_terminal_summary_names_the_test_vectors():
+    from rich.console import Console
+
+    from edge_export.reports.summary import print_summary
+
+    report = full_report()
+    with_vectors = dataclasses.replace(
+        report, artifacts=dataclasses.replace(report.artifacts, extra={**report.artifacts.extra, "test_vectors": "out/cnn.testdata.npz"})
+    )
+    for shown, expected in ((report, False), (with_vectors, True)):
+        out = Console(record=True, width=300, highlight=False, soft_wrap=True, force_terminal=False)
+        print_summary(shown, out, Console(record=True, width=300, force_terminal=False))
+        lines = out.export_text().splitlines()
+        assert ("  test vectors: out/cnn.testdata.npz" in lines) is expected
