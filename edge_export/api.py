@@ -588,27 +588,14 @@ def _test_vectors_artifact(fb: FlatbufferModel, samples: Any, parity: Any, plan:
 def _app_section(fb: FlatbufferModel, channels_last_inputs: Sequence[int], channels_last_outputs: Sequence[int]) -> Any:
     """What an app calls: the signature key and each input and output by its signature name."""
     from .reports.model import AppSection, AppTensor
-    from .testdata import tensor_layout
+    from .testdata import signature_tensors
 
-    def rows(names: Sequence[str], tensors: Sequence[Any], channels_last: Sequence[int]) -> tuple:
-        out = []
-        for i, (name, t) in enumerate(zip(names, tensors)):
-            q = t.quant
-            per_tensor = q is not None and not q.per_channel and len(q.scales) == 1
-            out.append(AppTensor(
-                name=name, dtype=t.dtype, shape=tuple(int(d) for d in t.shape),
-                layout=tensor_layout(len(t.shape), i in channels_last),
-                scale=float(q.scales[0]) if per_tensor else None,
-                zero_point=int(q.zero_points[0]) if per_tensor else None,
-            ))
-        return tuple(out)
+    def rows(tensors: Sequence[Any]) -> tuple[AppTensor, ...]:
+        return tuple(AppTensor(t.name, t.dtype, t.shape, t.layout, t.scale, t.zero_point) for t in tensors)
 
+    inputs, outputs = signature_tensors(fb, channels_last_inputs, channels_last_outputs)
     key = fb.signatures[0]["key"] if fb.signatures else None
-    return AppSection(
-        signature_key=key or None,
-        inputs=rows(fb.input_names, fb.input_tensors, channels_last_inputs),
-        outputs=rows(fb.output_names, fb.output_tensors, channels_last_outputs),
-    )
+    return AppSection(signature_key=key or None, inputs=rows(inputs), outputs=rows(outputs))
 
 
 def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:
@@ -818,7 +805,7 @@ def _check_parity(
     *,
     samples: list[tuple] | None = None,
     runner_factory: Callable[[FlatbufferModel], Any] | None = None,
-) -> tuple[Any, Any, Any]:
+) -> tuple[Any, Any, Any, Any]:
     """Output parity, then (with --per-layer) the layer-by-layer comparison on the same samples;
     with --runtime compiled-model or both, each runtime's parity and their differences too. Also
     returns the samples checked: the float feeds in the model's layout and PyTorch's outputs."""

@@ -43,6 +43,7 @@ __all__ = [
     "load_reference_vectors",
     "check_vectors_fit_model",
     "tensor_layout",
+    "signature_tensors",
 ]
 
 TEST_VECTORS_FORMAT = "edge-export-test-vectors"
@@ -105,7 +106,18 @@ class ReferenceVectors:
         return int(self.inputs[0].shape[0]) if self.inputs else int(self.expected[0].shape[0])
 
 
-def _io_tensors(fb: FlatbufferModel, names: Sequence[str], tensors: Sequence, channels_last: Sequence[int]) -> tuple[VectorTensor, ...]:
+def signature_tensors(
+    fb: FlatbufferModel, channels_last_inputs: Sequence[int], channels_last_outputs: Sequence[int]
+) -> tuple[tuple[VectorTensor, ...], tuple[VectorTensor, ...]]:
+    """The model's inputs and outputs by signature name, as an app feeds and reads them (also the
+    report's ``app`` section)."""
+    return (
+        _io_tensors(fb.input_names, fb.input_tensors, channels_last_inputs),
+        _io_tensors(fb.output_names, fb.output_tensors, channels_last_outputs),
+    )
+
+
+def _io_tensors(names: Sequence[str], tensors: Sequence, channels_last: Sequence[int]) -> tuple[VectorTensor, ...]:
     out = []
     for i, (name, t) in enumerate(zip(names, tensors)):
         q = t.quant
@@ -142,8 +154,7 @@ def build_reference_vectors(
 
     from .runtime import IOTensor, to_model_inputs
 
-    inputs = _io_tensors(fb, fb.input_names, fb.input_tensors, channels_last_inputs)
-    outputs = _io_tensors(fb, fb.output_names, fb.output_tensors, channels_last_outputs)
+    inputs, outputs = signature_tensors(fb, channels_last_inputs, channels_last_outputs)
     # The runner's own quantization (runtime.to_model_inputs), so these are the bytes parity fed.
     specs = [IOTensor(t.name, i, t.shape, t.dtype, t.scale, t.zero_point) for i, t in enumerate(inputs)]
     chosen = range(min(count, len(feeds)))
