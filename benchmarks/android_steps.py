@@ -22,6 +22,7 @@ import functools
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -77,6 +78,8 @@ def main() -> None:
     from testing_models import mobilenet_v2_like, small_cnn
 
     print(f"load average before: {os.getloadavg()}")
+    executable = Path(sys.executable).with_name("edge-export")
+    cli = [str(executable)] if executable.exists() else [sys.executable, "-m", "edge_export.cli"]
     models = (
         ("small CNN 16x16", small_cnn, (1, 3, 16, 16)),
         ("MobileNetV2-like 32x32", mobilenet_v2_like, (1, 3, 32, 32)),
@@ -91,6 +94,7 @@ def main() -> None:
         build_times: list[float] = []
         sizes: dict[str, int] = {}
         validate_wall: dict[str, list[float]] = {"reference": [], "test-vectors": []}
+        cli_wall: dict[str, list[float]] = {"reference": [], "test-vectors": []}
         with tempfile.TemporaryDirectory() as tmp:
             source = Path(tmp) / "model.pt2"
             torch.export.save(torch.export.export(make(), example), source)
@@ -112,8 +116,13 @@ def main() -> None:
                     if label == "gpu":
                         gpu_stage.append(stages["target"])
                         sizes["gpu report.json"] = out.with_suffix(".report.json").stat().st_size
+                    if label == "both":
+                        sizes["both report.json"] = out.with_suffix(".report.json").stat().st_size
                     if label == "plain":
                         sizes["plain report.json"] = out.with_suffix(".report.json").stat().st_size
+                        sizes["plain report.md"] = out.with_suffix(".report.md").stat().st_size
+                        app = json.dumps(json.loads(out.with_suffix(".report.json").read_text())["app"], indent=2)
+                        sizes["app section in report.json (indented)"] = len(app)
                         sizes["tflite"] = out.stat().st_size
                     if label == "vectors":
                         npz = Path(tmp) / f"{label}_{r}.testdata.npz"
@@ -139,13 +148,22 @@ def main() -> None:
                     start = time.perf_counter()
                     assert call().exit_code == 0
                     validate_wall[label].append(time.perf_counter() - start)
+                # what a CI job pays: a fresh `edge-export validate` process (no torch with --test-vectors)
+                for label, check in (("reference", ["--reference", str(source)]),
+                                     ("test-vectors", ["--test-vectors", str(Path(tmp) / f"vectors_{r}.testdata.npz")])):
+                    start = time.perf_counter()
+                    subprocess.run([*cli, "validate", str(vectors_model), *check, "--report", str(Path(tmp) / f"cli_{label}_{r}"), "--quiet"],
+                                   check=True, capture_output=True)
+                    cli_wall[label].append(time.perf_counter() - start)
         for label, values in wall.items():
             print(f"export wall, {label}: {_median_ms(values)}")
         print(f"validate stage, interpreter: {_median_ms(validate_stage['plain'])}; both: {_median_ms(validate_stage['both'])}")
         print(f"target stage, gpu: {_median_ms(gpu_stage)}")
         print(f"test vectors, build + serialize (4 of 8 samples): {_median_ms(build_times)}")
         for label, values in validate_wall.items():
-            print(f"validate --{label}: {_median_ms(values)}")
+            print(f"validate --{label} (in process): {_median_ms(values)}")
+        for label, values in cli_wall.items():
+            print(f"edge-export validate --{label} (fresh process): {_median_ms(values)}")
         print(f"sizes: {sizes}")
     print(f"load average after: {os.getloadavg()}")
 
