@@ -416,6 +416,11 @@ def _elements(shape) -> int:
     return n
 
 
+def _signed(n: int) -> str:
+    """`` + 3``, `` - 128`` or nothing (0): a zero point added in a formula."""
+    return f" - {-int(n)}" if int(n) < 0 else (f" + {int(n)}" if int(n) else "")
+
+
 def _kotlin_example(app: AppSection, model_file: str) -> list[str]:
     signature = app.signature_key
     out = [
@@ -444,13 +449,14 @@ def _kotlin_example(app: AppSection, model_file: str) -> list[str]:
 
     for i, t in enumerate(app.inputs):
         write, array, _ = _KOTLIN_IO.get(t.dtype, ("writeFloat", "FloatArray", "readFloat"))
-        quant = f", q = round(x / {_plain(t.scale)}) + {_plain(t.zero_point)}" if t.scale is not None else ""
+        quant = f", q = round(x / {_plain(t.scale)}){_signed(t.zero_point)}" if t.scale is not None else ""
         out.append(f"// input {i}: {t.dtype} {list(_plain(t.shape))} {t.layout}{quant}")
         out.append(f"{buffer('inputs', i, t)}.{write}({array}({_elements(t.shape)}))  // your data")
     out.append("model.run(inputs, outputs, signature)" if signature is not None else "model.run(inputs, outputs)")
     for k, t in enumerate(app.outputs):
         _, _, read = _KOTLIN_IO.get(t.dtype, ("writeFloat", "FloatArray", "readFloat"))
-        quant = f", x = (q - {_plain(t.zero_point)}) * {_plain(t.scale)}" if t.scale is not None else ""
+        q = f"(q{_signed(-t.zero_point)})" if t.scale is not None and t.zero_point else "q"
+        quant = f", x = {q} * {_plain(t.scale)}" if t.scale is not None else ""
         out.append(f"// output {k}: {t.dtype} {list(_plain(t.shape))} {t.layout}{quant}")
         out.append(f"val output{k} = {buffer('outputs', k, t)}.{read}()")
     out.append("```")

@@ -54,10 +54,12 @@ def test_kotlin_example_runs_the_signature_by_name_with_typed_buffers():
     # uint8 input: bytes through writeInt8, one per element of 1x32x32x3, with its quantization
     assert 'inputs.getValue("pixel_values").writeInt8(ByteArray(3072))  // your data' in code
     assert "// input 0: uint8 [1, 32, 32, 3] NHWC, q = round(x / 0.0078125) + 128" in code
+    negative = dataclasses.replace(app_section(), outputs=(AppTensor("logits", "int8", (1, 10), "other", 0.5, -128),))
+    assert "// output 0: int8 [1, 10] other, x = (q + 128) * 0.5" in _kotlin_block(render_markdown(dataclasses.replace(full_report(), app=negative)))
     assert "model.run(inputs, outputs, signature)" in code
     assert 'val output0 = outputs.getValue("logits").readInt8()' in code
     assert 'val output1 = outputs.getValue("features").readFloat()' in code
-    assert "// output 0: uint8 [1, 10] other, x = (q - 0) * 0.125" in code
+    assert "// output 0: uint8 [1, 10] other, x = q * 0.125" in code
     assert text.index("writeInt8") < text.index("model.run") < text.index("readInt8")
 
 
