@@ -240,7 +240,7 @@ def test_test_vectors_never_replace_an_input(exported, tmp_path):
     calibration = tmp_path / "m.testdata.npz"
     np.savez(calibration, x=np.zeros((2, 1, 3, 16, 16), dtype=np.float32))
     before = calibration.read_bytes()
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=r"\(the test vectors \(--emit-test-vectors\)\) is the input .* \(--calibration-data\)"):
         edge_export.export(
             exported.source, output=tmp_path / "m.tflite", emit_test_vectors=True, quantize="int8", calibration_data=str(calibration)
         )
