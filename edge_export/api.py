@@ -1235,8 +1235,11 @@ def _validate_with_test_vectors(
             check_vectors_fit_model(vectors, fb, vectors_path, tflite_path)
         check_writable_folder(json_path, created)
         _check_side_outputs(options, created)
-        with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
-            parity, runtimes = _parity_on_vectors(fb, vectors, options)
+        from .library_output import quiet_libraries
+
+        with quiet_libraries(options.verbose or not options.quiet_libraries):
+            with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
+                parity, runtimes = _parity_on_vectors(fb, vectors, options)
         nhwc_in = tuple(i for i, t in enumerate(vectors.input_tensors) if t.layout == "NHWC")
         nhwc_out = tuple(k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC")
         from .targets.base import get_target
@@ -1268,10 +1271,7 @@ def _validate_with_test_vectors(
             app=_app_section(fb, nhwc_in, nhwc_out),
         )
         report = _with_baseline(report, options.baseline)
-        from .library_output import quiet_libraries
-
-        with quiet_libraries(options.verbose or not options.quiet_libraries):
-            return _write_run(report, [], options, stages)
+        return _write_run(report, [], options, stages)
     except BaseException:
         remove_created_folders(created)
         raise
