@@ -34,12 +34,16 @@ def exported(tmp_path_factory) -> Exported:
     source = folder / "cnn.pt2"
     torch.export.save(torch.export.export(small_cnn(), (X,)), source)
     built = Exported(source, folder / "cnn.tflite", folder / "cnn_int8.tflite")
-    for output, options in (
-        (built.fp32, {}),
-        (built.int8, {"quantize": "int8", "quant_backend": "flatbuffer", "io_dtype": "int8", "channels_last": True}),
-    ):
-        result = edge_export.export(source, output=output, emit_test_vectors=True, **options)
-        assert result.exit_code == 0, output
+    # fp32 through the CLI (its flags reach the API), int8 through the API
+    from edge_export.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["export", str(source), "-o", str(built.fp32), "--emit-test-vectors", "--test-vectors-count", "4", "--quiet"])
+    assert exited.value.code == 0
+    result = edge_export.export(
+        source, output=built.int8, emit_test_vectors=True, quantize="int8", quant_backend="flatbuffer", io_dtype="int8", channels_last=True
+    )
+    assert result.exit_code == 0
     return built
 
 
@@ -245,3 +249,29 @@ def test_test_vectors_never_replace_an_input(exported, tmp_path):
             exported.source, output=tmp_path / "m.tflite", emit_test_vectors=True, quantize="int8", calibration_data=str(calibration)
         )
     assert calibration.read_bytes() == before and not (tmp_path / "m.tflite").exists()
+
+
+def test_vectors_round_trip_and_keep_at_most_count_samples(exported, tmp_path):
+    """build -> serialize -> load gives back the same arrays, names and thresholds; count caps the
+    samples kept, and asking for more than parity checked keeps what there is."""
+    from edge_export.flatbuffer import load_flatbuffer
+    from edge_export.testdata import build_reference_vectors, load_reference_vectors, serialize_vectors
+
+    fb = load_flatbuffer(exported.fp32)
+    parity = edge_export.validate(exported.fp32, test_vectors=vectors_of(exported.fp32), report_prefix=tmp_path / "r").run_report.validation
+    rng = np.random.default_rng(3)
+    feeds = [[rng.standard_normal((1, 3, 16, 16)).astype(np.float32)] for _ in range(3)]
+    references = [[rng.standard_normal((1, 10)).astype(np.float32)] for _ in range(3)]
+    for count, kept in ((2, 2), (10, 3)):
+        built = build_reference_vectors(
+            fb, feeds, references, parity, channels_last_inputs=(), channels_last_outputs=(), count=count, model_class="M", tool_version="t"
+        )
+        path = tmp_path / f"v{count}.npz"
+        path.write_bytes(serialize_vectors(built))
+        loaded = load_reference_vectors(path)
+        assert loaded.count == kept
+        np.testing.assert_array_equal(loaded.inputs[0], np.stack([f[0] for f in feeds[:kept]]))
+        np.testing.assert_array_equal(loaded.expected[0], np.stack([r[0] for r in references[:kept]]))
+        assert loaded.input_tensors == built.input_tensors and loaded.output_tensors == built.output_tensors
+        assert loaded.thresholds == built.thresholds and loaded.kinds == built.kinds
+        assert (loaded.signature_key, loaded.model_class, loaded.model_sha256) == ("serving_default", "M", built.model_sha256)
