@@ -113,6 +113,9 @@ class ExportOptions:
     max_ram: int | str | None = None  # micro: RAM (tensor arena) budget in bytes
     emit_c: str | None = None  # micro: the C bundle's folder (default <stem>_micro beside the .tflite)
     no_emit_c: bool = False  # micro: write no C bundle
+    # <stem>.testdata.npz: parity inputs as the model takes them, PyTorch's outputs, the thresholds
+    emit_test_vectors: bool = False
+    test_vectors_count: int = 4
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quantize", QuantizeMode(self.quantize))
@@ -161,6 +164,14 @@ class ExportOptions:
             raise UsageError("--per-layer-min-sqnr nan is not a number.")
         if self.strip_names and self.keep_names:
             raise UsageError("--strip-names and --keep-names contradict each other.", "Give one of them.")
+        if self.test_vectors_count < 1:
+            raise UsageError(f"--test-vectors-count {self.test_vectors_count} must be at least 1.", "Use e.g. --test-vectors-count 4.")
+        if self.emit_test_vectors and not self.validate:
+            raise UsageError(
+                "--emit-test-vectors needs the parity check: the vectors are its inputs, PyTorch's outputs "
+                "and the thresholds it judged them by, and --no-validate skips it.",
+                "Drop --no-validate (or --emit-test-vectors).",
+            )
 
     def thresholds(self) -> Thresholds:
         return default_thresholds(self.quantize).override(
@@ -335,6 +346,10 @@ def export(
         ("the Markdown report (named after -o)", md_path),
     ]
     target_outputs = target.output_paths(options, tflite_path)
+    if options.emit_test_vectors:
+        from .testdata import test_vectors_path
+
+        outputs.append(("the test vectors (--emit-test-vectors)", test_vectors_path(tflite_path)))
     check_outputs_apart(outputs + target_outputs + _side_outputs(options), _input_paths(model, options))
     created: list[Path] = []
     try:
@@ -511,9 +526,9 @@ def _run_export(
             checked = target.check(TargetContext(fb, export_base, options, tflite_path, model_metadata))
         target_report.update(checked.report)
 
-    parity = layers = runtimes = None
+    parity = layers = runtimes = checked_samples = None
     if options.validate:
-        parity, layers, runtimes = _check_parity(
+        parity, layers, runtimes, checked_samples = _check_parity(
             module, example, specs, options, fb, plan, stages, samples=parity_samples,
             runner_factory=_parity_runner_factory(target, checked),
         )
@@ -540,6 +555,10 @@ def _run_export(
             # The .tflite, and the target's models that carry it too (the Edge TPU compiled model).
             carriers = (str(tflite_path), *(str(a.path) for a in checked.artifacts if a.path.suffix == ".tflite" and model_has_metadata(a.data)))
             metadata_section = replace(model_metadata.section, added_bytes=fb.size_bytes - size_before, written_to=carriers)
+    # The test vectors describe the file exactly as written (its sha256), metadata included.
+    run_artifacts: tuple = ()
+    if options.emit_test_vectors and checked_samples is not None:
+        run_artifacts = (_test_vectors_artifact(fb, checked_samples, parity, plan, options, loaded, tflite_path),)
     export_section = ExportSection(
         quantize=options.quantize.value,
         target=target.name,
@@ -558,7 +577,7 @@ def _run_export(
         target=TargetSection.from_hooks(target_report) if target.reports_target else None,
         artifacts=ArtifactsSection(
             str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None,
-            {a.key: str(a.path) for a in checked.artifacts},
+            {a.key: str(a.path) for a in (*checked.artifacts, *run_artifacts)},
         ),
         flatbuffer=_flatbuffer_section(fb),
         stages=tuple(stages.times),
@@ -566,6 +585,7 @@ def _run_export(
         runtimes=runtimes,
         per_layer=layers,
         metadata=metadata_section,
+        app=_app_section(fb, plan.inputs, plan.outputs),
     )
     report = _with_baseline(report, options.baseline)
     from .targets.base import FinishedRun
@@ -581,8 +601,7 @@ def _run_export(
 
         listed = {**report.artifacts.extra, **{a.key: str(a.path) for a in finished.artifacts}}
         report = replace(report, artifacts=replace(report.artifacts, extra=listed))
-    target_artifacts = (*checked.artifacts, *finished.artifacts)
-    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in target_artifacts]
+    files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in (*checked.artifacts, *run_artifacts, *finished.artifacts)]
     return _write_run(report, files, options, stages)
 
 
@@ -598,6 +617,34 @@ def _build_metadata(fb: FlatbufferModel, options: ExportOptions, reference_out: 
     if order is not None:
         shapes, keys = [shapes[i] for i in order], [keys[i] for i in order]
     return build_model_metadata(fb, options, _output_kinds(names, keys, shapes, options), image)
+
+
+def _test_vectors_artifact(fb: FlatbufferModel, samples: Any, parity: Any, plan: Any, options: ExportOptions, loaded: Any, tflite_path: Path) -> Any:
+    """``<stem>.testdata.npz`` (--emit-test-vectors) from the samples parity checked, written with
+    the other artifacts and listed under the report's ``artifacts`` as ``test_vectors``."""
+    from .targets.base import TargetArtifact
+    from .testdata import build_reference_vectors, serialize_vectors, test_vectors_path
+
+    feeds, references = samples
+    vectors = build_reference_vectors(
+        fb, feeds, references, parity,
+        channels_last_inputs=plan.inputs, channels_last_outputs=plan.outputs,
+        count=options.test_vectors_count, model_class=loaded.class_name, tool_version=__version__,
+    )
+    return TargetArtifact("test_vectors", test_vectors_path(tflite_path), serialize_vectors(vectors))
+
+
+def _app_section(fb: FlatbufferModel, channels_last_inputs: Sequence[int], channels_last_outputs: Sequence[int]) -> Any:
+    """What an app calls: the signature key and each input and output by its signature name."""
+    from .reports.model import AppSection, AppTensor
+    from .testdata import signature_tensors
+
+    def rows(tensors: Sequence[Any]) -> tuple[AppTensor, ...]:
+        return tuple(AppTensor(t.name, t.dtype, t.shape, t.layout, t.scale, t.zero_point) for t in tensors)
+
+    inputs, outputs = signature_tensors(fb, channels_last_inputs, channels_last_outputs)
+    key = fb.signatures[0]["key"] if fb.signatures else None
+    return AppSection(signature_key=key or None, inputs=rows(inputs), outputs=rows(outputs))
 
 
 def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:
@@ -807,15 +854,16 @@ def _check_parity(
     *,
     samples: list[tuple] | None = None,
     runner_factory: Callable[[FlatbufferModel], Any] | None = None,
-) -> tuple[Any, Any, Any]:
+) -> tuple[Any, Any, Any, Any]:
     """Output parity, then (with --per-layer) the layer-by-layer comparison on the same samples;
-    with --runtime compiled-model or both, each runtime's parity and their differences too."""
+    with --runtime compiled-model or both, each runtime's parity and their differences too. Also
+    returns the samples checked: the float feeds in the model's layout and PyTorch's outputs."""
     from .inputs import make_samples
 
     if samples is None:
         samples = make_samples(specs, options.samples, options.seed, example)
     with stages.run("validate", f"Checking parity on {len(samples)} samples"):
-        parity, runtimes = _validate(module, samples, options, fb, plan, runner_factory)
+        parity, runtimes, checked = _validate(module, samples, options, fb, plan, runner_factory)
     layers = None
     if options.per_layer:
         from .validators.layers import per_layer_parity
@@ -834,7 +882,7 @@ def _check_parity(
                 stage="per-layer comparison",
                 backend="the LiteRT reference kernels",
             )
-    return parity, layers, runtimes
+    return parity, layers, runtimes, checked
 
 
 def _validate(
@@ -923,12 +971,13 @@ def _validate(
         )
         for run_outputs, _, _, run_runtime in runs
     ]
+    checked = (feeds, references)
     if options.runtime == "interpreter":
-        return results[0], None
+        return results[0], None, checked
     from .validators.runtimes import RuntimeComparison, compare_runtimes
 
     differences = compare_runtimes(names, runs[0][0], runs[1][0], scales) if len(runs) == 2 else ()
-    return results[0], RuntimeComparison(options.runtime, tuple(results), differences)
+    return results[0], RuntimeComparison(options.runtime, tuple(results), differences), checked
 
 
 def _outputs_by_name(torch_names: Sequence[str | None], names: Sequence[str]) -> list[int] | None:
@@ -1020,8 +1069,9 @@ def _check_input_shapes(fb: Any, specs: list[InputSpec], nhwc_in: Sequence[int])
 
 def validate(
     tflite: str | Path,
-    reference: Any,
+    reference: Any = None,
     *,
+    test_vectors: str | Path | None = None,
     example_inputs: tuple | None = None,
     report_prefix: str | Path | None = None,
     options: ExportOptions | None = None,
@@ -1035,10 +1085,24 @@ def validate(
     Thresholds default to the flatbuffer's precision, read from its tensors. A flatbuffer whose
     inner tensor names were stripped gets them back, in memory, from ``tensor_names`` (default: the
     ``<stem>.tensors.json`` beside it, when there is one).
+
+    With ``test_vectors`` (a ``<stem>.testdata.npz`` from ``--emit-test-vectors``) instead of a
+    reference, the model runs on the stored inputs and is judged against the stored PyTorch outputs
+    with the stored thresholds and output kinds: no PyTorch needed.
     """
     explicit_quantize = "quantize" in option_values
     if options is None:
         options = ExportOptions(**option_values)
+    if test_vectors is not None:
+        return _validate_with_test_vectors(
+            Path(tflite), Path(test_vectors), reference, example_inputs, report_prefix, options, on_stage, tensor_names, explicit_quantize
+        )
+    if reference is None:
+        raise UsageError(
+            "validate needs what to check the model against: --reference (the PyTorch model) or --test-vectors "
+            "(a <stem>.testdata.npz written by --emit-test-vectors).",
+            "Add --reference MODEL or --test-vectors FILE.",
+        )
     tflite_path = Path(tflite)
     prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
     json_path, md_path = Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
@@ -1141,7 +1205,7 @@ def _validate_flatbuffer(
             if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
         )
         plan = ChannelsLastPlan(nhwc_in, nhwc_out)
-        parity, layers, runtimes = _check_parity(module, example, specs, options, fb, plan, stages)
+        parity, layers, runtimes, _ = _check_parity(module, example, specs, options, fb, plan, stages)
         export_section = ValidateSection(
             quantize=options.quantize.value,
             target=get_target(options.target).name,
@@ -1159,6 +1223,187 @@ def _validate_flatbuffer(
             validation=_validation_section(parity),
             runtimes=runtimes,
             per_layer=layers,
+            app=_app_section(file_fb, plan.inputs, plan.outputs),
         )
         report = _with_baseline(report, options.baseline)
         return _write_run(report, [], options, stages)
+
+
+# Options that only mean something with a PyTorch reference: refused beside --test-vectors, whose
+# file fixes the inputs, their layout, the output kinds and the thresholds' defaults.
+_REFERENCE_ONLY_OPTIONS = (
+    ("input_shapes", "--input-shape"), ("input_dtypes", "--input-dtype"), ("samples", "--samples"), ("seed", "--seed"),
+    ("channels_last", "--channels-last"), ("per_layer", "--per-layer"), ("per_layer_min_sqnr", "--per-layer-min-sqnr"),
+    ("per_layer_plot", "--per-layer-plot"), ("weights", "--weights"), ("trust_pickle", "--trust-pickle"),
+    ("output_kinds", "--output-kind"), ("labels", "--labels"),
+)
+
+
+def _validate_with_test_vectors(
+    tflite_path: Path,
+    vectors_path: Path,
+    reference: Any,
+    example_inputs: tuple | None,
+    report_prefix: str | Path | None,
+    options: ExportOptions,
+    on_stage: Callable[[str], None] | None,
+    tensor_names: str | Path | None,
+    explicit_quantize: bool,
+) -> ExportResult:
+    """``validate MODEL.tflite --test-vectors FILE``: the model on the stored inputs, judged against
+    the stored outputs, thresholds and kinds (``--atol`` and the other threshold options tighten or
+    loosen them; ``--runtime`` picks the runtimes)."""
+    defaults = ExportOptions()
+    given = [flag for name, flag in _REFERENCE_ONLY_OPTIONS if getattr(options, name) != getattr(defaults, name)]
+    given += [flag for flag, value in (("--reference", reference), ("example_inputs", example_inputs),
+                                       ("--tensor-names", tensor_names)) if value is not None]
+    if explicit_quantize:
+        given.append("quantize")
+    if given:
+        raise UsageError(
+            f"--test-vectors and {', '.join(given)} contradict each other: the test-vector file holds the inputs "
+            "(their shapes, dtypes and layout), PyTorch's outputs, the output kinds and the thresholds, and no "
+            "PyTorch model runs.",
+            f"Drop {', '.join(given)}, or drop --test-vectors and check against --reference.",
+        )
+    prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
+    json_path, md_path = Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
+    check_outputs_apart(
+        [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *_side_outputs(options)],
+        [("the flatbuffer to validate", tflite_path), ("the test vectors (--test-vectors)", vectors_path), *_input_paths(None, options)],
+    )
+    created: list[Path] = []
+    try:
+        from .flatbuffer import load_flatbuffer
+        from .testdata import check_vectors_fit_model, load_reference_vectors
+
+        stages = _Stages(on_stage)
+        with stages.run("load", "Reading the model and the test vectors"):
+            fb = load_flatbuffer(tflite_path)
+            vectors = load_reference_vectors(vectors_path)
+            check_vectors_fit_model(vectors, fb, vectors_path, tflite_path)
+        check_writable_folder(json_path, created)
+        _check_side_outputs(options, created)
+        from .library_output import quiet_libraries
+
+        with quiet_libraries(options.verbose or not options.quiet_libraries):
+            with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
+                parity, runtimes = _parity_on_vectors(fb, vectors, options)
+        nhwc_in = tuple(i for i, t in enumerate(vectors.input_tensors) if t.layout == "NHWC")
+        nhwc_out = tuple(k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC")
+        from .targets.base import get_target
+
+        report = RunReport(
+            tool=ToolSection(__version__),
+            libraries=_library_versions(),
+            created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            model=ModelSection(str(vectors_path), "test_vectors", vectors.model_class),
+            inputs=tuple(
+                InputSection(t.name, (t.shape[0], t.shape[3], t.shape[1], t.shape[2]) if i in nhwc_in else t.shape, t.dtype,
+                             "NHWC" if i in nhwc_in else None)
+                for i, t in enumerate(vectors.input_tensors)
+            ),
+            export=ValidateSection(
+                quantize=infer_precision(fb).value,
+                target=get_target(options.target).name,
+                channels_last=bool(nhwc_in or nhwc_out),
+                channels_last_inputs=nhwc_in,
+                channels_last_outputs=nhwc_out,
+                strict=False,
+                test_vectors=str(vectors_path),
+            ),
+            artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
+            flatbuffer=_flatbuffer_section(fb),
+            stages=tuple(stages.times),
+            validation=parity,
+            runtimes=runtimes,
+            app=_app_section(fb, nhwc_in, nhwc_out),
+        )
+        report = _with_baseline(report, options.baseline)
+        return _write_run(report, [], options, stages)
+    except BaseException:
+        remove_created_folders(created)
+        raise
+
+
+def _parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions) -> tuple[Any, Any]:
+    """Each runtime --runtime names on the stored inputs (integer inputs fed as stored: the runners
+    pass integer arrays through unchanged), compared output by output with the stored outputs,
+    thresholds and kinds, in PyTorch's layout like the export's own parity check."""
+    import hashlib
+    from dataclasses import replace
+
+    from .config import OutputKind
+    from .isolation import run_isolated
+    from .runtime import CompiledModelRunner
+    from .targets.base import litert_runner
+    from .validators.output_kinds import KindDecision, KindSource
+    from .validators.parity import ParityResult, compare_outputs
+
+    factories = {"interpreter": [litert_runner], "compiled-model": [CompiledModelRunner], "both": [litert_runner, CompiledModelRunner]}[options.runtime]
+    samples = [[a[s] for a in vectors.inputs] for s in range(vectors.count)]
+
+    def run_all():
+        runs = []
+        for factory in factories:
+            runner = factory(fb)
+            outs = [runner.run(feed) for feed in samples]
+            runs.append((outs, [o.scale for o in runner.outputs], runner.name))
+        return runs
+
+    backend = {"interpreter": "the LiteRT interpreter (XNNPACK)", "compiled-model": "LiteRT's CompiledModel (CPU)"}.get(
+        options.runtime, "the LiteRT interpreter (XNNPACK) or LiteRT's CompiledModel (CPU)"
+    )
+    runs = run_isolated(run_all, stage="parity check", backend=backend)
+    nhwc_out = [k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC"]
+
+    def torch_layout(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return _to_layout([np.asarray(a) for a in arrays], nhwc_out, nhwc=False)
+
+    expected = [torch_layout([e[s] for e in vectors.expected]) for s in range(vectors.count)]
+    names = [t.name for t in vectors.output_tensors]
+    overrides = dict(
+        atol=options.atol, min_sqnr_db=options.min_sqnr, min_cosine=options.min_cosine, min_top1=options.min_top1,
+        min_top5=options.min_top5, min_neighbour_agreement=options.min_neighbour_agreement,
+        max_rel_l2=options.max_rel_l2, max_error_steps=options.max_error_steps,
+    )
+    thresholds = [t.override(**overrides) for t in vectors.thresholds]
+    merged: dict = {}
+    for t in thresholds:
+        for key, value in vars(t).items():
+            if value is not None:
+                merged.setdefault(key, value)
+    notes = []
+    if hashlib.sha256(fb.data).hexdigest() != vectors.model_sha256:
+        notes.append("the model is not the file the test vectors were written with (its sha256 differs): parity says whether it still computes the same")
+    for t, model_tensor in zip(vectors.input_tensors, fb.input_tensors):
+        q = model_tensor.quant
+        scale = float(q.scales[0]) if q is not None and len(q.scales) == 1 else None
+        if t.scale is not None and scale is not None and (t.scale != scale or t.zero_point != int(q.zero_points[0])):
+            notes.append(
+                f"input {t.name}: the test vectors were quantized with scale {t.scale:g} and zero point {t.zero_point}, the model "
+                f"takes scale {scale:g} and zero point {int(q.zero_points[0])}: the same stored integers mean other values to it"
+            )
+    results = []
+    for outs, scales, runtime in runs:
+        candidate = [torch_layout(o) for o in outs]
+        per_output = []
+        for k, name in enumerate(names):
+            decision = KindDecision(OutputKind(vectors.kinds[k]), KindSource(vectors.kind_sources[k]))
+            per_output.append(compare_outputs(
+                [[e[k]] for e in expected], [[c[k]] for c in candidate], names=[name], thresholds=thresholds[k],
+                runtime=runtime, output_scales=[scales[k]], kinds=[decision],
+            ))
+        results.append(ParityResult(
+            samples=vectors.count,
+            thresholds=Thresholds(**merged),
+            outputs=tuple(replace(r.outputs[0], index=k) for k, r in enumerate(per_output)),
+            runtime=runtime,
+            notes=tuple(notes) + tuple(n for r in per_output for n in r.notes),
+        ))
+    if options.runtime == "interpreter":
+        return results[0], None
+    from .validators.runtimes import RuntimeComparison, compare_runtimes
+
+    differences = compare_runtimes(names, runs[0][0], runs[1][0], runs[0][1]) if len(runs) == 2 else ()
+    return results[0], RuntimeComparison(options.runtime, tuple(results), differences)

@@ -237,6 +237,8 @@ def export_command(
     description: Optional[str] = typer.Option(None, "--description", help="Model description written in the model metadata."),
     author: Optional[str] = typer.Option(None, "--author", help="Author written in the model metadata."),
     write_metadata: bool = typer.Option(True, "--metadata/--no-metadata", help="--no-metadata: write no model metadata; --labels, --mean and --std then only serve parity and calibration."),
+    emit_test_vectors: bool = typer.Option(False, "--emit-test-vectors", help="Also write <stem>.testdata.npz: parity inputs exactly as the .tflite takes them (dtype, layout, quantization), PyTorch's outputs and the thresholds used; `validate MODEL.tflite --test-vectors FILE` re-checks a model against them without PyTorch."),
+    test_vectors_count: int = typer.Option(4, "--test-vectors-count", help="How many parity samples --emit-test-vectors stores (at most the number parity checked)."),
     strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
  checking: dict = None,
@@ -274,6 +276,8 @@ def export_command(
             description=description,
             author=author,
             write_metadata=write_metadata,
+            emit_test_vectors=emit_test_vectors,
+            test_vectors_count=test_vectors_count,
             strict=strict,
             validate=validate,
             channels_last=channels_last,
@@ -286,13 +290,15 @@ def export_command(
 
 @app.command(
     "validate",
-    help="Check an existing MODEL.tflite against a PyTorch reference (any source kind export accepts). "
+    help="Check an existing MODEL.tflite against a PyTorch reference (any source kind export accepts), or "
+    "against the test vectors --emit-test-vectors wrote (--test-vectors FILE: no PyTorch needed). "
     "Thresholds default to the flatbuffer's precision. Writes <stem>.validate.report.json/.md.\n\n" + EXIT_CODES_HELP,
 )
 @_with_checking_options
 def validate_command(
     tflite: Path = typer.Argument(..., help="The .tflite flatbuffer to check."),
-    reference: str = typer.Option(..., "--reference", "-r", help="The PyTorch model it was exported from (.pt2, TorchScript, package.module:attr, pickle)."),
+    reference: Optional[str] = typer.Option(None, "--reference", "-r", help="The PyTorch model it was exported from (.pt2, TorchScript, package.module:attr, pickle)."),
+    test_vectors: Optional[Path] = typer.Option(None, "--test-vectors", help="Instead of --reference: a <stem>.testdata.npz from --emit-test-vectors; the model runs on its inputs and is judged against its outputs, kinds and thresholds (no PyTorch)."),
     report: Optional[Path] = typer.Option(None, "--report", help="Report path prefix (default <tflite stem>.validate)."),
     channels_last: bool = typer.Option(False, "--channels-last", help="The flatbuffer's 4-D inputs are NHWC (only needed when the reference has no example inputs)."),
     tensor_names: Optional[Path] = typer.Option(None, "--tensor-names", help="The tensor-name map of a stripped .tflite (default: <stem>.tensors.json beside it, which --target micro writes); --per-layer needs it."),
@@ -302,7 +308,9 @@ def validate_command(
         from .api import ExportOptions, validate
 
         options = ExportOptions(channels_last=channels_last, **_checking_fields(checking))
-        return validate(tflite, reference, report_prefix=report, options=options, on_stage=on_stage, tensor_names=tensor_names)
+        return validate(
+            tflite, reference, test_vectors=test_vectors, report_prefix=report, options=options, on_stage=on_stage, tensor_names=tensor_names
+        )
 
     _run(call, checking["quiet"], checking["debug"], checking["verbose"])
 

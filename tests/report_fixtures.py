@@ -18,6 +18,8 @@ from edge_export.quantization.io_types import IOQuantInfo
 from edge_export.quantization.selection import BackendAttempt, FloatTensorEntry, IntegerCheck, QuantOpEntry
 from edge_export.reports.baseline import Regression
 from edge_export.reports.model import (
+    AppSection,
+    AppTensor,
     ArtifactsSection,
     BaselineSection,
     CompilerSection,
@@ -165,6 +167,18 @@ def per_layer() -> LayerParityReport:
     )
 
 
+def app_section() -> AppSection:
+    """The signature as an app calls it: a uint8 NHWC image in, uint8 logits and int8 features out."""
+    return AppSection(
+        signature_key="serving_default",
+        inputs=(AppTensor("pixel_values", "uint8", (1, 32, 32, 3), "NHWC", 0.0078125, 128),),
+        outputs=(
+            AppTensor("logits", "uint8", (1, 10), "other", 0.125, 0),
+            AppTensor("features", "float32", (1, 16), "other", None, None),
+        ),
+    )
+
+
 def full_report() -> RunReport:
     """int8 for the Edge TPU with --per-layer, --junit and --baseline: the parity passes, the
     per-layer gate and the baseline fail."""
@@ -186,6 +200,7 @@ def full_report() -> RunReport:
             "old.report.json",
             (Regression("logits", "sqnr_db", 40.0, 31.25, "logits: sqnr_db fell from 40 to 31.25 (tolerance 1)"),),
         ),
+        app=app_section(),
     )
 
 

@@ -58,6 +58,8 @@ __all__ = [
     "DelegateSection",
     "MicroSection",
     "CBundleSection",
+    "AppSection",
+    "AppTensor",
     "BaselineSection",
     "MetadataSection",
     "MetadataTensor",
@@ -128,8 +130,9 @@ class ValidateSection:
     channels_last_outputs: tuple[int, ...]
     strict: bool
     command: str = "validate"
+    test_vectors: str | None = json_field(default=None, omit_none=True)  # validate --test-vectors FILE
 
-    JSON_KEYS = ("command", "quantize", "target", "channels_last", "channels_last_inputs", "channels_last_outputs", "strict")
+    JSON_KEYS = ("command", "quantize", "target", "channels_last", "channels_last_inputs", "channels_last_outputs", "strict", "test_vectors")
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,28 @@ class FlatbufferSection:
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     fully_integer: bool
+
+
+@dataclass(frozen=True)
+class AppTensor:
+    """One signature input or output as an app feeds or reads it."""
+
+    name: str  # the signature name an app looks it up by
+    dtype: str
+    shape: tuple[int, ...]
+    layout: str  # NHWC, NCHW (PyTorch's order, kept by the converter) or other (not 4-D)
+    scale: float | None  # with zero_point: q = round(x / scale) + zero_point; None for float I/O
+    zero_point: int | None
+
+
+@dataclass(frozen=True)
+class AppSection:
+    """What an app needs to call the model: the signature and its inputs and outputs by name
+    (the Markdown's "Use it in an app" section and its Kotlin example read this)."""
+
+    signature_key: str | None  # None: the file has no signature (apps then index tensors by position)
+    inputs: tuple[AppTensor, ...]
+    outputs: tuple[AppTensor, ...]
 
 
 @dataclass(frozen=True)
@@ -350,11 +375,12 @@ class RunReport:
     runtimes: RuntimeComparison | None = json_field(default=None, omit_none=True)  # --runtime compiled-model|both
     baseline: BaselineSection | None = json_field(default=None, omit_none=True)
     metadata: MetadataSection | None = json_field(default=None, omit_none=True)  # TFLite model metadata, when written
+    app: AppSection | None = json_field(default=None, omit_none=True)  # the signature as an app calls it
     schema_version: str = field(default=REPORT_SCHEMA_VERSION)
 
     JSON_KEYS = (
         "schema_version", "tool", "libraries", "created_at", "model", "inputs", "export", "quantization",
-        "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "baseline", "metadata", "verdict",
+        "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "baseline", "metadata", "app", "verdict",
         "exit_code",
     )
 

@@ -138,3 +138,5 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
     _plain(out, f"  reports: {report.artifacts.report_json}  {report.artifacts.report_markdown}")
     if report.artifacts.junit:
         _plain(out, f"  junit: {report.artifacts.junit}")
+    if report.artifacts.get("test_vectors"):
+        _plain(out, f"  test vectors: {report.artifacts.get('test_vectors')}")

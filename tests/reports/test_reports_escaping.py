@@ -39,6 +39,7 @@ def hostile_report() -> RunReport:
     from edge_export.quantization.selection import BackendAttempt, FloatTensorEntry, IntegerCheck, QuantOpEntry
     from edge_export.reports.baseline import Regression
     from edge_export.reports.model import BaselineSection, CompilerSection, DelegateSection, MicroSection, ModelSection
+    from edge_export.reports.model import AppSection, AppTensor
     from edge_export.targets.edgetpu import TableRow
     from edge_export.targets.edgetpu_compiler import CompilerResult
     from edge_export.targets.edgetpu_rewrites import AppliedRewrite
@@ -100,6 +101,7 @@ def hostile_report() -> RunReport:
             micro=MicroSection(micro, names[3]),
         ),
         baseline=BaselineSection(names[3], tuple(Regression(name, "sqnr_db", None, None, name) for name in names)),
+        app=AppSection(names[0], tuple(AppTensor(name, "int8", (1,), "other", 0.5, 0) for name in names), ()),
     )
 
 
@@ -108,7 +110,13 @@ def unescaped_pipes(line: str) -> int:
 
 
 def test_markdown_shows_hostile_names_as_text():
-    md = render_markdown(hostile_report())
+    rendered = render_markdown(hostile_report())
+    # The app section's Kotlin example is a fenced code block (nothing in it is markup): its names
+    # are Kotlin literals of printable ASCII with no backtick or '<'; the rest is checked as prose.
+    before, rest = rendered.split("```kotlin\n", 1)
+    block, after = rest.split("\n```\n", 1)
+    assert all(line.isascii() and line.isprintable() and "`" not in line and "<" not in line for line in block.splitlines())
+    md = before + after
     lines = md.splitlines()
     assert [line for line in lines if line.startswith("#") and "PASSED" in line] == []
     assert lines[0] == "# edge-export: ❌ FAILED"
