@@ -411,6 +411,9 @@ def _metadata_section(metadata: MetadataSection) -> list[str]:
     out += [f"- **note:** {_e(n)}" for n in metadata.notes]
     if metadata.notes:
         out.append("")
+    return out
+
+
 # ---- "Use it in an app": the signature as an app calls it, and a Kotlin example ---------------
 
 def kotlin_string(value) -> str:
