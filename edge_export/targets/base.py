@@ -176,6 +176,9 @@ class TargetPlugin:
     reports_target: bool = True
     # Stage label of ``check`` (None: the target has no checks and the stage is skipped).
     check_label: str | None = None
+    # The name prefix a family of targets shares, one plugin per hardware configuration (e.g.
+    # "ethos-u"): errors name the family once, and an unknown name with its prefix lists the family.
+    family: ClassVar[str | None] = None
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
         """Options the target implies, each with a note for the report; raise UsageError for a
@@ -280,7 +283,14 @@ def get_target(target: Target | str) -> TargetPlugin:
         _discover()
         plugin = _REGISTRY.get(name)
     if plugin is None:
-        raise UsageError(f"--target {name} is not known.", f"Use one of: {', '.join(registered_targets())}.")
+        known = registered_targets()
+        family = [n for n, p in known.items() if p.family and name.startswith(p.family)]
+        if family:
+            raise UsageError(
+                f"--target {name} is not a known {known[family[0]].family} configuration.",
+                f"Use one of: {', '.join(family)}.",
+            )
+        raise UsageError(f"--target {name} is not known.", f"Use one of: {', '.join(known)}.")
     return plugin
 
 
@@ -297,8 +307,11 @@ def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None
     owners: dict[str, tuple[str, ...]] = {}
     flags: dict[str, str] = {}
     for other in registered_targets().values():
+        # A family is named once, by its first member ("--target ethos-u55-32 (any ethos-u target)").
+        label = f"{other.name} (any {other.family} target)" if other.family else other.name
         for option, flag in other.own_options.items():
-            owners[option] = (*owners.get(option, ()), other.name)
+            if label not in owners.get(option, ()) and not (other.family and any(n.startswith(other.family) for n in owners.get(option, ()))):
+                owners[option] = (*owners.get(option, ()), label)
             flags[option] = flag
     for option, names in owners.items():
         if option in plugin.own_options or getattr(options, option) == defaults[option].default:
