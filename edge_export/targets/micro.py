@@ -595,7 +595,7 @@ class MicroTarget(TargetPlugin):
                 )
             from .micro_bundle import bundle_paths
 
-            label = f"the firmware bundle ({'--emit-c' if options.emit_c else 'implied by --target micro; --no-emit-c skips it'})"
+            label = f"the firmware bundle ({'--emit-c' if options.emit_c else f'implied by --target {self.name}; --no-emit-c skips it'})"
             paths += [(label, p) for p in bundle_paths(folder, name)]
         return paths
 
