@@ -167,3 +167,17 @@ def test_missing_vela_is_exit_2_with_the_install_command(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert VELA_INSTALL in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_micro_rules_apply_before_any_work():
+    """Full integer int8 with int8 NHWC I/O and names stripped, as for micro; float modes refused."""
+    from edge_export.api import ExportOptions, resolve_target_options
+
+    options, notes = resolve_target_options(ExportOptions(target="ethos-u85-256"))
+    assert options.quantize.value == "int8" and options.io_dtype.value == "int8"
+    assert options.channels_last and options.strip_names
+    assert notes[0] == "--target ethos-u85-256 implies --quantize int8 (full integer)"
+    with pytest.raises(UsageError, match="runs only fully integer int8 models"):
+        resolve_target_options(ExportOptions(target="ethos-u55-128", quantize="fp16"))
+    with pytest.raises(UsageError, match="needs int8 model inputs and outputs"):
+        resolve_target_options(ExportOptions(target="ethos-u55-128", io_dtype="uint8"))
