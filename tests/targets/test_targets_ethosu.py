@@ -181,3 +181,25 @@ def test_micro_rules_apply_before_any_work():
         resolve_target_options(ExportOptions(target="ethos-u55-128", quantize="fp16"))
     with pytest.raises(UsageError, match="needs int8 model inputs and outputs"):
         resolve_target_options(ExportOptions(target="ethos-u55-128", io_dtype="uint8"))
+
+
+def test_vela_failures_are_exit_3_with_its_message(tmp_path):
+    """Vela itself, on bytes it cannot compile: its refusal is an export failure quoting it, and a
+    crash of the process (a truncated flatbuffer segfaults it) is a native crash, both exit 3."""
+    from edge_export.errors import ConversionError
+    from edge_export.isolation import NativeCrashError
+    from edge_export.targets.ethosu import run_vela
+
+    with pytest.raises(ConversionError, match="Vela could not compile the model for ethos-u55-128 .*Compilation failed") as refused:
+        run_vela(b"not a model at all", "ethos-u55-128")
+    assert refused.value.exit_code == 3
+    from testing_models import small_cnn
+
+    import edge_export
+
+    example = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    int8 = edge_export.export(small_cnn(), example_inputs=(example,), output=tmp_path / "cnn.tflite", target="micro",
+                              validate=False, no_emit_c=True).tflite_path.read_bytes()
+    with pytest.raises(NativeCrashError, match="Vela crashed") as crashed:
+        run_vela(int8[: len(int8) // 2], "ethos-u55-128")
+    assert crashed.value.exit_code == 3 and crashed.value.stage == "Vela compilation"
