@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import (
@@ -285,6 +286,8 @@ def get_target(target: Target | str) -> TargetPlugin:
     if plugin is None:
         known = registered_targets()
         family = [n for n, p in known.items() if p.family and name.startswith(p.family)]
+        # natural order: ethos-u55-32 before ethos-u55-128
+        family.sort(key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)])
         if family:
             raise UsageError(
                 f"--target {name} is not a known {known[family[0]].family} configuration.",

@@ -296,7 +296,15 @@ class EthosUTarget(MicroTarget):
         checked = super().check(context)  # TFLite Micro runs what Vela leaves on the CPU
         compiled = run_vela(context.model.data, self.name)
         report = self._report(compiled, context.model, context.model.data, context.tflite_path)
-        return replace(checked, report={**checked.report, "ethos_u": report})
+        # --emit-op-resolver: the operators of the compiled model (ethos-u and what stays on the CPU)
+        from ..flatbuffer import read_flatbuffer
+        from .micro import emit_op_resolver
+
+        ops = read_flatbuffer(compiled.data, origin="the Vela-compiled model").op_counts
+        artifacts = tuple(
+            replace(a, data=emit_op_resolver(ops).encode()) if a.key == "op_resolver" else a for a in checked.artifacts
+        )
+        return replace(checked, report={**checked.report, "ethos_u": report}, artifacts=artifacts)
 
     def _report(self, compiled: VelaRun, named: FlatbufferModel, source: bytes, tflite_path: Path) -> EthosUReport:
         from ..flatbuffer import read_flatbuffer

@@ -54,7 +54,7 @@ def gated_export(tmp_path_factory):
     example = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     result = edge_export.export(
         gated_ratio_cnn(), example_inputs=(example,), output=folder / "gated.tflite", target="ethos-u55-128",
-        samples=2, max_flash="1KiB", max_ram="1MiB",
+        samples=2, max_flash="1KiB", max_ram="1MiB", emit_op_resolver=folder / "ops.h",
     )
     return result, validate_report(result.report)
 
@@ -108,6 +108,9 @@ def test_the_bundle_embeds_the_compiled_model(gated_export):
     assert array == Path(report["artifacts"]["vela_tflite"]).read_bytes()
     resolver = (folder / f"{bundle['name']}_op_resolver.h").read_text()
     assert "AddEthosU()" in resolver and "AddDiv()" in resolver and "AddConv2D()" not in resolver
+    # --emit-op-resolver too registers the compiled model's operators
+    ops = Path(report["artifacts"]["op_resolver"]).read_text()
+    assert "AddEthosU()" in ops and "AddDiv()" in ops and "AddConv2D()" not in ops
 
 
 def test_markdown_and_summary_show_the_split(gated_export):
