@@ -341,9 +341,9 @@ def _ethos_u_section(t: TargetSection) -> list[str]:
         f"{_e(ethos.npu_operators)} of {_e(ethos.operators)} operators on the NPU ({_e(ethos.npu_subgraphs)} ethos-u "
         f"operator(s)), {_e(ethos.cpu_operators)} on the CPU; compiled model {_code(ethos.vela_model)} "
         f"({_e(ethos.vela_model_bytes)} bytes).", "",
-        "| SRAM | flash | cycles | inferences/s | MACs | system config | memory mode |",
-        "|---|---|---|---|---|---|---|",
-        f"| {_e(s.sram_bytes)} bytes | {_e(s.flash_bytes)} bytes | {_e(s.cycles)} | {_e(f'{s.inferences_per_second:.0f}')} "
+        "| SRAM | flash | DRAM | cycles | inferences/s | MACs | system config | memory mode |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {_e(s.sram_bytes)} bytes | {_e(s.flash_bytes)} bytes | {_e(s.dram_bytes)} bytes | {_e(s.cycles)} | {_e(f'{s.inferences_per_second:.0f}')} "
         f"| {_e(s.macs)} | {_e(s.system_config)} | {_e(s.memory_mode)} |",
         "",
     ]

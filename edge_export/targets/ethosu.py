@@ -100,6 +100,7 @@ class VelaSummary:
     clock_hz: int
     sram_bytes: int  # feature maps (and weights cached) in SRAM
     flash_bytes: int  # weights and command stream in (on- and off-chip) flash
+    dram_bytes: int  # what the memory mode keeps in DRAM instead (the U65/U85 defaults: the weights)
     cycles: int  # estimated total cycles for one inference
     inferences_per_second: float
     macs: int
@@ -190,6 +191,7 @@ def _csv_summary(path: Path) -> VelaSummary:
         clock_hz=round(float(row["core_clock"])),
         sram_bytes=kib("sram_memory_used"),
         flash_bytes=kib("off_chip_flash_memory_used") + kib("on_chip_flash_memory_used"),
+        dram_bytes=kib("dram_memory_used"),
         cycles=round(float(row["cycles_total"])),
         inferences_per_second=float(row["inferences_per_second"]),
         macs=round(float(row["nn_macs"])),

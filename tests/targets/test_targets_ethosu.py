@@ -125,7 +125,7 @@ def test_markdown_section_on_a_hand_built_report():
     from edge_export.reports.markdown import render_markdown
     from edge_export.reports.model import TargetSection
 
-    summary = VelaSummary("Ethos_U55_128", "Ethos_U55_High_End_Embedded", "Shared_Sram", 500_000_000, 8192, 1856, 10926, 45762.4, 109136)
+    summary = VelaSummary("Ethos_U55_128", "Ethos_U55_High_End_Embedded", "Shared_Sram", 500_000_000, 8192, 1856, 0, 10926, 45762.4, 109136)
     ethos = EthosUReport(
         "ethos-u55-128", "5.2.0", "out/m_vela.tflite", 5184, 8,
         (CpuOperator(3, "DIV", "m/Gate_ratio|x;2", "ratio|x"),), 2, 10, 1, summary,
@@ -134,7 +134,7 @@ def test_markdown_section_on_a_hand_built_report():
     markdown = render_markdown(report)
     assert "### Ethos-U (ethos-u55-128, Vela 5\\.2\\.0)" in markdown
     assert "7 of 8 operators on the NPU (2 ethos-u operator(s)), 1 on the CPU" in markdown
-    assert "| 8192 bytes | 1856 bytes | 10926 | 45762 | 109136 | Ethos\\_U55\\_High\\_End\\_Embedded | Shared\\_Sram |" in markdown
+    assert "| 8192 bytes | 1856 bytes | 0 bytes | 10926 | 45762 | 109136 | Ethos\\_U55\\_High\\_End\\_Embedded | Shared\\_Sram |" in markdown
     assert "| DIV #3 | <code>ratio\\|x</code> |" in markdown  # a model's text is escaped (a | would split the row)
     assert "cannot run on the host" in markdown
 
