@@ -50,6 +50,7 @@ __all__ = [
     "vela_path",
     "run_vela",
     "cpu_operators",
+    "ram_bytes",
     "EthosUTarget",
 ]
 
@@ -278,6 +279,13 @@ def cpu_operators(compiled: FlatbufferModel, named: FlatbufferModel) -> tuple[Cp
     return tuple(found)
 
 
+def ram_bytes(section: EthosUReport, int8_arena: int) -> int:
+    """RAM the compiled model needs: Vela's SRAM figure (the NPU's feature maps, which TFLite Micro
+    places in its arena), plus the int8 model's measured arena when operators stay on the CPU (a
+    conservative bound for their tensors, which are not measured apart)."""
+    return section.summary.sram_bytes + (int8_arena if section.cpu else 0)
+
+
 class EthosUTarget(MicroTarget):
     """``--target ethos-u55-128`` etc.: micro's rules, then Vela; its plugin per configuration."""
 
@@ -306,7 +314,15 @@ class EthosUTarget(MicroTarget):
         artifacts = tuple(
             replace(a, data=emit_op_resolver(ops).encode()) if a.key == "op_resolver" else a for a in checked.artifacts
         )
-        return replace(checked, report={**checked.report, "ethos_u": report}, artifacts=artifacts)
+        micro = checked.report["micro"]
+        if micro.c_bundle is not None:
+            # The bundle's arena constant must also hold what Vela plans in SRAM (with CPU operators:
+            # plus their tensors), whichever is larger than the int8 model's measured arena.
+            from .micro_bundle import arena_with_margin
+
+            need = max(micro.c_bundle.arena_measured_bytes, ram_bytes(report, micro.report.arena_bytes))
+            micro = replace(micro, c_bundle=replace(micro.c_bundle, arena_size=arena_with_margin(need)))
+        return replace(checked, report={**checked.report, "micro": micro, "ethos_u": report}, artifacts=artifacts)
 
     def _report(self, compiled: VelaRun, named: FlatbufferModel, source: bytes, tflite_path: Path) -> EthosUReport:
         from ..flatbuffer import read_flatbuffer
@@ -361,8 +377,7 @@ class EthosUTarget(MicroTarget):
 
         section: EthosUReport = run.checked.report["ethos_u"]
         micro = run.checked.report.get("micro")
-        arena = micro.report.arena_bytes if micro is not None else 0
-        ram = section.summary.sram_bytes + (arena if section.cpu else 0)
+        ram = ram_bytes(section, micro.report.arena_bytes if micro is not None else 0)
         measured = "Vela's SRAM estimate" + (" plus the int8 model's TFLite Micro arena (operators stay on the CPU)" if section.cpu else "")
         return check_budgets(
             flash_bytes=len(section.compiled),

@@ -106,6 +106,10 @@ def test_the_bundle_embeds_the_compiled_model(gated_export):
     source = (folder / f"{bundle['name']}_model_data.cc").read_text()
     array = bytes(int(h, 16) for h in re.findall(r"0x([0-9a-f]{2})", source.split("{", 1)[1]))
     assert array == Path(report["artifacts"]["vela_tflite"]).read_bytes()
+    # Its arena constant holds Vela's SRAM plus the CPU division's tensors (the RAM budget's figure).
+    from edge_export.targets.micro_bundle import arena_with_margin
+
+    assert bundle["arena_size"] == arena_with_margin(report["target"]["budgets"]["ram"]["used_bytes"]) > bundle["arena_measured_bytes"]
     resolver = (folder / f"{bundle['name']}_op_resolver.h").read_text()
     assert "AddEthosU()" in resolver and "AddDiv()" in resolver and "AddConv2D()" not in resolver
     # --emit-op-resolver too registers the compiled model's operators
