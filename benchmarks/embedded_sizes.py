@@ -58,9 +58,11 @@ def _vela_row(config: str, ethos: dict) -> dict:
         "vela_tflite_bytes": ethos["vela_model_bytes"],
         "sram_bytes": s["sram_bytes"],
         "flash_bytes": s["flash_bytes"],
+        "dram_bytes": s["dram_bytes"],
         "cycles": s["cycles"],
         "inferences_per_second": round(s["inferences_per_second"], 1),
         "system_config": s["system_config"],
+        "memory_mode": s["memory_mode"],
     }
 
 
