@@ -102,7 +102,7 @@ class VelaSummary:
     sram_bytes: int  # feature maps (and weights cached) in SRAM
     flash_bytes: int  # weights and command stream in (on- and off-chip) flash
     dram_bytes: int  # what the memory mode keeps in DRAM instead (the U65/U85 defaults: the weights)
-    cycles: int  # estimated total cycles for one inference
+    cycles: int  # estimated NPU cycles for one inference (operators left on the CPU are not counted)
     inferences_per_second: float
     macs: int
 
