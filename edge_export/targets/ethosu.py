@@ -30,11 +30,18 @@ import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import ConversionError, RuntimeRunError, TargetError
 from ..reports.serialize import json_field
-from .base import FinishedRun, FinishedTarget, TargetArtifact, TargetCheck, TargetContext, register_target
+from .base import (
+    FinishedRun,
+    FinishedTarget,
+    TargetArtifact,
+    TargetCheck,
+    TargetContext,
+    register_target,
+)
 from .micro import MicroTarget
 
 if TYPE_CHECKING:
@@ -45,13 +52,13 @@ __all__ = [
     "ETHOS_U_CONFIGS",
     "VELA_INSTALL",
     "CpuOperator",
-    "VelaSummary",
     "EthosUReport",
-    "vela_path",
-    "run_vela",
+    "EthosUTarget",
+    "VelaSummary",
     "cpu_operators",
     "ram_bytes",
-    "EthosUTarget",
+    "run_vela",
+    "vela_path",
 ]
 
 # Vela 5.2's --accelerator-config choices (ethosu.vela.architecture_features.Accelerator; a test
