@@ -35,6 +35,7 @@ __all__ = [
     "random_batchnorm_stats",
     "resnet_like",
     "transformer_encoder_like",
+    "gated_ratio_cnn",
 ]
 
 
@@ -209,6 +210,32 @@ def transformer_encoder_like(dim: int = 32, seq: int = 16, num_classes: int = 10
             return self.head(x.mean(dim=1))
 
     return TinyEncoder().eval()
+
+
+class RatioGate(nn.Module):
+    """x / (1 + relu(gate(x))): a division of two activations, which TFLite Micro runs (DIV) but the
+    Ethos-U55/U65 NPU has no operator for, so Vela leaves it on the CPU."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.gate = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):
+        return x / (torch.relu(self.gate(x)) + 1.0)
+
+
+def gated_ratio_cnn(num_classes: int = 10):
+    """A small CNN with one ``RatioGate`` (module ``ratio``) between two convolutions: the Ethos-U
+    tests' model with an operator Vela places on the CPU."""
+    torch.manual_seed(0)
+    from collections import OrderedDict
+
+    return nn.Sequential(OrderedDict(
+        stem=nn.Conv2d(3, 8, 3, padding=1), stem_relu=nn.ReLU(),
+        ratio=RatioGate(8),
+        conv=nn.Conv2d(8, 8, 3, stride=2, padding=1), relu=nn.ReLU(),
+        pool=nn.AdaptiveAvgPool2d(1), flatten=nn.Flatten(), head=nn.Linear(8, num_classes),
+    )).eval()
 
 
 def random_batchnorm_stats(module, seed: int = 0):

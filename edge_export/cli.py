@@ -208,7 +208,7 @@ def export_command(
     quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights)."),
     # A plain name, not an enum of choices: a target is one module in edge_export/targets that
     # registers itself, and the API refuses an unknown name (exit 2) listing the registered ones.
-    target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), or any other target registered in edge_export/targets."),
+    target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), ethos-u55-128 and the other Arm Ethos-U configurations Vela accepts (ethos-u55-32..256, ethos-u65-256/512, ethos-u85-128..2048: micro plus the Vela NPU compiler, <stem>_vela.tflite; needs pip install 'edge-export[ethos-u]'), or any other target registered in edge_export/targets."),
     io_dtype: Optional[IODtype] = typer.Option(None, "--io-dtype", help="Model input/output type for int8: float32 (default), int8 or uint8."),
     quant_backend: QuantBackend = typer.Option(QuantBackend.AUTO, "--quant-backend", help="auto (measure, fall back), pt2e (exported graph) or flatbuffer (ai-edge-quantizer)."),
     calibration_data: Optional[Path] = typer.Option(None, "--calibration-data", help="Calibration data: .npz (arrays keyed by input name or position), .npy, a folder of .npy, or a folder of JPEG/PNG images."),
@@ -222,8 +222,8 @@ def export_command(
     require_compiler: bool = typer.Option(False, "--require-compiler", help="Fail when edgetpu_compiler is absent or fails (default: report it and go on)."),
     delegate: Optional[str] = typer.Option(None, "--delegate", help="edgetpu: run parity through the Edge TPU delegate (libedgetpu) when present."),
     emit_op_resolver: Optional[Path] = typer.Option(None, "--emit-op-resolver", help="micro: write the C++ MicroMutableOpResolver lines for the model's operators here."),
-    max_flash: Optional[str] = typer.Option(None, "--max-flash", metavar="SIZE", help="micro: flash budget for the model, e.g. 256KiB, 1MiB, 1.5MB or 300000 (bytes); over it: exit 1 naming the largest weights."),
-    max_ram: Optional[str] = typer.Option(None, "--max-ram", metavar="SIZE", help="micro: RAM budget for the tensor arena TFLite Micro measures, e.g. 64KiB; over it: exit 1 naming the largest activations."),
+    max_flash: Optional[str] = typer.Option(None, "--max-flash", metavar="SIZE", help="micro and ethos-u*: flash budget for the model, e.g. 256KiB, 1MiB, 1.5MB or 300000 (bytes); over it: exit 1 naming the largest weights."),
+    max_ram: Optional[str] = typer.Option(None, "--max-ram", metavar="SIZE", help="micro and ethos-u*: RAM budget for the tensor arena TFLite Micro measures, e.g. 64KiB; over it: exit 1 naming the largest activations."),
     emit_c: Optional[Path] = typer.Option(None, "--emit-c", metavar="DIR", help="micro: write the firmware bundle (model array, op resolver, arena size, test vectors) into DIR (default with --target micro: <stem>_micro/ beside the .tflite)."),
     no_emit_c: bool = typer.Option(False, "--no-emit-c", help="micro: write no firmware bundle."),
     channels_last: bool = typer.Option(False, "--channels-last/--no-channels-last", help="NHWC inputs/outputs for 4-D image tensors (no boundary TRANSPOSE ops)."),

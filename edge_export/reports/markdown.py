@@ -328,8 +328,36 @@ def _target_section(t: TargetSection, artifacts: ArtifactsSection) -> list[str]:
         for d in gpu.disagreements:
             out.append(f"- analyzer disagrees with the prediction: {_e(d)}")
         out.append("")
+    out += _ethos_u_section(t)
     out += _budgets_section(t)
     out += _cmsis_nn_section(t)
+    return out
+
+
+def _ethos_u_section(t: TargetSection) -> list[str]:
+    """Vela's placement (NPU or CPU, each CPU operator with its module) and its figures."""
+    ethos = t.ethos_u
+    if ethos is None:
+        return []
+    s = ethos.summary
+    out = [
+        f"### Ethos-U ({_e(ethos.accelerator)}, Vela {_e(ethos.vela_version)})", "",
+        f"{_e(ethos.npu_operators)} of {_e(ethos.operators)} operators on the NPU ({_e(ethos.npu_subgraphs)} ethos-u "
+        f"operator(s)), {_e(ethos.cpu_operators)} on the CPU; compiled model {_code(ethos.vela_model)} "
+        f"({_e(ethos.vela_model_bytes)} bytes).", "",
+        "| SRAM | flash | DRAM | cycles | inferences/s | MACs | system config | memory mode |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {_e(s.sram_bytes)} bytes | {_e(s.flash_bytes)} bytes | {_e(s.dram_bytes)} bytes | {_e(s.cycles)} | {_e(f'{s.inferences_per_second:.0f}')} "
+        f"| {_e(s.macs)} | {_e(s.system_config)} | {_e(s.memory_mode)} |",
+        "",
+    ]
+    if ethos.cpu:
+        out += ["| on the CPU | module | output tensor |", "|---|---|---|"]
+        for op in ethos.cpu:
+            where = f" #{op.operator_index}" if op.operator_index is not None else ""
+            out.append(f"| {_e(op.opcode)}{where} | {_code(op.module) if op.module else ''} | {_code(op.tensor) if op.tensor else ''} |")
+        out.append("")
+    out += [f"*{_e(ethos.parity_note)}*", ""]
     return out
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ..targets.micro import MicroReport
     from ..targets.budgets import BudgetsSection
     from ..targets.cmsis_nn import CmsisNNReport
+    from ..targets.ethosu import EthosUReport
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
     from ..validators.runtimes import RuntimeComparison
@@ -254,6 +255,7 @@ class TargetSection:
     budgets: BudgetsSection | None = json_field(default=None, omit_none=True)  # --max-flash/--max-ram
     cmsis_nn: CmsisNNReport | None = json_field(default=None, omit_none=True)  # CMSIS-NN rule check
     gpu: GpuReport | None = json_field(default=None, omit_none=True)  # --target gpu
+    ethos_u: EthosUReport | None = json_field(default=None, omit_none=True)  # --target ethos-u*: Vela's placement and figures
     # sections of targets defined outside this package (a plugin's own keys), written as they are
     extra: Mapping[str, Any] = json_field(default_factory=dict, flatten=True)
 

@@ -86,6 +86,14 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
             bundle = target.micro.c_bundle
             if bundle is not None:
                 _plain(out, f"  firmware bundle: {bundle.folder}/ ({bundle.name}_*; arena {bundle.arena_size} bytes with margin)")
+        if target.ethos_u is not None:
+            e = target.ethos_u
+            dram = f"DRAM {e.summary.dram_bytes} bytes, " if e.summary.dram_bytes else ""
+            _plain(out, f"  {e.accelerator} (Vela {e.vela_version}): {e.npu_operators} of {e.operators} ops on the NPU, "
+                        f"{e.cpu_operators} on the CPU; SRAM {e.summary.sram_bytes} bytes, flash {e.summary.flash_bytes} bytes, {dram}"
+                        f"{e.summary.cycles} cycles ({e.summary.inferences_per_second:.0f} inferences/s) -> {e.vela_model}")
+            for op in e.cpu[:10]:
+                _plain(out, f"    cpu: {op.describe()}")
         if target.budgets is not None:
             _plain(out, "  budgets: " + "; ".join(c.summary() for c in target.budgets.checks))
             for c in target.budgets.checks:

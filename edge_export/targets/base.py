@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import (
@@ -181,6 +182,9 @@ class TargetPlugin:
     check_label: str | None = None
     # The written .tflite keeps TFLite model metadata (--labels, --mean/--std, --model-name...).
     carries_metadata: bool = True
+    # The name prefix a family of targets shares, one plugin per hardware configuration (e.g.
+    # "ethos-u"): errors name the family once, and an unknown name with its prefix lists the family.
+    family: ClassVar[str | None] = None
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
         """Options the target implies, each with a note for the report; raise UsageError for a
@@ -285,7 +289,16 @@ def get_target(target: Target | str) -> TargetPlugin:
         _discover()
         plugin = _REGISTRY.get(name)
     if plugin is None:
-        raise UsageError(f"--target {name} is not known.", f"Use one of: {', '.join(registered_targets())}.")
+        known = registered_targets()
+        family = [n for n, p in known.items() if p.family and name.startswith(p.family)]
+        # natural order: ethos-u55-32 before ethos-u55-128
+        family.sort(key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)])
+        if family:
+            raise UsageError(
+                f"--target {name} is not a known {known[family[0]].family} configuration.",
+                f"Use one of: {', '.join(family)}.",
+            )
+        raise UsageError(f"--target {name} is not known.", f"Use one of: {', '.join(known)}.")
     return plugin
 
 
@@ -302,8 +315,11 @@ def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None
     owners: dict[str, tuple[str, ...]] = {}
     flags: dict[str, str] = {}
     for other in registered_targets().values():
+        # A family is named once, by its first member ("--target ethos-u55-32 (any ethos-u target)").
+        label = f"{other.name} (any {other.family} target)" if other.family else other.name
         for option, flag in other.own_options.items():
-            owners[option] = (*owners.get(option, ()), other.name)
+            if label not in owners.get(option, ()) and not (other.family and any(n.startswith(other.family) for n in owners.get(option, ()))):
+                owners[option] = (*owners.get(option, ()), label)
             flags[option] = flag
     for option, names in owners.items():
         if option in plugin.own_options or getattr(options, option) == defaults[option].default:

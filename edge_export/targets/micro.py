@@ -170,6 +170,9 @@ TFLM_SUPPORTED_OPS = frozenset(TFLM_OP_RESOLVER_METHODS)
 TFLM_CUSTOM_OP_METHODS: dict[str, str] = {
     "TFLite_Detection_PostProcess": "AddDetectionPostprocess",
     "CIRCULAR_BUFFER": "AddCircularBuffer",
+    # The Arm Ethos-U NPU's operator in a Vela-compiled model (registered when TFLM is built with
+    # the Ethos-U driver; the host interpreter has no kernel for it).
+    "ethos-u": "AddEthosU",
 }
 
 _INTEGER_IO = ("int8",)  # what TFLM applications feed (TFLM dropped most uint8 kernels)
@@ -610,7 +613,7 @@ class MicroTarget(TargetPlugin):
                 )
             from .micro_bundle import bundle_paths
 
-            label = f"the firmware bundle ({'--emit-c' if options.emit_c else 'implied by --target micro; --no-emit-c skips it'})"
+            label = f"the firmware bundle ({'--emit-c' if options.emit_c else f'implied by --target {self.name}; --no-emit-c skips it'})"
             paths += [(label, p) for p in bundle_paths(folder, name)]
         return paths
 
@@ -695,11 +698,11 @@ class MicroTarget(TargetPlugin):
         )
         name, folder = bundle.name, Path(bundle.folder)
         headline = _report_headline(run.report_with(entries))
+        data, source, ops = self._bundle_model(run)
         model_h, model_cc = cb.render_model_data(
-            name, model.data, source=run.tflite_path.name, headline=headline,
+            name, data, source=source, headline=headline,
             arena_measured=bundle.arena_measured_bytes, arena_size=bundle.arena_size, tool_version=__version__,
         )
-        ops = section.report.ops
         resolver = cb.render_op_resolver(name, emit_op_resolver(ops, function=f"{name}_register_ops"))
         test_h, test_cc = cb.render_test_data(name, vectors, headline=headline)
         test_main = cb.render_test_main(name, len({_method_for(op) for op in ops}), vectors.inputs, vectors.outputs)
@@ -709,8 +712,12 @@ class MicroTarget(TargetPlugin):
         artifacts += tuple(TargetArtifact(key, path, text.encode()) for key, path, text in zip(keys, paths, texts))
         return FinishedTarget(entries, artifacts)
 
-    @staticmethod
-    def _budgets(run: FinishedRun):
+    def _bundle_model(self, run: FinishedRun) -> tuple[bytes, str, tuple[str, ...]]:
+        """The model the firmware bundle embeds: its bytes, file name and operators (an Ethos-U
+        target embeds the Vela-compiled model instead)."""
+        return run.model.data, run.tflite_path.name, tuple(run.checked.report["micro"].report.ops)
+
+    def _budgets(self, run: FinishedRun):
         """Flash (the written .tflite) and RAM (the arena TFLM measured) against --max-flash/--max-ram."""
         from .budgets import check_budgets, largest_activations, largest_constants
 

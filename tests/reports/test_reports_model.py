@@ -40,6 +40,7 @@ _TYPE_MODULES = (
     "edge_export.targets.micro",
     "edge_export.targets.budgets",
     "edge_export.targets.cmsis_nn",
+    "edge_export.targets.ethosu",
     "edge_export.validators.layers",
     "edge_export.validators.output_kinds",
     "edge_export.validators.parity",

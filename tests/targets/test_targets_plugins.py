@@ -135,7 +135,7 @@ def test_a_registered_target_refuses_what_it_refuses_and_other_targets_options(t
         resolve_target_options(ExportOptions(target="throwaway", quantize="int8"))
     with pytest.raises(UsageError, match="--delegate applies to --target edgetpu only"):
         resolve_target_options(ExportOptions(target="throwaway", delegate="edgetpu"))
-    with pytest.raises(UsageError, match="--emit-op-resolver applies to --target micro only"):
+    with pytest.raises(UsageError, match=r"--emit-op-resolver applies to --target micro or --target ethos-u55-128 \(any ethos-u target\) only"):
         resolve_target_options(ExportOptions(target="throwaway", emit_op_resolver="ops.h"))
 
 
@@ -173,7 +173,7 @@ def test_micro_no_longer_ignores_edge_tpu_options():
         resolve_target_options(ExportOptions(target="micro", delegate="edgetpu"))
     with pytest.raises(UsageError, match="--edgetpu-compiler and --delegate apply to --target edgetpu only"):
         resolve_target_options(ExportOptions(target="micro", delegate="edgetpu", edgetpu_compiler="c"))
-    with pytest.raises(UsageError, match="applies to --target micro only"):
+    with pytest.raises(UsageError, match=r"applies to --target micro or --target ethos-u55-128 \(any ethos-u target\) only"):
         resolve_target_options(ExportOptions(target="edgetpu", emit_op_resolver="ops.h"))
 
 
@@ -227,7 +227,7 @@ def test_a_target_derived_from_micro_inherits_its_rules_and_options():
         options, notes = resolve_target_options(ExportOptions(target="derived-micro", emit_op_resolver="ops.h"))
         assert options.quantize is QuantizeMode.INT8 and options.io_dtype.value == "int8"
         assert notes[0] == "--target derived-micro implies --quantize int8 (full integer)"
-        with pytest.raises(UsageError, match="applies to --target micro or --target derived-micro only"):
+        with pytest.raises(UsageError, match=r"applies to --target micro or --target derived-micro or --target ethos-u55-128 \(any ethos-u target\) only"):
             resolve_target_options(ExportOptions(target="cpu", emit_op_resolver="ops.h"))
     finally:
         unregister_target("derived-micro")
