@@ -57,6 +57,7 @@ __all__ = [
     "FinishedRun",
     "TargetPlugin",
     "register_target",
+    "TARGET_NAME_PATTERN",
     "unregister_target",
     "get_target",
     "target_name",
@@ -243,11 +244,20 @@ def imply_io_dtype(options: ExportOptions, name: str, io_dtype: IODtype, why: st
 _REGISTRY: dict[str, TargetPlugin] = {}
 _discovered = False
 
+# What a target may be called: a command-line value and a file-name part. The report schema's
+# "target_name" has the same pattern, so a plugin target's report validates (a test checks they agree).
+TARGET_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+
 
 def register_target(plugin: TargetPlugin) -> TargetPlugin:
     """Make ``plugin`` available as ``--target plugin.name`` in the API; returns it."""
     if not plugin.name:
         raise ValueError(f"{type(plugin).__name__} has no name")
+    if not re.fullmatch(TARGET_NAME_PATTERN, plugin.name):
+        raise ValueError(
+            f"{type(plugin).__name__}.name {plugin.name!r} is not a target name: use lower-case letters, digits,"
+            " '.', '_' and '-', starting with a letter or digit (the report schema's target_name pattern)"
+        )
     existing = _REGISTRY.get(plugin.name)
     if existing is not None and type(existing) is not type(plugin):
         raise ValueError(f"target {plugin.name!r} is already registered by {type(existing).__name__}")

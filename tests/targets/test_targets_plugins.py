@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_harness import REPO, read_report
 from model_zoo import SmallCNN
 
 from edge_export.config import QuantizeMode
@@ -126,6 +127,38 @@ def test_a_target_registered_outside_api_is_used_by_export(tmp_path, throwaway_t
     assert report["target"]["written"] == {"size_bytes": written.stat().st_size}
     assert (tmp_path / "m.size.txt").read_text() == f"{written.stat().st_size} bytes, verdict passed"
     assert report["artifacts"]["size_note"] == str(tmp_path / "m.size.txt")
+    # the report as written validates against the published schema: a plugin's name and own keys too
+    written = read_report(tmp_path / "m.tflite")
+    assert written["export"]["target"] == written["target"]["name"] == "throwaway"
+
+
+def test_the_schema_takes_any_registrable_target_name_and_documents_the_builtin_ones():
+    """report.schema.json's target_name is the pattern register_target enforces, not a list, so a
+    plugin's report validates; its examples are exactly the targets this package registers."""
+    import re
+
+    import jsonschema
+
+    from edge_export.targets.base import TARGET_NAME_PATTERN, registered_targets
+
+    schema = json.loads((REPO / "edge_export" / "reports" / "report.schema.json").read_text())
+    target_name = schema["$defs"]["target_name"]
+    assert target_name["pattern"] == TARGET_NAME_PATTERN and "enum" not in target_name
+    builtin = {name for name, plugin in registered_targets().items() if type(plugin).__module__.startswith("edge_export.")}
+    assert set(target_name["examples"]) == builtin >= {"cpu", "edgetpu", "micro", "gpu"}
+    for name in ("throwaway", "derived-micro", "ethos-u55-128", "vendor.npu_v2"):
+        jsonschema.validate(name, target_name)
+    for name in ("Throwaway", "my target", "-x", "", "../x"):
+        assert not re.fullmatch(TARGET_NAME_PATTERN, name)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(name, target_name)
+
+    class BadlyNamedTarget(TargetPlugin):
+        name = "My Target"
+
+    with pytest.raises(ValueError, match="not a target name"):
+        register_target(BadlyNamedTarget())
+    assert "My Target" not in registered_targets()
 
 
 def test_a_registered_target_refuses_what_it_refuses_and_other_targets_options(throwaway_target):
