@@ -937,6 +937,8 @@ def infer_precision(fb: Any) -> QuantizeMode:
         return QuantizeMode.INT16X8
     if fb.is_fully_integer or any(t.dtype in ("int8", "uint8") and t.quant for t in activations):
         return QuantizeMode.INT8
+    if any(t.dtype == "int4" and t.quant for t in constants):
+        return QuantizeMode.INT4
     if any(t.dtype == "int8" and t.quant for t in constants):
         return QuantizeMode.DYNAMIC_INT8
     if any(t.dtype == "float16" for t in constants):

@@ -205,7 +205,7 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
 def export_command(
     model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output .tflite path (default: <model stem>.tflite beside the model)."),
-    quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights)."),
+    quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights), int4 (int4 weights, float activations)."),
     # A plain name, not an enum of choices: a target is one module in edge_export/targets that
     # registers itself, and the API refuses an unknown name (exit 2) listing the registered ones.
     target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), or any other target registered in edge_export/targets."),

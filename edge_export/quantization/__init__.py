@@ -60,7 +60,7 @@ __all__ = [
 
 # Samples used to measure each backend's parity during selection (the first N calibration samples).
 PARITY_SAMPLES = 16
-_QUANTIZE_MODES = (QuantizeMode.DYNAMIC_INT8, QuantizeMode.INT8, QuantizeMode.INT16X8)
+_QUANTIZE_MODES = (QuantizeMode.DYNAMIC_INT8, QuantizeMode.INT8, QuantizeMode.INT16X8, QuantizeMode.INT4)
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def backends_for(mode: QuantizeMode, backend: QuantBackend) -> list[str]:
         if not pt2e_supports(mode):
             raise UsageError(
                 f"--quant-backend pt2e cannot do --quantize {mode.value}: litert-torch's PT2E lowering "
-                "has int8 activations only.",
+                "has int8 weights and activations only.",
                 "Use --quant-backend flatbuffer or auto.",
             )
         return ["pt2e"]
@@ -123,6 +123,8 @@ def backends_for(mode: QuantizeMode, backend: QuantBackend) -> list[str]:
         # Both backends emit the same dynamic-range kernels; parity differed by < 0.5 dB on the
         # models measured, and the flatbuffer recipe is 10-50x faster. PT2E is the fallback.
         return ["flatbuffer", "pt2e"]
+    if mode == QuantizeMode.INT4:
+        return ["flatbuffer"]  # only ai-edge-quantizer writes int4 weights
     return (["pt2e"] if pt2e_supports(mode) else []) + ["flatbuffer"]
 
 
@@ -133,7 +135,7 @@ _FIRST_SUCCESS_MODES = (QuantizeMode.DYNAMIC_INT8,)
 def _check_arguments(mode: QuantizeMode, io_dtype: IODtype, calibration: CalibrationSet, example_inputs) -> None:
     if mode not in _QUANTIZE_MODES:
         raise UsageError(
-            f"quantize_model handles dynamic-int8, int8 and int16x8, not {mode.value}.",
+            f"quantize_model handles dynamic-int8, int8, int16x8 and int4, not {mode.value}.",
             "fp32 and fp16 are plain conversions (edge_export.conversion).",
         )
     if io_dtype != IODtype.FLOAT32 and mode != QuantizeMode.INT8:
@@ -262,7 +264,9 @@ def quantize_model(
             "Run with --verbose for the libraries' output, or try --quantize dynamic-int8 or fp16.",
         )
     chosen = attempts[best]
-    if backend == QuantBackend.AUTO and mode in _FIRST_SUCCESS_MODES and len(attempts) == 1:
+    if mode == QuantizeMode.INT4:
+        reason = "int4 weights come from ai-edge-quantizer only (the flatbuffer backend)"
+    elif backend == QuantBackend.AUTO and mode in _FIRST_SUCCESS_MODES and len(attempts) == 1:
         reason = (
             f"{chosen.backend} succeeded first; for {mode.value} both backends give the same "
             "dynamic-range kernels, so the other was not tried"

@@ -7,6 +7,12 @@ leaves in float. Recipes per mode:
     int8          static_wi8_ai8      per-channel int8 weights, int8 activations, int32 bias
     int16x8       static_wi8_ai16     int8 weights, int16 activations
     dynamic-int8  dynamic_wi8_afp32   int8 weights, float activations quantized at run time
+    int4          dynamic_wi4_afp32   channelwise int4 weights (min/max), float activations quantized
+                                      at run time. Measured alternatives (docs/BENCHMARKS.md section 12):
+                                      weight-only int4 (same SQNR, a DEQUANTIZE per weight, larger),
+                                      32-blockwise (no gain on the transformer's linears and it skips
+                                      convolutions whose input channels are not a multiple of 32),
+                                      the MSE and OCTAV weight algorithms (0.3-4 dB worse or within 0.5 dB)
 
 Activation ranges ("observers", ``FLATBUFFER_OBSERVERS``): ai-edge-quantizer by default keeps a
 moving average (factor 0.95) of each sample's min/max, so early samples weigh most and late
@@ -54,6 +60,7 @@ RECIPES = {
     QuantizeMode.INT8: "static_wi8_ai8",
     QuantizeMode.INT16X8: "static_wi8_ai16",
     QuantizeMode.DYNAMIC_INT8: "dynamic_wi8_afp32",
+    QuantizeMode.INT4: "dynamic_wi4_afp32",
 }
 FLATBUFFER_OBSERVERS = ("moving_average", "minmax", "percentile")
 DEFAULT_FLATBUFFER_OBSERVER = "minmax"
