@@ -447,8 +447,9 @@ def _run_export(
     if options.quantize.is_integer:
         calibration, parity_samples = _calibration_sets(options, specs)
         with stages.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
-            from .quantization import quantize_model
+            from .quantization import ParityTarget, quantize_model
 
+            gates = options.thresholds()
             quant_result = quantize_model(
                 export_module,
                 export_example,
@@ -459,6 +460,8 @@ def _run_export(
                 require_full_integer=target.requires_full_integer,
                 strict=options.strict,
                 verbose=options.verbose,
+                # auto keeps the first fully integer result that meets the export's own gates
+                target=ParityTarget(gates.min_sqnr_db, gates.min_cosine),
             )
     else:
         with stages.run("convert", "Tracing and converting with litert-torch"):
