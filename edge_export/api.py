@@ -91,6 +91,7 @@ class ExportOptions:
     # quantization (int modes)
     calibration_data: str | None = None
     calibration_samples: int | None = None
+    range_algorithm: str | None = None  # minmax | percentile | mse; None: each backend's default
     image_size: tuple[int, int] | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
@@ -121,6 +122,10 @@ class ExportOptions:
         for option, flag in (("max_flash", "--max-flash"), ("max_ram", "--max-ram")):
             if getattr(self, option) is not None:  # a size that does not parse fails now, before any work
                 object.__setattr__(self, option, parse_size(getattr(self, option), flag))
+        if self.range_algorithm is not None:  # the name now; whether the mode calibrates once targets imply it
+            from .quantization.ranges import check_range_algorithm
+
+            check_range_algorithm(self.range_algorithm)
         if self.calibration_samples is not None and self.calibration_samples < 1:
             raise UsageError(f"--calibration-samples {self.calibration_samples} must be at least 1.")
         if self.samples < 1:
@@ -382,6 +387,10 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
             f"--io-dtype {options.io_dtype.value} applies to --quantize int8 only.",
             "Drop --io-dtype, or use --quantize int8.",
         )
+    if options.range_algorithm is not None:
+        from .quantization.ranges import check_range_algorithm
+
+        check_range_algorithm(options.range_algorithm, options.quantize)
     if options.calibration_data and not options.quantize.needs_calibration:
         raise UsageError(
             f"--calibration-data applies to --quantize int8 and int16x8, not {options.quantize.value}.",
@@ -448,6 +457,7 @@ def _run_export(
         calibration, parity_samples = _calibration_sets(options, specs)
         with stages.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
             from .quantization import ParityTarget, quantize_model
+            from .quantization.ranges import observers_for
 
             gates = options.thresholds()
             quant_result = quantize_model(
@@ -456,6 +466,7 @@ def _run_export(
                 options.quantize,
                 calibration=_calibration_in_layout(calibration, plan.inputs),
                 backend=options.quant_backend,
+                **observers_for(options.range_algorithm),
                 io_dtype=options.io_dtype or IODtype.FLOAT32,
                 require_full_integer=target.requires_full_integer,
                 strict=options.strict,
