@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_zoo import small_cnn
 
 import edge_export
 from edge_export.config import QuantizeMode, default_thresholds
 from edge_export.flatbuffer import read_flatbuffer
-from model_zoo import small_cnn
 
 X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 
