@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 ALL_MODELS = ("small_cnn", "resnet18", "mobilenetv2", "mobilenetv2_like", "transformer")
-ALL_MODES = ("none", "fp16", "dynamic-int8", "int8", "int16x8")
+ALL_MODES = ("none", "fp16", "dynamic-int8", "int8", "int16x8", "int4")
 TORCH = "pytorch-eager"  # the row label of the PyTorch eager baseline
 
 

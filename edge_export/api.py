@@ -97,6 +97,7 @@ class ExportOptions:
     # quantization (int modes)
     calibration_data: str | None = None
     calibration_samples: int | None = None
+    range_algorithm: str | None = None  # minmax | percentile | mse; None: each backend's default
     image_size: tuple[int, int] | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
@@ -130,6 +131,10 @@ class ExportOptions:
         for option, flag in (("max_flash", "--max-flash"), ("max_ram", "--max-ram")):
             if getattr(self, option) is not None:  # a size that does not parse fails now, before any work
                 object.__setattr__(self, option, parse_size(getattr(self, option), flag))
+        if self.range_algorithm is not None:  # the name now; whether the mode calibrates once targets imply it
+            from .quantization.ranges import check_range_algorithm
+
+            check_range_algorithm(self.range_algorithm)
         if self.calibration_samples is not None and self.calibration_samples < 1:
             raise UsageError(f"--calibration-samples {self.calibration_samples} must be at least 1.")
         if self.samples < 1:
@@ -407,6 +412,10 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
             f"--io-dtype {options.io_dtype.value} applies to --quantize int8 only.",
             "Drop --io-dtype, or use --quantize int8.",
         )
+    if options.range_algorithm is not None:
+        from .quantization.ranges import check_range_algorithm
+
+        check_range_algorithm(options.range_algorithm, options.quantize)
     if options.calibration_data and not options.quantize.needs_calibration:
         raise UsageError(
             f"--calibration-data applies to --quantize int8 and int16x8, not {options.quantize.value}.",
@@ -475,18 +484,23 @@ def _run_export(
     if options.quantize.is_integer:
         calibration, parity_samples = _calibration_sets(options, specs)
         with stages.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
-            from .quantization import quantize_model
+            from .quantization import ParityTarget, quantize_model
+            from .quantization.ranges import observers_for
 
+            gates = options.thresholds()
             quant_result = quantize_model(
                 export_module,
                 export_example,
                 options.quantize,
                 calibration=_calibration_in_layout(calibration, plan.inputs),
                 backend=options.quant_backend,
+                **observers_for(options.range_algorithm),
                 io_dtype=options.io_dtype or IODtype.FLOAT32,
                 require_full_integer=target.requires_full_integer,
                 strict=options.strict,
                 verbose=options.verbose,
+                # auto keeps the first fully integer result that meets the export's own gates
+                target=ParityTarget(gates.min_sqnr_db, gates.min_cosine),
             )
     else:
         with stages.run("convert", "Tracing and converting with litert-torch"):
@@ -1034,6 +1048,8 @@ def infer_precision(fb: Any) -> QuantizeMode:
         return QuantizeMode.INT16X8
     if fb.is_fully_integer or any(t.dtype in ("int8", "uint8") and t.quant for t in activations):
         return QuantizeMode.INT8
+    if any(t.dtype == "int4" and t.quant for t in constants):
+        return QuantizeMode.INT4
     if any(t.dtype == "int8" and t.quant for t in constants):
         return QuantizeMode.DYNAMIC_INT8
     if any(t.dtype == "float16" for t in constants):

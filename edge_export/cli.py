@@ -205,7 +205,7 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
 def export_command(
     model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output .tflite path (default: <model stem>.tflite beside the model)."),
-    quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights)."),
+    quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights), int4 (int4 weights, float activations)."),
     # A plain name, not an enum of choices: a target is one module in edge_export/targets that
     # registers itself, and the API refuses an unknown name (exit 2) listing the registered ones.
     target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), ethos-u55-128 and the other Arm Ethos-U configurations Vela accepts (ethos-u55-32..256, ethos-u65-256/512, ethos-u85-128..2048: micro plus the Vela NPU compiler, <stem>_vela.tflite; needs pip install 'edge-export[ethos-u]'), or any other target registered in edge_export/targets."),
@@ -213,6 +213,7 @@ def export_command(
     quant_backend: QuantBackend = typer.Option(QuantBackend.AUTO, "--quant-backend", help="auto (measure, fall back), pt2e (exported graph) or flatbuffer (ai-edge-quantizer)."),
     calibration_data: Optional[Path] = typer.Option(None, "--calibration-data", help="Calibration data: .npz (arrays keyed by input name or position), .npy, a folder of .npy, or a folder of JPEG/PNG images."),
     calibration_samples: Optional[int] = typer.Option(None, "--calibration-samples", help="Use at most this many calibration samples."),
+    range_algorithm: Optional[str] = typer.Option(None, "--range-algorithm", metavar="ALGO", help="Activation ranges for int8/int16x8: minmax, percentile (99.99th) or mse (least quantization error); default: min/max for the flatbuffer backend, PT2E's histogram (MSE) search."),
     image_size: Optional[str] = typer.Option(None, "--image-size", help="Resize calibration images to H,W (default: the input shape's)."),
     mean: Optional[str] = typer.Option(None, "--mean", help="Per-channel mean of the image input on a 0..1 scale, e.g. 0.485,0.456,0.406: normalizes calibration images and is written as the input's normalization metadata (x255)."),
     std: Optional[str] = typer.Option(None, "--std", help="Per-channel std of the image input on a 0..1 scale, e.g. 0.229,0.224,0.225 (calibration images and normalization metadata, like --mean)."),
@@ -253,6 +254,7 @@ def export_command(
             quant_backend=quant_backend,
             calibration_data=str(calibration_data) if calibration_data else None,
             calibration_samples=calibration_samples,
+            range_algorithm=range_algorithm,
             image_size=_parse_pair(image_size, "--image-size"),
             mean=_parse_floats(mean, "--mean"),
             std=_parse_floats(std, "--std"),

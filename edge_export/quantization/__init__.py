@@ -4,8 +4,10 @@
 
 Backends (``QuantBackend``): ``pt2e`` quantizes the exported PyTorch graph (pt2e.py); ``flatbuffer``
 applies ai-edge-quantizer recipes to the converted float flatbuffer (flatbuffer_recipes.py);
-``auto`` runs each that supports the mode and keeps one by the rules in selection.py (for
-dynamic-int8 it stops at the first that works: flatbuffer, then PT2E). The chosen
+``auto`` runs those that support the mode, the cheaper flatbuffer recipe first, and keeps one by
+the rules in selection.py; it stops early when a result already meets the export's parity target
+and is fully integer (``target``, a selection.ParityTarget), and for dynamic-int8 at the first that
+works. The chosen
 model's I/O types are then set (io_types.py) and it is checked for being fully integer, with every
 float tensor and inner QUANTIZE/DEQUANTIZE mapped back to the PyTorch module it came from.
 Calibration data loading and checking lives in calibration.py.
@@ -34,7 +36,7 @@ from .calibration import (
 from .flatbuffer_recipes import DEFAULT_FLATBUFFER_OBSERVER, FLATBUFFER_OBSERVERS, RECIPES
 from .io_types import IOQuantInfo, describe_io, set_io_dtype
 from .pt2e import DEFAULT_PT2E_OBSERVER, PT2E_OBSERVERS, pt2e_supports
-from .selection import BackendAttempt, IntegerCheck, check_integer, module_path_for
+from .selection import BackendAttempt, IntegerCheck, ParityTarget, check_integer, module_path_for
 
 __all__ = [
     "DEFAULT_CALIBRATION_SAMPLES",
@@ -47,6 +49,7 @@ __all__ = [
     "IOQuantInfo",
     "InputSpec",
     "IntegerCheck",
+    "ParityTarget",
     "QuantizationResult",
     "backends_for",
     "check_integer",
@@ -60,7 +63,7 @@ __all__ = [
 
 # Samples used to measure each backend's parity during selection (the first N calibration samples).
 PARITY_SAMPLES = 16
-_QUANTIZE_MODES = (QuantizeMode.DYNAMIC_INT8, QuantizeMode.INT8, QuantizeMode.INT16X8)
+_QUANTIZE_MODES = (QuantizeMode.DYNAMIC_INT8, QuantizeMode.INT8, QuantizeMode.INT16X8, QuantizeMode.INT4)
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ def backends_for(mode: QuantizeMode, backend: QuantBackend) -> list[str]:
         if not pt2e_supports(mode):
             raise UsageError(
                 f"--quant-backend pt2e cannot do --quantize {mode.value}: litert-torch's PT2E lowering "
-                "has int8 activations only.",
+                "has int8 weights and activations only.",
                 "Use --quant-backend flatbuffer or auto.",
             )
         return ["pt2e"]
@@ -123,7 +126,12 @@ def backends_for(mode: QuantizeMode, backend: QuantBackend) -> list[str]:
         # Both backends emit the same dynamic-range kernels; parity differed by < 0.5 dB on the
         # models measured, and the flatbuffer recipe is 10-50x faster. PT2E is the fallback.
         return ["flatbuffer", "pt2e"]
-    return (["pt2e"] if pt2e_supports(mode) else []) + ["flatbuffer"]
+    if mode == QuantizeMode.INT4:
+        return ["flatbuffer"]  # only ai-edge-quantizer writes int4 weights
+    # The flatbuffer recipe first: on the benchmark models it takes a fraction of PT2E's time (PT2E
+    # exports, calibrates in PyTorch and lowers again), so a result that already meets the target
+    # costs only that.
+    return ["flatbuffer"] + (["pt2e"] if pt2e_supports(mode) else [])
 
 
 # Modes where auto stops at the first backend that works instead of measuring all of them.
@@ -133,7 +141,7 @@ _FIRST_SUCCESS_MODES = (QuantizeMode.DYNAMIC_INT8,)
 def _check_arguments(mode: QuantizeMode, io_dtype: IODtype, calibration: CalibrationSet, example_inputs) -> None:
     if mode not in _QUANTIZE_MODES:
         raise UsageError(
-            f"quantize_model handles dynamic-int8, int8 and int16x8, not {mode.value}.",
+            f"quantize_model handles dynamic-int8, int8, int16x8 and int4, not {mode.value}.",
             "fp32 and fp16 are plain conversions (edge_export.conversion).",
         )
     if io_dtype != IODtype.FLOAT32 and mode != QuantizeMode.INT8:
@@ -175,12 +183,14 @@ def quantize_model(
     pt2e_observer: str = DEFAULT_PT2E_OBSERVER,
     flatbuffer_observer: str = DEFAULT_FLATBUFFER_OBSERVER,
     parity_samples: int = PARITY_SAMPLES,
+    target: ParityTarget | None = None,
 ) -> QuantizationResult:
     """Quantize ``module`` (eval mode, already wrapped for its final I/O layout) and return the
     flatbuffer with what was tried and why it was kept.
 
     ``float_model_bytes`` is the fp32 flatbuffer of the same module if the caller already has it
-    (saves one conversion for the flatbuffer backend). Raises QuantizationError when every backend
+    (saves one conversion for the flatbuffer backend). With ``target``, ``auto`` stops at the first
+    fully integer result that meets it (see selection.py); without, it measures every backend. Raises QuantizationError when every backend
     failed, UsageError for argument combinations that make no sense.
     """
     from . import flatbuffer_recipes, pt2e, selection
@@ -194,9 +204,13 @@ def quantize_model(
 
     attempts: list[BackendAttempt] = []
     products: list[FlatbufferModel | None] = []
+    screened_out: list[str] = []  # backends not run because an earlier result met the target
     for name in backends_for(mode, backend):
         if mode in _FIRST_SUCCESS_MODES and any(a.ok for a in attempts):
             break
+        if target is not None and any(target.met_by(a) for a in attempts):
+            screened_out.append(name)
+            continue
         start = time.perf_counter()
         recipe = RECIPES[mode] if name == "flatbuffer" else _pt2e_recipe_name(mode)
         observer = None
@@ -262,10 +276,18 @@ def quantize_model(
             "Run with --verbose for the libraries' output, or try --quantize dynamic-int8 or fp16.",
         )
     chosen = attempts[best]
-    if backend == QuantBackend.AUTO and mode in _FIRST_SUCCESS_MODES and len(attempts) == 1:
+    if mode == QuantizeMode.INT4:
+        reason = "int4 weights come from ai-edge-quantizer only (the flatbuffer backend)"
+    elif backend == QuantBackend.AUTO and mode in _FIRST_SUCCESS_MODES and len(attempts) == 1:
         reason = (
             f"{chosen.backend} succeeded first; for {mode.value} both backends give the same "
             "dynamic-range kernels, so the other was not tried"
+        )
+    elif screened_out and target is not None:
+        reason = (
+            f"{chosen.backend} ({chosen.sqnr_db:.1f} dB, fully integer) already meets the parity target "
+            f"({target.describe()}, on the calibration inputs), so {', '.join(screened_out)} was not tried "
+            f"(--quant-backend {screened_out[0]} runs it)"
         )
     final = run_flatbuffer_passes(
         products[best], [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the quantized model"

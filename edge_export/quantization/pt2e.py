@@ -9,7 +9,7 @@ Static mode gives per-channel symmetric int8 weights, int8 activations, int32 bi
 I/O. Activation ranges come from an observer we choose (see ``PT2E_OBSERVERS``): litert-torch's
 default is the histogram observer, which searches the range that minimizes the L2 quantization
 error; min-max takes the absolute extremes, and moving-average min-max the per-batch extremes
-averaged. litert-torch's static PT2E path has no int16-activation variant, so int16x8 is left to
+averaged; percentile (ours) cuts the histogram at its 0.01th/99.99th percentiles. litert-torch's static PT2E path has no int16-activation variant, so int16x8 is left to
 the flatbuffer backend.
 
 litert-torch's annotator finds add, cat, max-pool and add+relu patterns by the ``source_fn_stack``
@@ -41,17 +41,47 @@ __all__ = [
     "drop_integer_annotations",
 ]
 
-PT2E_OBSERVERS = ("histogram", "minmax", "moving_average")
+PT2E_OBSERVERS = ("histogram", "minmax", "moving_average", "percentile")
 DEFAULT_PT2E_OBSERVER = "histogram"
+PT2E_PERCENTILE = 99.99  # as the flatbuffer backend's percentile observer
 
 
 def pt2e_supports(mode: QuantizeMode) -> bool:
     return mode in (QuantizeMode.INT8, QuantizeMode.DYNAMIC_INT8)
 
 
+_percentile_observer_class = None
+
+
+def _percentile_observer():
+    """torchao's HistogramObserver with the range cut at the PT2E_PERCENTILE-th percentiles of its
+    histogram instead of its L2 search (torchao has no percentile observer). Built once, lazily:
+    torchao is a heavy import."""
+    global _percentile_observer_class
+    if _percentile_observer_class is None:
+        import torch
+        from torchao.quantization.pt2e.observer import HistogramObserver
+
+        class PercentileObserver(HistogramObserver):
+            def _non_linear_param_search(self):
+                bin_width = (self.max_val - self.min_val) / self.bins
+                cumulative = torch.cumsum(self.histogram, dim=0)
+                total = cumulative[-1]
+                cut = total * (100.0 - PT2E_PERCENTILE) / 100.0
+                start = int(torch.searchsorted(cumulative, cut, right=True))
+                end = int(torch.searchsorted(cumulative, total - cut))
+                end = max(min(end, self.bins - 1), start)
+                return self.min_val + bin_width * start, self.min_val + bin_width * (end + 1)
+
+        _percentile_observer_class = PercentileObserver
+    return _percentile_observer_class
+
+
 def _observer_class(name: str):
     from torchao.quantization.pt2e import observer
 
+    if name == "percentile":
+        return _percentile_observer()
     return {
         "histogram": observer.HistogramObserver,
         "minmax": observer.MinMaxObserver,

@@ -1,7 +1,10 @@
 """Which backend's model to keep, the fully-integer check, and the parity measured to decide.
 
-``auto`` runs every backend that supports the mode, measures each result against the fp32 PyTorch
-module on the calibration inputs, and keeps:
+``auto`` runs the backends that support the mode, cheapest first (the flatbuffer recipe takes seconds
+where PT2E's export and lowering take tens of seconds), measures each result against the fp32 PyTorch
+module on the calibration inputs, and stops early when a result already meets the caller's
+``ParityTarget`` (the parity thresholds plus ``SCREEN_MARGIN_DB``) and is fully integer: nothing
+better is needed, so the slower backend is not run. Otherwise, of every result, it keeps:
 1. when a fully integer model is required (Edge TPU, microcontrollers): the fully integer result
    with the best parity; if none is fully integer, the best one, and the reason says so;
 2. otherwise the result with the best parity (lowest SQNR over the outputs), except that a fully
@@ -25,9 +28,11 @@ from ..reports.serialize import json_field
 __all__ = [
     "FULL_INTEGER_PREFERENCE_DB",
     "PARITY_TIE_DB",
+    "SCREEN_MARGIN_DB",
     "BackendAttempt",
     "FloatTensorEntry",
     "IntegerCheck",
+    "ParityTarget",
     "QuantOpEntry",
     "check_integer",
     "choose_attempt",
@@ -38,6 +43,9 @@ __all__ = [
 
 PARITY_TIE_DB = 0.05
 FULL_INTEGER_PREFERENCE_DB = 1.0
+# Selection measures on (some of) the calibration inputs, on which a model reads better than on the
+# held-out inputs parity is judged on: a result stops the search only this far above the target.
+SCREEN_MARGIN_DB = 3.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,33 @@ class BackendAttempt:
     recipe: str | None = None
     observer: str | None = None
     size_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class ParityTarget:
+    """The parity a result must reach for ``auto`` to keep it without trying the other backend
+    (the export's thresholds; None: not gated, and with neither gated every backend is tried)."""
+
+    min_sqnr_db: float | None = None
+    min_cosine: float | None = None
+    margin_db: float = SCREEN_MARGIN_DB
+
+    def met_by(self, attempt: BackendAttempt) -> bool:
+        if self.min_sqnr_db is None and self.min_cosine is None:
+            return False
+        if not (attempt.ok and attempt.fully_integer) or attempt.sqnr_db is None:
+            return False
+        if self.min_sqnr_db is not None and attempt.sqnr_db < self.min_sqnr_db + self.margin_db:
+            return False
+        return self.min_cosine is None or (attempt.cosine is not None and attempt.cosine >= self.min_cosine)
+
+    def describe(self) -> str:
+        parts = []
+        if self.min_sqnr_db is not None:
+            parts.append(f">= {self.min_sqnr_db:g} dB + {self.margin_db:g} dB margin")
+        if self.min_cosine is not None:
+            parts.append(f"cosine >= {self.min_cosine:g}")
+        return ", ".join(parts)
 
 
 # ---- fully-integer check ----------------------------------------------------------------------

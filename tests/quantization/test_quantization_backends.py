@@ -40,7 +40,7 @@ def test_pt2e_failure_falls_back_to_a_fully_integer_flatbuffer_model():
     result = quantize_model(
         model, (torch.zeros(PAD_SPEC.shape),), QuantizeMode.INT8, calibration=calib, require_full_integer=True
     )
-    pt2e, flat = result.attempts
+    flat, pt2e = result.attempts
     assert pt2e.backend == "pt2e" and not pt2e.ok and "LOGISTIC" in pt2e.error
     assert flat.ok and result.backend == "flatbuffer" and result.fully_integer
     assert "pt2e failed" in result.reason
@@ -63,7 +63,7 @@ def test_full_integer_requirement_picks_the_integer_backend():
     calib = synthetic_calibration([PAD_SPEC], n=8)
     example = (torch.zeros(PAD_SPEC.shape),)
     result = quantize_model(model, example, QuantizeMode.INT8, calibration=calib, require_full_integer=True)
-    pt2e, flat = result.attempts
+    flat, pt2e = result.attempts
     assert pt2e.ok and pt2e.fully_integer is False  # the GroupNorm stayed float
     assert flat.ok and flat.fully_integer and result.backend == "flatbuffer" and result.fully_integer
     # The PT2E model's float island is traced back to the GroupNorm module.

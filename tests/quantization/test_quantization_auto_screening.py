@@ -1,0 +1,63 @@
+"""The faster auto: the cheaper flatbuffer backend first, and PT2E only when the first result does
+not already meet the parity target and the fully-integer need; the choice rule otherwise unchanged."""
+
+from __future__ import annotations
+
+import torch
+from quantization_models import CNN_SPEC
+
+import edge_export
+from edge_export.config import QuantizeMode
+from edge_export.quantization import BackendAttempt, ParityTarget, quantize_model
+from edge_export.quantization.selection import SCREEN_MARGIN_DB
+
+EXAMPLE = (torch.zeros(CNN_SPEC.shape),)
+
+
+def _attempt(sqnr: float, fully_integer: bool = True, cosine: float = 0.999, ok: bool = True) -> BackendAttempt:
+    return BackendAttempt("flatbuffer", ok, fully_integer=fully_integer, sqnr_db=sqnr, cosine=cosine)
+
+
+def test_target_is_met_only_by_a_fully_integer_result_above_the_margin():
+    target = ParityTarget(min_sqnr_db=20.0, min_cosine=0.99)
+    assert target.met_by(_attempt(20.0 + SCREEN_MARGIN_DB))
+    assert not target.met_by(_attempt(20.0 + SCREEN_MARGIN_DB - 0.1))  # in-sample SQNR needs the margin
+    assert not target.met_by(_attempt(40.0, fully_integer=False))  # the integer need is not met
+    assert not target.met_by(_attempt(40.0, cosine=0.98))
+    assert not target.met_by(_attempt(40.0, ok=False))
+    assert not ParityTarget().met_by(_attempt(90.0))  # nothing gated: every backend is measured
+    assert ParityTarget(min_cosine=0.99).met_by(_attempt(5.0))
+
+
+def test_auto_stops_after_the_flatbuffer_backend_when_it_meets_the_target(cnn, cnn_float_bytes, cnn_calibration):
+    result = quantize_model(
+        cnn, EXAMPLE, QuantizeMode.INT8, calibration=cnn_calibration, float_model_bytes=cnn_float_bytes,
+        target=ParityTarget(min_sqnr_db=20.0, min_cosine=0.99),
+    )
+    assert [a.backend for a in result.attempts] == ["flatbuffer"]
+    assert result.backend == "flatbuffer" and result.fully_integer
+    assert "already meets the parity target" in result.reason and "pt2e was not tried" in result.reason
+
+
+def test_auto_measures_both_and_keeps_the_better_when_the_target_is_not_met(cnn, cnn_float_bytes, cnn_calibration):
+    result = quantize_model(
+        cnn, EXAMPLE, QuantizeMode.INT8, calibration=cnn_calibration, float_model_bytes=cnn_float_bytes,
+        target=ParityTarget(min_sqnr_db=200.0),
+    )
+    assert [a.backend for a in result.attempts] == ["flatbuffer", "pt2e"]
+    best = max(result.attempts, key=lambda a: a.sqnr_db)
+    # Both fully integer: the choice rule keeps the better parity (or the first within the tie band).
+    assert all(a.fully_integer for a in result.attempts)
+    assert result.backend == best.backend or abs(result.attempts[0].sqnr_db - best.sqnr_db) <= 0.05
+    assert "not tried" not in result.reason
+
+
+def test_export_auto_uses_the_exports_thresholds_as_the_target(tmp_path):
+    from model_zoo import small_cnn
+
+    example = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    result = edge_export.export(small_cnn(), example_inputs=(example,), output=tmp_path / "m.tflite", quantize="int8")
+    q = result.report["quantization"]
+    assert [a["backend"] for a in q["attempts"]] == ["flatbuffer"], q["reason"]
+    assert "20 dB" in q["reason"]  # int8's default SQNR gate
+    assert result.exit_code == 0
