@@ -96,6 +96,8 @@ class ExportOptions:
     std: tuple[float, ...] | None = None
     image_layout: str = "nchw"  # the layout the PyTorch model takes
     quant_backend: QuantBackend = QuantBackend.AUTO
+    sensitivity: bool = False  # int8: rank operators by sensitivity (quantization/sensitivity.py)
+    mixed_precision: str | None = None  # auto | int16 | off; None: the target's default
     io_dtype: IODtype | None = None  # None: float32, or the target's default
     # targets
     edgetpu_compiler: str | None = None
@@ -149,6 +151,9 @@ class ExportOptions:
             raise UsageError(f"--image-layout {self.image_layout} is not known.", "Use nchw or nhwc.")
         if self.per_layer_min_sqnr is not None and self.per_layer_min_sqnr != self.per_layer_min_sqnr:
             raise UsageError("--per-layer-min-sqnr nan is not a number.")
+        from .quantization.mixed_precision import check_mixed_precision_option
+
+        check_mixed_precision_option(self.mixed_precision)
         if self.strip_names and self.keep_names:
             raise UsageError("--strip-names and --keep-names contradict each other.", "Give one of them.")
 
@@ -325,6 +330,7 @@ def export(
         ("the Markdown report (named after -o)", md_path),
     ]
     target_outputs = target.output_paths(options, tflite_path)
+    outputs += _overlay_outputs(options, tflite_path)
     check_outputs_apart(outputs + target_outputs + _side_outputs(options), _input_paths(model, options))
     created: list[Path] = []
     try:
@@ -353,6 +359,14 @@ def _tflite_output_path(source_text: str, output: str | Path | None) -> Path:
     return path.with_suffix(".tflite") if path.suffix == "" else path
 
 
+def _overlay_outputs(options: ExportOptions, tflite_path: Path) -> list[tuple[str, Path]]:
+    """The Model Explorer node-data files (reports/model_explorer.py) this run may write."""
+    from .reports.model_explorer import overlay_path
+
+    wanted = (("sensitivity", options.sensitivity and options.quantize is QuantizeMode.INT8), ("per_layer", options.per_layer))
+    return [(f"the Model Explorer {kind.replace('_', '-')} overlay", overlay_path(tflite_path, kind)) for kind, on in wanted if on]
+
+
 def _side_outputs(options: ExportOptions) -> list[tuple[str, Path]]:
     named = (("--junit", options.junit), ("--per-layer-plot", options.per_layer_plot))
     return [(label, Path(value)) for label, value in named if value]
@@ -377,6 +391,7 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
     target = get_target(options.target)
     refuse_foreign_options(target, options)
     options, implied = target.implied_options(options)
+    _check_mixed_precision_options(options, target)
     if options.io_dtype not in (None, IODtype.FLOAT32) and options.quantize is not QuantizeMode.INT8:
         raise UsageError(
             f"--io-dtype {options.io_dtype.value} applies to --quantize int8 only.",
@@ -388,6 +403,53 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
             "Drop --calibration-data, or choose a calibrated mode.",
         )
     return options, implied
+
+
+def _check_mixed_precision_options(options: ExportOptions, target: Any) -> None:
+    """--sensitivity and --mixed-precision measure and change int8 quantization; a target without
+    int16 or float kernels (the Edge TPU) has nothing to promote an operator to."""
+    if options.sensitivity and options.quantize is not QuantizeMode.INT8:
+        raise UsageError(
+            f"--sensitivity ranks operators by what int8 quantization costs them, not {options.quantize.value}.",
+            "Add --quantize int8.",
+        )
+    mode = options.mixed_precision
+    if mode in (None, "off"):
+        return
+    promotions = target.mixed_precision_promotions
+    if not promotions:
+        raise UsageError(
+            f"--mixed-precision {mode} cannot be used with --target {target.name}: it runs int8 operators "
+            "only, so no layer can be raised to int16 or float.",
+            "Drop --mixed-precision. --sensitivity names the layers that limit accuracy; real "
+            "--calibration-data or a rewrite of those layers is what helps there.",
+        )
+    if options.quantize is not QuantizeMode.INT8:
+        raise UsageError(
+            f"--mixed-precision {mode} raises operators of an int8 model, but --quantize is {options.quantize.value}.",
+            "Add --quantize int8 (with --min-sqnr, --min-cosine or --min-top1 as the target).",
+        )
+    if mode == "int16" and "int16" not in promotions:
+        raise UsageError(
+            f"--mixed-precision int16 needs int16x8 kernels, which --target {target.name} does not have.",
+            "Use --mixed-precision auto.",
+        )
+
+
+def _mixed_precision_plan(options: ExportOptions, target: Any) -> tuple[str | None, str]:
+    """(the --mixed-precision mode that searches, or None; the precision it promotes to)."""
+    promotions = target.mixed_precision_promotions
+    mode = options.mixed_precision
+    if options.quantize is not QuantizeMode.INT8 or not promotions:
+        return None, ""
+    if mode is None:  # the target's default: on when the user asked for an accuracy
+        asked = any(v is not None for v in (options.min_sqnr, options.min_cosine, options.min_top1))
+        mode = "auto" if target.mixed_precision_by_default and asked else "off"
+    if mode == "off":
+        return None, ""
+    if mode == "int16" or target.requires_full_integer or "float" not in promotions:
+        return mode, "int16"
+    return mode, "float"
 
 
 def _check_side_outputs(options: ExportOptions, created: list[Path] | None = None) -> None:
@@ -444,8 +506,14 @@ def _run_export(
 
     quant_result = None
     parity_samples = None
+    sensitivity = mixed_precision = None
     if options.quantize.is_integer:
         calibration, parity_samples = _calibration_sets(options, specs)
+        search_mode, promote_to = _mixed_precision_plan(options, target)
+        float_bytes = None
+        if search_mode or options.sensitivity:  # per-operator recipes start from the float model
+            with stages.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
+                float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
         with stages.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
             from .quantization import quantize_model
 
@@ -459,7 +527,30 @@ def _run_export(
                 require_full_integer=target.requires_full_integer,
                 strict=options.strict,
                 verbose=options.verbose,
+                float_model_bytes=float_bytes,
             )
+        if float_bytes is not None:
+            label = "Ranking operators by sensitivity" + (" and searching for mixed precision" if search_mode else "")
+            with stages.run("mixed_precision" if search_mode else "sensitivity", label):
+                from .quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
+
+                heldout = parity_samples if parity_samples is not None else _parity_samples(specs, options, example)
+                quant_result, sensitivity, mixed_precision = run_sensitivity_and_mixed_precision(
+                    quant_result,
+                    float_bytes=float_bytes,
+                    export_module=export_module,
+                    calibration=_calibration_in_layout(calibration, plan.inputs),
+                    heldout=[tuple(np.ascontiguousarray(a) for a in _to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True)) for sample in heldout],
+                    want_sensitivity=options.sensitivity,
+                    search_mode=search_mode,
+                    precision=promote_to,
+                    target=AccuracyTarget(options.thresholds().min_sqnr_db, options.min_cosine, options.min_top1),
+                    io_dtype=options.io_dtype or IODtype.FLOAT32,
+                    source_module=module,
+                    verbose=options.verbose,
+                )
+            if not options.sensitivity and mixed_precision is None:
+                sensitivity = None  # measured for a search that was not needed: not asked for
     else:
         with stages.run("convert", "Tracing and converting with litert-torch"):
             quant_config = fp16_quant_config() if options.quantize is QuantizeMode.FP16 else None
@@ -511,6 +602,16 @@ def _run_export(
 
         fb = run_flatbuffer_passes(fb, [strip_tensor_names_pass], origin="the model without tensor names").model
     target_artifacts = (*checked.artifacts, *target.written_artifacts(named_fb, fb, options, tflite_path))
+    overlays = _overlay_artifacts(sensitivity, layers, named_fb, tflite_path)
+    if sensitivity is not None:
+        from dataclasses import replace
+
+        notes = sensitivity.notes + (
+            ("The overlay's keys are the tensor names before --strip-names (the written file has none; "
+             "its tensor-name map, when the target writes one, gives them back).",) if options.strip_names else ()
+        )
+        sensitivity = replace(sensitivity, overlay=str(overlays[0].path), notes=notes)
+    target_artifacts = (*target_artifacts, *overlays)
     # Checks on the file as written (its final size), e.g. flash and RAM budgets.
     target_report.update(target.check_written(fb, named_fb, checked, options))
     export_section = ExportSection(
@@ -538,6 +639,8 @@ def _run_export(
         validation=_validation_section(parity),
         runtimes=runtimes,
         per_layer=layers,
+        sensitivity=sensitivity,
+        mixed_precision=mixed_precision,
     )
     report = _with_baseline(report, options.baseline)
     from .targets.base import FinishedRun
@@ -550,6 +653,13 @@ def _run_export(
         report = replace(report, artifacts=replace(report.artifacts, extra=listed))
     files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in (*target_artifacts, *finished)]
     return _write_run(report, files, options, stages)
+
+
+def _parity_samples(specs: list[InputSpec], options: ExportOptions, example: tuple) -> list[tuple]:
+    """The inputs parity runs on when no real held-out data was given (as _check_parity makes them)."""
+    from .inputs import make_samples
+
+    return make_samples(specs, options.samples, options.seed, example)
 
 
 def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:
@@ -586,6 +696,19 @@ def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[A
 
 def np_array_copy(a: Any) -> Any:
     return np.ascontiguousarray(np.array(a, copy=True))
+
+
+def _overlay_artifacts(sensitivity: Any, layers: Any, named_fb: FlatbufferModel, tflite_path: Path) -> tuple:
+    """The Model Explorer node-data files: keyed by the tensor names of the model as checked (the
+    written model's, or with --strip-names the names it had before stripping)."""
+    from .reports.model_explorer import overlay_artifact
+
+    found = []
+    if sensitivity is not None:
+        found.append(overlay_artifact("sensitivity", sensitivity, named_fb, tflite_path))
+    if layers is not None:
+        found.append(overlay_artifact("per_layer", layers, named_fb, tflite_path))
+    return tuple(found)
 
 
 def _calibration_in_layout(calibration: Any, nhwc_inputs: Sequence[int]) -> Any:

@@ -540,6 +540,7 @@ class MicroTarget(TargetPlugin):
         **BUDGET_OPTIONS,
     }
     requires_full_integer = True
+    mixed_precision_promotions = ("int16",)  # int16x8 kernels (reference and CMSIS-NN); no float wanted
     check_label = "Checking TFLite Micro support"
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:

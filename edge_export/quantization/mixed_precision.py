@@ -1,0 +1,377 @@
+"""Mixed precision to an accuracy target: raise the precision of the most sensitive operators of an
+int8 model, in sensitivity order, until the output meets the target on held-out inputs.
+
+    run_sensitivity_and_mixed_precision(...) -> (QuantizationResult, SensitivityReport | None,
+                                                 MixedPrecisionReport | None)
+
+Backend: the flatbuffer one (ai-edge-quantizer), whatever backend the plain int8 model came from.
+Its recipes are scoped per operator (sensitivity.py), ranges are calibrated once and shared by
+every candidate, and an operator can go to int16 activations (int16x8: the model stays fully
+integer) or stay float (``NO_QUANTIZE``: ai-edge-quantizer puts DEQUANTIZE/QUANTIZE around it).
+PT2E can leave modules float too, but only at module granularity and with a full re-export per
+candidate (tens of seconds each), and it has no int16 activations.
+
+Modes (``--mixed-precision``): ``auto`` promotes to the precision the target allows and runs
+fastest here (float on cpu and gpu: XNNPACK runs float and int8 kernels but has no int16x8 ones,
+which fall back to the reference kernels, 17-31x slower than fp32 on this host; int16 on targets
+that need a fully integer model), ``int16`` promotes to int16 only, ``off`` does nothing.
+
+The search: the plain int8 model is checked first; only when it misses the target does anything
+else run. Then operators are promoted one at a time in sensitivity order (each step measured, so
+every promoted operator has its SQNR before and after), and after ``SINGLE_STEPS`` steps in growing
+groups (2, 4, 8, ...: a model that needs many promotions costs a logarithmic number of candidates,
+not one per operator), until the target is met or every candidate is promoted. When the target is
+never met, the best model found is kept and the report says why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from ..errors import QuantizationError, UsageError, first_line
+from ..reports.serialize import json_field
+from .sensitivity import (
+    SENSITIVITY_METHOD,
+    LayerSensitivity,
+    RecipeQuantizer,
+    SensitivityReport,
+    measure_sensitivity,
+    ops_by_index,
+    run_outputs,
+)
+
+__all__ = [
+    "MIXED_PRECISION_MODES",
+    "SENSITIVITY_SAMPLES",
+    "SINGLE_STEPS",
+    "AccuracyTarget",
+    "MixedPrecisionReport",
+    "MixedPrecisionStep",
+    "PromotedLayer",
+    "check_mixed_precision_option",
+    "evaluate_target",
+    "run_sensitivity_and_mixed_precision",
+    "search_mixed_precision",
+]
+
+MIXED_PRECISION_MODES = ("auto", "int16", "off")
+SENSITIVITY_SAMPLES = 8  # calibration samples the ranking is measured on
+SINGLE_STEPS = 8  # promotions made one at a time before the groups grow
+
+
+def check_mixed_precision_option(value: str | None) -> None:
+    if value is not None and value not in MIXED_PRECISION_MODES:
+        raise UsageError(
+            f"--mixed-precision {value} is not known.", f"Use one of {', '.join(MIXED_PRECISION_MODES)}."
+        )
+
+
+@dataclass(frozen=True)
+class AccuracyTarget:
+    """What the output must reach on the held-out inputs: the parity thresholds that gate every
+    output kind (SQNR) and the ones the user gave explicitly (cosine, top-1)."""
+
+    min_sqnr_db: float | None = None
+    min_cosine: float | None = None
+    min_top1: float | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.min_sqnr_db is not None:
+            parts.append(f"SQNR >= {self.min_sqnr_db:g} dB")
+        if self.min_cosine is not None:
+            parts.append(f"cosine >= {self.min_cosine:g}")
+        if self.min_top1 is not None:
+            parts.append(f"top-1 >= {self.min_top1:g}")
+        return ", ".join(parts) or "no threshold"
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """One candidate against the target, on the held-out inputs (worst output)."""
+
+    sqnr_db: float
+    cosine: float
+    top1: float | None
+    failed: tuple[str, ...]
+
+    @property
+    def met(self) -> bool:
+        return not self.failed
+
+
+def evaluate_target(outs: list[list[np.ndarray]], refs: list[list[np.ndarray]], target: AccuracyTarget) -> TargetCheck:
+    from ..validators.metrics import cosine_similarity, sqnr_db, top1_agreement
+
+    sqnrs, cosines, top1s = [], [], []
+    for k in range(min(len(refs[0]), len(outs[0]))):
+        ref = np.stack([np.asarray(r[k], dtype=np.float32) for r in refs])
+        out = np.stack([np.asarray(o[k], dtype=np.float32).reshape(np.shape(r[k])) for o, r in zip(outs, refs)])
+        sqnrs.append(sqnr_db(ref.ravel(), out.ravel()))
+        cosines.append(cosine_similarity(ref.ravel(), out.ravel()))
+        if target.min_top1 is not None and ref.shape[-1] > 1:
+            top1s.append(top1_agreement(ref.reshape(-1, ref.shape[-1]), out.reshape(-1, ref.shape[-1])))
+    sqnr, cosine = float(min(sqnrs)), float(min(cosines))
+    top1 = float(min(top1s)) if top1s else None
+    failed = []
+    if target.min_sqnr_db is not None and not sqnr >= target.min_sqnr_db:
+        failed.append(f"SQNR {sqnr:.1f} dB < {target.min_sqnr_db:g}")
+    if target.min_cosine is not None and not cosine >= target.min_cosine:
+        failed.append(f"cosine {cosine:.5f} < {target.min_cosine:g}")
+    if target.min_top1 is not None and top1 is not None and not top1 >= target.min_top1:
+        failed.append(f"top-1 {top1:.3f} < {target.min_top1:g}")
+    return TargetCheck(round(sqnr, 3), round(cosine, 6), None if top1 is None else round(top1, 4), tuple(failed))
+
+
+@dataclass(frozen=True)
+class PromotedLayer:
+    """One operator raised above int8, with what it cost and bought."""
+
+    op_index: int
+    opcode: str
+    tensor: str
+    module_path: str | None
+    module_type: str | None
+    source: str | None
+    precision: str  # "int16" | "float"
+    sensitivity_rank: int
+    step: int  # the search step that promoted it (operators promoted together share a step)
+    sqnr_before_db: float  # the model's held-out SQNR before this step
+    sqnr_after_db: float  # and after it
+    size_delta_bytes: int  # file size change of this step (shared by the step's operators)
+
+
+@dataclass(frozen=True)
+class MixedPrecisionStep:
+    promoted: int  # operators promoted so far
+    sqnr_db: float
+    cosine: float
+    size_bytes: int
+    met: bool
+
+
+@dataclass(frozen=True)
+class MixedPrecisionReport:
+    mode: str  # the --mixed-precision mode in force ("auto" | "int16")
+    precision: str  # what operators were promoted to: "int16" | "float"
+    target: AccuracyTarget
+    met: bool
+    reason: str
+    int8_sqnr_db: float | None  # the plain int8 model (the one kept when none is needed)
+    int8_cosine: float | None
+    sqnr_db: float | None  # the model kept
+    cosine: float | None
+    promoted: tuple[PromotedLayer, ...] = ()
+    steps: tuple[MixedPrecisionStep, ...] = ()
+    int8_size_bytes: int | None = None
+    size_bytes: int | None = None
+    # median host latency (LiteRT CPU + XNNPACK, 1 thread) of the plain int8 model and the one kept
+    int8_latency_ms: float | None = json_field(default=None, digits=3)
+    latency_ms: float | None = json_field(default=None, digits=3)
+    fully_integer: bool | None = None
+    backend: str = "flatbuffer"
+    seconds: float = json_field(default=0.0, digits=3)
+
+
+@dataclass(frozen=True)
+class MixedPrecisionSearch:
+    """What the isolated search hands back: the report and the model bytes kept (None: int8)."""
+
+    report: MixedPrecisionReport
+    model_bytes: bytes | None
+    int8_bytes: bytes | None
+
+
+def _groups(count: int) -> list[int]:
+    """How many operators each step promotes: one at a time first, then doubling groups."""
+    sizes, size, done = [], 1, 0
+    while done < count:
+        if done >= SINGLE_STEPS:
+            size *= 2
+        take = min(size, count - done)
+        sizes.append(take)
+        done += take
+    return sizes
+
+
+def _median_latency(model_bytes: bytes, runs: int = 10) -> float | None:
+    from ..flatbuffer import read_flatbuffer
+    from ..latency import _time_one
+    from ..runtime import Resolver
+
+    try:
+        return round(_time_one(read_flatbuffer(model_bytes), Resolver.XNNPACK, 1, runs, 2).median_ms, 3)
+    except Exception:  # a latency we cannot measure is reported as none, never a failed export
+        return None
+
+
+def search_mixed_precision(
+    quantizer: RecipeQuantizer,
+    ranking: Sequence[LayerSensitivity],
+    heldout: Sequence[tuple[np.ndarray, ...]],
+    heldout_refs: list[list[np.ndarray]],
+    target: AccuracyTarget,
+    *,
+    mode: str,
+    precision: str,
+    measure_latency: bool = True,
+) -> MixedPrecisionSearch:
+    start = time.perf_counter()
+    by_index = ops_by_index(quantizer)
+    order = [layer for layer in ranking if layer.op_index in by_index]
+    int8_bytes = quantizer.quantize("int8")
+    check = evaluate_target(run_outputs(int8_bytes, heldout), heldout_refs, target)
+    steps = [MixedPrecisionStep(0, check.sqnr_db, check.cosine, len(int8_bytes), check.met)]
+    best = (check, int8_bytes, 0)
+    promoted: list[PromotedLayer] = []
+    before, before_size = check, len(int8_bytes)
+    done = 0
+    for step, size in enumerate(_groups(len(order)), start=1):
+        if before.met:
+            break
+        group = order[done : done + size]
+        done += size
+        overrides = {by_index[layer.op_index]: precision for layer in order[:done]}
+        candidate = quantizer.quantize("int8", overrides)
+        after = evaluate_target(run_outputs(candidate, heldout), heldout_refs, target)
+        steps.append(MixedPrecisionStep(done, after.sqnr_db, after.cosine, len(candidate), after.met))
+        for layer in group:
+            promoted.append(
+                PromotedLayer(
+                    layer.op_index, layer.opcode, layer.tensor, layer.module_path, layer.module_type, layer.source,
+                    precision, layer.rank, step, before.sqnr_db, after.sqnr_db, len(candidate) - before_size,
+                )
+            )
+        if after.met or after.sqnr_db > best[0].sqnr_db:
+            best = (after, candidate, done)
+        before, before_size = after, len(candidate)
+    kept_check, kept_bytes, kept_count = best
+    kept_promoted = tuple(p for p in promoted if p.op_index in {layer.op_index for layer in order[:kept_count]})
+    if kept_check.met:
+        reason = (
+            f"promoted {kept_count} of {len(order)} operators to {precision} in sensitivity order: "
+            f"{target.describe()} met on {len(heldout)} held-out inputs"
+        )
+    else:
+        reason = (
+            f"the target ({target.describe()}) was not met even with all {len(order)} candidate operators "
+            f"at {precision} ({'; '.join(kept_check.failed)}); kept the best model found "
+            f"({kept_count} promoted, {kept_check.sqnr_db:.1f} dB)"
+        )
+        if precision == "int16":
+            reason += "; int16 activations still leave int8 weights: --mixed-precision auto may promote to float where the target allows it"
+    report = MixedPrecisionReport(
+        mode=mode, precision=precision, target=target, met=kept_check.met, reason=reason,
+        int8_sqnr_db=check.sqnr_db, int8_cosine=check.cosine, sqnr_db=kept_check.sqnr_db, cosine=kept_check.cosine,
+        promoted=kept_promoted, steps=tuple(steps), int8_size_bytes=len(int8_bytes), size_bytes=len(kept_bytes),
+        int8_latency_ms=_median_latency(int8_bytes) if measure_latency else None,
+        latency_ms=_median_latency(kept_bytes) if measure_latency and kept_count else None,
+        seconds=time.perf_counter() - start,
+    )
+    return MixedPrecisionSearch(report, kept_bytes if kept_count else None, int8_bytes)
+
+
+def _child_run(
+    float_bytes: bytes,
+    calibration: Any,
+    ranking_samples: Sequence[tuple[np.ndarray, ...]],
+    ranking_refs: list[list[np.ndarray]],
+    heldout: Sequence[tuple[np.ndarray, ...]],
+    heldout_refs: list[list[np.ndarray]],
+    *,
+    module: Any,
+    want_sensitivity: bool,
+    search_mode: str | None,
+    precision: str,
+    target: AccuracyTarget,
+    base_model_bytes: bytes | None,
+    verbose: bool,
+) -> tuple[SensitivityReport | None, MixedPrecisionSearch | None]:
+    """Everything native in one child process: calibration, the sensitivity variants, the search."""
+    search_needed = False
+    if search_mode is not None and base_model_bytes is not None:
+        # The model quantization kept first: nothing more runs when it already meets the target.
+        search_needed = not evaluate_target(run_outputs(base_model_bytes, heldout), heldout_refs, target).met
+    if not want_sensitivity and not search_needed:
+        return None, None
+    quantizer = RecipeQuantizer(float_bytes, calibration, verbose=verbose)
+    sensitivity = measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=SENSITIVITY_METHOD, module=module)
+    search = None
+    if search_needed:
+        search = search_mixed_precision(
+            quantizer, sensitivity.layers, heldout, heldout_refs, target, mode=search_mode, precision=precision
+        )
+    return sensitivity, search
+
+
+def run_sensitivity_and_mixed_precision(
+    base: Any,
+    *,
+    float_bytes: bytes,
+    export_module: Any,
+    calibration: Any,
+    heldout: Sequence[tuple[np.ndarray, ...]],
+    want_sensitivity: bool,
+    search_mode: str | None,
+    precision: str,
+    target: AccuracyTarget,
+    io_dtype: Any,
+    source_module: Any = None,
+    verbose: bool = False,
+) -> tuple[Any, SensitivityReport | None, MixedPrecisionReport | None]:
+    """The sensitivity ranking (``want_sensitivity``) and, when ``search_mode`` is set and the
+    quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search.
+    Returns the QuantizationResult to keep (``base`` unless a mixed model replaced it)."""
+    from ..isolation import run_isolated
+    from ..passes.flatbuffer import run_flatbuffer_passes, set_io_dtype_pass, share_quantization_vectors_pass
+    from .io_types import describe_io
+    from .selection import check_integer, reference_outputs
+
+    ranking_samples = list(calibration.samples[:SENSITIVITY_SAMPLES])
+    ranking_refs = reference_outputs(export_module, ranking_samples)
+    heldout_refs = reference_outputs(export_module, heldout)
+    sensitivity, search = run_isolated(
+        _child_run, float_bytes, calibration, ranking_samples, ranking_refs, list(heldout), heldout_refs,
+        module=source_module, want_sensitivity=want_sensitivity, search_mode=search_mode, precision=precision,
+        target=target, base_model_bytes=base.model.data if search_mode is not None else None, verbose=verbose,
+        stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
+        hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",
+        preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
+    )
+    if search is None:
+        return base, sensitivity, None
+    report = search.report
+    if search.model_bytes is None:
+        return base, sensitivity, report
+    try:
+        shared = run_flatbuffer_passes(
+            search.model_bytes, [share_quantization_vectors_pass], origin="the mixed-precision model"
+        ).model
+        final = run_flatbuffer_passes(shared, [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the mixed-precision model").model
+    except Exception as exc:  # a pass that cannot apply to the mixed model: keep the int8 one, say why
+        return base, sensitivity, replace(report, reason=report.reason + f"; not kept: {first_line(exc)}", met=False)
+    check = check_integer(final, export_module)
+    report = replace(report, fully_integer=check.fully_integer)
+    if not check.fully_integer and report.precision == "float":
+        report = replace(report, reason=report.reason + "; the promoted operators run in float, so the model is not fully integer")
+    warnings = tuple(w for w in base.warnings if "not fully integer" not in w)
+    if not check.fully_integer:
+        warnings += (
+            f"Mixed precision left {len(report.promoted)} operator(s) in float: the model is not fully integer.",
+        )
+    quant = replace(
+        base, model=final, backend="flatbuffer",
+        recipe=f"static_wi8_ai8 + {len(report.promoted)} operator(s) at {report.precision}",
+        reason=base.reason + f"; mixed precision: {report.reason}",
+        fully_integer=check.fully_integer, integer_check=check, io=describe_io(final),
+        sqnr_db=None, cosine=None, warnings=warnings,
+    )
+    if quant.size_bytes <= 0:
+        raise QuantizationError("The mixed-precision model is empty.")
+    return quant, sensitivity, report
