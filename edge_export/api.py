@@ -592,6 +592,9 @@ def _run_export(
             module, example, specs, options, fb, plan, stages, samples=parity_samples,
             runner_factory=_parity_runner_factory(target, checked),
         )
+        if parity.passed is False and quant_result is not None and sensitivity is None and not target.mixed_precision_promotions:
+            with stages.run("sensitivity", "Ranking operators by sensitivity (parity failed)"):
+                sensitivity = _limiting_layers(quant_result, export_module, export_example, calibration, parity_samples, specs, options, example, plan, target, module)
 
     named_size = fb.size_bytes
     named_fb = fb  # what the checks ran on; a target's written_artifacts and check_written read its names
@@ -602,8 +605,9 @@ def _run_export(
 
         fb = run_flatbuffer_passes(fb, [strip_tensor_names_pass], origin="the model without tensor names").model
     target_artifacts = (*checked.artifacts, *target.written_artifacts(named_fb, fb, options, tflite_path))
-    overlays = _overlay_artifacts(sensitivity, layers, named_fb, tflite_path)
-    if sensitivity is not None:
+    # overlays only where asked for: their paths were checked against the inputs up front
+    overlays = _overlay_artifacts(sensitivity if options.sensitivity else None, layers, named_fb, tflite_path)
+    if sensitivity is not None and options.sensitivity:
         from dataclasses import replace
 
         notes = sensitivity.notes + (
@@ -696,6 +700,34 @@ def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[A
 
 def np_array_copy(a: Any) -> Any:
     return np.ascontiguousarray(np.array(a, copy=True))
+
+
+def _limiting_layers(quant_result: Any, export_module: Any, export_example: tuple, calibration: Any, parity_samples: Any,
+                     specs: list[InputSpec], options: ExportOptions, example: tuple, plan: Any, target: Any, module: Any) -> Any:
+    """On a target with nothing to promote a layer to (the Edge TPU), a failed int8 parity is
+    explained instead: the sensitivity ranking, with a note naming the layers that limit accuracy."""
+    from dataclasses import replace
+
+    from .conversion import convert_module
+    from .quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
+
+    float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
+    heldout = parity_samples if parity_samples is not None else _parity_samples(specs, options, example)
+    _, sensitivity, _ = run_sensitivity_and_mixed_precision(
+        quant_result, float_bytes=float_bytes, export_module=export_module,
+        calibration=_calibration_in_layout(calibration, plan.inputs),
+        heldout=[tuple(np.ascontiguousarray(a) for a in _to_layout([t.numpy() for t in s], plan.inputs, nhwc=True)) for s in heldout],
+        want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
+        source_module=module, verbose=options.verbose,
+    )
+    top = ", ".join(layer.label for layer in sensitivity.layers[:3])
+    note = (
+        f"Parity failed, and --target {target.name} has no int16 or float kernels to raise a layer to. "
+        f"The layers that limit accuracy most (sensitivity ranks 1-3): {top}. Real --calibration-data "
+        "(ranges from the inputs the model will see) or a rewrite of those layers (bounded activations "
+        "such as ReLU6, no outlier channels) is what helps there."
+    )
+    return replace(sensitivity, notes=(note, *sensitivity.notes))
 
 
 def _overlay_artifacts(sensitivity: Any, layers: Any, named_fb: FlatbufferModel, tflite_path: Path) -> tuple:

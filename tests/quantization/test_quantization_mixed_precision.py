@@ -154,3 +154,27 @@ def test_the_cli_exits_2_for_mixed_precision_on_the_edge_tpu(tmp_path, run_cli):
         assert res.exit_code == 2, res.stderr
         assert "Traceback" not in res.stderr
     assert not list(tmp_path.glob("out*"))
+
+
+@pytest.mark.slow
+def test_on_the_edge_tpu_a_failed_parity_names_the_layers_that_limit_accuracy(tmp_path_factory):
+    result = _export(tmp_path_factory, "edgetpu", target="edgetpu", quant_backend="auto")
+    assert result.exit_code == 1
+    sensitivity = result.report["sensitivity"]
+    assert {layer["module_path"] for layer in sensitivity["layers"][:2]} == {"conv1", "conv2"}
+    assert "no int16 or float kernels" in sensitivity["notes"][0] and "conv1 (CONV_2D)" in sensitivity["notes"][0]
+    assert "mixed_precision" not in result.report and "sensitivity_overlay" not in result.report["artifacts"]
+
+
+@pytest.mark.slow
+def test_a_stripped_micro_model_gets_an_overlay_keyed_by_the_names_before_stripping(tmp_path_factory):
+    result = _export(tmp_path_factory, "micro", target="micro", sensitivity=True, mixed_precision="off", min_sqnr=None)
+    rep = result.report
+    data = json.loads(open(rep["artifacts"]["sensitivity_overlay"]).read())
+    written = {t.name for t in load_flatbuffer(result.tflite_path).tensors}
+    inner = set(data["results"]) - written  # the file keeps only its I/O names
+    assert inner
+    name_map = json.loads(result.tflite_path.with_suffix(".tensors.json").read_text())
+    before = set(json.dumps(name_map).split('"'))  # every string of the map, whatever its layout
+    assert inner <= before
+    assert any("before --strip-names" in note for note in rep["sensitivity"]["notes"])
