@@ -18,6 +18,7 @@ from edge_export.quantization.mixed_precision import (
 )
 from edge_export.quantization.sensitivity import LayerSensitivity, SensitivityReport
 from edge_export.reports.markdown import render_markdown
+from edge_export.reports.summary import print_summary
 from edge_export.reports.model_explorer import SQNR_THRESHOLDS, node_data
 from edge_export.reports.serialize import to_json_value
 
@@ -95,3 +96,17 @@ def test_model_explorer_node_data_has_results_and_thresholds_only():
     assert data == {"results": {"a;1": {"value": 19.851}, "d": {"value": 45.0}}, "thresholds": [dict(t) for t in SQNR_THRESHOLDS]}
     assert [t["value"] for t in data["thresholds"]] == sorted(t["value"] for t in data["thresholds"])
     json.dumps(data, allow_nan=False)  # strict JSON: Model Explorer's parser takes no Infinity
+
+
+def test_the_terminal_summary_names_the_most_sensitive_operators_and_the_promotions():
+    from rich.console import Console
+
+    out = Console(record=True, width=300, highlight=False, soft_wrap=True, force_terminal=False)
+    err = Console(record=True, width=300, highlight=False, soft_wrap=True, force_terminal=False)
+    print_summary(_report(), out, err)
+    lines = out.export_text().splitlines()
+    assert (
+        "  sensitivity: 3 operators ranked; most sensitive: conv2 (CONV_2D) 19.9 dB, "
+        f"{HOSTILE} (CONV_2D) 20.9 dB, FULLY_CONNECTED #6 50.4 dB"
+    ) in lines
+    assert "  mixed precision (auto): 2 operator(s) raised to float, SQNR 21.027 -> 49.454 dB, target met" in lines
