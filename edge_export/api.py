@@ -730,6 +730,26 @@ def _limiting_layers(quant_result: Any, export_module: Any, export_example: tupl
     return replace(sensitivity, notes=(note, *sensitivity.notes))
 
 
+def _validate_sensitivity(module: Any, example: tuple, specs: list[InputSpec], options: ExportOptions, plan: Any) -> Any:
+    """validate --sensitivity: the ranking of the reference converted to float (in the validated
+    file's layout) with synthetic calibration; keyed by the float model's tensor names, which a
+    file from the flatbuffer backend shares (the overlay keeps the names the file has)."""
+    from .conversion import convert_module, wrap_channels_last
+    from .quantization import DEFAULT_SYNTHETIC_SAMPLES, synthetic_calibration
+    from .quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
+
+    export_module = wrap_channels_last(module, plan) if plan.active else module
+    export_example = tuple(t.permute(0, 2, 3, 1).contiguous() if i in plan.inputs else t for i, t in enumerate(example))
+    float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
+    calibration = _calibration_in_layout(synthetic_calibration(specs, DEFAULT_SYNTHETIC_SAMPLES, seed=options.seed + 1_000_003), plan.inputs)
+    _, sensitivity, _ = run_sensitivity_and_mixed_precision(
+        None, float_bytes=float_bytes, export_module=export_module, calibration=calibration, heldout=[],
+        want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
+        source_module=module, verbose=options.verbose,
+    )
+    return sensitivity
+
+
 def _overlay_artifacts(sensitivity: Any, layers: Any, named_fb: FlatbufferModel, tflite_path: Path) -> tuple:
     """The Model Explorer node-data files: keyed by the tensor names of the model as checked (the
     written model's, or with --strip-names the names it had before stripping)."""
@@ -1152,8 +1172,12 @@ def validate(
     from .tensor_names import tensor_names_path
 
     names_path = Path(tensor_names) if tensor_names else tensor_names_path(tflite_path)
+    from .reports.model_explorer import overlay_path
+
+    overlays = [(f"the Model Explorer {kind} overlay (named after --report)", overlay_path(Path(f"{prefix}.tflite"), kind))
+                for kind, on in (("sensitivity", options.sensitivity), ("per_layer", options.per_layer)) if on]
     check_outputs_apart(
-        [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *_side_outputs(options)],
+        [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *overlays, *_side_outputs(options)],
         [("the flatbuffer to validate", tflite_path), ("the tensor-name map", names_path), *_input_paths(reference, options)],
     )
     created: list[Path] = []
@@ -1206,6 +1230,11 @@ def _validate_flatbuffer(
         from dataclasses import replace
 
         options = replace(options, quantize=infer_precision(fb))
+    if options.sensitivity and options.quantize is not QuantizeMode.INT8:
+        raise UsageError(
+            f"--sensitivity ranks operators by what int8 quantization costs them; {tflite_path} is {options.quantize.value}.",
+            "Validate an int8 model, or drop --sensitivity.",
+        )
     check_writable_folder(json_path, created)
     _check_side_outputs(options, created)
     stages = _Stages(on_stage)
@@ -1249,6 +1278,16 @@ def _validate_flatbuffer(
         )
         plan = ChannelsLastPlan(nhwc_in, nhwc_out)
         parity, layers, runtimes = _check_parity(module, example, specs, options, fb, plan, stages)
+        sensitivity = None
+        if options.sensitivity:
+            with stages.run("sensitivity", "Ranking operators by sensitivity (the reference converted to float)"):
+                sensitivity = _validate_sensitivity(module, example, specs, options, plan)
+        overlay_stem = Path(str(json_path)[: -len(".report.json")] + ".tflite")  # <prefix>.<kind>.json
+        overlays = _overlay_artifacts(sensitivity, layers, fb, overlay_stem)
+        if sensitivity is not None:
+            from dataclasses import replace
+
+            sensitivity = replace(sensitivity, overlay=str(overlays[0].path))
         export_section = ValidateSection(
             quantize=options.quantize.value,
             target=get_target(options.target).name,
@@ -1266,6 +1305,11 @@ def _validate_flatbuffer(
             validation=_validation_section(parity),
             runtimes=runtimes,
             per_layer=layers,
+            sensitivity=sensitivity,
         )
+        if overlays:
+            from dataclasses import replace
+
+            report = replace(report, artifacts=replace(report.artifacts, extra={a.key: str(a.path) for a in overlays}))
         report = _with_baseline(report, options.baseline)
-        return _write_run(report, [], options, stages)
+        return _write_run(report, [(a.path, a.data) for a in overlays], options, stages)

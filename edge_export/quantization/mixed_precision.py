@@ -335,11 +335,11 @@ def run_sensitivity_and_mixed_precision(
 
     ranking_samples = list(calibration.samples[:SENSITIVITY_SAMPLES])
     ranking_refs = reference_outputs(export_module, ranking_samples)
-    heldout_refs = reference_outputs(export_module, heldout)
+    heldout_refs = reference_outputs(export_module, heldout) if heldout else []
     sensitivity, search = run_isolated(
         _child_run, float_bytes, calibration, ranking_samples, ranking_refs, list(heldout), heldout_refs,
         module=source_module, want_sensitivity=want_sensitivity, search_mode=search_mode, precision=precision,
-        target=target, base_model_bytes=base.model.data if search_mode is not None else None, verbose=verbose,
+        target=target, base_model_bytes=base.model.data if search_mode is not None and base is not None else None, verbose=verbose,
         stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
         hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",
         preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),

@@ -178,3 +178,28 @@ def test_a_stripped_micro_model_gets_an_overlay_keyed_by_the_names_before_stripp
     before = set(json.dumps(name_map).split('"'))  # every string of the map, whatever its layout
     assert inner <= before
     assert any("before --strip-names" in note for note in rep["sensitivity"]["notes"])
+
+
+def test_validate_ranks_the_reference_and_writes_both_overlays(plain):
+    from edge_export import validate
+
+    result = validate(plain.tflite_path, OutlierChannelNet().eval(), example_inputs=(X,), sensitivity=True, per_layer=True)
+    rep = result.report
+    validate_report(rep)
+    assert {layer["module_path"] for layer in rep["sensitivity"]["layers"][:2]} == {"conv1", "conv2"}
+    names = {t.name for t in load_flatbuffer(plain.tflite_path).tensors}
+    for key, suffix in (("sensitivity_overlay", ".validate.sensitivity.json"), ("per_layer_overlay", ".validate.per_layer.json")):
+        path = rep["artifacts"][key]
+        assert path.endswith("net" + suffix)
+        data = json.loads(open(path).read())
+        assert data["results"] and set(data["results"]) <= names and set(data) == {"results", "thresholds"}
+    assert rep["sensitivity"]["overlay"] == rep["artifacts"]["sensitivity_overlay"]
+
+
+def test_validate_refuses_sensitivity_on_a_float_model(tmp_path):
+    from edge_export import validate
+
+    fp32 = export(OutlierChannelNet().eval(), example_inputs=(X,), output=tmp_path / "f.tflite", min_sqnr=None)
+    with pytest.raises(UsageError, match="ranks operators by what int8 quantization costs"):
+        validate(fp32.tflite_path, OutlierChannelNet().eval(), example_inputs=(X,), sensitivity=True)
+    assert not list(tmp_path.glob("*.validate.*"))
