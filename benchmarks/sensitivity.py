@@ -53,11 +53,11 @@ def predictors(models: list[str], size: int) -> None:
     from edge_export.conversion import convert_module
     from edge_export.inputs import make_samples
     from edge_export.quantization.calibration import synthetic_calibration
-    from edge_export.quantization.mixed_precision import AccuracyTarget, evaluate_target
+    from edge_export.quantization.mixed_precision import AccuracyTarget, evaluate_target, promotion_overrides
     from edge_export.quantization.selection import reference_outputs
     from edge_export.quantization.sensitivity import RecipeQuantizer, measure_sensitivity, ops_by_index, run_outputs
 
-    print(f"| model | ranking | ops | int8 dB | SQNR after promoting the top k to float: k = 1, 2, 4, 8, 16, 32 | k for +10 dB | seconds |  ({_load()})")
+    print(f"| model | ranking | ops | int8 dB | SQNR after promoting the top k to float: k = 1, 2, 4, 8, 16, 32, 64 | k for +10 dB | seconds |  ({_load()})")
     print("|---|---|---|---|---|---|---|")
     for name in models:
         model, example = _build(name, size)
@@ -77,10 +77,10 @@ def predictors(models: list[str], size: int) -> None:
             report = measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=method)
             seconds = time.perf_counter() - start
             curve, first = [], None
-            for k in (1, 2, 4, 8, 16, 32):
+            for k in (1, 2, 4, 8, 16, 32, 64):
                 if k > len(report.layers):
                     break
-                overrides = {by_index[layer.op_index]: "float" for layer in report.layers[:k]}
+                overrides = promotion_overrides(quantizer, [by_index[layer.op_index] for layer in report.layers[:k]], "float")
                 sqnr = evaluate_target(run_outputs(quantizer.quantize("int8", overrides), heldout), heldout_refs, target).sqnr_db
                 curve.append(f"{sqnr:.1f}")
                 if first is None and sqnr >= int8 + 10:

@@ -43,6 +43,7 @@ from .sensitivity import (
     SensitivityReport,
     measure_sensitivity,
     ops_by_index,
+    passthrough_ops,
     run_outputs,
 )
 
@@ -56,6 +57,7 @@ __all__ = [
     "PromotedLayer",
     "check_mixed_precision_option",
     "evaluate_target",
+    "promotion_overrides",
     "run_sensitivity_and_mixed_precision",
     "search_mixed_precision",
 ]
@@ -188,6 +190,14 @@ class MixedPrecisionSearch:
     int8_bytes: bytes | None
 
 
+def promotion_overrides(quantizer: RecipeQuantizer, ops: Sequence[Any], precision: str) -> dict[Any, str]:
+    """The recipe overrides that raise ``ops`` to ``precision``, with the layout operators (and the
+    model's inputs and outputs) that only connect promoted operators (sensitivity.passthrough_ops)."""
+    overrides = {op: precision for op in ops}
+    overrides.update({op: precision for op in passthrough_ops(quantizer.float_model, {op.index for op in ops})})
+    return overrides
+
+
 def _groups(count: int) -> list[int]:
     """How many operators each step promotes: one at a time first, then doubling groups."""
     sizes, size, done = [], 1, 0
@@ -232,12 +242,14 @@ def search_mixed_precision(
     promoted: list[PromotedLayer] = []
     before, before_size = check, len(int8_bytes)
     done = 0
+    carried = {0: 0}  # layout operators promoted along with the first ``done`` candidates
     for step, size in enumerate(_groups(len(order)), start=1):
         if before.met:
             break
         group = order[done : done + size]
         done += size
-        overrides = {by_index[layer.op_index]: precision for layer in order[:done]}
+        overrides = promotion_overrides(quantizer, [by_index[layer.op_index] for layer in order[:done]], precision)
+        carried[done] = len(overrides) - done
         candidate = quantizer.quantize("int8", overrides)
         after = evaluate_target(run_outputs(candidate, heldout), heldout_refs, target)
         steps.append(MixedPrecisionStep(done, after.sqnr_db, after.cosine, len(candidate), after.met))
@@ -253,9 +265,10 @@ def search_mixed_precision(
         before, before_size = after, len(candidate)
     kept_check, kept_bytes, kept_count = best
     kept_promoted = tuple(p for p in promoted if p.op_index in {layer.op_index for layer in order[:kept_count]})
+    along = f" (and {carried[kept_count]} layout operator(s) between them)" if carried.get(kept_count) else ""
     if kept_check.met:
         reason = (
-            f"promoted {kept_count} of {len(order)} operators to {precision} in sensitivity order: "
+            f"promoted {kept_count} of {len(order)} operators{along} to {precision} in sensitivity order: "
             f"{target.describe()} met on {len(heldout)} held-out inputs"
         )
     else:

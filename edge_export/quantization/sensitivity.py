@@ -311,5 +311,70 @@ def measure_sensitivity(
     )
 
 
+def passthrough_ops(model: FlatbufferModel, promoted: set[int]) -> tuple[QuantizableOp, ...]:
+    """The layout operators (``LAYOUT_OPS``) to promote with ``promoted``: those whose every
+    neighbour is promoted or such a layout operator itself. A pad or reshape between two float
+    operators would otherwise quantize the tensor it passes on and undo what promoting them bought.
+    Also the model's virtual INPUT/OUTPUT operators when all their neighbours are promoted."""
+    from ai_edge_quantizer.qtyping import TFLOperationName
+
+    known = {m.value for m in TFLOperationName}
+    producer = {t: op.index for op in model.operators for t in op.outputs if t >= 0}
+    consumers: dict[int, list[int]] = {}
+    for op in model.operators:
+        for t in op.inputs:
+            if t >= 0 and not model.tensors[t].is_constant:
+                consumers.setdefault(t, []).append(op.index)
+    # The largest set of layout operators whose every neighbour is promoted or in the set (a chain
+    # TRANSPOSE -> PAD before a promoted conv goes as a whole): start from all of them and drop
+    # any with a neighbour outside, until nothing changes.
+    def neighbours(op) -> list[int]:
+        inputs = [t for t in op.inputs if t >= 0 and not model.tensors[t].is_constant]
+        outputs = [t for t in op.outputs if t >= 0]
+        return [producer[t] for t in inputs if t in producer] + [c for t in outputs for c in consumers.get(t, [])]
+
+    layout = {
+        op.index: op for op in model.operators
+        if op.index not in promoted and op.opcode in LAYOUT_OPS and op.opcode in known
+        and any(model.tensors[t].name for t in op.outputs if t >= 0)
+    }
+    kept = set(layout)
+    changed = True
+    while changed:
+        changed = False
+        for index in sorted(kept):
+            near = neighbours(layout[index])
+            if not near or not all(n in promoted or n in kept for n in near):
+                kept.discard(index)
+                changed = True
+    # a set touching no promoted operator (layout ops between int8 ones) stays int8
+    touching = {i for i in kept if any(n in promoted for n in neighbours(layout[i]))}
+    reach = set(touching)
+    frontier = list(touching)
+    while frontier:
+        i = frontier.pop()
+        for n in neighbours(layout[i]):
+            if n in kept and n not in reach:
+                reach.add(n)
+                frontier.append(n)
+    added: list[QuantizableOp] = []
+    for index in sorted(reach):
+        op = layout[index]
+        names = [model.tensors[t].name for t in op.outputs if t >= 0 and model.tensors[t].name]
+        added.append(QuantizableOp(op.index, op.opcode, names[0], ";".join(names) + ";"))
+    chosen = set(promoted) | reach
+    # The model's inputs and outputs (ai-edge-quantizer's virtual INPUT and OUTPUT operators, one
+    # each, scoped by every input's or output's name): an input quantized to int8 before a float
+    # operator is int8 error at the very start, which a network with a high noise gain amplifies.
+    for key, tensors, near_ops, index in (
+        ("INPUT", model.inputs, [c for t in model.inputs for c in consumers.get(t, [])], -1),
+        ("OUTPUT", model.outputs, [producer[t] for t in model.outputs if t in producer], -2),
+    ):
+        names = [model.tensors[t].name for t in tensors if model.tensors[t].name]
+        if names and near_ops and all(n in chosen for n in near_ops):
+            added.append(QuantizableOp(index, key, names[0], ";".join(names) + ";"))
+    return tuple(added)
+
+
 def ops_by_index(quantizer: RecipeQuantizer) -> dict[int, QuantizableOp]:
     return {op.index: op for op in quantizable_ops(quantizer.float_model)}
