@@ -822,7 +822,7 @@ def _write_run(report: RunReport, files: Sequence[tuple[Path, bytes]], options: 
             artifacts.add(json_path, render_json(data))
             artifacts.add(md_path, render_markdown(report))
             if layers is not None and options.per_layer_plot:
-                artifacts.add(options.per_layer_plot, _plot_bytes(layers))
+                artifacts.add(options.per_layer_plot, _plot_bytes(layers, report.sensitivity))
             if options.junit:
                 from .reports.junit import render_junit
 
@@ -912,14 +912,14 @@ def _flatbuffer_section(fb: FlatbufferModel) -> FlatbufferSection:
     )
 
 
-def _plot_bytes(layers: Any) -> bytes:
+def _plot_bytes(layers: Any, sensitivity: Any = None) -> bytes:
     import tempfile
 
     from .validators.layer_plot import plot_layer_sqnr
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "layers.png"
-        plot_layer_sqnr(layers, path)
+        plot_layer_sqnr(layers, path, sensitivity)
         return path.read_bytes()
 
 
