@@ -17,11 +17,12 @@ which fall back to the reference kernels, 17-31x slower than fp32 on this host; 
 that need a fully integer model), ``int16`` promotes to int16 only, ``off`` does nothing.
 
 The search: the plain int8 model is checked first; only when it misses the target does anything
-else run. Then operators are promoted one at a time in sensitivity order (each step measured, so
-every promoted operator has its SQNR before and after), and after ``SINGLE_STEPS`` steps in growing
-groups (2, 4, 8, ...: a model that needs many promotions costs a logarithmic number of candidates,
-not one per operator), until the target is met or every candidate is promoted. When the target is
-never met, the best model found is kept and the report says why.
+else run. Then operators are promoted in sensitivity order, cumulatively: one at a time for the
+first ``SINGLE_STEPS``, then in doubling groups (2, 4, 8, ...: a model that needs many promotions
+costs a logarithmic number of candidates, not one per operator); when a group overshoots, the
+smallest prefix that meets the target is found by bisection inside it. Every promoted operator gets
+the SQNR of the measured prefixes before and after it. When the target is never met, the best model
+found is kept and the report says why. Steps are listed in ``steps`` (``promoted`` = prefix length).
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ class PromotedLayer:
     source: str | None
     precision: str  # "int16" | "float"
     sensitivity_rank: int
-    step: int  # the search step that promoted it (operators promoted together share a step)
+    step: int  # which measured prefix first included it (operators promoted together share one)
     sqnr_before_db: float  # the model's held-out SQNR before this step
     sqnr_after_db: float  # and after it
     size_delta_bytes: int  # file size change of this step (shared by the step's operators)
@@ -151,7 +152,7 @@ class PromotedLayer:
 
 @dataclass(frozen=True)
 class MixedPrecisionStep:
-    promoted: int  # operators promoted so far
+    promoted: int  # the prefix of the ranking promoted in this candidate
     sqnr_db: float
     cosine: float
     size_bytes: int
@@ -237,34 +238,57 @@ def search_mixed_precision(
     order = [layer for layer in ranking if layer.op_index in by_index]
     int8_bytes = quantizer.quantize("int8")
     check = evaluate_target(run_outputs(int8_bytes, heldout), heldout_refs, target)
-    steps = [MixedPrecisionStep(0, check.sqnr_db, check.cosine, len(int8_bytes), check.met)]
-    best = (check, int8_bytes, 0)
-    promoted: list[PromotedLayer] = []
-    before, before_size = check, len(int8_bytes)
-    done = 0
-    carried = {0: 0}  # layout operators promoted along with the first ``done`` candidates
-    for step, size in enumerate(_groups(len(order)), start=1):
-        if before.met:
-            break
-        group = order[done : done + size]
-        done += size
-        overrides = promotion_overrides(quantizer, [by_index[layer.op_index] for layer in order[:done]], precision)
-        carried[done] = len(overrides) - done
+    measured: dict[int, tuple[TargetCheck, bytes]] = {0: (check, int8_bytes)}  # prefix length -> result
+    carried = {0: 0}  # layout operators promoted along with the first k candidates
+
+    def measure(k: int) -> TargetCheck:
+        overrides = promotion_overrides(quantizer, [by_index[layer.op_index] for layer in order[:k]], precision)
+        carried[k] = len(overrides) - k
         candidate = quantizer.quantize("int8", overrides)
-        after = evaluate_target(run_outputs(candidate, heldout), heldout_refs, target)
-        steps.append(MixedPrecisionStep(done, after.sqnr_db, after.cosine, len(candidate), after.met))
-        for layer in group:
+        result = evaluate_target(run_outputs(candidate, heldout), heldout_refs, target)
+        measured[k] = (result, candidate)
+        return result
+
+    done, met_at = 0, None
+    if not check.met:
+        for size in _groups(len(order)):
+            previous, done = done, done + size
+            if measure(done).met:
+                met_at = done
+                # a group overshot: bisect between the last prefix that missed and this one
+                low, high = previous, done
+                while high - low > 1:
+                    mid = (low + high) // 2
+                    if measure(mid).met:
+                        high = mid
+                    else:
+                        low = mid
+                met_at = high
+                break
+    if check.met:
+        kept_count = 0
+    elif met_at is not None:
+        kept_count = met_at
+    else:  # never met: the best prefix measured
+        kept_count = max(measured, key=lambda k: (measured[k][0].sqnr_db, -k))
+    kept_check, kept_bytes = measured[kept_count]
+    steps = tuple(
+        MixedPrecisionStep(k, measured[k][0].sqnr_db, measured[k][0].cosine, len(measured[k][1]), measured[k][0].met)
+        for k in sorted(measured)
+    )
+    # every promoted operator with the measured prefixes around it: (k_{i-1}, k_i] is step i
+    chain = [k for k in sorted(measured) if k <= kept_count]
+    promoted: list[PromotedLayer] = []
+    for step, (low, high) in enumerate(zip(chain, chain[1:]), start=1):
+        before, after = measured[low], measured[high]
+        for layer in order[low:high]:
             promoted.append(
                 PromotedLayer(
                     layer.op_index, layer.opcode, layer.tensor, layer.module_path, layer.module_type, layer.source,
-                    precision, layer.rank, step, before.sqnr_db, after.sqnr_db, len(candidate) - before_size,
+                    precision, layer.rank, step, before[0].sqnr_db, after[0].sqnr_db, len(after[1]) - len(before[1]),
                 )
             )
-        if after.met or after.sqnr_db > best[0].sqnr_db:
-            best = (after, candidate, done)
-        before, before_size = after, len(candidate)
-    kept_check, kept_bytes, kept_count = best
-    kept_promoted = tuple(p for p in promoted if p.op_index in {layer.op_index for layer in order[:kept_count]})
+    kept_promoted = tuple(promoted)
     along = f" (and {carried[kept_count]} layout operator(s) between them)" if carried.get(kept_count) else ""
     if kept_check.met:
         reason = (
@@ -282,7 +306,7 @@ def search_mixed_precision(
     report = MixedPrecisionReport(
         mode=mode, precision=precision, target=target, met=kept_check.met, reason=reason,
         int8_sqnr_db=check.sqnr_db, int8_cosine=check.cosine, sqnr_db=kept_check.sqnr_db, cosine=kept_check.cosine,
-        promoted=kept_promoted, steps=tuple(steps), int8_size_bytes=len(int8_bytes), size_bytes=len(kept_bytes),
+        promoted=kept_promoted, steps=steps, int8_size_bytes=len(int8_bytes), size_bytes=len(kept_bytes),
         int8_latency_ms=_median_latency(int8_bytes) if measure_latency else None,
         latency_ms=_median_latency(kept_bytes) if measure_latency and kept_count else None,
         seconds=time.perf_counter() - start,

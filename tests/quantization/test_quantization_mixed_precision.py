@@ -203,3 +203,11 @@ def test_validate_refuses_sensitivity_on_a_float_model(tmp_path):
     with pytest.raises(UsageError, match="ranks operators by what int8 quantization costs"):
         validate(fp32.tflite_path, OutlierChannelNet().eval(), example_inputs=(X,), sensitivity=True)
     assert not list(tmp_path.glob("*.validate.*"))
+
+
+def test_promotions_go_one_at_a_time_then_in_doubling_groups():
+    from edge_export.quantization.mixed_precision import SINGLE_STEPS, _groups
+
+    assert _groups(3) == [1, 1, 1]
+    assert _groups(20) == [1] * SINGLE_STEPS + [2, 4, 6]
+    assert sum(_groups(64)) == 64 and len(_groups(64)) == SINGLE_STEPS + 5
