@@ -12,7 +12,7 @@ operator by a regex on its *scope* (its output tensor names joined by ";", plus 
   model is what promoting this one operator alone would buy.
 
 Which predicts the effect of promotions better was measured (benchmarks/sensitivity.py,
-docs/BENCHMARKS.md): promoting one operator alone buys almost nothing (its input is still the int8
+docs/BENCHMARKS.md section 12): promoting one operator alone buys almost nothing (its input is still the int8
 tensor its int8 neighbour wrote, its output is requantized for the next int8 operator), so the
 ``only-float`` gains are a few tenths of a dB, inside the noise, and rank badly; ``only-quantized``
 separates the operators by tens of dB and its order reaches a target with fewer promotions.
