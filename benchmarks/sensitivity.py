@@ -47,8 +47,6 @@ def _build(name: str, size: int):
 
 
 def predictors(models: list[str], size: int) -> None:
-    import numpy as np
-
     from edge_export.config import InputSpec
     from edge_export.conversion import convert_module
     from edge_export.inputs import make_samples
@@ -86,7 +84,6 @@ def predictors(models: list[str], size: int) -> None:
                 if first is None and sqnr >= int8 + 10:
                     first = k
             print(f"| {name} | {method} | {len(report.layers)} | {int8:.1f} | {', '.join(curve)} | {first or '>' + str(k)} | {seconds:.1f} |", flush=True)
-        del np
 
 
 def mixed(models: list[str], size: int, backend: str) -> None:
