@@ -222,7 +222,7 @@ def _provenance(ops: Sequence[QuantizableOp], module: Any) -> dict[int, tuple[st
     """(module path, module type, source file:line) of each operator, from its tensor name."""
     found = {}
     for op in ops:
-        ref = deepest_module(op.tensor)
+        ref = deepest_module(op.tensor, op.opcode)
         if ref is None:
             found[op.index] = (None, None, None)
             continue
@@ -230,18 +230,26 @@ def _provenance(ops: Sequence[QuantizableOp], module: Any) -> dict[int, tuple[st
     return found
 
 
-def deepest_module(tensor_name: str) -> Any:
-    """The innermost module a tensor name names: a fused op's name lists its outer location first
-    (the block whose forward() applied the ReLU) and the layer itself (the conv) after it."""
+# The module classes an operator computes for: a fused CONV_2D is named after its conv and its ReLU,
+# and the conv is the layer (its weights) a user would change.
+_OPCODE_MODULES = {
+    "CONV_2D": ("Conv",), "DEPTHWISE_CONV_2D": ("Conv",), "TRANSPOSE_CONV": ("Conv",),
+    "FULLY_CONNECTED": ("Linear",), "BATCH_MATMUL": ("Linear", "Attention"),
+}
+
+
+def deepest_module(tensor_name: str, opcode: str | None = None) -> Any:
+    """The module a tensor name names for its operator: among the locations of a fused op's name
+    (the block whose forward() applied the ReLU first, the conv after it), the one whose class
+    computes ``opcode`` (a Conv for CONV_2D), else the innermost."""
     from ..provenance import ModuleRef, scope_levels, tensor_module, tensor_scopes
 
-    best = None
-    for scope in tensor_scopes(tensor_name):
-        levels = scope_levels(scope)
-        if levels and (best is None or len(levels) > len(best)):
-            best = levels
-    if best is None:
+    candidates = [levels for levels in (scope_levels(scope) for scope in tensor_scopes(tensor_name)) if levels]
+    if not candidates:
         return tensor_module(tensor_name)
+    families = _OPCODE_MODULES.get(opcode or "", ())
+    matching = [levels for levels in candidates if any(f in levels[-1][0] for f in families)]
+    best = max(matching or candidates, key=len)
     return ModuleRef(".".join(attr for _, attr in best), best[-1][0])
 
 

@@ -56,7 +56,7 @@ def _sensitivity_values(report: Any, model: Any) -> dict[str, float]:
     for op in model.operators:
         for index in op.outputs:
             name = model.tensors[index].name if index >= 0 else ""
-            ref = deepest_module(name) if name else None
+            ref = deepest_module(name, op.opcode) if name else None
             if ref is not None:
                 by_module.setdefault((ref.path, op.opcode), name)
             break
