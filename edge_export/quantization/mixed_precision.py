@@ -289,7 +289,7 @@ def search_mixed_precision(
                 )
             )
     kept_promoted = tuple(promoted)
-    along = f" (and {carried[kept_count]} layout operator(s) between them)" if carried.get(kept_count) else ""
+    along = f" (and {carried[kept_count]} layout or input/output operator(s) between them)" if carried.get(kept_count) else ""
     if kept_check.met:
         reason = (
             f"promoted {kept_count} of {len(order)} operators{along} to {precision} in sensitivity order: "
