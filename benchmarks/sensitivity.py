@@ -86,7 +86,7 @@ def predictors(models: list[str], size: int) -> None:
             print(f"| {name} | {method} | {len(report.layers)} | {int8:.1f} | {', '.join(curve)} | {first or '>' + str(k)} | {seconds:.1f} |", flush=True)
 
 
-def mixed(models: list[str], size: int, backend: str) -> None:
+def mixed(models: list[str], size: int, backend: str, modes: tuple[str, ...] = ("auto", "int16")) -> None:
     from edge_export.api import export
 
     print(f"| model | mode | exit | held-out SQNR dB | size bytes | latency ms (XNNPACK 1T) | fully integer | promoted | search s | top promoted modules |  ({_load()})")
@@ -95,7 +95,7 @@ def mixed(models: list[str], size: int, backend: str) -> None:
         model, example = _build(name, size)
         image = example[0].dim() == 4
         with tempfile.TemporaryDirectory() as tmp:
-            for mode in ("auto", "int16"):
+            for mode in modes:
                 start = time.perf_counter()
                 result = export(
                     model, example_inputs=example, output=Path(tmp) / f"{name}_{mode}.tflite", quantize="int8",
@@ -147,11 +147,12 @@ def main() -> None:
     parser.add_argument("--models", default=None)
     parser.add_argument("--size", type=int, default=None)
     parser.add_argument("--backend", default="auto")
+    parser.add_argument("--modes", default="auto,int16", help="mixed: the --mixed-precision modes to run")
     args = parser.parse_args()
     if args.part == "predictors":
         predictors((args.models or "resnet18,mobilenetv2,transformer").split(","), args.size or 64)
     elif args.part == "mixed":
-        mixed((args.models or "small_cnn,resnet18,mobilenetv2,mobilenetv2_like,transformer").split(","), args.size or 224, args.backend)
+        mixed((args.models or "small_cnn,resnet18,mobilenetv2,mobilenetv2_like,transformer").split(","), args.size or 224, args.backend, tuple(args.modes.split(",")))
     else:
         timing((args.models or "resnet18").split(","), args.size or 224, args.backend)
 
