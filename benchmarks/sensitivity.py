@@ -51,9 +51,18 @@ def predictors(models: list[str], size: int) -> None:
     from edge_export.conversion import convert_module
     from edge_export.inputs import make_samples
     from edge_export.quantization.calibration import synthetic_calibration
-    from edge_export.quantization.mixed_precision import AccuracyTarget, evaluate_target, promotion_overrides
+    from edge_export.quantization.mixed_precision import (
+        AccuracyTarget,
+        evaluate_target,
+        promotion_overrides,
+    )
     from edge_export.quantization.selection import reference_outputs
-    from edge_export.quantization.sensitivity import RecipeQuantizer, measure_sensitivity, ops_by_index, run_outputs
+    from edge_export.quantization.sensitivity import (
+        RecipeQuantizer,
+        measure_sensitivity,
+        ops_by_index,
+        run_outputs,
+    )
 
     print(f"| model | ranking | ops | int8 dB | SQNR after promoting the top k to float: k = 1, 2, 4, 8, 16, 32, 64 | k for +10 dB | seconds |  ({_load()})")
     print("|---|---|---|---|---|---|---|")

@@ -610,10 +610,11 @@ def _run_export(
     if sensitivity is not None and options.sensitivity:
         from dataclasses import replace
 
-        notes = sensitivity.notes + (
-            ("The overlay's keys are the tensor names before --strip-names (the written file has none; "
-             "its tensor-name map, when the target writes one, gives them back).",) if options.strip_names else ()
+        stripped_note = (
+            "The overlay's keys are the tensor names before --strip-names (the written file has none; "
+            "its tensor-name map, when the target writes one, gives them back)."
         )
+        notes = sensitivity.notes + ((stripped_note,) if options.strip_names else ())
         sensitivity = replace(sensitivity, overlay=str(overlays[0].path), notes=notes)
     target_artifacts = (*target_artifacts, *overlays)
     # Checks on the file as written (its final size), e.g. flash and RAM budgets.

@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -279,7 +280,7 @@ def search_mixed_precision(
     # every promoted operator with the measured prefixes around it: (k_{i-1}, k_i] is step i
     chain = [k for k in sorted(measured) if k <= kept_count]
     promoted: list[PromotedLayer] = []
-    for step, (low, high) in enumerate(zip(chain, chain[1:]), start=1):
+    for step, (low, high) in enumerate(pairwise(chain), start=1):
         before, after = measured[low], measured[high]
         for layer in order[low:high]:
             promoted.append(
@@ -366,7 +367,11 @@ def run_sensitivity_and_mixed_precision(
     quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search.
     Returns the QuantizationResult to keep (``base`` unless a mixed model replaced it)."""
     from ..isolation import run_isolated
-    from ..passes.flatbuffer import run_flatbuffer_passes, set_io_dtype_pass, share_quantization_vectors_pass
+    from ..passes.flatbuffer import (
+        run_flatbuffer_passes,
+        set_io_dtype_pass,
+        share_quantization_vectors_pass,
+    )
     from .io_types import describe_io
     from .selection import check_integer, reference_outputs
 

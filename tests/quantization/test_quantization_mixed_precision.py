@@ -6,12 +6,12 @@ and conv2 (and only them) above int8 restores the output."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
-
 from cli_harness import validate_report
+from torch import nn
 
 from edge_export import export
 from edge_export.errors import UsageError
@@ -41,7 +41,7 @@ class OutlierChannelNet(nn.Module):
 
 
 # The flatbuffer backend alone keeps the runs short; the search uses it whatever int8 came from.
-COMMON = dict(quantize="int8", quant_backend="flatbuffer", min_sqnr=30.0)
+COMMON = {"quantize": "int8", "quant_backend": "flatbuffer", "min_sqnr": 30.0}
 
 
 def _export(tmp_path_factory, name: str, **options):
@@ -95,7 +95,7 @@ def test_auto_meets_the_target_by_promoting_what_the_ranking_names(auto, plain):
 def test_the_sensitivity_overlay_is_model_explorer_node_data_keyed_by_tensor_names(auto):
     path = auto.report["artifacts"]["sensitivity_overlay"]
     assert path == auto.report["sensitivity"]["overlay"] and path.endswith("net.sensitivity.json")
-    data = json.loads(open(path).read())
+    data = json.loads(Path(path).read_text())
     assert set(data) == {"results", "thresholds"}
     names = {t.name for t in load_flatbuffer(auto.tflite_path).tensors}
     assert data["results"] and set(data["results"]) <= names
@@ -128,11 +128,11 @@ def test_an_unreachable_target_exits_1_with_the_best_model_and_why(tmp_path_fact
 @pytest.mark.parametrize(
     "options, message",
     [
-        (dict(target="edgetpu", mixed_precision="auto"), "--mixed-precision auto cannot be used with --target edgetpu"),
-        (dict(quantize="int8", mixed_precision="sometimes"), "--mixed-precision sometimes is not known"),
-        (dict(quantize="fp16", mixed_precision="auto"), "--quantize is fp16"),
-        (dict(quantize="fp16", sensitivity=True), "--sensitivity ranks operators"),
-        (dict(target="micro", mixed_precision="auto", quantize="int8", min_sqnr=30.0), None),  # accepted
+        ({"target": "edgetpu", "mixed_precision": "auto"}, "--mixed-precision auto cannot be used with --target edgetpu"),
+        ({"quantize": "int8", "mixed_precision": "sometimes"}, "--mixed-precision sometimes is not known"),
+        ({"quantize": "fp16", "mixed_precision": "auto"}, "--quantize is fp16"),
+        ({"quantize": "fp16", "sensitivity": True}, "--sensitivity ranks operators"),
+        ({"target": "micro", "mixed_precision": "auto", "quantize": "int8", "min_sqnr": 30.0}, None),  # accepted
     ],
 )
 def test_bad_combinations_are_usage_errors(tmp_path, options, message):
@@ -170,7 +170,7 @@ def test_on_the_edge_tpu_a_failed_parity_names_the_layers_that_limit_accuracy(tm
 def test_a_stripped_micro_model_gets_an_overlay_keyed_by_the_names_before_stripping(tmp_path_factory):
     result = _export(tmp_path_factory, "micro", target="micro", sensitivity=True, mixed_precision="off", min_sqnr=None)
     rep = result.report
-    data = json.loads(open(rep["artifacts"]["sensitivity_overlay"]).read())
+    data = json.loads(Path(rep["artifacts"]["sensitivity_overlay"]).read_text())
     written = {t.name for t in load_flatbuffer(result.tflite_path).tensors}
     inner = set(data["results"]) - written  # the file keeps only its I/O names
     assert inner
@@ -191,7 +191,7 @@ def test_validate_ranks_the_reference_and_writes_both_overlays(plain):
     for key, suffix in (("sensitivity_overlay", ".validate.sensitivity.json"), ("per_layer_overlay", ".validate.per_layer.json")):
         path = rep["artifacts"][key]
         assert path.endswith("net" + suffix)
-        data = json.loads(open(path).read())
+        data = json.loads(Path(path).read_text())
         assert data["results"] and set(data["results"]) <= names and set(data) == {"results", "thresholds"}
     assert rep["sensitivity"]["overlay"] == rep["artifacts"]["sensitivity_overlay"]
 
