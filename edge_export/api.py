@@ -103,6 +103,8 @@ class ExportOptions:
     std: tuple[float, ...] | None = None
     image_layout: str = "nchw"  # the layout the PyTorch model takes
     quant_backend: QuantBackend = QuantBackend.AUTO
+    sensitivity: bool = False  # int8: rank operators by sensitivity (quantization/sensitivity.py)
+    mixed_precision: str | None = None  # auto | int16 | off; None: the target's default
     io_dtype: IODtype | None = None  # None: float32, or the target's default
     # targets
     edgetpu_compiler: str | None = None
@@ -167,6 +169,9 @@ class ExportOptions:
             raise UsageError(f"--image-layout {self.image_layout} is not known.", "Use nchw or nhwc.")
         if self.per_layer_min_sqnr is not None and self.per_layer_min_sqnr != self.per_layer_min_sqnr:
             raise UsageError("--per-layer-min-sqnr nan is not a number.")
+        from .quantization.mixed_precision import check_mixed_precision_option
+
+        check_mixed_precision_option(self.mixed_precision)
         if self.strip_names and self.keep_names:
             raise UsageError("--strip-names and --keep-names contradict each other.", "Give one of them.")
         if self.test_vectors_count < 1:
@@ -355,6 +360,7 @@ def export(
         from .testdata import test_vectors_path
 
         outputs.append(("the test vectors (--emit-test-vectors)", test_vectors_path(tflite_path)))
+    outputs += _overlay_outputs(options, tflite_path)
     check_outputs_apart(outputs + target_outputs + _side_outputs(options), _input_paths(model, options))
     created: list[Path] = []
     try:
@@ -383,6 +389,14 @@ def _tflite_output_path(source_text: str, output: str | Path | None) -> Path:
     return path.with_suffix(".tflite") if path.suffix == "" else path
 
 
+def _overlay_outputs(options: ExportOptions, tflite_path: Path) -> list[tuple[str, Path]]:
+    """The Model Explorer node-data files (reports/model_explorer.py) this run may write."""
+    from .reports.model_explorer import overlay_path
+
+    wanted = (("sensitivity", options.sensitivity and options.quantize is QuantizeMode.INT8), ("per_layer", options.per_layer))
+    return [(f"the Model Explorer {kind.replace('_', '-')} overlay", overlay_path(tflite_path, kind)) for kind, on in wanted if on]
+
+
 def _side_outputs(options: ExportOptions) -> list[tuple[str, Path]]:
     named = (("--junit", options.junit), ("--per-layer-plot", options.per_layer_plot))
     return [(label, Path(value)) for label, value in named if value]
@@ -407,6 +421,7 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
     target = get_target(options.target)
     refuse_foreign_options(target, options)
     options, implied = target.implied_options(options)
+    _check_mixed_precision_options(options, target)
     if options.io_dtype not in (None, IODtype.FLOAT32) and options.quantize is not QuantizeMode.INT8:
         raise UsageError(
             f"--io-dtype {options.io_dtype.value} applies to --quantize int8 only.",
@@ -422,6 +437,53 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
             "Drop --calibration-data, or choose a calibrated mode.",
         )
     return options, implied
+
+
+def _check_mixed_precision_options(options: ExportOptions, target: Any) -> None:
+    """--sensitivity and --mixed-precision measure and change int8 quantization; a target without
+    int16 or float kernels (the Edge TPU) has nothing to promote an operator to."""
+    if options.sensitivity and options.quantize is not QuantizeMode.INT8:
+        raise UsageError(
+            f"--sensitivity ranks operators by what int8 quantization costs them, not {options.quantize.value}.",
+            "Add --quantize int8.",
+        )
+    mode = options.mixed_precision
+    if mode in (None, "off"):
+        return
+    promotions = target.mixed_precision_promotions
+    if not promotions:
+        raise UsageError(
+            f"--mixed-precision {mode} cannot be used with --target {target.name}: it runs int8 operators "
+            "only, so no layer can be raised to int16 or float.",
+            "Drop --mixed-precision. --sensitivity names the layers that limit accuracy; real "
+            "--calibration-data or a rewrite of those layers is what helps there.",
+        )
+    if options.quantize is not QuantizeMode.INT8:
+        raise UsageError(
+            f"--mixed-precision {mode} raises operators of an int8 model, but --quantize is {options.quantize.value}.",
+            "Add --quantize int8 (with --min-sqnr, --min-cosine or --min-top1 as the target).",
+        )
+    if mode == "int16" and "int16" not in promotions:
+        raise UsageError(
+            f"--mixed-precision int16 needs int16x8 kernels, which --target {target.name} does not have.",
+            "Use --mixed-precision auto.",
+        )
+
+
+def _mixed_precision_plan(options: ExportOptions, target: Any) -> tuple[str | None, str]:
+    """(the --mixed-precision mode that searches, or None; the precision it promotes to)."""
+    promotions = target.mixed_precision_promotions
+    mode = options.mixed_precision
+    if options.quantize is not QuantizeMode.INT8 or not promotions:
+        return None, ""
+    if mode is None:  # the target's default: on when the user asked for an accuracy
+        asked = any(v is not None for v in (options.min_sqnr, options.min_cosine, options.min_top1))
+        mode = "auto" if target.mixed_precision_by_default and asked else "off"
+    if mode == "off":
+        return None, ""
+    if mode == "int16" or target.requires_full_integer or "float" not in promotions:
+        return mode, "int16"
+    return mode, "float"
 
 
 def _check_side_outputs(options: ExportOptions, created: list[Path] | None = None) -> None:
@@ -481,8 +543,14 @@ def _run_export(
 
     quant_result = None
     parity_samples = None
+    sensitivity = mixed_precision = None
     if options.quantize.is_integer:
         calibration, parity_samples = _calibration_sets(options, specs)
+        search_mode, promote_to = _mixed_precision_plan(options, target)
+        float_bytes = None
+        if search_mode or options.sensitivity:  # per-operator recipes start from the float model
+            with stages.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
+                float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
         with stages.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
             from .quantization import ParityTarget, quantize_model
             from .quantization.ranges import observers_for
@@ -501,7 +569,30 @@ def _run_export(
                 verbose=options.verbose,
                 # auto keeps the first fully integer result that meets the export's own gates
                 target=ParityTarget(gates.min_sqnr_db, gates.min_cosine),
+                float_model_bytes=float_bytes,
             )
+        if float_bytes is not None:
+            label = "Ranking operators by sensitivity" + (" and searching for mixed precision" if search_mode else "")
+            with stages.run("mixed_precision" if search_mode else "sensitivity", label):
+                from .quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
+
+                heldout = parity_samples if parity_samples is not None else _parity_samples(specs, options, example)
+                quant_result, sensitivity, mixed_precision = run_sensitivity_and_mixed_precision(
+                    quant_result,
+                    float_bytes=float_bytes,
+                    export_module=export_module,
+                    calibration=_calibration_in_layout(calibration, plan.inputs),
+                    heldout=[tuple(np.ascontiguousarray(a) for a in _to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True)) for sample in heldout],
+                    want_sensitivity=options.sensitivity,
+                    search_mode=search_mode,
+                    precision=promote_to,
+                    target=AccuracyTarget(options.thresholds().min_sqnr_db, options.min_cosine, options.min_top1),
+                    io_dtype=options.io_dtype or IODtype.FLOAT32,
+                    source_module=module,
+                    verbose=options.verbose,
+                )
+            if not options.sensitivity and mixed_precision is None:
+                sensitivity = None  # measured for a search that was not needed: not asked for
     else:
         with stages.run("convert", "Tracing and converting with litert-torch"):
             quant_config = fp16_quant_config() if options.quantize is QuantizeMode.FP16 else None
@@ -546,6 +637,9 @@ def _run_export(
             module, example, specs, options, fb, plan, stages, samples=parity_samples,
             runner_factory=_parity_runner_factory(target, checked),
         )
+        if parity.passed is False and quant_result is not None and sensitivity is None and not target.mixed_precision_promotions:
+            with stages.run("sensitivity", "Ranking operators by sensitivity (parity failed)"):
+                sensitivity = _limiting_layers(quant_result, export_module, export_example, calibration, parity_samples, specs, options, example, plan, target, module)
 
     named_size = fb.size_bytes
     named_fb = fb  # what the checks ran on; the target's finish reads its names
@@ -573,6 +667,19 @@ def _run_export(
     run_artifacts: tuple = ()
     if options.emit_test_vectors and checked_samples is not None:
         run_artifacts = (_test_vectors_artifact(fb, checked_samples, parity, plan, options, loaded, tflite_path),)
+    # Model Explorer overlays only where asked for (their paths were checked against the inputs up
+    # front), keyed by the names the checks ran on.
+    overlays = _overlay_artifacts(sensitivity if options.sensitivity else None, layers, named_fb, tflite_path)
+    if sensitivity is not None and options.sensitivity:
+        from dataclasses import replace
+
+        stripped_note = (
+            "The overlay's keys are the tensor names before --strip-names (the written file has none; "
+            "its tensor-name map, when the target writes one, gives them back)."
+        )
+        notes = sensitivity.notes + ((stripped_note,) if options.strip_names else ())
+        sensitivity = replace(sensitivity, overlay=str(overlays[0].path), notes=notes)
+    run_artifacts = (*run_artifacts, *overlays)
     export_section = ExportSection(
         quantize=options.quantize.value,
         target=target.name,
@@ -600,6 +707,8 @@ def _run_export(
         per_layer=layers,
         metadata=metadata_section,
         app=_app_section(fb, plan.inputs, plan.outputs),
+        sensitivity=sensitivity,
+        mixed_precision=mixed_precision,
     )
     report = _with_baseline(report, options.baseline)
     from .targets.base import FinishedRun
@@ -661,6 +770,13 @@ def _app_section(fb: FlatbufferModel, channels_last_inputs: Sequence[int], chann
     return AppSection(signature_key=key or None, inputs=rows(inputs), outputs=rows(outputs))
 
 
+def _parity_samples(specs: list[InputSpec], options: ExportOptions, example: tuple) -> list[tuple]:
+    """The inputs parity runs on when no real held-out data was given (as _check_parity makes them)."""
+    from .inputs import make_samples
+
+    return make_samples(specs, options.samples, options.seed, example)
+
+
 def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:
     """Calibration samples, and held-out real samples for parity (None: parity uses seeded random
     inputs, which are never the calibration inputs)."""
@@ -695,6 +811,67 @@ def _calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[A
 
 def np_array_copy(a: Any) -> Any:
     return np.ascontiguousarray(np.array(a, copy=True))
+
+
+def _limiting_layers(quant_result: Any, export_module: Any, export_example: tuple, calibration: Any, parity_samples: Any,
+                     specs: list[InputSpec], options: ExportOptions, example: tuple, plan: Any, target: Any, module: Any) -> Any:
+    """On a target with nothing to promote a layer to (the Edge TPU), a failed int8 parity is
+    explained instead: the sensitivity ranking, with a note naming the layers that limit accuracy."""
+    from dataclasses import replace
+
+    from .conversion import convert_module
+    from .quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
+
+    float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
+    heldout = parity_samples if parity_samples is not None else _parity_samples(specs, options, example)
+    _, sensitivity, _ = run_sensitivity_and_mixed_precision(
+        quant_result, float_bytes=float_bytes, export_module=export_module,
+        calibration=_calibration_in_layout(calibration, plan.inputs),
+        heldout=[tuple(np.ascontiguousarray(a) for a in _to_layout([t.numpy() for t in s], plan.inputs, nhwc=True)) for s in heldout],
+        want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
+        source_module=module, verbose=options.verbose,
+    )
+    top = ", ".join(layer.label for layer in sensitivity.layers[:3])
+    note = (
+        f"Parity failed, and --target {target.name} has no int16 or float kernels to raise a layer to. "
+        f"The layers that limit accuracy most (sensitivity ranks 1-3): {top}. Real --calibration-data "
+        "(ranges from the inputs the model will see) or a rewrite of those layers (bounded activations "
+        "such as ReLU6, no outlier channels) is what helps there."
+    )
+    return replace(sensitivity, notes=(note, *sensitivity.notes))
+
+
+def _validate_sensitivity(module: Any, example: tuple, specs: list[InputSpec], options: ExportOptions, plan: Any) -> Any:
+    """validate --sensitivity: the ranking of the reference converted to float (in the validated
+    file's layout) with synthetic calibration; keyed by the float model's tensor names, which a
+    file from the flatbuffer backend shares (the overlay keeps the names the file has)."""
+    from .conversion import convert_module, wrap_channels_last
+    from .quantization import DEFAULT_SYNTHETIC_SAMPLES, synthetic_calibration
+    from .quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
+
+    export_module = wrap_channels_last(module, plan) if plan.active else module
+    export_example = tuple(t.permute(0, 2, 3, 1).contiguous() if i in plan.inputs else t for i, t in enumerate(example))
+    float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
+    calibration = _calibration_in_layout(synthetic_calibration(specs, DEFAULT_SYNTHETIC_SAMPLES, seed=options.seed + 1_000_003), plan.inputs)
+    _, sensitivity, _ = run_sensitivity_and_mixed_precision(
+        None, float_bytes=float_bytes, export_module=export_module, calibration=calibration, heldout=[],
+        want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
+        source_module=module, verbose=options.verbose,
+    )
+    return sensitivity
+
+
+def _overlay_artifacts(sensitivity: Any, layers: Any, named_fb: FlatbufferModel, tflite_path: Path) -> tuple:
+    """The Model Explorer node-data files: keyed by the tensor names of the model as checked (the
+    written model's, or with --strip-names the names it had before stripping)."""
+    from .reports.model_explorer import overlay_artifact
+
+    found = []
+    if sensitivity is not None:
+        found.append(overlay_artifact("sensitivity", sensitivity, named_fb, tflite_path))
+    if layers is not None:
+        found.append(overlay_artifact("per_layer", layers, named_fb, tflite_path))
+    return tuple(found)
 
 
 def _calibration_in_layout(calibration: Any, nhwc_inputs: Sequence[int]) -> Any:
@@ -756,7 +933,7 @@ def _write_run(report: RunReport, files: Sequence[tuple[Path, bytes]], options: 
             artifacts.add(json_path, render_json(data))
             artifacts.add(md_path, render_markdown(report))
             if layers is not None and options.per_layer_plot:
-                artifacts.add(options.per_layer_plot, _plot_bytes(layers))
+                artifacts.add(options.per_layer_plot, _plot_bytes(layers, report.sensitivity))
             if options.junit:
                 from .reports.junit import render_junit
 
@@ -846,14 +1023,14 @@ def _flatbuffer_section(fb: FlatbufferModel) -> FlatbufferSection:
     )
 
 
-def _plot_bytes(layers: Any) -> bytes:
+def _plot_bytes(layers: Any, sensitivity: Any = None) -> bytes:
     import tempfile
 
     from .validators.layer_plot import plot_layer_sqnr
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "layers.png"
-        plot_layer_sqnr(layers, path)
+        plot_layer_sqnr(layers, path, sensitivity)
         return path.read_bytes()
 
 
@@ -1125,8 +1302,12 @@ def validate(
     from .tensor_names import tensor_names_path
 
     names_path = Path(tensor_names) if tensor_names else tensor_names_path(tflite_path)
+    from .reports.model_explorer import overlay_path
+
+    overlays = [(f"the Model Explorer {kind} overlay (named after --report)", overlay_path(Path(f"{prefix}.tflite"), kind))
+                for kind, on in (("sensitivity", options.sensitivity), ("per_layer", options.per_layer)) if on]
     check_outputs_apart(
-        [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *_side_outputs(options)],
+        [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *overlays, *_side_outputs(options)],
         [("the flatbuffer to validate", tflite_path), ("the tensor-name map", names_path), *_input_paths(reference, options)],
     )
     created: list[Path] = []
@@ -1179,6 +1360,11 @@ def _validate_flatbuffer(
         from dataclasses import replace
 
         options = replace(options, quantize=infer_precision(fb))
+    if options.sensitivity and options.quantize is not QuantizeMode.INT8:
+        raise UsageError(
+            f"--sensitivity ranks operators by what int8 quantization costs them; {tflite_path} is {options.quantize.value}.",
+            "Validate an int8 model, or drop --sensitivity.",
+        )
     check_writable_folder(json_path, created)
     _check_side_outputs(options, created)
     stages = _Stages(on_stage)
@@ -1222,6 +1408,16 @@ def _validate_flatbuffer(
         )
         plan = ChannelsLastPlan(nhwc_in, nhwc_out)
         parity, layers, runtimes, _ = _check_parity(module, example, specs, options, fb, plan, stages)
+        sensitivity = None
+        if options.sensitivity:
+            with stages.run("sensitivity", "Ranking operators by sensitivity (the reference converted to float)"):
+                sensitivity = _validate_sensitivity(module, example, specs, options, plan)
+        overlay_stem = Path(str(json_path)[: -len(".report.json")] + ".tflite")  # <prefix>.<kind>.json
+        overlays = _overlay_artifacts(sensitivity, layers, fb, overlay_stem)
+        if sensitivity is not None:
+            from dataclasses import replace
+
+            sensitivity = replace(sensitivity, overlay=str(overlays[0].path))
         export_section = ValidateSection(
             quantize=options.quantize.value,
             target=get_target(options.target).name,
@@ -1240,9 +1436,14 @@ def _validate_flatbuffer(
             runtimes=runtimes,
             per_layer=layers,
             app=_app_section(file_fb, plan.inputs, plan.outputs),
+            sensitivity=sensitivity,
         )
+        if overlays:
+            from dataclasses import replace
+
+            report = replace(report, artifacts=replace(report.artifacts, extra={a.key: str(a.path) for a in overlays}))
         report = _with_baseline(report, options.baseline)
-        return _write_run(report, [], options, stages)
+        return _write_run(report, [(a.path, a.data) for a in overlays], options, stages)
 
 
 # Options that only mean something with a PyTorch reference: refused beside --test-vectors, whose

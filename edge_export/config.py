@@ -195,7 +195,7 @@ DEFAULT_THRESHOLDS: dict[QuantizeMode, Thresholds] = {
         min_sqnr_db=30.0, min_cosine=0.999, min_top1=0.85, min_top5=0.95, min_neighbour_agreement=0.85
     ),
     # int4 weights have 16 levels: each layer's weight error is ~24 dB worse than int8's, so a
-    # random-weight small CNN or transformer reads 17-20 dB (docs/BENCHMARKS.md section 12).
+    # random-weight small CNN or transformer reads 17-20 dB (docs/BENCHMARKS.md section 15).
     QuantizeMode.INT4: Thresholds(
         min_sqnr_db=15.0, min_cosine=0.97, min_top1=0.6, min_top5=0.75, min_neighbour_agreement=0.6
     ),

@@ -8,7 +8,7 @@ leaves in float. Recipes per mode:
     int16x8       static_wi8_ai16     int8 weights, int16 activations
     dynamic-int8  dynamic_wi8_afp32   int8 weights, float activations quantized at run time
     int4          dynamic_wi4_afp32   channelwise int4 weights (min/max), float activations quantized
-                                      at run time. Measured alternatives (docs/BENCHMARKS.md section 12):
+                                      at run time. Measured alternatives (docs/BENCHMARKS.md section 15):
                                       weight-only int4 (same SQNR, a DEQUANTIZE per weight, larger),
                                       32-blockwise (no gain on the transformer's linears and it skips
                                       convolutions whose input channels are not a multiple of 32),

@@ -17,6 +17,8 @@ from .serialize import to_json_value as _plain
 
 if TYPE_CHECKING:
     from ..quantization import QuantizationResult
+    from ..quantization.mixed_precision import MixedPrecisionReport
+    from ..quantization.sensitivity import SensitivityReport
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
     from ..validators.runtimes import RuntimeComparison
@@ -116,6 +118,10 @@ def render_markdown(report: RunReport) -> str:
         lines.extend(_layer_section(report.per_layer))
     if report.quantization is not None:
         lines.extend(_quant_section(report.quantization))
+    if report.sensitivity is not None:
+        lines.extend(_sensitivity_section(report.sensitivity))
+    if report.mixed_precision is not None:
+        lines.extend(_mixed_precision_section(report.mixed_precision))
     if report.target is not None:
         lines.extend(_target_section(report.target, report.artifacts))
     if report.metadata is not None:
@@ -269,6 +275,70 @@ def _quant_section(q: QuantizationResult) -> list[str]:
                 f"| {_e(a.backend)} | {_e(a.ok)} | {_e(a.fully_integer)} | {_fmt(a.sqnr_db)} | "
                 # seconds as the JSON has them: rounded to the millisecond (BackendAttempt's json_field)
                 f"{_fmt(round(a.seconds, 3), 3)} | {_e(a.error or '')} |"
+            )
+        out.append("")
+    return out
+
+
+def _module_cell(module_path: str | None, module_type: str | None, source: str | None) -> str:
+    if module_path is None:
+        return "–"
+    cell = f"{_code(module_path or '<model>')} ({_e(module_type)})"
+    return cell + (f" at {_code(source)}" if source else "")
+
+
+_SENSITIVITY_METHOD_TEXT = {
+    "only-quantized": "output SQNR with only this operator quantized to int8 (lower: costs more)",
+    "only-float": "output SQNR with only this operator left in float (higher gain: matters more)",
+}
+
+
+def _sensitivity_section(s: SensitivityReport, rows: int = 10) -> list[str]:
+    out = [f"## Sensitivity ({len(s.layers)} operators, {_e(s.samples)} samples, {_fmt(round(s.seconds, 3), 3)} s)", ""]
+    method = _SENSITIVITY_METHOD_TEXT.get(s.method) or _e(s.method)
+    out.append(f"Ranked by {method}; every operator at int8: {_fmt(s.int8_sqnr_db)} dB.")
+    out.append("")
+    if s.layers:
+        out.append("| rank | module | op | SQNR dB |" + (" gain dB |" if s.method == "only-float" else ""))
+        out.append("|---|---|---|---|" + ("---|" if s.method == "only-float" else ""))
+        for layer in s.layers[:rows]:
+            gain = f" {_fmt(layer.gain_db)} |" if s.method == "only-float" else ""
+            out.append(
+                f"| {_e(layer.rank)} | {_module_cell(layer.module_path, layer.module_type, layer.source)} | "
+                f"{_e(layer.opcode)} #{_e(layer.op_index)} | {_fmt(layer.sqnr_db)} |{gain}"
+            )
+        if len(s.layers) > rows:
+            out.append("")
+            out.append(f"{len(s.layers) - rows} more in the JSON report.")
+        out.append("")
+    if s.overlay:
+        out.append(f"Model Explorer overlay: {_code(s.overlay)} (add it as per-node data).")
+        out.append("")
+    for note in s.notes:
+        out.append(f"- {_e(note)}")
+    if s.notes:
+        out.append("")
+    return out
+
+
+def _mixed_precision_section(m: MixedPrecisionReport) -> list[str]:
+    verdict = "met" if m.met else "**not met**"
+    out = [f"## Mixed precision ({_e(m.mode)}: operators raised to {_e(m.precision)})", ""]
+    out.append(f"- target {m.target.describe()}: {verdict}; {_e(m.reason)}")  # numbers only: nothing to escape
+    out.append(
+        f"- held-out SQNR {_fmt(m.int8_sqnr_db)} dB at int8 → {_fmt(m.sqnr_db)} dB kept; size "
+        f"{_e(_plain(m.int8_size_bytes))} → {_e(_plain(m.size_bytes))} bytes; host latency (XNNPACK, 1 thread) "
+        f"{_fmt(m.int8_latency_ms)} → {_fmt(m.latency_ms)} ms; fully integer: {_e(m.fully_integer)}"
+    )
+    out.append("")
+    if m.promoted:
+        out.append("| step | module | op | sensitivity rank | to | SQNR before dB | after dB | size Δ bytes |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        for p in m.promoted:
+            out.append(
+                f"| {_e(p.step)} | {_module_cell(p.module_path, p.module_type, p.source)} | {_e(p.opcode)} #{_e(p.op_index)} | "
+                f"{_e(p.sensitivity_rank)} | {_e(p.precision)} | {_fmt(p.sqnr_before_db)} | {_fmt(p.sqnr_after_db)} | "
+                f"{_e(_plain(p.size_delta_bytes))} |"
             )
         out.append("")
     return out

@@ -29,6 +29,8 @@ from .serialize import json_field
 if TYPE_CHECKING:
     from ..flatbuffer import TensorInfo
     from ..quantization import QuantizationResult
+    from ..quantization.mixed_precision import MixedPrecisionReport
+    from ..quantization.sensitivity import SensitivityReport
     from ..targets.edgetpu import EdgeTPUReport
     from ..targets.edgetpu_compiler import CompilerResult
     from ..targets.edgetpu_rewrites import AppliedRewrite
@@ -375,6 +377,8 @@ class RunReport:
     target: TargetSection | None = json_field(default=None, omit_none=True)
     per_layer: LayerParityReport | None = json_field(default=None, omit_none=True)
     runtimes: RuntimeComparison | None = json_field(default=None, omit_none=True)  # --runtime compiled-model|both
+    sensitivity: SensitivityReport | None = json_field(default=None, omit_none=True)  # --sensitivity (int8)
+    mixed_precision: MixedPrecisionReport | None = json_field(default=None, omit_none=True)  # --mixed-precision
     baseline: BaselineSection | None = json_field(default=None, omit_none=True)
     metadata: MetadataSection | None = json_field(default=None, omit_none=True)  # TFLite model metadata, when written
     app: AppSection | None = json_field(default=None, omit_none=True)  # the signature as an app calls it
@@ -382,8 +386,8 @@ class RunReport:
 
     JSON_KEYS = (
         "schema_version", "tool", "libraries", "created_at", "model", "inputs", "export", "quantization",
-        "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "baseline", "metadata", "app", "verdict",
-        "exit_code",
+        "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "sensitivity",
+        "mixed_precision", "baseline", "metadata", "app", "verdict", "exit_code",
     )
 
     @property

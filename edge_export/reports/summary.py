@@ -128,6 +128,19 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
             + (f"; worst {worst_layer.module_path} {worst_sqnr:.1f} dB" if worst_sqnr is not None else "")
             + (f"; error jumps at {jump.module_path} ({jump.sqnr_db:.1f} dB)" if jump else "; no jump"),
         )
+    sensitivity = report.sensitivity
+    if sensitivity is not None:
+        top = ", ".join(f"{layer.label} {layer.sqnr_db:.1f} dB" for layer in sensitivity.top(3))
+        _plain(out, f"  sensitivity: {len(sensitivity.layers)} operators ranked; most sensitive: {top or 'none'}")
+        for note in sensitivity.notes[:1]:
+            _plain(out, f"    {note}")
+    mixed = report.mixed_precision
+    if mixed is not None:
+        _plain(
+            out,
+            f"  mixed precision ({mixed.mode}): {len(mixed.promoted)} operator(s) raised to {mixed.precision}, "
+            f"SQNR {mixed.int8_sqnr_db} -> {mixed.sqnr_db} dB, target {'met' if mixed.met else 'NOT met'}",
+        )
     base = report.baseline
     if base is not None:
         regs = base.regressions

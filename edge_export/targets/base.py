@@ -177,6 +177,11 @@ class TargetPlugin:
     own_options: ClassVar[Mapping[str, str]] = {}
     # The quantizer must leave no float operator (the target has no float kernels).
     requires_full_integer: bool = False
+    # What --mixed-precision may raise an int8 operator to ("int16": int16x8 kernels, "float": float
+    # kernels); () refuses the option. And whether `auto` is on by default when an accuracy target
+    # (--min-sqnr, --min-cosine, --min-top1) is given (quantization/mixed_precision.py).
+    mixed_precision_promotions: tuple[str, ...] = ("int16", "float")
+    mixed_precision_by_default: bool = False
     # The report gets a "target" section (cpu, the default, adds nothing to report).
     reports_target: bool = True
     # Stage label of ``check`` (None: the target has no checks and the stage is skipped).

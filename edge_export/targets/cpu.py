@@ -10,6 +10,7 @@ __all__ = ["CpuTarget"]
 class CpuTarget(TargetPlugin):
     name = "cpu"
     reports_target = False  # the report's "target" section is for what a target adds
+    mixed_precision_by_default = True
 
 
 register_target(CpuTarget())

@@ -68,6 +68,7 @@ class EdgeTPUTarget(TargetPlugin):
     name = "edgetpu"
     own_options: ClassVar[Mapping[str, str]] = {"edgetpu_compiler": "--edgetpu-compiler", "require_compiler": "--require-compiler", "delegate": "--delegate"}
     requires_full_integer = True
+    mixed_precision_promotions = ()  # int8 only: no int16 or float kernels on the TPU
     check_label = "Checking the Edge TPU mapping"
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:

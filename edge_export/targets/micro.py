@@ -562,6 +562,7 @@ class MicroTarget(TargetPlugin):
     requires_full_integer = True
     # TFLite Micro ignores metadata: it would only cost flash (--labels stays a parity option).
     carries_metadata = False
+    mixed_precision_promotions = ("int16",)  # int16x8 kernels (reference and CMSIS-NN); no float wanted
     check_label = "Checking TFLite Micro support"
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..errors import UsageError
 from .layers import LayerParityReport
 
 __all__ = ["plot_layer_sqnr"]
 
+_SENSITIVITY_BARS = 30  # the most sensitive operators shown; the JSON has them all
 
-def plot_layer_sqnr(report: LayerParityReport, path: str | Path) -> Path:
-    """Write a bar chart of each compared layer's SQNR, marking the first jump and the worst layer."""
+
+def plot_layer_sqnr(report: LayerParityReport, path: str | Path, sensitivity: Any = None) -> Path:
+    """Write a bar chart of each compared layer's SQNR, marking the first jump and the worst layer;
+    with a ``SensitivityReport``, a second chart below of the ranked operators' sensitivity."""
     try:
         # The object API (no pyplot) needs no display and leaves the process's backend alone.
         from matplotlib.figure import Figure
@@ -36,8 +40,10 @@ def plot_layer_sqnr(report: LayerParityReport, path: str | Path) -> Path:
     if report.first_jump is not None:
         colors[report.first_jump.position] = "tab:red"
 
-    fig = Figure(figsize=(max(6.0, 0.35 * len(values) + 2.0), 4.5))
-    ax = fig.subplots()
+    ranked = list(sensitivity.layers[:_SENSITIVITY_BARS]) if sensitivity is not None else []
+    width = max(6.0, 0.35 * max(len(values), len(ranked)) + 2.0)
+    fig = Figure(figsize=(width, 9.5 if ranked else 4.5))
+    ax, sens_ax = fig.subplots(2, 1) if ranked else (fig.subplots(), None)
     ax.bar(range(len(values)), values, color=colors)
     floor = report.jump_floor_db
     ax.axhline(floor, color="gray", linestyle="--", linewidth=1, label=f"jump floor {floor:g} dB")
@@ -49,6 +55,13 @@ def plot_layer_sqnr(report: LayerParityReport, path: str | Path) -> Path:
         title += f": first jump at {report.first_jump.label}".replace("$", r"\$")
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=7)
+    if sens_ax is not None:
+        sens_ax.bar(range(len(ranked)), [layer.sqnr_db for layer in ranked], color="tab:purple")
+        sens_ax.set_xticks(range(len(ranked)))
+        sens_ax.set_xticklabels([layer.label.replace("$", r"\$") for layer in ranked], rotation=60, ha="right", fontsize=7)
+        sens_ax.set_ylabel("output SQNR (dB)")
+        sens_ax.set_title(f"Sensitivity, most sensitive first ({sensitivity.method}: output SQNR with only that operator quantized)"
+                          if sensitivity.method == "only-quantized" else f"Sensitivity ({sensitivity.method})")
     fig.tight_layout()
     try:
         fig.savefig(path, format="png", dpi=100)

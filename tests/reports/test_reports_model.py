@@ -33,6 +33,8 @@ _TYPE_MODULES = (
     "edge_export.quantization.calibration",
     "edge_export.quantization.io_types",
     "edge_export.quantization.selection",
+    "edge_export.quantization.sensitivity",
+    "edge_export.quantization.mixed_precision",
     "edge_export.targets.edgetpu",
     "edge_export.targets.edgetpu_compiler",
     "edge_export.targets.edgetpu_rewrites",

@@ -60,6 +60,23 @@ def test_plot_writes_a_png(tmp_path):
 
 
 @pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib (the plot extra) is not installed")
+def test_plot_with_sensitivity_adds_the_ranked_operators_below(tmp_path):
+    from edge_export.quantization.sensitivity import LayerSensitivity, SensitivityReport
+    from edge_export.validators.layer_plot import plot_layer_sqnr
+
+    ranked = SensitivityReport(
+        "only-quantized",
+        (LayerSensitivity(1, 3, "CONV_2D", "t3", "features.$3", "Conv2d", None, 12.0),
+         LayerSensitivity(2, 0, "ADD", "t0", None, None, None, 41.0)),
+        10.0, 8, 1.0,
+    )
+    plain = plot_layer_sqnr(_report([38.0, 36.0, 4.0, 2.0]), tmp_path / "plain.png").read_bytes()
+    both = plot_layer_sqnr(_report([38.0, 36.0, 4.0, 2.0]), tmp_path / "both.png", ranked).read_bytes()
+    assert both[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(both) > len(plain) + 2_000  # a second chart, taller
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib (the plot extra) is not installed")
 def test_plot_into_a_missing_directory_is_a_usage_error(tmp_path):
     from edge_export.validators.layer_plot import plot_layer_sqnr
 

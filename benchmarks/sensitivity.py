@@ -1,0 +1,170 @@
+"""Per-operator sensitivity and mixed precision on the benchmark models (issue 12, items 2 and 3).
+
+Three parts, each printing a Markdown table (docs/BENCHMARKS.md, section "Sensitivity and mixed
+precision"):
+
+- ``predictors``: which sensitivity measure predicts the effect of promotions better. For each model,
+  both rankings (``only-quantized``: the float model with one operator quantized; ``only-float``:
+  the int8 model with one operator left in float) are measured on 8 calibration samples, then the
+  operators are promoted to float in each ranking's order, top-k for growing k, and the held-out
+  SQNR is measured after each: the better ranking reaches a given SQNR with fewer promotions.
+- ``mixed``: int8 plain vs ``--mixed-precision auto`` vs ``--mixed-precision int16`` with
+  ``--min-sqnr 30`` through the Python API (synthetic calibration, the tool's default): held-out
+  SQNR, size, host latency (XNNPACK, 1 thread, measured by the search) and promoted operators.
+- ``timing``: wall time of an int8 export with and without ``--sensitivity`` (back to back, same
+  options), for the issue's target of at most 3x on ResNet-18 at 224x224.
+
+    .venv/bin/python benchmarks/sensitivity.py predictors [--models resnet18,mobilenetv2,transformer] [--size 64]
+    .venv/bin/python benchmarks/sensitivity.py mixed [--models ...] [--size 224]
+    .venv/bin/python benchmarks/sensitivity.py timing [--models resnet18] [--size 224] [--backend auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.2f}/{five:.2f} on {os.cpu_count()} CPUs"
+
+
+def _build(name: str, size: int):
+    from bench_models import ARCHITECTURES, build
+
+    shape = ARCHITECTURES[name][1]
+    image = len(shape) == 4
+    return build(name, (1, 3, size, size) if image else shape)
+
+
+def predictors(models: list[str], size: int) -> None:
+    from edge_export.config import InputSpec
+    from edge_export.conversion import convert_module
+    from edge_export.inputs import make_samples
+    from edge_export.quantization.calibration import synthetic_calibration
+    from edge_export.quantization.mixed_precision import (
+        AccuracyTarget,
+        evaluate_target,
+        promotion_overrides,
+    )
+    from edge_export.quantization.selection import reference_outputs
+    from edge_export.quantization.sensitivity import (
+        RecipeQuantizer,
+        measure_sensitivity,
+        ops_by_index,
+        run_outputs,
+    )
+
+    print(f"| model | ranking | ops | int8 dB | SQNR after promoting the top k to float: k = 1, 2, 4, 8, 16, 32, 64 | k for +10 dB | seconds |  ({_load()})")
+    print("|---|---|---|---|---|---|---|")
+    for name in models:
+        model, example = _build(name, size)
+        spec = InputSpec(tuple(example[0].shape))
+        float_bytes = convert_module(model, example)
+        calibration = synthetic_calibration([spec], 128, seed=1_000_003)
+        quantizer = RecipeQuantizer(float_bytes, calibration)
+        ranking_samples = list(calibration.samples[:8])
+        ranking_refs = reference_outputs(model, ranking_samples)
+        heldout = [tuple(t.numpy() for t in s) for s in make_samples([spec], 8, 0, example)]
+        heldout_refs = reference_outputs(model, heldout)
+        by_index = ops_by_index(quantizer)
+        target = AccuracyTarget(None)
+        int8 = evaluate_target(run_outputs(quantizer.quantize("int8"), heldout), heldout_refs, target).sqnr_db
+        for method in ("only-quantized", "only-float"):
+            start = time.perf_counter()
+            report = measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=method)
+            seconds = time.perf_counter() - start
+            curve, first = [], None
+            for k in (1, 2, 4, 8, 16, 32, 64):
+                if k > len(report.layers):
+                    break
+                overrides = promotion_overrides(quantizer, [by_index[layer.op_index] for layer in report.layers[:k]], "float")
+                sqnr = evaluate_target(run_outputs(quantizer.quantize("int8", overrides), heldout), heldout_refs, target).sqnr_db
+                curve.append(f"{sqnr:.1f}")
+                if first is None and sqnr >= int8 + 10:
+                    first = k
+            print(f"| {name} | {method} | {len(report.layers)} | {int8:.1f} | {', '.join(curve)} | {first or '>' + str(k)} | {seconds:.1f} |", flush=True)
+
+
+def mixed(models: list[str], size: int, backend: str, modes: tuple[str, ...] = ("auto", "int16")) -> None:
+    from edge_export.api import export
+
+    print(f"| model | mode | exit | held-out SQNR dB | size bytes | latency ms (XNNPACK 1T) | fully integer | promoted | search s | top promoted modules |  ({_load()})")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in models:
+        model, example = _build(name, size)
+        image = example[0].dim() == 4
+        with tempfile.TemporaryDirectory() as tmp:
+            for mode in modes:
+                start = time.perf_counter()
+                result = export(
+                    model, example_inputs=example, output=Path(tmp) / f"{name}_{mode}.tflite", quantize="int8",
+                    quant_backend=backend, channels_last=image, mixed_precision=mode, min_sqnr=30.0,
+                )
+                wall = time.perf_counter() - start
+                rep = result.report
+                m = rep.get("mixed_precision")
+                parity = rep["validation"]["outputs"][0]["metrics"]["sqnr_db"]
+                if m is None:
+                    print(f"| {name} | {mode} | {result.exit_code} | {parity:.1f} (int8 already met it) | {rep['flatbuffer']['size_bytes']} | – | {rep['quantization']['fully_integer']} | 0 | – | – |", flush=True)
+                    continue
+                if mode == "auto":
+                    print(f"| {name} | int8 plain (flatbuffer) | 1 | {m['int8_sqnr_db']:.1f} | {m['int8_size_bytes']} | {m['int8_latency_ms']} | True | 0 | – | – |")
+                top = ", ".join(dict.fromkeys(p["module_path"] or p["opcode"] for p in m["promoted"][:4]))
+                print(
+                    f"| {name} | {mode} ({m['precision']}) | {result.exit_code} | {m['sqnr_db']:.1f} (parity {parity:.1f}) | {m['size_bytes']} | "
+                    f"{m['latency_ms']} | {m['fully_integer']} | {len(m['promoted'])} of {len(rep['sensitivity']['layers']) if rep.get('sensitivity') else '?'} | "
+                    f"{m['seconds']:.0f} (export {wall:.0f}) | {top} |",
+                    flush=True,
+                )
+
+
+def timing(models: list[str], size: int, backend: str) -> None:
+    from edge_export.api import export
+
+    print(f"| model | backend | int8 export s | with --sensitivity s | ratio | sensitivity stage s | operators |  ({_load()})")
+    print("|---|---|---|---|---|---|---|")
+    for name in models:
+        model, example = _build(name, size)
+        image = example[0].dim() == 4
+        times = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for sensitivity in (False, True):
+                start = time.perf_counter()
+                result = export(
+                    model, example_inputs=example, output=Path(tmp) / f"{name}_{sensitivity}.tflite", quantize="int8",
+                    quant_backend=backend, channels_last=image, sensitivity=sensitivity, mixed_precision="off",
+                )
+                times[sensitivity] = (time.perf_counter() - start, result.report)
+        (plain, _), (sens, rep) = times[False], times[True]
+        stage = next(s["seconds"] for s in rep["stages"] if s["name"] == "sensitivity")
+        print(f"| {name} {size} | {backend} | {plain:.0f} | {sens:.0f} | {sens / plain:.2f} | {stage:.0f} | {len(rep['sensitivity']['layers'])} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("part", choices=("predictors", "mixed", "timing"))
+    parser.add_argument("--models", default=None)
+    parser.add_argument("--size", type=int, default=None)
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--modes", default="auto,int16", help="mixed: the --mixed-precision modes to run")
+    args = parser.parse_args()
+    if args.part == "predictors":
+        predictors((args.models or "resnet18,mobilenetv2,transformer").split(","), args.size or 64)
+    elif args.part == "mixed":
+        mixed((args.models or "small_cnn,resnet18,mobilenetv2,mobilenetv2_like,transformer").split(","), args.size or 224, args.backend, tuple(args.modes.split(",")))
+    else:
+        timing((args.models or "resnet18").split(","), args.size or 224, args.backend)
+
+
+if __name__ == "__main__":
+    main()

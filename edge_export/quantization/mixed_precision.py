@@ -1,0 +1,419 @@
+"""Mixed precision to an accuracy target: raise the precision of the most sensitive operators of an
+int8 model, in sensitivity order, until the output meets the target on held-out inputs.
+
+    run_sensitivity_and_mixed_precision(...) -> (QuantizationResult, SensitivityReport | None,
+                                                 MixedPrecisionReport | None)
+
+Backend: the flatbuffer one (ai-edge-quantizer), whatever backend the plain int8 model came from.
+Its recipes are scoped per operator (sensitivity.py), ranges are calibrated once and shared by
+every candidate, and an operator can go to int16 activations (int16x8: the model stays fully
+integer) or stay float (``NO_QUANTIZE``: ai-edge-quantizer puts DEQUANTIZE/QUANTIZE around it).
+PT2E can leave modules float too, but only at module granularity and with a full re-export per
+candidate (tens of seconds each), and it has no int16 activations.
+
+Modes (``--mixed-precision``): ``auto`` promotes to the precision the target allows and runs
+fastest here (float on cpu and gpu: XNNPACK runs float and int8 kernels but has no int16x8 ones,
+which fall back to the reference kernels, 17-31x slower than fp32 on this host; int16 on targets
+that need a fully integer model), ``int16`` promotes to int16 only, ``off`` does nothing.
+
+The search: the plain int8 model is checked first; only when it misses the target does anything
+else run. Then operators are promoted in sensitivity order, cumulatively: one at a time for the
+first ``SINGLE_STEPS``, then in doubling groups (2, 4, 8, ...: a model that needs many promotions
+costs a logarithmic number of candidates, not one per operator); when a group overshoots, the
+smallest prefix that meets the target is found by bisection inside it. Every promoted operator gets
+the SQNR of the measured prefixes before and after it. When the target is never met, the best model
+found is kept and the report says why. Steps are listed in ``steps`` (``promoted`` = prefix length).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from ..errors import QuantizationError, UsageError, first_line
+from ..reports.serialize import json_field
+from .sensitivity import (
+    SENSITIVITY_METHOD,
+    LayerSensitivity,
+    RecipeQuantizer,
+    SensitivityReport,
+    measure_sensitivity,
+    ops_by_index,
+    passthrough_ops,
+    run_outputs,
+)
+
+__all__ = [
+    "MIXED_PRECISION_MODES",
+    "SENSITIVITY_SAMPLES",
+    "SINGLE_STEPS",
+    "AccuracyTarget",
+    "MixedPrecisionReport",
+    "MixedPrecisionStep",
+    "PromotedLayer",
+    "check_mixed_precision_option",
+    "evaluate_target",
+    "promotion_overrides",
+    "run_sensitivity_and_mixed_precision",
+    "search_mixed_precision",
+]
+
+MIXED_PRECISION_MODES = ("auto", "int16", "off")
+SENSITIVITY_SAMPLES = 8  # calibration samples the ranking is measured on
+SINGLE_STEPS = 8  # promotions made one at a time before the groups grow
+
+
+def check_mixed_precision_option(value: str | None) -> None:
+    if value is not None and value not in MIXED_PRECISION_MODES:
+        raise UsageError(
+            f"--mixed-precision {value} is not known.", f"Use one of {', '.join(MIXED_PRECISION_MODES)}."
+        )
+
+
+@dataclass(frozen=True)
+class AccuracyTarget:
+    """What the output must reach on the held-out inputs: the parity thresholds that gate every
+    output kind (SQNR) and the ones the user gave explicitly (cosine, top-1)."""
+
+    min_sqnr_db: float | None = None
+    min_cosine: float | None = None
+    min_top1: float | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.min_sqnr_db is not None:
+            parts.append(f"SQNR >= {self.min_sqnr_db:g} dB")
+        if self.min_cosine is not None:
+            parts.append(f"cosine >= {self.min_cosine:g}")
+        if self.min_top1 is not None:
+            parts.append(f"top-1 >= {self.min_top1:g}")
+        return ", ".join(parts) or "no threshold"
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """One candidate against the target, on the held-out inputs (worst output)."""
+
+    sqnr_db: float
+    cosine: float
+    top1: float | None
+    failed: tuple[str, ...]
+
+    @property
+    def met(self) -> bool:
+        return not self.failed
+
+
+def evaluate_target(outs: list[list[np.ndarray]], refs: list[list[np.ndarray]], target: AccuracyTarget) -> TargetCheck:
+    from ..validators.metrics import cosine_similarity, sqnr_db, top1_agreement
+
+    sqnrs, cosines, top1s = [], [], []
+    for k in range(min(len(refs[0]), len(outs[0]))):
+        ref = np.stack([np.asarray(r[k], dtype=np.float32) for r in refs])
+        out = np.stack([np.asarray(o[k], dtype=np.float32).reshape(np.shape(r[k])) for o, r in zip(outs, refs)])
+        sqnrs.append(sqnr_db(ref.ravel(), out.ravel()))
+        cosines.append(cosine_similarity(ref.ravel(), out.ravel()))
+        if target.min_top1 is not None and ref.shape[-1] > 1:
+            top1s.append(top1_agreement(ref.reshape(-1, ref.shape[-1]), out.reshape(-1, ref.shape[-1])))
+    sqnr, cosine = float(min(sqnrs)), float(min(cosines))
+    top1 = float(min(top1s)) if top1s else None
+    failed = []
+    if target.min_sqnr_db is not None and not sqnr >= target.min_sqnr_db:
+        failed.append(f"SQNR {sqnr:.1f} dB < {target.min_sqnr_db:g}")
+    if target.min_cosine is not None and not cosine >= target.min_cosine:
+        failed.append(f"cosine {cosine:.5f} < {target.min_cosine:g}")
+    if target.min_top1 is not None and top1 is not None and not top1 >= target.min_top1:
+        failed.append(f"top-1 {top1:.3f} < {target.min_top1:g}")
+    return TargetCheck(round(sqnr, 3), round(cosine, 6), None if top1 is None else round(top1, 4), tuple(failed))
+
+
+@dataclass(frozen=True)
+class PromotedLayer:
+    """One operator raised above int8, with what it cost and bought."""
+
+    op_index: int
+    opcode: str
+    tensor: str
+    module_path: str | None
+    module_type: str | None
+    source: str | None
+    precision: str  # "int16" | "float"
+    sensitivity_rank: int
+    step: int  # which measured prefix first included it (operators promoted together share one)
+    sqnr_before_db: float  # the model's held-out SQNR before this step
+    sqnr_after_db: float  # and after it
+    size_delta_bytes: int  # file size change of this step (shared by the step's operators)
+
+
+@dataclass(frozen=True)
+class MixedPrecisionStep:
+    promoted: int  # the prefix of the ranking promoted in this candidate
+    sqnr_db: float
+    cosine: float
+    size_bytes: int
+    met: bool
+
+
+@dataclass(frozen=True)
+class MixedPrecisionReport:
+    mode: str  # the --mixed-precision mode in force ("auto" | "int16")
+    precision: str  # what operators were promoted to: "int16" | "float"
+    target: AccuracyTarget
+    met: bool
+    reason: str
+    int8_sqnr_db: float | None  # the plain int8 model (the one kept when none is needed)
+    int8_cosine: float | None
+    sqnr_db: float | None  # the model kept
+    cosine: float | None
+    promoted: tuple[PromotedLayer, ...] = ()
+    steps: tuple[MixedPrecisionStep, ...] = ()
+    int8_size_bytes: int | None = None
+    size_bytes: int | None = None
+    # median host latency (LiteRT CPU + XNNPACK, 1 thread) of the plain int8 model and the one kept
+    int8_latency_ms: float | None = json_field(default=None, digits=3)
+    latency_ms: float | None = json_field(default=None, digits=3)
+    fully_integer: bool | None = None
+    backend: str = "flatbuffer"
+    seconds: float = json_field(default=0.0, digits=3)
+
+
+@dataclass(frozen=True)
+class MixedPrecisionSearch:
+    """What the isolated search hands back: the report and the model bytes kept (None: int8)."""
+
+    report: MixedPrecisionReport
+    model_bytes: bytes | None
+    int8_bytes: bytes | None
+
+
+def promotion_overrides(quantizer: RecipeQuantizer, ops: Sequence[Any], precision: str) -> dict[Any, str]:
+    """The recipe overrides that raise ``ops`` to ``precision``, with the layout operators (and the
+    model's inputs and outputs) that only connect promoted operators (sensitivity.passthrough_ops)."""
+    overrides = {op: precision for op in ops}
+    overrides.update({op: precision for op in passthrough_ops(quantizer.float_model, {op.index for op in ops})})
+    return overrides
+
+
+def _groups(count: int) -> list[int]:
+    """How many operators each step promotes: one at a time first, then doubling groups."""
+    sizes, size, done = [], 1, 0
+    while done < count:
+        if done >= SINGLE_STEPS:
+            size *= 2
+        take = min(size, count - done)
+        sizes.append(take)
+        done += take
+    return sizes
+
+
+def _median_latency(model_bytes: bytes, runs: int = 10) -> float | None:
+    from ..flatbuffer import read_flatbuffer
+    from ..latency import _time_one
+    from ..runtime import Resolver
+
+    try:
+        return round(_time_one(read_flatbuffer(model_bytes), Resolver.XNNPACK, 1, runs, 2).median_ms, 3)
+    except Exception:  # a latency we cannot measure is reported as none, never a failed export
+        return None
+
+
+def search_mixed_precision(
+    quantizer: RecipeQuantizer,
+    ranking: Sequence[LayerSensitivity],
+    heldout: Sequence[tuple[np.ndarray, ...]],
+    heldout_refs: list[list[np.ndarray]],
+    target: AccuracyTarget,
+    *,
+    mode: str,
+    precision: str,
+    measure_latency: bool = True,
+) -> MixedPrecisionSearch:
+    start = time.perf_counter()
+    by_index = ops_by_index(quantizer)
+    order = [layer for layer in ranking if layer.op_index in by_index]
+    int8_bytes = quantizer.quantize("int8")
+    check = evaluate_target(run_outputs(int8_bytes, heldout), heldout_refs, target)
+    measured: dict[int, tuple[TargetCheck, bytes]] = {0: (check, int8_bytes)}  # prefix length -> result
+    carried = {0: 0}  # layout operators promoted along with the first k candidates
+
+    def measure(k: int) -> TargetCheck:
+        overrides = promotion_overrides(quantizer, [by_index[layer.op_index] for layer in order[:k]], precision)
+        carried[k] = len(overrides) - k
+        candidate = quantizer.quantize("int8", overrides)
+        result = evaluate_target(run_outputs(candidate, heldout), heldout_refs, target)
+        measured[k] = (result, candidate)
+        return result
+
+    done, met_at = 0, None
+    if not check.met:
+        for size in _groups(len(order)):
+            previous, done = done, done + size
+            if measure(done).met:
+                met_at = done
+                # a group overshot: bisect between the last prefix that missed and this one
+                low, high = previous, done
+                while high - low > 1:
+                    mid = (low + high) // 2
+                    if measure(mid).met:
+                        high = mid
+                    else:
+                        low = mid
+                met_at = high
+                break
+    if check.met:
+        kept_count = 0
+    elif met_at is not None:
+        kept_count = met_at
+    else:  # never met: the best prefix measured
+        kept_count = max(measured, key=lambda k: (measured[k][0].sqnr_db, -k))
+    kept_check, kept_bytes = measured[kept_count]
+    steps = tuple(
+        MixedPrecisionStep(k, measured[k][0].sqnr_db, measured[k][0].cosine, len(measured[k][1]), measured[k][0].met)
+        for k in sorted(measured)
+    )
+    # every promoted operator with the measured prefixes around it: (k_{i-1}, k_i] is step i
+    chain = [k for k in sorted(measured) if k <= kept_count]
+    promoted: list[PromotedLayer] = []
+    for step, (low, high) in enumerate(pairwise(chain), start=1):
+        before, after = measured[low], measured[high]
+        for layer in order[low:high]:
+            promoted.append(
+                PromotedLayer(
+                    layer.op_index, layer.opcode, layer.tensor, layer.module_path, layer.module_type, layer.source,
+                    precision, layer.rank, step, before[0].sqnr_db, after[0].sqnr_db, len(after[1]) - len(before[1]),
+                )
+            )
+    kept_promoted = tuple(promoted)
+    along = f" (and {carried[kept_count]} layout or input/output operator(s) between them)" if carried.get(kept_count) else ""
+    if kept_check.met:
+        reason = (
+            f"promoted {kept_count} of {len(order)} operators{along} to {precision} in sensitivity order: "
+            f"{target.describe()} met on {len(heldout)} held-out inputs"
+        )
+    else:
+        reason = (
+            f"the target ({target.describe()}) was not met even with all {len(order)} candidate operators "
+            f"at {precision} ({'; '.join(kept_check.failed)}); kept the best model found "
+            f"({kept_count} promoted, {kept_check.sqnr_db:.1f} dB)"
+        )
+        if precision == "int16":
+            reason += "; int16 activations still leave int8 weights: --mixed-precision auto may promote to float where the target allows it"
+    report = MixedPrecisionReport(
+        mode=mode, precision=precision, target=target, met=kept_check.met, reason=reason,
+        int8_sqnr_db=check.sqnr_db, int8_cosine=check.cosine, sqnr_db=kept_check.sqnr_db, cosine=kept_check.cosine,
+        promoted=kept_promoted, steps=steps, int8_size_bytes=len(int8_bytes), size_bytes=len(kept_bytes),
+        int8_latency_ms=_median_latency(int8_bytes) if measure_latency else None,
+        latency_ms=_median_latency(kept_bytes) if measure_latency and kept_count else None,
+        seconds=time.perf_counter() - start,
+    )
+    return MixedPrecisionSearch(report, kept_bytes if kept_count else None, int8_bytes)
+
+
+def _child_run(
+    float_bytes: bytes,
+    calibration: Any,
+    ranking_samples: Sequence[tuple[np.ndarray, ...]],
+    ranking_refs: list[list[np.ndarray]],
+    heldout: Sequence[tuple[np.ndarray, ...]],
+    heldout_refs: list[list[np.ndarray]],
+    *,
+    module: Any,
+    want_sensitivity: bool,
+    search_mode: str | None,
+    precision: str,
+    target: AccuracyTarget,
+    base_model_bytes: bytes | None,
+    verbose: bool,
+) -> tuple[SensitivityReport | None, MixedPrecisionSearch | None]:
+    """Everything native in one child process: calibration, the sensitivity variants, the search."""
+    search_needed = False
+    if search_mode is not None and base_model_bytes is not None:
+        # The model quantization kept first: nothing more runs when it already meets the target.
+        search_needed = not evaluate_target(run_outputs(base_model_bytes, heldout), heldout_refs, target).met
+    if not want_sensitivity and not search_needed:
+        return None, None
+    quantizer = RecipeQuantizer(float_bytes, calibration, verbose=verbose)
+    sensitivity = measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=SENSITIVITY_METHOD, module=module)
+    search = None
+    if search_needed:
+        search = search_mixed_precision(
+            quantizer, sensitivity.layers, heldout, heldout_refs, target, mode=search_mode, precision=precision
+        )
+    return sensitivity, search
+
+
+def run_sensitivity_and_mixed_precision(
+    base: Any,
+    *,
+    float_bytes: bytes,
+    export_module: Any,
+    calibration: Any,
+    heldout: Sequence[tuple[np.ndarray, ...]],
+    want_sensitivity: bool,
+    search_mode: str | None,
+    precision: str,
+    target: AccuracyTarget,
+    io_dtype: Any,
+    source_module: Any = None,
+    verbose: bool = False,
+) -> tuple[Any, SensitivityReport | None, MixedPrecisionReport | None]:
+    """The sensitivity ranking (``want_sensitivity``) and, when ``search_mode`` is set and the
+    quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search.
+    Returns the QuantizationResult to keep (``base`` unless a mixed model replaced it)."""
+    from ..isolation import run_isolated
+    from ..passes.flatbuffer import (
+        run_flatbuffer_passes,
+        set_io_dtype_pass,
+        share_quantization_vectors_pass,
+    )
+    from .io_types import describe_io
+    from .selection import check_integer, reference_outputs
+
+    ranking_samples = list(calibration.samples[:SENSITIVITY_SAMPLES])
+    ranking_refs = reference_outputs(export_module, ranking_samples)
+    heldout_refs = reference_outputs(export_module, heldout) if heldout else []
+    sensitivity, search = run_isolated(
+        _child_run, float_bytes, calibration, ranking_samples, ranking_refs, list(heldout), heldout_refs,
+        module=source_module, want_sensitivity=want_sensitivity, search_mode=search_mode, precision=precision,
+        target=target, base_model_bytes=base.model.data if search_mode is not None and base is not None else None, verbose=verbose,
+        stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
+        hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",
+        preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
+    )
+    if search is None:
+        return base, sensitivity, None
+    report = search.report
+    if search.model_bytes is None:
+        return base, sensitivity, report
+    try:
+        shared = run_flatbuffer_passes(
+            search.model_bytes, [share_quantization_vectors_pass], origin="the mixed-precision model"
+        ).model
+        final = run_flatbuffer_passes(shared, [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the mixed-precision model").model
+    except Exception as exc:  # a pass that cannot apply to the mixed model: keep the int8 one, say why
+        return base, sensitivity, replace(report, reason=report.reason + f"; not kept: {first_line(exc)}", met=False)
+    check = check_integer(final, export_module)
+    report = replace(report, fully_integer=check.fully_integer)
+    if not check.fully_integer and report.precision == "float":
+        report = replace(report, reason=report.reason + "; the promoted operators run in float, so the model is not fully integer")
+    warnings = tuple(w for w in base.warnings if "not fully integer" not in w)
+    if not check.fully_integer:
+        warnings += (
+            f"Mixed precision left {len(report.promoted)} operator(s) in float: the model is not fully integer.",
+        )
+    quant = replace(
+        base, model=final, backend="flatbuffer",
+        recipe=f"static_wi8_ai8 + {len(report.promoted)} operator(s) at {report.precision}",
+        reason=base.reason + f"; mixed precision: {report.reason}",
+        fully_integer=check.fully_integer, integer_check=check, io=describe_io(final),
+        sqnr_db=None, cosine=None, warnings=warnings,
+    )
+    if quant.size_bytes <= 0:
+        raise QuantizationError("The mixed-precision model is empty.")
+    return quant, sensitivity, report

@@ -1,0 +1,388 @@
+"""Per-layer sensitivity: how much each quantizable operator alone costs the model's output.
+
+    measure_sensitivity(float_bytes, calibration, samples, refs) -> tuple[LayerSensitivity, ...]
+
+Both measures run on the flatbuffer backend (ai-edge-quantizer), whose recipes can be scoped to one
+operator by a regex on its *scope* (its output tensor names joined by ";", plus a trailing ";"):
+
+- ``only-quantized`` (the default, ``SENSITIVITY_METHOD``): the float model with only this operator
+  quantized to int8 (its weights, its input and output activations). The output SQNR then measures
+  the error this operator adds on its own, with nothing before it already degraded.
+- ``only-float``: the int8 model with only this operator left in float. The SQNR gain over the int8
+  model is what promoting this one operator alone would buy.
+
+Which predicts the effect of promotions better was measured (benchmarks/sensitivity.py,
+docs/BENCHMARKS.md section 16): promoting one operator alone buys almost nothing (its input is still the int8
+tensor its int8 neighbour wrote, its output is requantized for the next int8 operator), so the
+``only-float`` gains are a few tenths of a dB, inside the noise, and rank badly; ``only-quantized``
+separates the operators by tens of dB and its order reaches a target with fewer promotions.
+
+Activation ranges are calibrated once (min/max, floored like every flatbuffer-backend run) and
+shared by every variant, so a variant costs one ``quantize`` (no calibration) and one run of the
+samples. Operators that only move or select values (reshape, transpose, pad, pooling by max,
+concatenation, ...) are not candidates: their quantization has to agree with their neighbours'
+(quantizing a PADV2 apart from its max-pool breaks the pool's padding), and they add no error of
+their own.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import QuantizeMode
+from ..errors import QuantizationError, first_line
+from ..flatbuffer import FlatbufferModel, read_flatbuffer
+from ..library_output import quiet_libraries
+from ..reports.serialize import json_field
+from .calibration import CalibrationSet
+
+__all__ = [
+    "LAYOUT_OPS",
+    "SENSITIVITY_METHOD",
+    "SENSITIVITY_METHODS",
+    "LayerSensitivity",
+    "QuantizableOp",
+    "RecipeQuantizer",
+    "SensitivityReport",
+    "measure_sensitivity",
+    "quantizable_ops",
+]
+
+SENSITIVITY_METHODS = ("only-quantized", "only-float")
+SENSITIVITY_METHOD = "only-quantized"
+
+# Operators that move, select or pick values: never candidates (see the module docstring).
+LAYOUT_OPS = frozenset({
+    "RESHAPE", "TRANSPOSE", "PAD", "PADV2", "MIRROR_PAD", "SQUEEZE", "EXPAND_DIMS", "MAX_POOL_2D",
+    "CONCATENATION", "SLICE", "STRIDED_SLICE", "GATHER", "GATHER_ND", "SPLIT", "SPLIT_V", "PACK",
+    "UNPACK", "TILE", "BROADCAST_TO", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "QUANTIZE", "DEQUANTIZE",
+    "RESIZE_NEAREST_NEIGHBOR", "SELECT", "SELECT_V2", "REDUCE_MAX", "REDUCE_MIN", "ARG_MAX", "ARG_MIN",
+    "CAST", "SHAPE", "RELU", "RELU6", "RELU_N1_TO_1",
+})
+
+
+@dataclass(frozen=True)
+class QuantizableOp:
+    """One operator of the float model that the sensitivity pass measures."""
+
+    index: int  # operator index in the float model's main subgraph
+    opcode: str
+    tensor: str  # its first output tensor's name (the Model Explorer key)
+    scope: str  # ai-edge-quantizer's scope string, matched exactly by ``regex``
+
+    @property
+    def regex(self) -> str:
+        return "^" + re.escape(self.scope) + "$"
+
+
+@dataclass(frozen=True)
+class LayerSensitivity:
+    """One operator's sensitivity, ranked: rank 1 is the operator that costs the most accuracy."""
+
+    rank: int
+    op_index: int
+    opcode: str
+    tensor: str
+    module_path: str | None  # the PyTorch module it came from (provenance), None when unnamed
+    module_type: str | None
+    source: str | None  # file:line of the user's code, when known
+    sqnr_db: float  # the output SQNR with this operator alone changed (see ``method``)
+    gain_db: float | None = None  # only-float: SQNR gain over the int8 model
+
+    @property
+    def label(self) -> str:
+        if self.module_path is None:
+            return f"{self.opcode} #{self.op_index}"
+        return f"{self.module_path or '<model>'} ({self.opcode})"
+
+
+@dataclass(frozen=True)
+class SensitivityReport:
+    """The ranked operators and how they were measured."""
+
+    method: str  # "only-quantized" | "only-float"
+    layers: tuple[LayerSensitivity, ...]  # most sensitive first
+    int8_sqnr_db: float | None  # every candidate quantized (the flatbuffer backend's int8 model)
+    samples: int
+    seconds: float = json_field(digits=3)
+    overlay: str | None = None  # the Model Explorer node-data file written, if any
+    notes: tuple[str, ...] = ()
+
+    def top(self, n: int = 5) -> tuple[LayerSensitivity, ...]:
+        return self.layers[:n]
+
+
+def quantizable_ops(model: FlatbufferModel) -> tuple[QuantizableOp, ...]:
+    """The operators of the main subgraph that ai-edge-quantizer can quantize and that compute
+    something (``LAYOUT_OPS`` left out), in graph order."""
+    from ai_edge_quantizer.qtyping import TFLOperationName
+
+    known = {m.value for m in TFLOperationName}
+    ops = []
+    for op in model.operators:
+        if op.opcode in LAYOUT_OPS or op.opcode not in known:
+            continue
+        outputs = [model.tensors[i] for i in op.outputs if i >= 0]
+        names = [t.name for t in outputs if t.name]
+        if not names or not any(t.is_float for t in outputs):
+            continue
+        ops.append(QuantizableOp(op.index, op.opcode, names[0], ";".join(names) + ";"))
+    return tuple(ops)
+
+
+class RecipeQuantizer:
+    """ai-edge-quantizer over one float model with activation ranges calibrated once: each call of
+    ``quantize`` builds a recipe (a base precision plus per-operator overrides) and applies it.
+
+    Precisions: ``"int8"`` (int8 weights and activations), ``"int16"`` (int8 weights, int16
+    activations: int16x8, still integer), ``"float"`` (left as it is)."""
+
+    def __init__(self, float_bytes: bytes, calibration: CalibrationSet, *, observer: str = "minmax", verbose: bool = False) -> None:
+        from ai_edge_quantizer import quantizer as aeq
+        from ai_edge_quantizer import recipe as aeq_recipe
+
+        from . import flatbuffer_recipes as fr
+
+        self.float_bytes = bytes(float_bytes)
+        self.float_model = read_flatbuffer(self.float_bytes, origin="the float model")
+        self.verbose = verbose
+        with quiet_libraries(verbose):
+            data = fr._signature_data(self.float_model, calibration)
+            # int16x8 takes the same min/max as int8: one calibration serves every recipe.
+            qz = aeq.Quantizer(bytearray(self.float_bytes), aeq_recipe.static_wi8_ai8())
+            import contextlib
+            import io
+
+            with contextlib.redirect_stderr(io.StringIO()) if not verbose else contextlib.nullcontext():
+                qsvs = fr._calibrate(qz, self.float_bytes, data, observer)
+        constants = {t.name for t in self.float_model.tensors if t.is_constant}
+        # The int16 floor is the narrower one; int8 ranges get the int8 floor at quantize time.
+        self.qsvs, _ = fr.floor_ranges(qsvs, QuantizeMode.INT8, constants)
+
+    def quantize(self, base: str, overrides: Mapping[QuantizableOp, str] | None = None) -> bytes:
+        from ai_edge_quantizer import quantizer as aeq
+        from ai_edge_quantizer.algorithm_manager import AlgorithmName
+        from ai_edge_quantizer.qtyping import TFLOperationName
+
+        overrides = dict(overrides or {})
+        try:
+            with quiet_libraries(self.verbose):
+                qz = aeq.Quantizer(bytearray(self.float_bytes))
+                if base != "float":
+                    qz.add_static_config(".*", TFLOperationName.ALL_SUPPORTED, _ACTIVATION_BITS[base], 8)
+                for op, precision in overrides.items():
+                    name = TFLOperationName(op.opcode)
+                    if precision == "float":
+                        qz.update_quantization_recipe(op.regex, name, algorithm_key=AlgorithmName.NO_QUANTIZE)
+                    else:
+                        qz.add_static_config(op.regex, name, _ACTIVATION_BITS[precision], 8)
+                if not qz.get_quantization_recipe():
+                    return self.float_bytes
+                return bytes(qz.quantize(self.qsvs, enable_progress_report=False).quantized_model)
+        except Exception as exc:  # ai-edge-quantizer raises many kinds: all mean this recipe failed
+            raise QuantizationError(
+                f"ai-edge-quantizer could not apply a per-operator recipe ({base} with "
+                f"{len(overrides)} operator(s) changed): {first_line(exc, with_type=True)}",
+                "Run with --verbose to see ai-edge-quantizer's output, or use --mixed-precision off.",
+            ) from exc
+
+
+_ACTIVATION_BITS = {"int8": 8, "int16": 16}
+
+
+def run_outputs(model_bytes: bytes, samples: Sequence[tuple[np.ndarray, ...]]) -> list[list[np.ndarray]]:
+    """The flatbuffer's outputs on each sample (float), with the built-in kernels (what parity's
+    quantization checks use)."""
+    from ..runtime import Resolver, TFLiteRunner
+
+    runner = TFLiteRunner(read_flatbuffer(model_bytes, origin="a sensitivity variant"), resolver=Resolver.BUILTIN)
+    return [runner.run(list(sample)) for sample in samples]
+
+
+def worst_sqnr(refs: list[list[np.ndarray]], outs: list[list[np.ndarray]]) -> float:
+    """The lowest SQNR over the outputs, each taken over all samples."""
+    from ..validators.metrics import sqnr_db
+
+    n_out = min(len(refs[0]), len(outs[0]))
+    values = []
+    for k in range(n_out):
+        ref = np.concatenate([r[k].ravel() for r in refs])
+        out = np.concatenate([o[k].ravel().astype(np.float32) for o in outs])
+        values.append(sqnr_db(ref, out))
+    return float(min(values))
+
+
+def _provenance(ops: Sequence[QuantizableOp], module: Any) -> dict[int, tuple[str | None, str | None, str | None]]:
+    """(module path, module type, source file:line) of each operator, from its tensor name."""
+    found = {}
+    for op in ops:
+        ref = deepest_module(op.tensor, op.opcode)
+        if ref is None:
+            found[op.index] = (None, None, None)
+            continue
+        found[op.index] = (ref.path, ref.type_name, source_line(module, ref.path) if module is not None else None)
+    return found
+
+
+# The module classes an operator computes for: a fused CONV_2D is named after its conv and its ReLU,
+# and the conv is the layer (its weights) a user would change.
+_OPCODE_MODULES = {
+    "CONV_2D": ("Conv",), "DEPTHWISE_CONV_2D": ("Conv",), "TRANSPOSE_CONV": ("Conv",),
+    "FULLY_CONNECTED": ("Linear",), "BATCH_MATMUL": ("Linear", "Attention"),
+}
+
+
+def deepest_module(tensor_name: str, opcode: str | None = None) -> Any:
+    """The module a tensor name names for its operator: among the locations of a fused op's name
+    (the block whose forward() applied the ReLU first, the conv after it), the one whose class
+    computes ``opcode`` (a Conv for CONV_2D), else the innermost."""
+    from ..provenance import ModuleRef, scope_levels, tensor_module, tensor_scopes
+
+    candidates = [levels for levels in (scope_levels(scope) for scope in tensor_scopes(tensor_name)) if levels]
+    if not candidates:
+        return tensor_module(tensor_name)
+    families = _OPCODE_MODULES.get(opcode or "", ())
+    matching = [levels for levels in candidates if any(f in levels[-1][0] for f in families)]
+    best = max(matching or candidates, key=len)
+    return ModuleRef(".".join(attr for _, attr in best), best[-1][0])
+
+
+def source_line(module: Any, module_path: str) -> str | None:
+    """``file:line`` of the user's code for a module: the exported graph's stack trace when the
+    model is a graph, else where the innermost user-defined class on the path is defined (a
+    library class such as nn.Conv2d says nothing about the user's code, its parent block does)."""
+    from ..targets.edgetpu import _source_of
+
+    path = module_path
+    while True:
+        try:
+            found = _source_of(module, path)
+        except Exception:  # a path the module does not have (a wrapper's): no source, not an error
+            found = None
+        if found or not path:
+            return found
+        path = path.rsplit(".", 1)[0] if "." in path else ""
+
+
+def measure_sensitivity(
+    quantizer: RecipeQuantizer,
+    samples: Sequence[tuple[np.ndarray, ...]],
+    refs: list[list[np.ndarray]],
+    *,
+    method: str = SENSITIVITY_METHOD,
+    module: Any = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SensitivityReport:
+    """Rank every quantizable operator by ``method`` (see the module docstring)."""
+    if method not in SENSITIVITY_METHODS:
+        raise QuantizationError(f"Unknown sensitivity method '{method}'.", f"Use one of {', '.join(SENSITIVITY_METHODS)}.")
+    start = time.perf_counter()
+    ops = quantizable_ops(quantizer.float_model)
+    int8_sqnr = worst_sqnr(refs, run_outputs(quantizer.quantize("int8"), samples))
+    where = _provenance(ops, module)
+    measured: list[tuple[QuantizableOp, float, float | None]] = []
+    notes = []
+    for n, op in enumerate(ops):
+        if progress:
+            progress(n, len(ops))
+        try:
+            if method == "only-quantized":
+                variant = quantizer.quantize("float", {op: "int8"})
+            else:
+                variant = quantizer.quantize("int8", {op: "float"})
+            sqnr = worst_sqnr(refs, run_outputs(variant, samples))
+        except QuantizationError as exc:
+            notes.append(f"{op.opcode} #{op.index} not measured: {first_line(exc)}")
+            continue
+        measured.append((op, sqnr, sqnr - int8_sqnr if method == "only-float" else None))
+    if method == "only-quantized":
+        measured.sort(key=lambda m: (m[1], m[0].index))  # lowest SQNR first: costs the most
+    else:
+        measured.sort(key=lambda m: (-(m[2] or 0.0), m[0].index))  # biggest gain first
+    layers = tuple(
+        LayerSensitivity(
+            rank=i + 1, op_index=op.index, opcode=op.opcode, tensor=op.tensor,
+            module_path=where[op.index][0], module_type=where[op.index][1], source=where[op.index][2],
+            sqnr_db=round(sqnr, 3), gain_db=None if gain is None else round(gain, 3),
+        )
+        for i, (op, sqnr, gain) in enumerate(measured)
+    )
+    return SensitivityReport(
+        method=method, layers=layers, int8_sqnr_db=round(int8_sqnr, 3), samples=len(samples),
+        seconds=time.perf_counter() - start, notes=tuple(notes),
+    )
+
+
+def passthrough_ops(model: FlatbufferModel, promoted: set[int]) -> tuple[QuantizableOp, ...]:
+    """The layout operators (``LAYOUT_OPS``) to promote with ``promoted``: those whose every
+    neighbour is promoted or such a layout operator itself. A pad or reshape between two float
+    operators would otherwise quantize the tensor it passes on and undo what promoting them bought.
+    Also the model's virtual INPUT/OUTPUT operators when all their neighbours are promoted."""
+    from ai_edge_quantizer.qtyping import TFLOperationName
+
+    known = {m.value for m in TFLOperationName}
+    producer = {t: op.index for op in model.operators for t in op.outputs if t >= 0}
+    consumers: dict[int, list[int]] = {}
+    for op in model.operators:
+        for t in op.inputs:
+            if t >= 0 and not model.tensors[t].is_constant:
+                consumers.setdefault(t, []).append(op.index)
+    # The largest set of layout operators whose every neighbour is promoted or in the set (a chain
+    # TRANSPOSE -> PAD before a promoted conv goes as a whole): start from all of them and drop
+    # any with a neighbour outside, until nothing changes.
+    def neighbours(op) -> list[int]:
+        inputs = [t for t in op.inputs if t >= 0 and not model.tensors[t].is_constant]
+        outputs = [t for t in op.outputs if t >= 0]
+        return [producer[t] for t in inputs if t in producer] + [c for t in outputs for c in consumers.get(t, [])]
+
+    layout = {
+        op.index: op for op in model.operators
+        if op.index not in promoted and op.opcode in LAYOUT_OPS and op.opcode in known
+        and any(model.tensors[t].name for t in op.outputs if t >= 0)
+    }
+    kept = set(layout)
+    changed = True
+    while changed:
+        changed = False
+        for index in sorted(kept):
+            near = neighbours(layout[index])
+            if not near or not all(n in promoted or n in kept for n in near):
+                kept.discard(index)
+                changed = True
+    # a set touching no promoted operator (layout ops between int8 ones) stays int8
+    touching = {i for i in kept if any(n in promoted for n in neighbours(layout[i]))}
+    reach = set(touching)
+    frontier = list(touching)
+    while frontier:
+        i = frontier.pop()
+        for n in neighbours(layout[i]):
+            if n in kept and n not in reach:
+                reach.add(n)
+                frontier.append(n)
+    added: list[QuantizableOp] = []
+    for index in sorted(reach):
+        op = layout[index]
+        names = [model.tensors[t].name for t in op.outputs if t >= 0 and model.tensors[t].name]
+        added.append(QuantizableOp(op.index, op.opcode, names[0], ";".join(names) + ";"))
+    chosen = set(promoted) | reach
+    # The model's inputs and outputs (ai-edge-quantizer's virtual INPUT and OUTPUT operators, one
+    # each, scoped by every input's or output's name): an input quantized to int8 before a float
+    # operator is int8 error at the very start, which a network with a high noise gain amplifies.
+    for key, tensors, near_ops, index in (
+        ("INPUT", model.inputs, [c for t in model.inputs for c in consumers.get(t, [])], -1),
+        ("OUTPUT", model.outputs, [producer[t] for t in model.outputs if t in producer], -2),
+    ):
+        names = [model.tensors[t].name for t in tensors if model.tensors[t].name]
+        if names and near_ops and all(n in chosen for n in near_ops):
+            added.append(QuantizableOp(index, key, names[0], ";".join(names) + ";"))
+    return tuple(added)
+
+
+def ops_by_index(quantizer: RecipeQuantizer) -> dict[int, QuantizableOp]:
+    return {op.index: op for op in quantizable_ops(quantizer.float_model)}
