@@ -184,7 +184,12 @@ class RecipeQuantizer:
                         qz.add_static_config(op.regex, name, _ACTIVATION_BITS[precision], 8)
                 if not qz.get_quantization_recipe():
                     return self.float_bytes
-                return bytes(qz.quantize(self.qsvs, enable_progress_report=False).quantized_model)
+                variant = bytes(qz.quantize(self.qsvs, enable_progress_report=False).quantized_model)
+            # Verified here, so a recipe whose result is not a valid model (seen: quantizing only the
+            # operator behind an output that another operator also reads left the signature naming
+            # a tensor that is no longer an output) is a recipe that failed, not a corrupt input.
+            read_flatbuffer(variant, origin="ai-edge-quantizer's result")
+            return variant
         except Exception as exc:  # ai-edge-quantizer raises many kinds: all mean this recipe failed
             raise QuantizationError(
                 f"ai-edge-quantizer could not apply a per-operator recipe ({base} with "

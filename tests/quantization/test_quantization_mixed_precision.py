@@ -226,3 +226,32 @@ def test_a_fused_operator_is_attributed_to_the_module_that_computes_it():
     root = "m.Net;;m.Net/torch.nn.modules.conv.Conv2d_conv2;1"
     assert deepest_module(root, "CONV_2D").path == "conv2"
     assert deepest_module("serving_default_output_0_output", "FULLY_CONNECTED") is None
+
+
+class _PooledTwoOutputs(nn.Module):
+    """Returns an embedding that the classifier head also reads: quantizing only the MEAN behind it
+    gives ai-edge-quantizer a model whose signature names a tensor that is no longer an output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU())
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Linear(16, 10)
+
+    def forward(self, pixel_values):
+        embedding = self.pool(self.features(pixel_values)).flatten(1)
+        return {"logits": self.classifier(embedding), "embedding": embedding}
+
+
+def test_an_operator_whose_variant_is_invalid_is_noted_not_a_corrupt_input_error(tmp_path):
+    """Regression: the invalid variant was read as a corrupt file, so the whole export exited 2
+    ("not a valid LiteRT flatbuffer") although the user's input was fine."""
+    torch.manual_seed(0)
+    result = export(
+        _PooledTwoOutputs().eval(), example_inputs=(torch.randn(1, 3, 16, 16),), output=tmp_path / "two.tflite",
+        quantize="int8", quant_backend="flatbuffer", sensitivity=True, samples=3, calibration_samples=16,
+    )
+    assert result.exit_code == 0
+    section = result.report["sensitivity"]
+    assert section["layers"] and {row["opcode"] for row in section["layers"]} >= {"CONV_2D"}
+    assert any(note.startswith("MEAN") and "not measured" in note for note in section["notes"])
