@@ -145,8 +145,8 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
     if latency is not None:
         _plain(
             out,
-            f"  host latency ({latency.runtime}): {latency.quantize} {latency.quantized_ms:.3f} ms, "
-            f"fp32 {latency.float_ms:.3f} ms ({latency.ratio:.2f}x)",
+            f"  host latency ({latency.runtime}): {latency.quantize} {latency.quantized_ms:.3g} ms, "
+            f"fp32 {latency.float_ms:.3g} ms ({latency.ratio:.2f}x; reported, not a gate)",
         )
         if latency.note:
             err.print(f"[yellow]warning:[/yellow] {escape(latency.note)}")
