@@ -43,15 +43,16 @@ def test_only_the_cpu_target_times_on_the_host():
     assert [name for name, plugin in registered_targets().items() if plugin.times_on_host_cpu] == ["cpu"]
 
 
-def test_dynamic_int8_reports_it_and_the_option_turns_it_off(built_artifacts, tmp_path):
+def test_dynamic_int8_reports_it_and_no_latency_turns_it_off(built_artifacts, tmp_path, run_cli):
     import edge_export
 
-    for wanted in (True, False):
-        out = tmp_path / f"dyn_{wanted}.tflite"
-        result = edge_export.export(built_artifacts.source, output=out, quantize="dynamic-int8", host_latency=wanted)
-        assert result.exit_code == 0
-        report = _report(out)
-        if wanted:
-            _check_consistent(report["host_latency"], "dynamic-int8")
-        else:
-            assert "host_latency" not in report and "latency" not in [s["name"] for s in report["stages"]]
+    out = tmp_path / "dyn.tflite"
+    assert edge_export.export(built_artifacts.source, output=out, quantize="dynamic-int8").exit_code == 0
+    _check_consistent(_report(out)["host_latency"], "dynamic-int8")
+
+    off = tmp_path / "dyn_off.tflite"
+    result = run_cli(built_artifacts.source, "-o", off, "--quantize", "dynamic-int8", "--no-latency", "--no-validate")
+    assert result.exit_code == 0, result.stderr
+    report = _report(off)
+    assert "host_latency" not in report and "latency" not in [s["name"] for s in report["stages"]]
+    assert "host latency" not in result.stdout
