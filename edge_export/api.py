@@ -575,7 +575,6 @@ def _run_export(
     if options.quantize.is_integer:
         calibration, parity_samples = _calibration_sets(options, specs)
         search_mode, promote_to = _mixed_precision_plan(options, target)
-        float_bytes = None
         if search_mode or options.sensitivity:  # per-operator recipes start from the float model
             with stages.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
                 float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
