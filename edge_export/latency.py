@@ -210,7 +210,7 @@ HOST_LATENCY_RUNTIME = "LiteRT CPU + XNNPACK, 1 thread"
 
 # Why a mode can be slower than float32 on a desktop CPU (the flag's note says it).
 _SLOWER_BECAUSE = {
-    "int8": "XNNPACK's int8 kernels on this CPU, depthwise convolutions in particular, are slower than its float ones",
+    "int8": "on this CPU XNNPACK's int8 kernels are slower than its float ones for depthwise and narrow convolutions, and int8 operators XNNPACK does not take run on LiteRT's slower built-in kernels",
     "dynamic-int8": "dynamic-range kernels quantize activations at every call, and XNNPACK's int8 kernels on this CPU are slower than its float ones",
     "int16x8": "XNNPACK has no int16x8 kernels: the model runs LiteRT's built-in ones, far slower than XNNPACK's float kernels",
     "int4": "int4 weights are unpacked by LiteRT's built-in kernels, which XNNPACK's float kernels outrun on this CPU",
