@@ -254,7 +254,7 @@ class HostLatency:
         why = _SLOWER_BECAUSE.get(self.quantize, "its kernels on this CPU are slower than the float ones")
         return (
             f"{self.quantize} runs {self.ratio:.2f}x slower than fp32 on this host ({self.runtime}; {why}). "
-            "On an Arm phone a quantized model is usually faster: measure there (`edge-export bench` on the device's files)."
+            "On an Arm phone a quantized model is usually faster: measure there (LiteRT's benchmark_model on the device)."
         )
 
 
