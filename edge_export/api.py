@@ -23,7 +23,7 @@ import numpy as np
 from . import __version__
 from .atomic_files import ArtifactSet, check_outputs_apart, check_writable_folder, remove_created_folders
 from .config import InputSpec, IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
-from .errors import EXIT_OK, InputSpecError, UsageError, first_line
+from .errors import EXIT_OK, EdgeExportError, InputSpecError, UsageError, first_line
 from .reports.model import (
     REPORT_SCHEMA_VERSION,
     ArtifactsSection,
@@ -105,6 +105,7 @@ class ExportOptions:
     quant_backend: QuantBackend = QuantBackend.AUTO
     sensitivity: bool = False  # int8: rank operators by sensitivity (quantization/sensitivity.py)
     mixed_precision: str | None = None  # auto | int16 | off; None: the target's default
+    host_latency: bool = True  # quantized exports on cpu: time the model against its float one here (latency.py)
     io_dtype: IODtype | None = None  # None: float32, or the target's default
     # targets
     edgetpu_compiler: str | None = None
@@ -486,6 +487,32 @@ def _mixed_precision_plan(options: ExportOptions, target: Any) -> tuple[str | No
     return mode, "float"
 
 
+def _times_host_latency(options: ExportOptions, target: Any) -> bool:
+    """Integer quantized exports for a target that runs on this CPU get the host latency section.
+    fp16 does not: on a CPU it computes in float32 (the converter's DEQUANTIZE of the fp16 weights
+    is folded when the model loads), so it runs fp32's kernels, and timing it would cost a second
+    conversion."""
+    return options.host_latency and options.quantize.is_integer and target.times_on_host_cpu
+
+
+def _float_model_for_latency(export_module: Any, export_example: tuple, options: ExportOptions, stages: _Stages) -> bytes | None:
+    """The float flatbuffer the flatbuffer backend quantizes, converted here rather than inside
+    quantize_model so that the latency stage can time it too: no conversion more than before. None
+    when only PT2E runs (it converts no float model; timing would cost one) or when the conversion
+    fails (quantize_model then converts again, fails the flatbuffer backend and falls back to PT2E,
+    as it did before)."""
+    from .conversion import convert_module
+    from .quantization import backends_for
+
+    if "flatbuffer" not in backends_for(options.quantize, options.quant_backend):
+        return None
+    with stages.run("convert", "Tracing and converting with litert-torch (float: the flatbuffer backend's input)"):
+        try:
+            return convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
+        except EdgeExportError:
+            return None
+
+
 def _check_side_outputs(options: ExportOptions, created: list[Path] | None = None) -> None:
     """Fail on unwritable extra outputs or a bad baseline before minutes of work, not after."""
     for extra in (options.junit, options.per_layer_plot):
@@ -544,13 +571,15 @@ def _run_export(
     quant_result = None
     parity_samples = None
     sensitivity = mixed_precision = None
+    float_bytes = None  # the float flatbuffer, when a quantized export converted one
     if options.quantize.is_integer:
         calibration, parity_samples = _calibration_sets(options, specs)
         search_mode, promote_to = _mixed_precision_plan(options, target)
-        float_bytes = None
         if search_mode or options.sensitivity:  # per-operator recipes start from the float model
             with stages.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
                 float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
+        elif _times_host_latency(options, target):
+            float_bytes = _float_model_for_latency(export_module, export_example, options, stages)
         with stages.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
             from .quantization import ParityTarget, quantize_model
             from .quantization.ranges import observers_for
@@ -571,7 +600,7 @@ def _run_export(
                 target=ParityTarget(gates.min_sqnr_db, gates.min_cosine),
                 float_model_bytes=float_bytes,
             )
-        if float_bytes is not None:
+        if search_mode or options.sensitivity:
             label = "Ranking operators by sensitivity" + (" and searching for mixed precision" if search_mode else "")
             with stages.run("mixed_precision" if search_mode else "sensitivity", label):
                 from .quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
@@ -617,6 +646,14 @@ def _run_export(
             from .quantization import describe_io
 
             quant_result = replace(quant_result, model=fb, io=describe_io(fb))
+    host_latency = None
+    if quant_result is not None and float_bytes is not None and _times_host_latency(options, target):
+        with stages.run("latency", "Timing the quantized and float models on this CPU (LiteRT + XNNPACK)"):
+            from .flatbuffer_packing import align_buffers
+            from .latency import measure_host_latency
+
+            float_fb = read_flatbuffer(align_buffers(float_bytes), origin="the float model")
+            host_latency = measure_host_latency(fb, float_fb, options.quantize.value)
     model_metadata = None
     if metadata_requested(options) and target.carries_metadata:  # a bad labels file: exit 2 before the checks
         model_metadata = _build_metadata(fb, options, reference_out, returned_keys, metadata_image)
@@ -709,6 +746,7 @@ def _run_export(
         app=_app_section(fb, plan.inputs, plan.outputs),
         sensitivity=sensitivity,
         mixed_precision=mixed_precision,
+        host_latency=host_latency,
     )
     report = _with_baseline(report, options.baseline)
     from .targets.base import FinishedRun

@@ -244,6 +244,7 @@ def export_command(
     test_vectors_count: int = typer.Option(4, "--test-vectors-count", help="How many parity samples --emit-test-vectors stores (at most the number parity checked)."),
     strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
+    host_latency: bool = typer.Option(True, "--latency/--no-latency", help="Quantized exports on --target cpu: time the model against its float one on this CPU and flag it when slower (reported, never a gate)."),
  checking: dict = None,
 ) -> None:
     def call(on_stage):
@@ -285,6 +286,7 @@ def export_command(
             test_vectors_count=test_vectors_count,
             strict=strict,
             validate=validate,
+            host_latency=host_latency,
             channels_last=channels_last,
             **_checking_fields(checking),
         )

@@ -24,7 +24,10 @@ from .runtime import IOTensor, Resolver, TFLiteRunner
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["LatencyStats", "LatencyReport", "benchmark_latency", "random_inputs", "render_latency"]
+__all__ = [
+    "LatencyStats", "LatencyReport", "benchmark_latency", "random_inputs", "render_latency",
+    "HostLatency", "SLOWER_MARGIN", "measure_host_latency", "quantized_is_slower",
+]
 
 # The two configurations the bench compares: what apps get by default, and the plain kernels.
 BENCH_RESOLVERS = (Resolver.XNNPACK, Resolver.BUILTIN)
@@ -193,3 +196,118 @@ def render_latency(report: LatencyReport, console: Console) -> None:
     speedup = report.xnnpack_speedup
     if speedup is not None:
         console.print(f"XNNPACK speed-up (median): {speedup:.2f}x   host: {report.host}")
+
+
+# --- The report's host latency: a quantized export against the float model it came from ---------
+
+# A quantized model is flagged as slower only when its median is more than this fraction above the
+# float model's. The two models are timed interleaved (one invoke of each in turn), so a change of
+# load on a shared machine hits both. Ten back-to-back measurements of the same pair on this 2-core
+# host, under load, moved the ratio by at most 3% (small CNN 0.634-0.667, MobileNetV2-like at 32x32
+# 1.207-1.231); 10% leaves room for a noisier machine.
+SLOWER_MARGIN = 0.10
+HOST_LATENCY_RUNTIME = "LiteRT CPU + XNNPACK, 1 thread"
+
+# Why a mode can be slower than float32 on a desktop CPU (the flag's note says it).
+_SLOWER_BECAUSE = {
+    "int8": "on this CPU XNNPACK's int8 kernels are slower than its float ones for depthwise and narrow convolutions, and int8 operators XNNPACK does not take run on LiteRT's slower built-in kernels",
+    "dynamic-int8": "dynamic-range kernels quantize activations at every call, and XNNPACK's int8 kernels on this CPU are slower than its float ones",
+    "int16x8": "XNNPACK has no int16x8 kernels: the model runs LiteRT's built-in ones, far slower than XNNPACK's float kernels",
+    "int4": "int4 weights are unpacked by LiteRT's built-in kernels, which XNNPACK's float kernels outrun on this CPU",
+}
+
+
+def quantized_is_slower(ratio: float, margin: float = SLOWER_MARGIN) -> bool:
+    """The flag rule: the quantized median over the float median exceeds 1 + ``margin``."""
+    return ratio > 1.0 + margin
+
+
+@dataclass(frozen=True)
+class HostLatency:
+    """Median host latency of the written (quantized) model and of the float model it came from,
+    timed interleaved. Reported, never a gate: the verdict and exit code ignore it."""
+
+    quantize: str  # the --quantize mode of the written model
+    quantized_ms: float
+    float_ms: float
+    runs: int  # timed invocations of each model
+    warmup: int
+    runtime: str = HOST_LATENCY_RUNTIME
+    host: str = ""
+    margin: float = SLOWER_MARGIN
+
+    JSON_KEYS = ("quantize", "quantized_ms", "float_ms", "ratio", "slower", "margin", "runs", "warmup", "runtime", "host", "note")
+
+    @property
+    def ratio(self) -> float:
+        """Quantized median over float median: above 1 the quantized model is slower here."""
+        return round(self.quantized_ms / self.float_ms, 3)
+
+    @property
+    def slower(self) -> bool:
+        return quantized_is_slower(self.quantized_ms / self.float_ms, self.margin)
+
+    @property
+    def note(self) -> str | None:
+        if not self.slower:
+            return None
+        why = _SLOWER_BECAUSE.get(self.quantize, "its kernels on this CPU are slower than the float ones")
+        return (
+            f"{self.quantize} runs {self.ratio:.2f}x slower than fp32 on this host ({self.runtime}; {why}). "
+            "On an Arm phone a quantized model is usually faster: measure there (LiteRT's benchmark_model on the device)."
+        )
+
+
+def _host() -> str:
+    return f"{platform.machine()} {platform.processor() or platform.system()}, {os.cpu_count()} CPUs"
+
+
+def _time_pair(quantized: FlatbufferModel, float_model: FlatbufferModel, warmup: int, min_runs: int, max_runs: int,
+               budget_s: float) -> tuple[float, float, int]:
+    """Medians of the two models timed in turn: at least ``min_runs`` each, then more until
+    ``max_runs`` or ``budget_s`` seconds of timed work, whichever comes first."""
+    interpreters = []
+    for model in (quantized, float_model):
+        runner = TFLiteRunner(model, resolver=Resolver.XNNPACK, num_threads=1)
+        for spec, arr in zip(runner.inputs, random_inputs(runner.inputs)):
+            runner.interpreter.set_tensor(spec.index, arr)
+        interpreters.append(runner.interpreter)
+    for interp in interpreters:
+        for _ in range(warmup):
+            interp.invoke()
+    samples: tuple[list[float], list[float]] = ([], [])
+    spent = 0.0
+    while len(samples[0]) < max_runs and (len(samples[0]) < min_runs or spent < budget_s):
+        for interp, times in zip(interpreters, samples):
+            start = time.perf_counter_ns()
+            interp.invoke()
+            elapsed = (time.perf_counter_ns() - start) / 1e9
+            times.append(elapsed * 1e3)
+            spent += elapsed
+    return float(np.median(samples[0])), float(np.median(samples[1])), len(samples[0])
+
+
+def measure_host_latency(
+    quantized: FlatbufferModel,
+    float_model: FlatbufferModel,
+    quantize: str,
+    *,
+    warmup: int = 2,
+    min_runs: int = 5,
+    max_runs: int = 100,
+    budget_s: float = 0.4,
+) -> HostLatency | None:
+    """Time the written model against the float one in a child process (a native crash is not an
+    export failure). None when either cannot be timed: a latency is reported, never required."""
+    from .isolation import run_isolated
+
+    try:
+        quantized_ms, float_ms, runs = run_isolated(
+            _time_pair, quantized, float_model, warmup, min_runs, max_runs, budget_s,
+            stage="host latency", backend="the LiteRT interpreter",
+        )
+    except Exception:  # LiteRT's pybind errors, a native crash: the export goes on without a latency
+        return None
+    if quantized_ms <= 0 or float_ms <= 0:
+        return None
+    return HostLatency(quantize, round(quantized_ms, 4), round(float_ms, 4), runs, warmup, host=_host())

@@ -68,3 +68,51 @@ def test_bench_rejects_bad_arguments_and_files(cnn_models):
         benchmark_latency(cnn_models.fp32, threads=1, runs=1, warmup=0)
     with pytest.raises(FlatbufferError):
         benchmark_latency(cnn_models.fp32[: len(cnn_models.fp32) // 2], threads=1, runs=5, warmup=0)
+
+
+# --- host latency in the export report: the flag rule and the section -------------------------
+
+
+@pytest.mark.parametrize(
+    ("quantized_ms", "float_ms", "slower"),
+    [
+        (1.0, 1.0, False),  # equal
+        (0.5, 1.0, False),  # faster
+        (1.10, 1.0, False),  # exactly at the margin: noise, not flagged
+        (1.11, 1.0, True),  # past the margin
+        (1.4, 1.0, True),
+    ],
+)
+def test_the_slower_flag_is_the_ratio_past_the_noise_margin(quantized_ms, float_ms, slower):
+    from edge_export.latency import SLOWER_MARGIN, HostLatency, quantized_is_slower
+
+    assert SLOWER_MARGIN == 0.10
+    latency = HostLatency("int8", quantized_ms, float_ms, runs=5, warmup=2)
+    assert latency.ratio == pytest.approx(quantized_ms / float_ms, abs=1e-3)
+    assert latency.slower is slower is quantized_is_slower(quantized_ms / float_ms)
+    assert (latency.note is not None) is slower
+
+
+def test_the_note_names_the_mode_the_ratio_and_where_to_measure():
+    from edge_export.latency import HostLatency
+
+    note = HostLatency("int8", 1.4, 1.0, runs=5, warmup=2).note
+    assert note.startswith("int8 runs 1.40x slower than fp32 on this host")
+    assert "depthwise" in note and "measure there" in note
+    assert "no int16x8 kernels" in HostLatency("int16x8", 3.0, 1.0, runs=5, warmup=2).note
+    # a wider margin given by the caller moves the flag
+    assert HostLatency("int8", 1.4, 1.0, runs=5, warmup=2, margin=0.5).slower is False
+
+
+def test_measure_host_latency_times_both_models(cnn_models):
+    from edge_export.flatbuffer import read_flatbuffer
+    from edge_export.latency import measure_host_latency
+
+    latency = measure_host_latency(read_flatbuffer(cnn_models.int8), read_flatbuffer(cnn_models.fp32), "int8")
+
+    assert latency.quantized_ms > 0 and latency.float_ms > 0
+    assert 5 <= latency.runs <= 100 and latency.warmup == 2
+    assert latency.ratio == pytest.approx(latency.quantized_ms / latency.float_ms, abs=1e-3)
+    assert latency.slower is (latency.ratio > 1 + latency.margin)
+    data = to_json_value(latency)
+    assert list(data) == list(type(latency).JSON_KEYS)

@@ -16,6 +16,7 @@ from .model import SkippedValidation
 from .serialize import to_json_value as _plain
 
 if TYPE_CHECKING:
+    from ..latency import HostLatency
     from ..quantization import QuantizationResult
     from ..quantization.mixed_precision import MixedPrecisionReport
     from ..quantization.sensitivity import SensitivityReport
@@ -122,6 +123,8 @@ def render_markdown(report: RunReport) -> str:
         lines.extend(_sensitivity_section(report.sensitivity))
     if report.mixed_precision is not None:
         lines.extend(_mixed_precision_section(report.mixed_precision))
+    if report.host_latency is not None:
+        lines.extend(_host_latency_section(report.host_latency))
     if report.target is not None:
         lines.extend(_target_section(report.target, report.artifacts))
     if report.metadata is not None:
@@ -341,6 +344,19 @@ def _mixed_precision_section(m: MixedPrecisionReport) -> list[str]:
                 f"{_e(_plain(p.size_delta_bytes))} |"
             )
         out.append("")
+    return out
+
+
+def _host_latency_section(h: HostLatency) -> list[str]:
+    out = [f"## Host latency ({_e(h.runtime)})", ""]
+    out.append(
+        f"- {_e(h.quantize)}: {_fmt(h.quantized_ms)} ms; fp32: {_fmt(h.float_ms)} ms (medians of {h.runs} interleaved runs "
+        f"after {h.warmup} warm-up, on {_e(h.host)}); ratio {h.ratio:.2f}x"
+    )
+    if h.note:
+        out.append(f"- **Warning:** {_e(h.note)}")
+    out.append("- Reported, not a gate: a host CPU says how two variants compare here, not how fast a phone runs them.")
+    out.append("")
     return out
 
 

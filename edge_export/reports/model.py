@@ -6,7 +6,8 @@ result objects, and that every renderer reads.
       quantization: QuantizationResult (int modes)                   target: TargetSection (edgetpu, micro)
       artifacts: ArtifactsSection      flatbuffer: FlatbufferSection stages: StageTiming[]
       validation: ParityResult | SkippedValidation                   per_layer: LayerParityReport
-      baseline: BaselineSection        verdict, exit_code (derived)
+      baseline: BaselineSection        host_latency: HostLatency (quantized, cpu)
+      verdict, exit_code (derived)
 
 The stage results (``QuantizationResult``, ``ParityResult``, ``LayerParityReport``, ``EdgeTPUReport``,
 ``CompilerResult``, ``MicroReport``...) are the sections themselves: nothing is copied into dicts.
@@ -28,6 +29,7 @@ from .serialize import json_field
 
 if TYPE_CHECKING:
     from ..flatbuffer import TensorInfo
+    from ..latency import HostLatency
     from ..quantization import QuantizationResult
     from ..quantization.mixed_precision import MixedPrecisionReport
     from ..quantization.sensitivity import SensitivityReport
@@ -379,6 +381,7 @@ class RunReport:
     runtimes: RuntimeComparison | None = json_field(default=None, omit_none=True)  # --runtime compiled-model|both
     sensitivity: SensitivityReport | None = json_field(default=None, omit_none=True)  # --sensitivity (int8)
     mixed_precision: MixedPrecisionReport | None = json_field(default=None, omit_none=True)  # --mixed-precision
+    host_latency: HostLatency | None = json_field(default=None, omit_none=True)  # quantized exports on cpu
     baseline: BaselineSection | None = json_field(default=None, omit_none=True)
     metadata: MetadataSection | None = json_field(default=None, omit_none=True)  # TFLite model metadata, when written
     app: AppSection | None = json_field(default=None, omit_none=True)  # the signature as an app calls it
@@ -387,7 +390,7 @@ class RunReport:
     JSON_KEYS = (
         "schema_version", "tool", "libraries", "created_at", "model", "inputs", "export", "quantization",
         "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "sensitivity",
-        "mixed_precision", "baseline", "metadata", "app", "verdict", "exit_code",
+        "mixed_precision", "host_latency", "baseline", "metadata", "app", "verdict", "exit_code",
     )
 
     @property

@@ -141,6 +141,15 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
             f"  mixed precision ({mixed.mode}): {len(mixed.promoted)} operator(s) raised to {mixed.precision}, "
             f"SQNR {mixed.int8_sqnr_db} -> {mixed.sqnr_db} dB, target {'met' if mixed.met else 'NOT met'}",
         )
+    latency = report.host_latency
+    if latency is not None:
+        _plain(
+            out,
+            f"  host latency ({latency.runtime}): {latency.quantize} {latency.quantized_ms:.3g} ms, "
+            f"fp32 {latency.float_ms:.3g} ms ({latency.ratio:.2f}x; reported, not a gate)",
+        )
+        if latency.note:
+            err.print(f"[yellow]warning:[/yellow] {escape(latency.note)}")
     base = report.baseline
     if base is not None:
         regs = base.regressions

@@ -182,6 +182,10 @@ class TargetPlugin:
     # (--min-sqnr, --min-cosine, --min-top1) is given (quantization/mixed_precision.py).
     mixed_precision_promotions: tuple[str, ...] = ("int16", "float")
     mixed_precision_by_default: bool = False
+    # The model runs where edge-export runs: LiteRT on a CPU, so the report times a quantized export
+    # against its float model on this host (latency.measure_host_latency). False for accelerators
+    # and microcontrollers (micro, Ethos-U, Edge TPU), and for gpu: a host CPU time says nothing there.
+    times_on_host_cpu: bool = False
     # The report gets a "target" section (cpu, the default, adds nothing to report).
     reports_target: bool = True
     # Stage label of ``check`` (None: the target has no checks and the stage is skipped).

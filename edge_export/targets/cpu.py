@@ -11,6 +11,7 @@ class CpuTarget(TargetPlugin):
     name = "cpu"
     reports_target = False  # the report's "target" section is for what a target adds
     mixed_precision_by_default = True
+    times_on_host_cpu = True
 
 
 register_target(CpuTarget())

@@ -29,6 +29,7 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "edge_export" / "repo
 # Modules whose types the report tree names (model.py imports them for type checkers only).
 _TYPE_MODULES = (
     "edge_export.flatbuffer",
+    "edge_export.latency",
     "edge_export.quantization",
     "edge_export.quantization.calibration",
     "edge_export.quantization.io_types",

@@ -430,3 +430,39 @@ def test_summary_metadata_line_is_printed_literally():
     assert "  metadata: [bold]Digits 2; x normalized by mean 127.5; logits labelled by labels.txt (10) (+880 bytes)" in out.splitlines()
     assert "    note: NCHW input" in out.splitlines()
     assert "metadata:" not in _summary(full_report())[0]
+
+
+def _with_host_latency(quantized_ms: float):
+    from edge_export.latency import HostLatency
+
+    latency = HostLatency("int8", quantized_ms, 1.0, runs=30, warmup=2, host="x86_64 Linux, 2 CPUs")
+    return dataclasses.replace(full_report(), host_latency=latency)
+
+
+def test_renderers_flag_a_quantized_model_slower_than_fp32():
+    from cli_harness import validate_report
+
+    report = _with_host_latency(1.4)
+    out, err = _summary(report)
+    assert "  host latency (LiteRT CPU + XNNPACK, 1 thread): int8 1.4 ms, fp32 1 ms (1.40x; reported, not a gate)" in out.splitlines()
+    assert "warning: int8 runs 1.40x slower than fp32 on this host" in err
+    md = render_markdown(report)
+    section = md[md.index("## Host latency (LiteRT CPU + XNNPACK, 1 thread)"):]
+    assert "- int8: 1.4 ms; fp32: 1 ms (medians of 30 interleaved runs after 2 warm-up, on x86\\_64 Linux, 2 CPUs); ratio 1.40x" in section
+    from edge_export.reports.markdown import escape_markdown
+
+    assert f"- **Warning:** {escape_markdown(report.host_latency.note)}" in section
+    data = validate_report(to_json_value(report))
+    assert data["host_latency"]["ratio"] == 1.4 and data["host_latency"]["slower"] is True
+    # reported, never a gate
+    assert report.exit_code == full_report().exit_code and report.verdict == full_report().verdict
+
+
+def test_renderers_do_not_warn_when_the_quantized_model_is_faster():
+    report = _with_host_latency(0.6)
+    out, err = _summary(report)
+    assert "(0.60x; reported, not a gate)" in out
+    assert "slower than fp32" not in err
+    md = render_markdown(report)
+    assert "## Host latency" in md and "**Warning:**" not in md
+    assert to_json_value(report)["host_latency"]["note"] is None
