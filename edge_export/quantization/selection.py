@@ -30,8 +30,8 @@ from ..reports.serialize import json_field
 
 __all__ = [
     "FULL_INTEGER_PREFERENCE_DB",
-    "PARITY_TIE_DB",
     "LOWERING_MARGIN_DB",
+    "PARITY_TIE_DB",
     "SCREEN_MARGIN_DB",
     "BackendAttempt",
     "FloatTensorEntry",
@@ -40,9 +40,9 @@ __all__ = [
     "QuantOpEntry",
     "check_integer",
     "choose_attempt",
+    "lowering_not_needed",
     "measure_parity",
     "module_path_for",
-    "lowering_not_needed",
     "reference_outputs",
     "simulated_parity",
 ]

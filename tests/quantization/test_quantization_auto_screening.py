@@ -67,7 +67,10 @@ def test_export_auto_uses_the_exports_thresholds_as_the_target(tmp_path):
 
 
 def test_lowering_is_skipped_only_when_a_fully_integer_result_wins_by_more_than_the_margin():
-    from edge_export.quantization.selection import LOWERING_MARGIN_DB, lowering_not_needed
+    from edge_export.quantization.selection import (
+        LOWERING_MARGIN_DB,
+        lowering_not_needed,
+    )
 
     kept = _attempt(30.0)
     assert lowering_not_needed(30.0 - LOWERING_MARGIN_DB - 0.1, [kept]) is kept
@@ -95,7 +98,7 @@ def skewed_calibration():
 def test_auto_does_not_lower_pt2e_when_its_simulation_cannot_win(cnn, cnn_float_bytes, skewed_calibration):
     from edge_export.config import QuantBackend
 
-    options = dict(calibration=skewed_calibration, pt2e_observer="moving_average")
+    options = {"calibration": skewed_calibration, "pt2e_observer": "moving_average"}
     result = quantize_model(
         cnn, EXAMPLE, QuantizeMode.INT8, float_model_bytes=cnn_float_bytes,
         target=ParityTarget(min_sqnr_db=200.0), **options,
