@@ -77,7 +77,7 @@ def run(models: list[str], size: int, rounds: int) -> list[dict]:
         med = {b: statistics.median(v) for b, v in times.items()}
         kept = last["auto"]["kept"]
         row = {
-            "model": name, "seconds": med, "kept": kept, "auto_attempts": last["auto"]["attempts"],
+            "model": name, "seconds": med, "all_seconds": times, "kept": kept, "auto_attempts": last["auto"]["attempts"],
             "reason": last["auto"]["reason"], "auto_vs_kept": med["auto"] / med[kept],
             "sqnr_db": {b: last[b]["sqnr_db"] for b in BACKENDS}, "exit_code": {b: last[b]["exit_code"] for b in BACKENDS},
             "load_average": os.getloadavg(),

@@ -7,7 +7,7 @@ applies ai-edge-quantizer recipes to the converted float flatbuffer (flatbuffer_
 ``auto`` runs those that support the mode, the cheaper flatbuffer recipe first, and keeps one by
 the rules in selection.py; it stops early when a result already meets the export's parity target
 and is fully integer (``target``, a selection.ParityTarget), and for dynamic-int8 at the first that
-works. The chosen
+works; PT2E's graph is simulated in PyTorch before it is lowered and not lowered when it cannot win. The chosen
 model's I/O types are then set (io_types.py) and it is checked for being fully integer, with every
 float tensor and inner QUANTIZE/DEQUANTIZE mapped back to the PyTorch module it came from.
 Calibration data loading and checking lives in calibration.py.
@@ -168,6 +168,17 @@ _CRASH_HINT = (
 )
 
 
+def _simulated_sqnr(converted: Any, parity_set, refs) -> float | None:
+    """Worst-output SQNR of PT2E's converted graph run in PyTorch, or None when it does not run
+    (then the graph is lowered and measured as before: the simulation only saves time)."""
+    from . import selection
+
+    try:
+        return selection.simulated_parity(converted, parity_set, refs)[0]
+    except Exception:  # any failure of the user's forward() in the simulated graph: measure for real
+        return None
+
+
 def quantize_model(
     module: Any,
     example_inputs: tuple,
@@ -205,6 +216,7 @@ def quantize_model(
     attempts: list[BackendAttempt] = []
     products: list[FlatbufferModel | None] = []
     screened_out: list[str] = []  # backends not run because an earlier result met the target
+    not_lowered: tuple[str, float, BackendAttempt] | None = None  # PT2E simulated, found unable to win
     for name in backends_for(mode, backend):
         if mode in _FIRST_SUCCESS_MODES and any(a.ok for a in attempts):
             break
@@ -218,9 +230,16 @@ def quantize_model(
             observer = flatbuffer_observer if name == "flatbuffer" else pt2e_observer
         try:
             if name == "pt2e":
-                data = pt2e.quantize_pt2e(
+                converted, quantizer = pt2e.calibrate_pt2e(
                     module, example_inputs, mode, calibration, observer=pt2e_observer, strict=strict, verbose=verbose
                 )
+                if backend == QuantBackend.AUTO and attempts:
+                    simulated = _simulated_sqnr(converted, parity_set, refs)
+                    settled = None if simulated is None else selection.lowering_not_needed(simulated, attempts)
+                    if settled is not None:
+                        not_lowered = (name, simulated, settled)
+                        continue
+                data = pt2e.lower_pt2e(converted, quantizer, example_inputs, strict=strict, verbose=verbose)
             else:
                 if float_model_bytes is None:
                     from ..conversion import convert_module
@@ -288,6 +307,14 @@ def quantize_model(
             f"{chosen.backend} ({chosen.sqnr_db:.1f} dB, fully integer) already meets the parity target "
             f"({target.describe()}, on the calibration inputs), so {', '.join(screened_out)} was not tried "
             f"(--quant-backend {screened_out[0]} runs it)"
+        )
+    elif not_lowered is not None and len(attempts) == 1:
+        skipped, simulated, settled = not_lowered
+        reason = (
+            f"kept {chosen.backend} ({chosen.sqnr_db:.1f} dB, fully integer): {skipped}'s quantized graph, "
+            f"simulated in PyTorch, read {simulated:.1f} dB on the calibration inputs, more than "
+            f"{selection.LOWERING_MARGIN_DB:g} dB below, so it was not lowered to a model "
+            f"(--quant-backend {skipped} runs it)"
         )
     final = run_flatbuffer_passes(
         products[best], [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the quantized model"

@@ -36,6 +36,8 @@ __all__ = [
     "PT2E_OBSERVERS",
     "pt2e_supports",
     "quantize_pt2e",
+    "calibrate_pt2e",
+    "lower_pt2e",
     "prepare_and_convert_pt2e",
     "make_pt2e_quantizer",
     "drop_integer_annotations",
@@ -190,7 +192,7 @@ def prepare_and_convert_pt2e(
     return convert_pt2e(prepared, fold_quantize=False), quantizer
 
 
-def quantize_pt2e(
+def calibrate_pt2e(
     module: Any,
     example_inputs: tuple,
     mode: QuantizeMode,
@@ -199,9 +201,10 @@ def quantize_pt2e(
     observer: str = DEFAULT_PT2E_OBSERVER,
     strict: bool = False,
     verbose: bool = False,
-) -> bytes:
-    """Return the quantized flatbuffer. Raises QuantizationError (or TraceError/ConversionError from
-    the final lowering) when PT2E cannot handle the model."""
+) -> tuple[Any, Any]:
+    """The PT2E recipe up to the quantized FX graph (``(converted, quantizer)``), errors mapped to
+    QuantizationError. The converted graph runs in PyTorch with the int8 rounding simulated, which is
+    how ``auto`` predicts the lowered model's parity before paying for the lowering."""
     if not pt2e_supports(mode):
         raise QuantizationError(
             f"The PT2E backend does not support --quantize {mode.value} (litert-torch's static PT2E "
@@ -219,9 +222,11 @@ def quantize_pt2e(
         batches = calibration.torch_batches()
         # Dynamic mode has no activation observers; one pass validates the graph.
         batches = batches[:1] if mode == QuantizeMode.DYNAMIC_INT8 else batches
-        converted, quantizer = prepare_and_convert_pt2e(
-            module, example_inputs, mode, batches, observer=observer, strict=strict
-        )
+        return prepare_and_convert_pt2e(module, example_inputs, mode, batches, observer=observer, strict=strict)
+
+
+def lower_pt2e(converted: Any, quantizer: Any, example_inputs: tuple, *, strict: bool = False, verbose: bool = False) -> bytes:
+    """The flatbuffer of a graph from :func:`calibrate_pt2e` (litert-torch's lowering)."""
     from litert_torch.quantize.quant_config import QuantConfig
 
     try:
@@ -234,3 +239,21 @@ def quantize_pt2e(
             f"litert-torch could not lower the PT2E-quantized graph: {exc.message}",
             "Try --quant-backend flatbuffer, which quantizes the converted float model instead.",
         ) from exc
+
+
+def quantize_pt2e(
+    module: Any,
+    example_inputs: tuple,
+    mode: QuantizeMode,
+    calibration: CalibrationSet,
+    *,
+    observer: str = DEFAULT_PT2E_OBSERVER,
+    strict: bool = False,
+    verbose: bool = False,
+) -> bytes:
+    """Return the quantized flatbuffer. Raises QuantizationError (or TraceError/ConversionError from
+    the final lowering) when PT2E cannot handle the model."""
+    converted, quantizer = calibrate_pt2e(
+        module, example_inputs, mode, calibration, observer=observer, strict=strict, verbose=verbose
+    )
+    return lower_pt2e(converted, quantizer, example_inputs, strict=strict, verbose=verbose)

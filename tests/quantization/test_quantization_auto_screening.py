@@ -3,6 +3,7 @@ not already meet the parity target and the fully-integer need; the choice rule o
 
 from __future__ import annotations
 
+import pytest
 import torch
 from quantization_models import CNN_SPEC
 
@@ -40,9 +41,11 @@ def test_auto_stops_after_the_flatbuffer_backend_when_it_meets_the_target(cnn, c
 
 
 def test_auto_measures_both_and_keeps_the_better_when_the_target_is_not_met(cnn, cnn_float_bytes, cnn_calibration):
+    # The flatbuffer backend's moving-average observer clips (several dB below min-max), so PT2E's
+    # simulated parity is not below it by the lowering margin: PT2E is lowered and measured too.
     result = quantize_model(
         cnn, EXAMPLE, QuantizeMode.INT8, calibration=cnn_calibration, float_model_bytes=cnn_float_bytes,
-        target=ParityTarget(min_sqnr_db=200.0),
+        target=ParityTarget(min_sqnr_db=200.0), flatbuffer_observer="moving_average",
     )
     assert [a.backend for a in result.attempts] == ["flatbuffer", "pt2e"]
     best = max(result.attempts, key=lambda a: a.sqnr_db)
@@ -61,3 +64,48 @@ def test_export_auto_uses_the_exports_thresholds_as_the_target(tmp_path):
     assert [a["backend"] for a in q["attempts"]] == ["flatbuffer"], q["reason"]
     assert "20 dB" in q["reason"]  # int8's default SQNR gate
     assert result.exit_code == 0
+
+
+def test_lowering_is_skipped_only_when_a_fully_integer_result_wins_by_more_than_the_margin():
+    from edge_export.quantization.selection import (
+        LOWERING_MARGIN_DB,
+        lowering_not_needed,
+    )
+
+    kept = _attempt(30.0)
+    assert lowering_not_needed(30.0 - LOWERING_MARGIN_DB - 0.1, [kept]) is kept
+    assert lowering_not_needed(30.0 - LOWERING_MARGIN_DB + 0.1, [kept]) is None  # could still win: lower it
+    assert lowering_not_needed(35.0, [kept]) is None
+    # A mixed-precision result does not settle it: a fully integer PT2E model may be kept over it.
+    assert lowering_not_needed(5.0, [_attempt(30.0, fully_integer=False)]) is None
+    assert lowering_not_needed(5.0, [_attempt(30.0, ok=False)]) is None
+    # The best fully integer attempt is the one to beat.
+    better = _attempt(40.0)
+    assert lowering_not_needed(36.0, [kept, better]) is better
+
+
+@pytest.fixture(scope="module")
+def skewed_calibration():
+    """A first sample far smaller than the rest: PT2E's moving-average observer keeps ranges near the
+    first batch's and clips the others, min-max covers them all, so PT2E loses by many dB."""
+    from edge_export.quantization import CalibrationSet, synthetic_calibration
+
+    base = synthetic_calibration([CNN_SPEC], n=16, seed=1)
+    first = tuple(a * 0.05 for a in base.samples[0])
+    return CalibrationSet((first, *base.samples[1:]), "skewed synthetic", False)
+
+
+def test_auto_does_not_lower_pt2e_when_its_simulation_cannot_win(cnn, cnn_float_bytes, skewed_calibration):
+    from edge_export.config import QuantBackend
+
+    options = {"calibration": skewed_calibration, "pt2e_observer": "moving_average"}
+    result = quantize_model(
+        cnn, EXAMPLE, QuantizeMode.INT8, float_model_bytes=cnn_float_bytes,
+        target=ParityTarget(min_sqnr_db=200.0), **options,
+    )
+    assert [a.backend for a in result.attempts] == ["flatbuffer"], result.reason
+    assert result.backend == "flatbuffer" and result.fully_integer
+    assert "simulated in PyTorch" in result.reason and "not lowered" in result.reason
+    # The choice is the one measuring both gives: the lowered PT2E model is worse.
+    lowered = quantize_model(cnn, EXAMPLE, QuantizeMode.INT8, backend=QuantBackend.PT2E, **options)
+    assert lowered.attempts[0].sqnr_db < result.attempts[0].sqnr_db - 0.05

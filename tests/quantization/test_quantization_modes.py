@@ -89,8 +89,11 @@ def test_int16x8_has_int16_activations(cnn, cnn_float_bytes, cnn_calibration):
 
 def test_auto_tries_both_backends_and_records_why(cnn, cnn_float_bytes, cnn_calibration, capfd):
     capfd.readouterr()
+    # The flatbuffer backend's moving-average observer clips, so PT2E's simulated parity is close enough
+    # for it to be lowered and measured too (with min-max it is simulated, found worse and not lowered).
     result = quantize_model(
         cnn, EXAMPLE, QuantizeMode.INT8, calibration=cnn_calibration, float_model_bytes=cnn_float_bytes,
+        flatbuffer_observer="moving_average",
     )
     out, err = capfd.readouterr()
     assert out == "" and err == ""  # the libraries' chatter stays off the terminal unless verbose
