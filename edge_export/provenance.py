@@ -30,6 +30,7 @@ __all__ = [
     "describe_location",
     "node_module",
     "node_user_source",
+    "operator_module",
     "scope_levels",
     "tensor_module",
     "tensor_scopes",
@@ -114,6 +115,27 @@ def tensor_module(name: str) -> ModuleRef | None:
         type_name = levels[-1][0] if levels else _root_type(scope)
         return ModuleRef(".".join(attr for _, attr in levels), type_name)
     return None
+
+
+# The module classes an operator computes for: a fused CONV_2D is named after its conv and its ReLU,
+# and the conv is the layer (its weights) a user would change.
+_OPCODE_MODULES = {
+    "CONV_2D": ("Conv",), "DEPTHWISE_CONV_2D": ("Conv",), "TRANSPOSE_CONV": ("Conv",),
+    "FULLY_CONNECTED": ("Linear",), "BATCH_MATMUL": ("Linear", "Attention"),
+}
+
+
+def operator_module(name: str, opcode: str | None = None) -> ModuleRef | None:
+    """The module a tensor name names for the operator ``opcode`` that computes or reads it: among
+    the locations of a fused op's name (the block whose forward() applied the ReLU first, the conv
+    after it), the one whose class computes ``opcode`` (a Conv for CONV_2D), else the innermost."""
+    candidates = [levels for levels in (scope_levels(scope) for scope in tensor_scopes(name)) if levels]
+    if not candidates:
+        return tensor_module(name)
+    families = _OPCODE_MODULES.get(opcode or "", ())
+    matching = [levels for levels in candidates if any(f in levels[-1][0] for f in families)]
+    best = max(matching or candidates, key=len)
+    return ModuleRef(".".join(attr for _, attr in best), best[-1][0])
 
 
 def clean_module_path(path: str) -> str:

@@ -39,6 +39,7 @@ from ..config import QuantizeMode
 from ..errors import QuantizationError, first_line
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..library_output import quiet_libraries
+from ..provenance import operator_module
 from ..reports.serialize import json_field
 from .calibration import CalibrationSet
 
@@ -227,35 +228,12 @@ def _provenance(ops: Sequence[QuantizableOp], module: Any) -> dict[int, tuple[st
     """(module path, module type, source file:line) of each operator, from its tensor name."""
     found = {}
     for op in ops:
-        ref = deepest_module(op.tensor, op.opcode)
+        ref = operator_module(op.tensor, op.opcode)
         if ref is None:
             found[op.index] = (None, None, None)
             continue
         found[op.index] = (ref.path, ref.type_name, source_line(module, ref.path) if module is not None else None)
     return found
-
-
-# The module classes an operator computes for: a fused CONV_2D is named after its conv and its ReLU,
-# and the conv is the layer (its weights) a user would change.
-_OPCODE_MODULES = {
-    "CONV_2D": ("Conv",), "DEPTHWISE_CONV_2D": ("Conv",), "TRANSPOSE_CONV": ("Conv",),
-    "FULLY_CONNECTED": ("Linear",), "BATCH_MATMUL": ("Linear", "Attention"),
-}
-
-
-def deepest_module(tensor_name: str, opcode: str | None = None) -> Any:
-    """The module a tensor name names for its operator: among the locations of a fused op's name
-    (the block whose forward() applied the ReLU first, the conv after it), the one whose class
-    computes ``opcode`` (a Conv for CONV_2D), else the innermost."""
-    from ..provenance import ModuleRef, scope_levels, tensor_module, tensor_scopes
-
-    candidates = [levels for levels in (scope_levels(scope) for scope in tensor_scopes(tensor_name)) if levels]
-    if not candidates:
-        return tensor_module(tensor_name)
-    families = _OPCODE_MODULES.get(opcode or "", ())
-    matching = [levels for levels in candidates if any(f in levels[-1][0] for f in families)]
-    best = max(matching or candidates, key=len)
-    return ModuleRef(".".join(attr for _, attr in best), best[-1][0])
 
 
 def source_line(module: Any, module_path: str) -> str | None:

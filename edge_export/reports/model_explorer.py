@@ -49,14 +49,14 @@ def _sensitivity_values(report: Any, model: Any) -> dict[str, float]:
     """Each ranked operator's SQNR under its tensor name in ``model``. The ranking was measured on
     the float model's names; a model from the PT2E backend names its tensors its own way, so an
     operator whose name is not in it is found by its module and opcode instead."""
-    from ..quantization.sensitivity import deepest_module
+    from ..provenance import operator_module
 
     names = {t.name for t in model.tensors}
     by_module: dict[tuple[str, str], str] = {}
     for op in model.operators:
         for index in op.outputs:
             name = model.tensors[index].name if index >= 0 else ""
-            ref = deepest_module(name, op.opcode) if name else None
+            ref = operator_module(name, op.opcode) if name else None
             if ref is not None:
                 by_module.setdefault((ref.path, op.opcode), name)
             break

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import UsageError
 
@@ -189,10 +189,12 @@ def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
     return -(-count * _DTYPE_BITS.get(t.dtype, 32) // 8)
 
 
-def _module_of(model: FlatbufferModel, index: int) -> str | None:
-    from ..provenance import tensor_module
+def _module_of(model: FlatbufferModel, index: int, opcode: str | None = None) -> str | None:
+    """The module a tensor's name points to for ``opcode`` (the operator that reads or writes it):
+    a fused conv's weights belong to the conv, not to the ReLU its name also names."""
+    from ..provenance import operator_module
 
-    found = tensor_module(model.tensors[index].name)
+    found = operator_module(model.tensors[index].name, opcode)
     if found is None:
         return None
     return found.path or found.type_name
@@ -207,6 +209,11 @@ def _operators_using(model: FlatbufferModel) -> dict[int, list[str]]:
     return using
 
 
+def _first_opcode(users: Sequence[str]) -> str | None:
+    """The opcode of the first "OPCODE #index" in ``users``."""
+    return users[0].split(" #", 1)[0] if users else None
+
+
 def _largest(model: FlatbufferModel, constant: bool, limit: int) -> tuple[SizeConsumer, ...]:
     using = _operators_using(model)
     indices = [t.index for t in model.tensors if t.is_constant == constant and (constant or t.index in using)]
@@ -214,7 +221,7 @@ def _largest(model: FlatbufferModel, constant: bool, limit: int) -> tuple[SizeCo
     return tuple(
         SizeConsumer(
             i, model.tensors[i].name, tuple(model.tensors[i].shape), model.tensors[i].dtype,
-            _tensor_bytes(model, i), _module_of(model, i), tuple(using.get(i, ())),
+            _tensor_bytes(model, i), _module_of(model, i, _first_opcode(using.get(i, ()))), tuple(using.get(i, ())),
         )
         for i in indices[:limit]
     )

@@ -214,18 +214,18 @@ def test_promotions_go_one_at_a_time_then_in_doubling_groups():
 
 
 def test_a_fused_operator_is_attributed_to_the_module_that_computes_it():
-    from edge_export.quantization.sensitivity import deepest_module
+    from edge_export.provenance import operator_module
 
     # names as litert-torch wrote them for a conv fused with the ReLU that follows it
     stem = (
         "bench_models.ResNet18/torch.nn.modules.container.Sequential_stem/torch.nn.modules.activation.ReLU_2;;"
         "bench_models.ResNet18/torch.nn.modules.container.Sequential_stem/torch.nn.modules.conv.Conv2d_0;1"
     )
-    assert (deepest_module(stem, "CONV_2D").path, deepest_module(stem, "CONV_2D").type_name) == ("stem.0", "Conv2d")
-    assert deepest_module(stem, "ADD").path == "stem.2"  # no conv computes an ADD: the innermost location
+    assert (operator_module(stem, "CONV_2D").path, operator_module(stem, "CONV_2D").type_name) == ("stem.0", "Conv2d")
+    assert operator_module(stem, "ADD").path == "stem.2"  # no conv computes an ADD: the innermost location
     root = "m.Net;;m.Net/torch.nn.modules.conv.Conv2d_conv2;1"
-    assert deepest_module(root, "CONV_2D").path == "conv2"
-    assert deepest_module("serving_default_output_0_output", "FULLY_CONNECTED") is None
+    assert operator_module(root, "CONV_2D").path == "conv2"
+    assert operator_module("serving_default_output_0_output", "FULLY_CONNECTED") is None
 
 
 class _PooledTwoOutputs(nn.Module):

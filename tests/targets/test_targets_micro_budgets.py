@@ -146,3 +146,26 @@ def test_budgets_are_accepted_by_a_target_derived_from_micro():
         assert (options.max_flash, options.max_ram) == (1_500_000, 65536)
     finally:
         unregister_target("derived-micro-budgets")
+
+
+def test_a_fused_convs_weights_are_named_after_the_conv_not_its_relu(tmp_path):
+    """Regression: a Conv-BN-ReLU block's fused CONV_2D names both the conv and the ReLU; the
+    largest-constants list named the ReLU (features.2), which holds no weights to shrink."""
+    import torch
+    from torch import nn
+
+    import edge_export
+    from edge_export.flatbuffer import load_flatbuffer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+    ).eval()
+    result = edge_export.export(
+        model, example_inputs=(torch.randn(1, 3, 8, 8),), output=tmp_path / "fused.tflite",
+        quantize="int8", quant_backend="flatbuffer", validate=False, calibration_samples=8,
+    )
+    consumers = largest_constants(load_flatbuffer(result.tflite_path))
+    weights = [c for c in consumers if len(c.shape) == 4]
+    assert [c.module for c in weights] == ["3", "0"], consumers  # the convs, largest first
