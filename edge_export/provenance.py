@@ -128,13 +128,15 @@ _OPCODE_MODULES = {
 def operator_module(name: str, opcode: str | None = None) -> ModuleRef | None:
     """The module a tensor name names for the operator ``opcode`` that computes or reads it: among
     the locations of a fused op's name (the block whose forward() applied the ReLU first, the conv
-    after it), the one whose class computes ``opcode`` (a Conv for CONV_2D), else the innermost."""
+    after it), the one whose class computes ``opcode`` (a Conv for CONV_2D), else the first (``tensor_module``)."""
     candidates = [levels for levels in (scope_levels(scope) for scope in tensor_scopes(name)) if levels]
     if not candidates:
         return tensor_module(name)
     families = _OPCODE_MODULES.get(opcode or "", ())
     matching = [levels for levels in candidates if any(f in levels[-1][0] for f in families)]
-    best = max(matching or candidates, key=len)
+    if not matching:  # no location's class computes the opcode: the first, as tensor_module says
+        return tensor_module(name)
+    best = max(matching, key=len)
     return ModuleRef(".".join(attr for _, attr in best), best[-1][0])
 
 

@@ -78,14 +78,14 @@ class CmsisNNReport:
 
 
 def _module_of(model: FlatbufferModel, op: OperatorInfo) -> str | None:
-    from ..provenance import tensor_module
+    from ..provenance import operator_module
 
-    # The output names the op's own module; then its weights (owned by the layer, and named after
+    # The output names the op's own module (for a fused op, the module that computes the opcode); then its weights (owned by the layer, and named after
     # it even when the output is a graph output); then the activations it reads.
     constants = [i for i in op.inputs if i >= 0 and model.tensors[i].is_constant]
     activations = [i for i in op.inputs if i >= 0 and not model.tensors[i].is_constant]
     for index in (*op.outputs, *constants, *activations):
-        found = tensor_module(model.tensors[index].name)
+        found = operator_module(model.tensors[index].name, op.opcode)
         if found is not None:
             return found.path or found.type_name
     return None

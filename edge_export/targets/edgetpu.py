@@ -214,12 +214,13 @@ class EdgeTPUReport:
 # ---- module paths from tensor names -------------------------------------------------------------
 
 
-def module_path_from_tensor_name(name: str) -> tuple[str, str | None] | None:
+def module_path_from_tensor_name(name: str, opcode: str | None = None) -> tuple[str, str | None] | None:
     """``(module_path, module_type)`` of the module a flatbuffer tensor came from (see
-    edge_export.provenance), or None when its name names none."""
-    from ..provenance import tensor_module
+    edge_export.provenance; for a fused operator ``opcode``, the module that computes it), or None
+    when its name names none."""
+    from ..provenance import operator_module
 
-    found = tensor_module(name)
+    found = operator_module(name, opcode)
     return None if found is None else (found.path, found.type_name)
 
 
@@ -231,7 +232,7 @@ def _module_of(op: OperatorInfo, model: FlatbufferModel) -> tuple[str, str | Non
         t = model.tensors[index]
         if t.is_constant:
             continue
-        found = module_path_from_tensor_name(t.name)
+        found = module_path_from_tensor_name(t.name, op.opcode)
         if found is not None:
             return found
     return None

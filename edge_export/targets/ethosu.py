@@ -257,7 +257,7 @@ def cpu_operators(compiled: FlatbufferModel, named: FlatbufferModel) -> tuple[Cp
     """The operators Vela left outside its ``ethos-u`` operators, matched to the int8 model's
     operators by their output tensor's name (Vela keeps the names of the tensors it does not fold)
     and blamed on the PyTorch module that name points to."""
-    from ..provenance import tensor_module
+    from ..provenance import operator_module
     from .cmsis_nn import _module_of
 
     by_output = {}
@@ -275,7 +275,7 @@ def cpu_operators(compiled: FlatbufferModel, named: FlatbufferModel) -> tuple[Cp
         if source is not None:  # its module as the CMSIS-NN check finds it (output, weights, inputs)
             module = _module_of(named, source)
         else:
-            ref = tensor_module(name) if name else None
+            ref = operator_module(name, op.opcode) if name else None
             module = (ref.path or ref.type_name) if ref is not None else None
         found.append(CpuOperator(
             source.index if source is not None else None,
