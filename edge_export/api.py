@@ -495,9 +495,10 @@ def _times_host_latency(options: ExportOptions, target: Any) -> bool:
     return options.host_latency and options.quantize.is_integer and target.times_on_host_cpu
 
 
-def _float_model_for_latency(export_module: Any, export_example: tuple, options: ExportOptions, stages: _Stages) -> bytes | None:
+def _float_model_for_flatbuffer_backend(export_module: Any, export_example: tuple, options: ExportOptions, stages: _Stages) -> bytes | None:
     """The float flatbuffer the flatbuffer backend quantizes, converted here rather than inside
-    quantize_model so that the latency stage can time it too: no conversion more than before. None
+    quantize_model so that the latency stage can time it and a failed Edge TPU parity can rank
+    operators on it: no conversion more than before. None
     when only PT2E runs (it converts no float model; timing would cost one) or when the conversion
     fails (quantize_model then converts again, fails the flatbuffer backend and falls back to PT2E,
     as it did before)."""
@@ -578,8 +579,8 @@ def _run_export(
         if search_mode or options.sensitivity:  # per-operator recipes start from the float model
             with stages.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
                 float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
-        elif _times_host_latency(options, target):
-            float_bytes = _float_model_for_latency(export_module, export_example, options, stages)
+        else:  # converted once here: the flatbuffer backend, the latency stage and the Edge TPU's explanation share it
+            float_bytes = _float_model_for_flatbuffer_backend(export_module, export_example, options, stages)
         with stages.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
             from .quantization import ParityTarget, quantize_model
             from .quantization.ranges import observers_for
@@ -676,7 +677,7 @@ def _run_export(
         )
         if parity.passed is False and quant_result is not None and sensitivity is None and not target.mixed_precision_promotions:
             with stages.run("sensitivity", "Ranking operators by sensitivity (parity failed)"):
-                sensitivity = _limiting_layers(quant_result, export_module, export_example, calibration, parity_samples, specs, options, example, plan, target, module)
+                sensitivity = _limiting_layers(quant_result, float_bytes, export_module, export_example, calibration, parity_samples, specs, options, example, plan, target, module)
 
     named_size = fb.size_bytes
     named_fb = fb  # what the checks ran on; the target's finish reads its names
@@ -851,7 +852,7 @@ def np_array_copy(a: Any) -> Any:
     return np.ascontiguousarray(np.array(a, copy=True))
 
 
-def _limiting_layers(quant_result: Any, export_module: Any, export_example: tuple, calibration: Any, parity_samples: Any,
+def _limiting_layers(quant_result: Any, float_bytes: bytes | None, export_module: Any, export_example: tuple, calibration: Any, parity_samples: Any,
                      specs: list[InputSpec], options: ExportOptions, example: tuple, plan: Any, target: Any, module: Any) -> Any:
     """On a target with nothing to promote a layer to (the Edge TPU), a failed int8 parity is
     explained instead: the sensitivity ranking, with a note naming the layers that limit accuracy."""
@@ -860,7 +861,8 @@ def _limiting_layers(quant_result: Any, export_module: Any, export_example: tupl
     from .conversion import convert_module
     from .quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
 
-    float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
+    if float_bytes is None:  # only PT2E ran: no float model was converted yet
+        float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
     heldout = parity_samples if parity_samples is not None else _parity_samples(specs, options, example)
     _, sensitivity, _ = run_sensitivity_and_mixed_precision(
         quant_result, float_bytes=float_bytes, export_module=export_module,
