@@ -15,6 +15,7 @@ from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pa
 from .restore_tensor_names_pass import restore_tensor_names_pass
 from .set_io_dtype_pass import set_io_dtype_pass
 from .share_quantization_vectors_pass import share_quantization_vectors_pass
+from .split_weights_pass import split_weights_pass
 from .strip_tensor_names_pass import strip_tensor_names_pass
 
 __all__ = [
@@ -28,5 +29,6 @@ __all__ = [
     "run_flatbuffer_passes",
     "set_io_dtype_pass",
     "share_quantization_vectors_pass",
+    "split_weights_pass",
     "strip_tensor_names_pass",
 ]
