@@ -23,6 +23,12 @@ costs a logarithmic number of candidates, not one per operator); when a group ov
 smallest prefix that meets the target is found by bisection inside it. Every promoted operator gets
 the SQNR of the measured prefixes before and after it. When the target is never met, the best model
 found is kept and the report says why. Steps are listed in ``steps`` (``promoted`` = prefix length).
+
+With int16 promotions, a model that misses the target with every operator at int16 is limited by its
+int8 weights; a second phase (``weight_splitting.py``) then splits the weights of the weighted
+operators in sensitivity order, the same way (fewest splits), still fully integer. Those operators
+appear once more in ``promoted`` with precision ``int16+split-weights``, and their steps carry
+``split_weights`` (how many are split).
 """
 
 from __future__ import annotations
@@ -143,7 +149,7 @@ class PromotedLayer:
     module_path: str | None
     module_type: str | None
     source: str | None
-    precision: str  # "int16" | "float"
+    precision: str  # "int16" | "float" | "int16+split-weights" (weight_splitting.SPLIT_PRECISION)
     sensitivity_rank: int
     step: int  # which measured prefix first included it (operators promoted together share one)
     sqnr_before_db: float  # the model's held-out SQNR before this step
@@ -158,6 +164,7 @@ class MixedPrecisionStep:
     cosine: float
     size_bytes: int
     met: bool
+    split_weights: int = 0  # weighted operators whose int8 weights were split (int16 only; weight_splitting.py)
 
 
 @dataclass(frozen=True)
@@ -272,11 +279,16 @@ def search_mixed_precision(
         kept_count = met_at
     else:  # never met: the best prefix measured
         kept_count = max(measured, key=lambda k: (measured[k][0].sqnr_db, -k))
-    kept_check, kept_bytes = measured[kept_count]
+    split = None
+    if precision == "int16" and not check.met and met_at is None and len(order) in measured:
+        split = _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, kept_count)
+        if split is not None:
+            kept_count = len(order)  # the split candidates have every operator at int16
+    kept_check, kept_bytes = measured[kept_count] if split is None else split.measured[split.kept]
     steps = tuple(
         MixedPrecisionStep(k, measured[k][0].sqnr_db, measured[k][0].cosine, len(measured[k][1]), measured[k][0].met)
         for k in sorted(measured)
-    )
+    ) + (_split_steps(split, len(order)) if split is not None else ())
     # every promoted operator with the measured prefixes around it: (k_{i-1}, k_i] is step i
     chain = [k for k in sorted(measured) if k <= kept_count]
     promoted: list[PromotedLayer] = []
@@ -289,9 +301,13 @@ def search_mixed_precision(
                     precision, layer.rank, step, before[0].sqnr_db, after[0].sqnr_db, len(after[1]) - len(before[1]),
                 )
             )
+    if split is not None:
+        promoted += _split_rows(split, len(chain))
     kept_promoted = tuple(promoted)
     along = f" (and {carried[kept_count]} layout or input/output operator(s) between them)" if carried.get(kept_count) else ""
-    if kept_check.met:
+    if split is not None:
+        reason = _split_reason(split, len(order), along, measured[len(order)][0], kept_check, target, len(heldout))
+    elif kept_check.met:
         reason = (
             f"promoted {kept_count} of {len(order)} operators{along} to {precision} in sensitivity order: "
             f"{target.describe()} met on {len(heldout)} held-out inputs"
@@ -313,6 +329,54 @@ def search_mixed_precision(
         seconds=time.perf_counter() - start,
     )
     return MixedPrecisionSearch(report, kept_bytes if kept_count else None, int8_bytes)
+
+
+# ---- the second, integer-only phase: split weights (weight_splitting.py) ---------------------------
+
+
+def _recipe(report: MixedPrecisionReport) -> str:
+    raised = len({p.op_index for p in report.promoted})
+    split = sum(1 for p in report.promoted if p.precision != report.precision)
+    return f"static_wi8_ai8 + {raised} operator(s) at {report.precision}" + (f", {split} with split int8 weights" if split else "")
+
+
+def _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, best_int16):
+    """Run weight splitting from the model with every operator at int16; its result when it beats
+    the best int16 model (meets the target, or a higher SQNR), else None."""
+    from .weight_splitting import search_split_weights
+
+    split = search_split_weights(quantizer, order, heldout, heldout_refs, target, measured[len(order)])
+    best = split.measured[split.kept][0]
+    if split.kept and (best.met or best.sqnr_db > measured[best_int16][0].sqnr_db):
+        return split
+    return None
+
+
+def _split_steps(split, promoted: int) -> tuple[MixedPrecisionStep, ...]:
+    return tuple(
+        MixedPrecisionStep(promoted, check.sqnr_db, check.cosine, len(model), check.met, split_weights=k)
+        for k, (check, model) in sorted(split.measured.items()) if k
+    )
+
+
+def _split_rows(split, first_step: int) -> list[PromotedLayer]:
+    from .weight_splitting import split_rows
+
+    return split_rows(split, first_step)
+
+
+def _split_reason(split, count: int, along: str, int16_check: TargetCheck, kept: TargetCheck, target: AccuracyTarget, samples: int) -> str:
+    done = (
+        f"promoted all {count} operators{along} to int16 ({int16_check.sqnr_db:.1f} dB: int8 weights limit it), "
+        f"then split the int8 weights of {split.kept} of {len(split.order)} weighted operators in sensitivity order "
+        "(W = W_hi + W_lo: two int8-weight operators and an ADD each, so the model stays fully integer)"
+    )
+    if kept.met:
+        return f"{done}: {target.describe()} met on {samples} held-out inputs"
+    return (
+        f"the target ({target.describe()}) was not met even with all {count} operators at int16 and weights split "
+        f"({'; '.join(kept.failed)}); kept the best model found: {done}, {kept.sqnr_db:.1f} dB"
+    )
 
 
 def _child_run(
@@ -409,7 +473,7 @@ def run_sensitivity_and_mixed_precision(
         )
     quant = replace(
         base, model=final, backend="flatbuffer",
-        recipe=f"static_wi8_ai8 + {len(report.promoted)} operator(s) at {report.precision}",
+        recipe=_recipe(report),
         reason=base.reason + f"; mixed precision: {report.reason}",
         fully_integer=check.fully_integer, integer_check=check, io=describe_io(final),
         sqnr_db=None, cosine=None, warnings=warnings,

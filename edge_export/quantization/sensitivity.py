@@ -153,6 +153,7 @@ class RecipeQuantizer:
         self.float_bytes = bytes(float_bytes)
         self.float_model = read_flatbuffer(self.float_bytes, origin="the float model")
         self.verbose = verbose
+        self.calibration, self.observer = calibration, observer  # for a rewritten model's own calibration
         with quiet_libraries(verbose):
             data = fr._signature_data(self.float_model, calibration)
             # int16x8 takes the same min/max as int8: one calibration serves every recipe.
@@ -165,6 +166,17 @@ class RecipeQuantizer:
         constants = {t.name for t in self.float_model.tensors if t.is_constant}
         # The int16 floor is the narrower one; int8 ranges get the int8 floor at quantize time.
         self.qsvs, _ = fr.floor_ranges(qsvs, QuantizeMode.INT8, constants)
+
+    @classmethod
+    def with_ranges(cls, float_bytes: bytes, like: RecipeQuantizer) -> RecipeQuantizer:
+        """A quantizer over ``float_bytes`` that reuses ``like``'s calibrated ranges (keyed by tensor
+        name, so a model whose tensors carry the same names and values gets the same ranges) instead
+        of calibrating again."""
+        made = cls.__new__(cls)
+        made.float_bytes = bytes(float_bytes)
+        made.float_model = read_flatbuffer(made.float_bytes, origin="the float model")
+        made.verbose, made.calibration, made.observer, made.qsvs = like.verbose, like.calibration, like.observer, like.qsvs
+        return made
 
     def quantize(self, base: str, overrides: Mapping[QuantizableOp, str] | None = None) -> bytes:
         from ai_edge_quantizer import quantizer as aeq

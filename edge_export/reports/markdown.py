@@ -333,6 +333,12 @@ def _mixed_precision_section(m: MixedPrecisionReport) -> list[str]:
         f"{_e(_plain(m.int8_size_bytes))} → {_e(_plain(m.size_bytes))} bytes; host latency (XNNPACK, 1 thread) "
         f"{_fmt(m.int8_latency_ms)} → {_fmt(m.latency_ms)} ms; fully integer: {_e(m.fully_integer)}"
     )
+    split = [p for p in m.promoted if p.precision == "int16+split-weights"]
+    if split:
+        out.append(
+            f"- int8 weights split in two int8 halves (W = W\\_hi + W\\_lo: two int8-weight operators and an ADD each) for "
+            f"{len(split)} operator(s), after every operator at int16 still missed the target: rows `int16+split-weights`"
+        )
     out.append("")
     if m.promoted:
         out.append("| step | module | op | sensitivity rank | to | SQNR before dB | after dB | size Δ bytes |")

@@ -138,7 +138,8 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
     if mixed is not None:
         _plain(
             out,
-            f"  mixed precision ({mixed.mode}): {len(mixed.promoted)} operator(s) raised to {mixed.precision}, "
+            f"  mixed precision ({mixed.mode}): {len({p.op_index for p in mixed.promoted})} operator(s) raised to {mixed.precision}"
+            f"{_split_note(mixed)}, "
             f"SQNR {mixed.int8_sqnr_db} -> {mixed.sqnr_db} dB, target {'met' if mixed.met else 'NOT met'}",
         )
     latency = report.host_latency
@@ -170,3 +171,8 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
         _plain(out, f"  junit: {report.artifacts.junit}")
     if report.artifacts.get("test_vectors"):
         _plain(out, f"  test vectors: {report.artifacts.get('test_vectors')}")
+
+
+def _split_note(mixed) -> str:
+    split = sum(1 for p in mixed.promoted if p.precision == "int16+split-weights")
+    return f" ({split} with split int8 weights)" if split else ""

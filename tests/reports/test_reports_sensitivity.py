@@ -109,3 +109,45 @@ def test_the_terminal_summary_names_the_most_sensitive_operators_and_the_promoti
         f"{HOSTILE} (CONV_2D) 20.9 dB, FULLY_CONNECTED #6 50.4 dB"
     ) in lines
     assert "  mixed precision (auto): 2 operator(s) raised to float, SQNR 21.027 -> 49.454 dB, target met" in lines
+
+
+def _split_mixed() -> MixedPrecisionReport:
+    """An int16 search that promoted both convs, then split conv2's weights (listed again)."""
+    promoted = (
+        PromotedLayer(2, "CONV_2D", "m/Conv2d_conv2;1", "conv2", "Conv2d", None, "int16", 1, 1, 17.2, 18.1, 96),
+        PromotedLayer(1, "CONV_2D", "m/Conv2d_conv1;1", "conv1", "Conv2d", None, "int16", 2, 2, 18.1, 18.4, 40),
+        PromotedLayer(2, "CONV_2D", "m/Conv2d_conv2;1", "conv2", "Conv2d", None, "int16+split-weights", 1, 3, 18.4, 33.5, 2410),
+    )
+    steps = (
+        MixedPrecisionStep(0, 17.2, 0.99, 8944, False),
+        MixedPrecisionStep(1, 18.1, 0.991, 9040, False),
+        MixedPrecisionStep(2, 18.4, 0.992, 9080, False),
+        MixedPrecisionStep(2, 33.5, 0.9998, 11490, True, split_weights=1),
+    )
+    return MixedPrecisionReport(
+        "int16", "int16", AccuracyTarget(30.0), True, "promoted all 2 operators to int16, then split 1", 17.2, 0.99,
+        33.5, 0.9998, promoted, steps, 8944, 11490, 0.009, 0.2, True, seconds=1.5,
+    )
+
+
+def test_split_weights_rows_in_markdown_json_and_summary():
+    from rich.console import Console
+
+    report = dataclasses.replace(full_report(), mixed_precision=_split_mixed())
+    mixed = render_markdown(report)
+    mixed = mixed[mixed.index("## Mixed precision") :].splitlines()
+    assert mixed[0] == "## Mixed precision (int16: operators raised to int16)"
+    assert mixed[4] == (
+        "- int8 weights split in two int8 halves (W = W\\_hi + W\\_lo: two int8-weight operators and an ADD each) for 1 "
+        "operator(s), after every operator at int16 still missed the target: rows `int16+split-weights`"
+    )
+    assert mixed[10] == "| 3 | <code>conv2</code> (Conv2d) | CONV\\_2D #2 | 1 | int16+split-weights | 18.4 | 33.5 | 2410 |"
+    data = validate_report(to_json_value(report))
+    assert [p["precision"] for p in data["mixed_precision"]["promoted"]] == ["int16", "int16", "int16+split-weights"]
+    assert [s["split_weights"] for s in data["mixed_precision"]["steps"]] == [0, 0, 0, 1]
+    out = Console(record=True, width=300, highlight=False, soft_wrap=True, force_terminal=False)
+    print_summary(report, out, Console(record=True, width=300, force_terminal=False))
+    assert (
+        "  mixed precision (int16): 2 operator(s) raised to int16 (1 with split int8 weights), SQNR 17.2 -> 33.5 dB, target met"
+        in out.export_text().splitlines()
+    )
