@@ -240,8 +240,14 @@ def search_mixed_precision(
     mode: str,
     precision: str,
     measure_latency: bool = True,
+    int8_io: bool = False,
 ) -> MixedPrecisionSearch:
+    """``int8_io``: the model's inputs and outputs stay int8 whatever is promoted next to them
+    (``--io-dtype int8|uint8``, micro: an int16 boundary cannot be given an 8-bit type)."""
+    from .weight_splitting import int8_boundary
+
     start = time.perf_counter()
+    boundary = int8_boundary(quantizer.float_model) if int8_io and precision == "int16" else {}
     by_index = ops_by_index(quantizer)
     order = [layer for layer in ranking if layer.op_index in by_index]
     int8_bytes = quantizer.quantize("int8")
@@ -252,6 +258,7 @@ def search_mixed_precision(
     def measure(k: int) -> TargetCheck:
         overrides = promotion_overrides(quantizer, [by_index[layer.op_index] for layer in order[:k]], precision)
         carried[k] = len(overrides) - k
+        overrides.update(boundary)
         candidate = quantizer.quantize("int8", overrides)
         result = evaluate_target(run_outputs(candidate, heldout), heldout_refs, target)
         measured[k] = (result, candidate)
@@ -281,7 +288,7 @@ def search_mixed_precision(
         kept_count = max(measured, key=lambda k: (measured[k][0].sqnr_db, -k))
     split = None
     if precision == "int16" and not check.met and met_at is None and len(order) in measured:
-        split = _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, kept_count)
+        split = _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, kept_count, boundary)
         if split is not None:
             kept_count = len(order)  # the split candidates have every operator at int16
     kept_check, kept_bytes = measured[kept_count] if split is None else split.measured[split.kept]
@@ -340,12 +347,12 @@ def _recipe(report: MixedPrecisionReport) -> str:
     return f"static_wi8_ai8 + {raised} operator(s) at {report.precision}" + (f", {split} with split int8 weights" if split else "")
 
 
-def _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, best_int16):
+def _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, best_int16, boundary):
     """Run weight splitting from the model with every operator at int16; its result when it beats
     the best int16 model (meets the target, or a higher SQNR), else None."""
     from .weight_splitting import search_split_weights
 
-    split = search_split_weights(quantizer, order, heldout, heldout_refs, target, measured[len(order)])
+    split = search_split_weights(quantizer, order, heldout, heldout_refs, target, measured[len(order)], int8_io=bool(boundary))
     best = split.measured[split.kept][0]
     if split.kept and (best.met or best.sqnr_db > measured[best_int16][0].sqnr_db):
         return split
@@ -394,6 +401,7 @@ def _child_run(
     target: AccuracyTarget,
     base_model_bytes: bytes | None,
     verbose: bool,
+    int8_io: bool = False,
 ) -> tuple[SensitivityReport | None, MixedPrecisionSearch | None]:
     """Everything native in one child process: calibration, the sensitivity variants, the search."""
     search_needed = False
@@ -407,7 +415,8 @@ def _child_run(
     search = None
     if search_needed:
         search = search_mixed_precision(
-            quantizer, sensitivity.layers, heldout, heldout_refs, target, mode=search_mode, precision=precision
+            quantizer, sensitivity.layers, heldout, heldout_refs, target, mode=search_mode, precision=precision,
+            int8_io=int8_io,
         )
     return sensitivity, search
 
@@ -430,6 +439,7 @@ def run_sensitivity_and_mixed_precision(
     """The sensitivity ranking (``want_sensitivity``) and, when ``search_mode`` is set and the
     quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search.
     Returns the QuantizationResult to keep (``base`` unless a mixed model replaced it)."""
+    from ..config import IODtype
     from ..isolation import run_isolated
     from ..passes.flatbuffer import (
         run_flatbuffer_passes,
@@ -446,6 +456,7 @@ def run_sensitivity_and_mixed_precision(
         _child_run, float_bytes, calibration, ranking_samples, ranking_refs, list(heldout), heldout_refs,
         module=source_module, want_sensitivity=want_sensitivity, search_mode=search_mode, precision=precision,
         target=target, base_model_bytes=base.model.data if search_mode is not None and base is not None else None, verbose=verbose,
+        int8_io=io_dtype in (IODtype.INT8, IODtype.UINT8),
         stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
         hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",
         preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),

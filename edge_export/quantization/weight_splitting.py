@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from .sensitivity import LayerSensitivity, RecipeQuantizer, run_outputs
+from .sensitivity import LayerSensitivity, QuantizableOp, RecipeQuantizer, run_outputs
 
-__all__ = ["SPLIT_PRECISION", "SplitSearch", "search_split_weights", "split_float_model", "split_rows", "splittable_layers"]
+__all__ = ["SPLIT_PRECISION", "SplitSearch", "int8_boundary", "search_split_weights", "split_float_model", "split_rows", "splittable_layers"]
 
 SPLIT_PRECISION = "int16+split-weights"  # PromotedLayer.precision of an operator whose weights were split
 
@@ -97,9 +97,12 @@ def search_split_weights(
     heldout_refs: list[list[np.ndarray]],
     target: Any,
     baseline: tuple[Any, bytes],
+    *,
+    int8_io: bool = False,
 ) -> SplitSearch:
     """Split weights in ``ranking`` order until ``target`` is met; ``baseline`` is the measured
-    model with every operator at int16 and nothing split (count 0)."""
+    model with every operator at int16 and nothing split (count 0). ``int8_io``: the model's
+    inputs and outputs stay int8 (ai-edge-quantizer requantizes to int16 behind them)."""
     from .mixed_precision import _groups, evaluate_target
 
     start = time.perf_counter()
@@ -120,13 +123,25 @@ def search_split_weights(
                 candidate = all_split
             else:
                 candidate = RecipeQuantizer.with_ranges(split_float_model(quantizer.float_bytes, [layer.op_index for layer in order[:k]]), all_split)
-            model = candidate.quantize("int16")
+            model = candidate.quantize("int16", int8_boundary(candidate.float_model) if int8_io else None)
             measured[k] = (evaluate_target(run_outputs(model, heldout), heldout_refs, target), model)
         return measured[k][0].met
 
     met_at = fewest_prefix(meets, len(order), _groups(len(order)))
     kept = met_at if met_at is not None else max(measured, key=lambda k: (measured[k][0].sqnr_db, -k))
     return SplitSearch(order, measured, kept, time.perf_counter() - start, calibration_seconds)
+
+
+def int8_boundary(model: Any) -> dict[QuantizableOp, str]:
+    """Recipe overrides that keep the model's inputs and outputs int8 (ai-edge-quantizer's virtual
+    INPUT and OUTPUT operators, scoped as sensitivity.passthrough_ops scopes them) in a model
+    otherwise at int16: ``set_io_dtype_pass`` cannot give an int16 boundary int8 or uint8 I/O."""
+    found = {}
+    for index, key, tensors in ((-1, "INPUT", model.inputs), (-2, "OUTPUT", model.outputs)):
+        names = [model.tensors[t].name for t in tensors if model.tensors[t].name]
+        if names:
+            found[QuantizableOp(index, key, names[0], ";".join(names) + ";")] = "int8"
+    return found
 
 
 def split_rows(split: SplitSearch, first_step: int) -> list[Any]:
