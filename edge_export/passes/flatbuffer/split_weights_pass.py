@@ -1,5 +1,6 @@
-"""Split the float weights of chosen operators in two int8-exact halves (fully integer mixed
-precision past what int16 activations alone reach).
+"""Split the float filters of chosen operators in two halves that int8 holds (W = W_hi + W_lo).
+
+Fully integer mixed precision past what int16 activations alone reach.
 
 int16 activations leave int8 weights, and on random-weight MobileNetV2s int8 weights alone cap the
 output at about 18 dB (docs/BENCHMARKS.md, "Sensitivity and mixed precision"). Writing each weight
