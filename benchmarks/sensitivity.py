@@ -95,7 +95,7 @@ def predictors(models: list[str], size: int) -> None:
             print(f"| {name} | {method} | {len(report.layers)} | {int8:.1f} | {', '.join(curve)} | {first or '>' + str(k)} | {seconds:.1f} |", flush=True)
 
 
-def mixed(models: list[str], size: int, backend: str, modes: tuple[str, ...] = ("auto", "int16")) -> None:
+def mixed(models: list[str], size: int, backend: str, modes: tuple[str, ...] = ("auto", "int16"), steps: bool = False) -> None:
     from edge_export.api import export
 
     print(f"| model | mode | exit | held-out SQNR dB | size bytes | latency ms (XNNPACK 1T) | fully integer | promoted | search s | top promoted modules |  ({_load()})")
@@ -120,12 +120,21 @@ def mixed(models: list[str], size: int, backend: str, modes: tuple[str, ...] = (
                 if mode == "auto":
                     print(f"| {name} | int8 plain (flatbuffer) | 1 | {m['int8_sqnr_db']:.1f} | {m['int8_size_bytes']} | {m['int8_latency_ms']} | True | 0 | – | – |")
                 top = ", ".join(dict.fromkeys(p["module_path"] or p["opcode"] for p in m["promoted"][:4]))
+                raised = len({p["op_index"] for p in m["promoted"]})
+                split = [p for p in m["promoted"] if p["precision"] == "int16+split-weights"]
+                split_text = ""
+                if split:  # the weight-splitting phase (int16 only): how many, which first
+                    first = ", ".join(p["module_path"] or p["opcode"] for p in split[:3])
+                    split_text = f"; weights split: {len(split)} (first: {first})"
                 print(
                     f"| {name} | {mode} ({m['precision']}) | {result.exit_code} | {m['sqnr_db']:.1f} (parity {parity:.1f}) | {m['size_bytes']} | "
-                    f"{m['latency_ms']} | {m['fully_integer']} | {len(m['promoted'])} of {len(rep['sensitivity']['layers']) if rep.get('sensitivity') else '?'} | "
+                    f"{m['latency_ms']} | {m['fully_integer']} | {raised} of {len(rep['sensitivity']['layers']) if rep.get('sensitivity') else '?'}{split_text} | "
                     f"{m['seconds']:.0f} (export {wall:.0f}) | {top} |",
                     flush=True,
                 )
+                if steps:
+                    for step in m["steps"]:
+                        print(f"|   | step | promoted {step['promoted']}, split {step.get('split_weights', 0)} | {step['sqnr_db']} | {step['size_bytes']} | | {step['met']} | | | |", flush=True)
 
 
 def timing(models: list[str], size: int, backend: str) -> None:
@@ -157,11 +166,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=None)
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--modes", default="auto,int16", help="mixed: the --mixed-precision modes to run")
+    parser.add_argument("--steps", action="store_true", help="mixed: also print every candidate the search measured")
     args = parser.parse_args()
     if args.part == "predictors":
         predictors((args.models or "resnet18,mobilenetv2,transformer").split(","), args.size or 64)
     elif args.part == "mixed":
-        mixed((args.models or "small_cnn,resnet18,mobilenetv2,mobilenetv2_like,transformer").split(","), args.size or 224, args.backend, tuple(args.modes.split(",")))
+        mixed((args.models or "small_cnn,resnet18,mobilenetv2,mobilenetv2_like,transformer").split(","), args.size or 224, args.backend, tuple(args.modes.split(",")), args.steps)
     else:
         timing((args.models or "resnet18").split(","), args.size or 224, args.backend)
 
