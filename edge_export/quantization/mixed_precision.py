@@ -257,8 +257,8 @@ def search_mixed_precision(
 
     def measure(k: int) -> TargetCheck:
         overrides = promotion_overrides(quantizer, [by_index[layer.op_index] for layer in order[:k]], precision)
-        carried[k] = len(overrides) - k
         overrides.update(boundary)
+        carried[k] = sum(1 for raised in overrides.values() if raised == precision) - k
         candidate = quantizer.quantize("int8", overrides)
         result = evaluate_target(run_outputs(candidate, heldout), heldout_refs, target)
         measured[k] = (result, candidate)
