@@ -128,7 +128,7 @@ def mixed(models: list[str], size: int, backend: str, modes: tuple[str, ...] = (
                     split_text = f"; weights split: {len(split)} (first: {first})"
                 print(
                     f"| {name} | {mode} ({m['precision']}) | {result.exit_code} | {m['sqnr_db']:.1f} (parity {parity:.1f}) | {m['size_bytes']} | "
-                    f"{m['latency_ms']} | {m['fully_integer']} | {raised} of {len(rep['sensitivity']['layers']) if rep.get('sensitivity') else '?'}{split_text} | "
+                    f"{m['latency_ms']} (int8 {m['int8_latency_ms']}) | {m['fully_integer']} | {raised} of {len(rep['sensitivity']['layers']) if rep.get('sensitivity') else '?'}{split_text} | "
                     f"{m['seconds']:.0f} (export {wall:.0f}) | {top} |",
                     flush=True,
                 )
