@@ -95,7 +95,9 @@ def predictors(models: list[str], size: int) -> None:
             print(f"| {name} | {method} | {len(report.layers)} | {int8:.1f} | {', '.join(curve)} | {first or '>' + str(k)} | {seconds:.1f} |", flush=True)
 
 
-def mixed(models: list[str], size: int, backend: str, modes: tuple[str, ...] = ("auto", "int16"), steps: bool = False) -> None:
+def mixed(
+    models: list[str], size: int, backend: str, modes: tuple[str, ...] = ("auto", "int16"), steps: bool = False, keep: str | None = None
+) -> None:
     from edge_export.api import export
 
     print(f"| model | mode | exit | held-out SQNR dB | size bytes | latency ms (XNNPACK 1T) | fully integer | promoted | search s | top promoted modules |  ({_load()})")
@@ -103,7 +105,8 @@ def mixed(models: list[str], size: int, backend: str, modes: tuple[str, ...] = (
     for name in models:
         model, example = _build(name, size)
         image = example[0].dim() == 4
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as scratch:
+            tmp = keep or scratch  # --keep: the models and reports stay, to time them again back to back
             for mode in modes:
                 start = time.perf_counter()
                 result = export(
@@ -167,11 +170,12 @@ def main() -> None:
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--modes", default="auto,int16", help="mixed: the --mixed-precision modes to run")
     parser.add_argument("--steps", action="store_true", help="mixed: also print every candidate the search measured")
+    parser.add_argument("--keep", default=None, help="mixed: write the models and reports to this folder")
     args = parser.parse_args()
     if args.part == "predictors":
         predictors((args.models or "resnet18,mobilenetv2,transformer").split(","), args.size or 64)
     elif args.part == "mixed":
-        mixed((args.models or "small_cnn,resnet18,mobilenetv2,mobilenetv2_like,transformer").split(","), args.size or 224, args.backend, tuple(args.modes.split(",")), args.steps)
+        mixed((args.models or "small_cnn,resnet18,mobilenetv2,mobilenetv2_like,transformer").split(","), args.size or 224, args.backend, tuple(args.modes.split(",")), args.steps, args.keep)
     else:
         timing((args.models or "resnet18").split(","), args.size or 224, args.backend)
 
