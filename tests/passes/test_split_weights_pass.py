@@ -100,8 +100,8 @@ def test_outputs_and_names_survive_and_the_halves_name_the_original_module(fp32,
 def test_w_hi_is_exactly_what_ai_edge_quantizer_writes_back(fp32, split):
     """Quantizing the split model to int8 reproduces W_hi: the int8 codes are those the pass
     rounded to and the dequantized values equal W_hi up to the float32 rounding of the scale."""
-    from edge_export.quantization import synthetic_calibration
     from edge_export.config import InputSpec
+    from edge_export.quantization import synthetic_calibration
     from edge_export.quantization.sensitivity import RecipeQuantizer
 
     model = split[1].model
@@ -134,3 +134,32 @@ def test_an_operator_without_a_constant_filter_is_an_internal_error(fp32):
     with pytest.raises(InternalError, match="no constant float filter"):
         split_weights_pass(model, [not_weighted])
     assert split_weights_pass(model, []) is False
+
+
+class SharedFilter(nn.Module):
+    """One conv applied twice: both operators read the same filter tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(torch.relu(self.conv(x)))
+
+
+@pytest.mark.parametrize("both", [True, False])
+def test_a_filter_two_operators_share_is_split_from_its_original_values(both):
+    from edge_export.conversion import convert_module
+    from edge_export.flatbuffer_packing import read_model
+
+    fp32 = convert_module(SharedFilter().eval(), (torch.zeros(SHAPE),))
+    chosen = splittable_operators(read_model(fp32))
+    assert len(chosen) == 2
+    split = run_flatbuffer_passes(fp32, [partial(split_weights_pass, operators=chosen if both else chosen[:1])]).model
+    xs = [np.random.default_rng(i).standard_normal(SHAPE).astype(np.float32) for i in range(2)]
+    ref, out = _run(read_flatbuffer(fp32), xs), _run(split, xs)
+    assert np.abs(out - ref).max() <= 1e-6 * np.abs(ref).max()
+    # no float constant is left that no operator reads (the quantizer would keep it float)
+    read = {t for op in split.operators for t in op.inputs}
+    assert all(t.index in read for t in split.tensors if t.is_constant)

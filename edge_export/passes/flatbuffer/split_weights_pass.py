@@ -137,13 +137,25 @@ def split_weights_pass(model: Any, operators: Iterable[int]) -> bool:
         for t in op.inputs or ():
             if t >= 0:
                 readers[t] = readers.get(t, 0) + 1
+    # A filter read only by chosen operators, through a buffer no other tensor holds, becomes W_hi
+    # in place (no float constant left behind for the quantizer to keep); the others keep theirs.
+    # The weights are read before any is replaced: operators sharing a filter split the original.
+    filters = {i: ops[i].inputs[1] for i in chosen}
+    original = {t: _float_filter(model, sg, ops[i]) for i, t in filters.items()}
+    buffer_holders: dict[int, int] = {}
+    for tensor in sg.tensors:
+        buffer_holders[tensor.buffer] = buffer_holders.get(tensor.buffer, 0) + 1
+    in_place = {
+        t for t in set(filters.values())
+        if readers.get(t) == list(filters.values()).count(t) and buffer_holders.get(sg.tensors[t].buffer) == 1
+    }
     new_ops: list[Any] = []
     for index, op in enumerate(ops):
         new_ops.append(op)
         if index not in chosen:
             continue
         axis = SPLIT_WEIGHT_OPCODES[_opcode(model, op)]
-        weights = _float_filter(model, sg, op)
+        weights = original[op.inputs[1]]
         hi = int8_per_channel(weights, axis)
         # the exact remainder: ai-edge-quantizer rounds it to int8 per channel when it quantizes
         # the model, and the float model computes what the original does
@@ -152,10 +164,11 @@ def split_weights_pass(model: Any, operators: Iterable[int]) -> bool:
         out_index = op.outputs[0]
         out = sg.tensors[out_index]
         base = _name(out)
-        if readers.get(op.inputs[1]) == 1:  # nobody else reads the filter: W_hi replaces it in place
+        if op.inputs[1] in in_place:
             hi_filter = op.inputs[1]
-            model.buffers[filter_tensor.buffer].data = np.frombuffer(hi.tobytes(), dtype=np.uint8)
-            filter_tensor.name = _name(filter_tensor) + HI_SUFFIX
+            if not _name(filter_tensor).endswith(HI_SUFFIX):  # the first of the operators sharing it
+                model.buffers[filter_tensor.buffer].data = np.frombuffer(hi.tobytes(), dtype=np.uint8)
+                filter_tensor.name = _name(filter_tensor) + HI_SUFFIX
         else:
             hi_filter = _constant(model, sg, filter_tensor, _name(filter_tensor) + HI_SUFFIX, hi)
         lo_filter = _constant(model, sg, filter_tensor, _name(filter_tensor).removesuffix(HI_SUFFIX) + LO_SUFFIX, lo)
