@@ -119,3 +119,31 @@ def test_the_cli_on_micro_runs_the_split_model_on_the_tflite_micro_interpreter(t
     model = load_flatbuffer(out)
     assert model.is_fully_integer and {model.tensors[i].dtype for i in (*model.inputs, *model.outputs)} == {"int8"}
     assert {"ADD", "CONV_2D", "QUANTIZE"} <= set(rep["target"]["micro"]["ops"]) and rep["target"]["micro"]["ok"]
+
+
+def test_an_unreachable_target_keeps_the_best_split_model_and_says_why():
+    from edge_export.config import InputSpec
+    from edge_export.conversion import convert_module
+    from edge_export.quantization import synthetic_calibration
+    from edge_export.quantization.mixed_precision import AccuracyTarget, search_mixed_precision
+    from edge_export.quantization.selection import reference_outputs
+    from edge_export.quantization.sensitivity import RecipeQuantizer, measure_sensitivity
+
+    module = DeadChannelOutlierNet().eval()
+    calibration = synthetic_calibration([InputSpec(shape=tuple(X.shape), name="x")], 16, seed=1)
+    quantizer = RecipeQuantizer(convert_module(module, (X,)), calibration)
+    samples = list(calibration.samples[:4])
+    ranking = measure_sensitivity(quantizer, samples, reference_outputs(module, samples)).layers
+    heldout = [(np.random.default_rng(i).standard_normal(X.shape).astype(np.float32),) for i in range(4)]
+    search = search_mixed_precision(
+        quantizer, ranking, heldout, reference_outputs(module, heldout), AccuracyTarget(200.0),
+        mode="int16", precision="int16", measure_latency=False,
+    )
+    report = search.report
+    assert not report.met and search.model_bytes is not None
+    assert "was not met even with all 4 operators at int16 and weights split" in report.reason
+    assert "kept the best model found" in report.reason
+    split_steps = [s for s in report.steps if s.split_weights]
+    assert [s.split_weights for s in split_steps] == [1, 2, 3]  # every weighted operator tried
+    assert report.sqnr_db == max(s.sqnr_db for s in report.steps) > 40  # far above int16 alone
+    assert len(search.model_bytes) == next(s.size_bytes for s in split_steps if s.sqnr_db == report.sqnr_db)
