@@ -377,9 +377,10 @@ def search_mixed_precision(
     timing = [0.0]
 
     def time_prefix(k: int, model_bytes: bytes) -> None:
-        began = time.perf_counter()
-        latency[k] = _median_latency(model_bytes) if measure_latency else None
-        timing[0] += time.perf_counter() - began
+        if measure_latency:
+            began = time.perf_counter()
+            latency[k] = _median_latency(model_bytes)
+            timing[0] += time.perf_counter() - began
 
     time_prefix(0, int8_bytes)
 
