@@ -144,7 +144,7 @@ def _spearman(a: list[float], b: list[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", "int16")) -> None:
+def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", "int16"), min_sqnr: float = 30.0) -> None:
     import numpy as np
 
     from edge_export.config import InputSpec
@@ -161,7 +161,7 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
     from edge_export.quantization.selection import reference_outputs
     from edge_export.quantization.sensitivity import RecipeQuantizer, measure_sensitivity
 
-    print(f"({_load()}; TIE_BAND_DB = {TIE_BAND_DB})")
+    print(f"({_load()}; TIE_BAND_DB = {TIE_BAND_DB}; --min-sqnr {min_sqnr:g})")
     rows, singles = [], []
     for name in models:
         model, example = _build(name, size)
@@ -189,7 +189,7 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
         heldout = [tuple(t.numpy() for t in s) for s in make_samples([spec], 8, 0, example)]
         heldout_refs = reference_outputs(model, heldout)
         all_costs = promotion_costs(quantizer.float_model)
-        target = AccuracyTarget(30.0)
+        target = AccuracyTarget(min_sqnr)
         for precision in precisions:
             costs = {i: c.for_precision(precision) for i, c in all_costs.items()}
             moved_ops = sum(a.op_index != b.op_index for a, b in zip(first.layers, promotion_order(first.layers, costs)))
@@ -254,13 +254,15 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=None)
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--modes", default="auto,int16", help="mixed: the --mixed-precision modes to run")
+    parser.add_argument("--precisions", default="float,int16", help="order: the precisions to promote to")
+    parser.add_argument("--min-sqnr", type=float, default=30.0, help="order: the target")
     args = parser.parse_args()
     if args.part == "predictors":
         predictors((args.models or "resnet18,mobilenetv2,transformer").split(","), args.size or 64)
     elif args.part == "mixed":
         mixed((args.models or "small_cnn,resnet18,mobilenetv2,mobilenetv2_like,transformer").split(","), args.size or 224, args.backend, tuple(args.modes.split(",")))
     elif args.part == "order":
-        order((args.models or "mobilenetv2_like,resnet18").split(","), args.size or 224)
+        order((args.models or "mobilenetv2_like,resnet18").split(","), args.size or 224, tuple(args.precisions.split(",")), args.min_sqnr)
     else:
         timing((args.models or "resnet18").split(","), args.size or 224, args.backend)
 
