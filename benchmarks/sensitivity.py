@@ -159,7 +159,10 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
         search_mixed_precision,
     )
     from edge_export.quantization.selection import reference_outputs
-    from edge_export.quantization.sensitivity import RecipeQuantizer, measure_sensitivity
+    from edge_export.quantization.sensitivity import (
+        RecipeQuantizer,
+        measure_sensitivity,
+    )
 
     print(f"({_load()}; TIE_BAND_DB = {TIE_BAND_DB}; --min-sqnr {min_sqnr:g})")
     rows, singles = [], []
@@ -193,8 +196,10 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
         for precision in precisions:
             costs = {i: c.for_precision(precision) for i, c in all_costs.items()}
             moved_ops = sum(a.op_index != b.op_index for a, b in zip(first.layers, promotion_order(first.layers, costs)))
+            kept = {}
             for label, use in (("sensitivity", None), ("cost-aware", costs)):
                 search = search_mixed_precision(quantizer, first.layers, heldout, heldout_refs, target, mode="bench", precision=precision, costs=use)
+                kept[label] = search.model_bytes or search.int8_bytes
                 r = search.report
                 rows.append(
                     f"| {name} {size} | {precision} | {label} ({moved_ops} of {len(first.layers)} moved) | {r.met} | {r.sqnr_db:.1f} (int8 {r.int8_sqnr_db:.1f}) | "
@@ -206,6 +211,14 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
                     if sum(q.step == p.step for q in r.promoted) == 1:  # a single-operator step
                         c = all_costs[p.op_index]
                         singles.append((name, precision, label, p.opcode, p.op_index, c.float_bytes, c.int16_bytes, c.macs, p.size_delta_bytes, p.latency_delta_ms))
+            # the two kept models timed interleaved (one invoke of each in turn): a comparison that a
+            # change of load between the two searches does not bias
+            from edge_export.flatbuffer import read_flatbuffer
+            from edge_export.latency import _time_pair
+
+            a, b, runs = _time_pair(read_flatbuffer(kept["sensitivity"]), read_flatbuffer(kept["cost-aware"]), 2, 5, 50, 3.0)
+            rows.append(f"| {name} {size} | {precision} | kept models timed interleaved ({runs} runs each) | | | | | sensitivity {a:.3f}, cost-aware {b:.3f} (ratio {b / a:.3f}) | | |")
+            print(rows[-1], flush=True)
     print()
     print("| model size | to | order | met | SQNR dB | promoted | size bytes (vs int8) | latency ms | prefixes measured | search s |")
     print("|---|---|---|---|---|---|---|---|---|---|")

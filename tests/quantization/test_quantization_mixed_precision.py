@@ -306,7 +306,10 @@ def search_setup():
     from edge_export.inputs import make_samples
     from edge_export.quantization.calibration import synthetic_calibration
     from edge_export.quantization.selection import reference_outputs
-    from edge_export.quantization.sensitivity import RecipeQuantizer, measure_sensitivity
+    from edge_export.quantization.sensitivity import (
+        RecipeQuantizer,
+        measure_sensitivity,
+    )
 
     model = OutlierChannelNet().eval()
     spec = InputSpec(tuple(X.shape))
@@ -337,7 +340,10 @@ def test_promotion_costs_follow_the_float_models_shapes(search_setup):
 
 @pytest.mark.parametrize("measure_latency", [True, False])
 def test_each_promotion_carries_its_steps_latency_and_they_add_up(search_setup, measure_latency):
-    from edge_export.quantization.mixed_precision import AccuracyTarget, search_mixed_precision
+    from edge_export.quantization.mixed_precision import (
+        AccuracyTarget,
+        search_mixed_precision,
+    )
 
     _, quantizer, ranking, heldout, refs = search_setup
     report = search_mixed_precision(
@@ -359,7 +365,11 @@ def test_each_promotion_carries_its_steps_latency_and_they_add_up(search_setup, 
 def test_the_search_promotes_the_cheaper_of_two_near_equal_operators_first(search_setup):
     """conv1 (3 -> 8 channels) and conv2 (8 -> 16) are the two sensitive operators; with a band
     that holds both, the cheaper conv1 goes first, and the target is met with the same two."""
-    from edge_export.quantization.mixed_precision import AccuracyTarget, promotion_costs, search_mixed_precision
+    from edge_export.quantization.mixed_precision import (
+        AccuracyTarget,
+        promotion_costs,
+        search_mixed_precision,
+    )
 
     _, quantizer, ranking, heldout, refs = search_setup
     top = {layer.module_path: layer for layer in ranking[:2]}
