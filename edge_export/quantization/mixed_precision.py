@@ -300,7 +300,7 @@ def promotion_order(
     return order
 
 
-def describe_order(precision: str, band_db: float = TIE_BAND_DB) -> str:
+def _describe_order(precision: str, band_db: float = TIE_BAND_DB) -> str:
     cost = "bytes added" if precision == "float" else "multiply-accumulates"
     return f"sensitivity, cheapest first within {band_db:g} dB ({cost})"
 
@@ -436,10 +436,11 @@ def search_mixed_precision(
             )
     kept_promoted = tuple(promoted)
     along = f" (and {carried[kept_count]} layout or input/output operator(s) between them)" if carried.get(kept_count) else ""
-    order_rule = describe_order(precision, tie_band_db) if costs else "sensitivity"
+    order_rule = _describe_order(precision, tie_band_db) if costs else "sensitivity"
     if kept_check.met:
         reason = (
-            f"promoted {kept_count} of {len(order)} operators{along} to {precision} in {order_rule} order: "
+            f"promoted {kept_count} of {len(order)} operators{along} to {precision} in sensitivity order"
+            f"{', the cheaper first among near-equal ones' if costs else ''}: "
             f"{target.describe()} met on {len(heldout)} held-out inputs"
         )
     else:
