@@ -144,7 +144,8 @@ def _spearman(a: list[float], b: list[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", "int16"), min_sqnr: float = 30.0) -> None:
+def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", "int16"), min_sqnr: float = 30.0,
+          band_db: float | None = None, noise: bool = True) -> None:
     import numpy as np
 
     from edge_export.config import InputSpec
@@ -164,7 +165,8 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
         measure_sensitivity,
     )
 
-    print(f"({_load()}; TIE_BAND_DB = {TIE_BAND_DB}; --min-sqnr {min_sqnr:g})")
+    band_db = TIE_BAND_DB if band_db is None else band_db
+    print(f"({_load()}; band {band_db} dB (TIE_BAND_DB = {TIE_BAND_DB}); --min-sqnr {min_sqnr:g})")
     rows, singles = [], []
     for name in models:
         model, example = _build(name, size)
@@ -176,7 +178,7 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
         samples = list(calibration.samples)
         first = measure_sensitivity(quantizer, samples[:8], reference_outputs(model, samples[:8]))
         ranking_s = time.perf_counter() - start
-        second = measure_sensitivity(quantizer, samples[8:16], reference_outputs(model, samples[8:16]))
+        second = measure_sensitivity(quantizer, samples[8:16], reference_outputs(model, samples[8:16])) if noise else first
         again = {layer.op_index: layer.sqnr_db for layer in second.layers}
         moved = np.array([abs(layer.sqnr_db - again[layer.op_index]) for layer in first.layers if layer.op_index in again])
         moved = moved[np.isfinite(moved)]
@@ -195,10 +197,10 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
         target = AccuracyTarget(min_sqnr)
         for precision in precisions:
             costs = {i: c.for_precision(precision) for i, c in all_costs.items()}
-            moved_ops = sum(a.op_index != b.op_index for a, b in zip(first.layers, promotion_order(first.layers, costs)))
+            moved_ops = sum(a.op_index != b.op_index for a, b in zip(first.layers, promotion_order(first.layers, costs, band_db)))
             kept = {}
             for label, use in (("sensitivity", None), ("cost-aware", costs)):
-                search = search_mixed_precision(quantizer, first.layers, heldout, heldout_refs, target, mode="bench", precision=precision, costs=use)
+                search = search_mixed_precision(quantizer, first.layers, heldout, heldout_refs, target, mode="bench", precision=precision, costs=use, tie_band_db=band_db)
                 kept[label] = search.model_bytes or search.int8_bytes
                 r = search.report
                 rows.append(
@@ -269,13 +271,16 @@ def main() -> None:
     parser.add_argument("--modes", default="auto,int16", help="mixed: the --mixed-precision modes to run")
     parser.add_argument("--precisions", default="float,int16", help="order: the precisions to promote to")
     parser.add_argument("--min-sqnr", type=float, default=30.0, help="order: the target")
+    parser.add_argument("--band", type=float, default=None, help="order: the tie band in dB (default TIE_BAND_DB)")
+    parser.add_argument("--skip-noise", action="store_true", help="order: do not re-measure the ranking on other samples")
     args = parser.parse_args()
     if args.part == "predictors":
         predictors((args.models or "resnet18,mobilenetv2,transformer").split(","), args.size or 64)
     elif args.part == "mixed":
         mixed((args.models or "small_cnn,resnet18,mobilenetv2,mobilenetv2_like,transformer").split(","), args.size or 224, args.backend, tuple(args.modes.split(",")))
     elif args.part == "order":
-        order((args.models or "mobilenetv2_like,resnet18").split(","), args.size or 224, tuple(args.precisions.split(",")), args.min_sqnr)
+        order((args.models or "mobilenetv2_like,resnet18").split(","), args.size or 224, tuple(args.precisions.split(",")), args.min_sqnr,
+              args.band, not args.skip_noise)
     else:
         timing((args.models or "resnet18").split(","), args.size or 224, args.backend)
 
