@@ -425,13 +425,13 @@ def search_mixed_precision(
     promoted: list[PromotedLayer] = []
     for step, (low, high) in enumerate(pairwise(chain), start=1):
         before, after = measured[low], measured[high]
-        slower = None if latency.get(low) is None or latency.get(high) is None else round(latency[high] - latency[low], 3)
+        latency_change = None if latency.get(low) is None or latency.get(high) is None else round(latency[high] - latency[low], 3)
         for layer in order[low:high]:
             promoted.append(
                 PromotedLayer(
                     layer.op_index, layer.opcode, layer.tensor, layer.module_path, layer.module_type, layer.source,
                     precision, layer.rank, step, before[0].sqnr_db, after[0].sqnr_db, len(after[1]) - len(before[1]),
-                    slower,
+                    latency_change,
                 )
             )
     kept_promoted = tuple(promoted)
@@ -518,7 +518,8 @@ def run_sensitivity_and_mixed_precision(
 ) -> tuple[Any, SensitivityReport | None, MixedPrecisionReport | None]:
     """The sensitivity ranking (``want_sensitivity``) and, when ``search_mode`` is set and the
     quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search
-    (``measure_latency``: time every measured prefix on this CPU). Returns the QuantizationResult to keep (``base`` unless a mixed model replaced it)."""
+    (``measure_latency``: time every measured prefix on this CPU). Returns the QuantizationResult
+    to keep (``base`` unless a mixed model replaced it)."""
     from ..isolation import run_isolated
     from ..passes.flatbuffer import (
         run_flatbuffer_passes,
