@@ -257,7 +257,7 @@ def promotion_costs(model: Any, op_indices: Sequence[int] | None = None) -> dict
             w = weights[0]
             channels = max(int(outputs[0].shape[-1]), 1) if outputs and outputs[0].shape else 1
             macs = out * max(_elements(w.shape) // channels, 1)
-        elif op.opcode == "BATCH_MATMUL" and op.inputs:  # both operands computed: K from the first
+        elif op.opcode == "BATCH_MATMUL" and op.inputs and model.tensors[op.inputs[0]].shape:  # K from the first operand
             macs = out * max(int(model.tensors[op.inputs[0]].shape[-1]), 1)
         else:
             inputs = [model.tensors[t] for t in op.inputs if t >= 0]
