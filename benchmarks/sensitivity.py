@@ -127,6 +127,9 @@ def mixed(models: list[str], size: int, backend: str, modes: tuple[str, ...] = (
                 if mode == "auto":
                     print(f"| {name} | int8 plain (flatbuffer) | 1 | {m['int8_sqnr_db']:.1f} | {m['int8_size_bytes']} | {m['int8_latency_ms']} | True | 0 | – | – |")
                 top = ", ".join(dict.fromkeys(p["module_path"] or p["opcode"] for p in m["promoted"][:4]))
+                deltas = {p["step"]: p["latency_delta_ms"] for p in m["promoted"]}
+                if None not in deltas.values():  # each step's latency change (the search's own timings)
+                    top += f"; order: {m.get('order')}; sum of step latency changes {sum(deltas.values()):+.3f} ms over {len(deltas)} steps"
                 print(
                     f"| {name} | {mode} ({m['precision']}) | {result.exit_code} | {m['sqnr_db']:.1f} (parity {parity:.1f}) | {m['size_bytes']} | "
                     f"{m['latency_ms']} | {m['fully_integer']} | {len(m['promoted'])} of {len(rep['sensitivity']['layers']) if rep.get('sensitivity') else '?'} | "
