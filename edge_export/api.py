@@ -620,6 +620,7 @@ def _run_export(
                     io_dtype=options.io_dtype or IODtype.FLOAT32,
                     source_module=module,
                     verbose=options.verbose,
+                    measure_latency=_times_host_latency(options, target),  # each promotion's latency: cpu, not --no-latency
                 )
             if not options.sensitivity and mixed_precision is None:
                 sensitivity = None  # measured for a search that was not needed: not asked for

@@ -1,5 +1,6 @@
 """Mixed precision to an accuracy target: raise the precision of the most sensitive operators of an
-int8 model, in sensitivity order, until the output meets the target on held-out inputs.
+int8 model, in sensitivity order (the cheaper first among operators of near-equal sensitivity),
+until the output meets the target on held-out inputs.
 
     run_sensitivity_and_mixed_precision(...) -> (QuantizationResult, SensitivityReport | None,
                                                  MixedPrecisionReport | None)
@@ -29,12 +30,24 @@ int8 weights; a second phase (``weight_splitting.py``) then splits the weights o
 operators in sensitivity order, the same way (fewest splits), still fully integer. Those operators
 appear once more in ``promoted`` with precision ``int16+split-weights``, and their steps carry
 ``split_weights`` (how many are split).
+The order (``promotion_order``): the sensitivity ranking, except that operators whose sensitivities
+are within ``TIE_BAND_DB`` of the most sensitive one not yet placed count as equal, and among those
+the cheaper is promoted first. What a promotion costs (``promotion_costs``, from the float model's
+shapes) depends on the precision, as measured (docs/BENCHMARKS.md section 16): to float on the CPU
+it is the bytes the weights add (int8 to float32; XNNPACK's float kernels are no slower than its
+int8 ones here, so latency barely moves), to int16 it is the multiply-accumulates (the weights stay
+int8, but int16x8 runs on LiteRT's reference kernels, whose time grows with the work).
+
+With ``measure_latency`` (the cpu target without ``--no-latency``) every measured prefix model is
+timed (median host latency, XNNPACK, 1 thread: ``_median_latency``), so each step's latency change
+is reported beside its size change.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import pairwise
@@ -59,12 +72,16 @@ __all__ = [
     "MIXED_PRECISION_MODES",
     "SENSITIVITY_SAMPLES",
     "SINGLE_STEPS",
+    "TIE_BAND_DB",
     "AccuracyTarget",
     "MixedPrecisionReport",
     "MixedPrecisionStep",
     "PromotedLayer",
+    "PromotionCost",
     "check_mixed_precision_option",
     "evaluate_target",
+    "promotion_costs",
+    "promotion_order",
     "promotion_overrides",
     "run_sensitivity_and_mixed_precision",
     "search_mixed_precision",
@@ -73,6 +90,13 @@ __all__ = [
 MIXED_PRECISION_MODES = ("auto", "int16", "off")
 SENSITIVITY_SAMPLES = 8  # calibration samples the ranking is measured on
 SINGLE_STEPS = 8  # promotions made one at a time before the groups grow
+# Sensitivities closer than this count as equal (promotion_order): the ranking of 8 samples,
+# re-measured on 8 others, moves an operator's SQNR by at most 0.82 dB on the benchmark CNNs
+# (median gap between adjacent operators 0.54 dB; BENCHMARKS.md §16).
+TIE_BAND_DB = 1.0
+# Timing each measured prefix (_median_latency): at least LATENCY_MIN_RUNS timed runs, more up to
+# LATENCY_MAX_RUNS while under LATENCY_BUDGET_S seconds of timed work, after one warm-up run.
+LATENCY_MIN_RUNS, LATENCY_MAX_RUNS, LATENCY_BUDGET_S = 3, 10, 0.3
 
 
 def check_mixed_precision_option(value: str | None) -> None:
@@ -155,6 +179,8 @@ class PromotedLayer:
     sqnr_before_db: float  # the model's held-out SQNR before this step
     sqnr_after_db: float  # and after it
     size_delta_bytes: int  # file size change of this step (shared by the step's operators)
+    # median host latency change of this step (shared likewise); None when latency is not measured
+    latency_delta_ms: float | None = json_field(default=None, digits=3)
 
 
 @dataclass(frozen=True)
@@ -164,6 +190,7 @@ class MixedPrecisionStep:
     cosine: float
     size_bytes: int
     met: bool
+    latency_ms: float | None = json_field(default=None, digits=3)  # median host latency, when measured
     split_weights: int = 0  # weighted operators whose int8 weights were split (int16 only; weight_splitting.py)
 
 
@@ -188,6 +215,9 @@ class MixedPrecisionReport:
     fully_integer: bool | None = None
     backend: str = "flatbuffer"
     seconds: float = json_field(default=0.0, digits=3)
+    # the promotion order: "sensitivity" or "sensitivity, cheapest first within <band> dB (<cost>)"
+    order: str = "sensitivity"
+    latency_seconds: float = json_field(default=0.0, digits=3)  # of ``seconds``, spent timing prefixes
 
 
 @dataclass(frozen=True)
@@ -197,6 +227,89 @@ class MixedPrecisionSearch:
     report: MixedPrecisionReport
     model_bytes: bytes | None
     int8_bytes: bytes | None
+
+
+@dataclass(frozen=True)
+class PromotionCost:
+    """What raising one operator above int8 is expected to cost, from the float model's shapes."""
+
+    op_index: int
+    float_bytes: int  # bytes its constants gain at float32 over int8 (weights 1 -> 4 bytes, biases stay 4)
+    int16_bytes: int  # at int16x8 (weights stay int8, int32 biases become int64)
+    macs: int  # multiply-accumulates per inference (elements touched, for an operator without weights)
+
+    def for_precision(self, precision: str) -> int:
+        """The cost that decides the order at ``precision`` (see the module docstring)."""
+        return self.float_bytes if precision == "float" else self.macs
+
+
+def _elements(shape: Sequence[int]) -> int:
+    return math.prod(max(int(d), 1) for d in shape)  # a dynamic dimension (-1) counts as 1
+
+
+def promotion_costs(model: Any, op_indices: Sequence[int] | None = None) -> dict[int, PromotionCost]:
+    """The ``PromotionCost`` of each operator (all of the main subgraph's, or ``op_indices``) of the
+    float model ``model`` (a FlatbufferModel)."""
+    wanted = None if op_indices is None else set(op_indices)
+    costs = {}
+    for op in model.operators:
+        if wanted is not None and op.index not in wanted:
+            continue
+        constants = [model.tensors[t] for t in op.inputs if t >= 0 and model.tensors[t].is_constant and model.tensors[t].is_float]
+        weights = [t for t in constants if len(t.shape) >= 2]
+        biases = [t for t in constants if len(t.shape) < 2]
+        outputs = [model.tensors[t] for t in op.outputs if t >= 0]
+        out = max((_elements(t.shape) for t in outputs), default=0)
+        if weights:  # conv, depthwise, fully connected: each output element reads weights / out_channels
+            w = weights[0]
+            channels = max(int(outputs[0].shape[-1]), 1) if outputs and outputs[0].shape else 1
+            macs = out * max(_elements(w.shape) // channels, 1)
+        elif op.opcode == "BATCH_MATMUL" and op.inputs and model.tensors[op.inputs[0]].shape:  # K from the first operand
+            macs = out * max(int(model.tensors[op.inputs[0]].shape[-1]), 1)
+        else:
+            inputs = [model.tensors[t] for t in op.inputs if t >= 0]
+            macs = max([out, *(_elements(t.shape) for t in inputs)])
+        costs[op.index] = PromotionCost(
+            op.index,
+            float_bytes=3 * sum(_elements(t.shape) for t in weights),
+            int16_bytes=4 * sum(_elements(t.shape) for t in biases),
+            macs=int(macs),
+        )
+    return costs
+
+
+def _near(a: float, b: float, band_db: float) -> bool:
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= band_db
+
+
+def promotion_order(
+    ranking: Sequence[LayerSensitivity], costs: Mapping[int, float] | None, band_db: float = TIE_BAND_DB
+) -> list[LayerSensitivity]:
+    """The ranking's order, with near-equal sensitivities broken by cost: the operators whose SQNR is
+    within ``band_db`` of the most sensitive operator not yet placed form a band, promoted cheapest
+    first (ties by rank); then the next band starts at the next operator. Bands are anchored on
+    their first operator, not chained, so a ranking whose SQNRs rise in small steps is not merged
+    into one band ordered by cost alone. ``costs`` maps op_index to a number (lower is cheaper);
+    without it, or for an operator it lacks, the ranking's order stands."""
+    if not costs:
+        return list(ranking)
+    rest = list(ranking)
+    order: list[LayerSensitivity] = []
+    while rest:
+        anchor = rest[0].sqnr_db
+        band = [layer for layer in rest if _near(layer.sqnr_db, anchor, band_db)]
+        band.sort(key=lambda layer: (costs.get(layer.op_index, math.inf), layer.rank))
+        order += band
+        placed = {layer.op_index for layer in band}
+        rest = [layer for layer in rest if layer.op_index not in placed]
+    return order
+
+
+def _describe_order(precision: str, band_db: float = TIE_BAND_DB) -> str:
+    cost = "bytes added" if precision == "float" else "multiply-accumulates"
+    return f"sensitivity, cheapest first within {band_db:g} dB ({cost})"
 
 
 def promotion_overrides(quantizer: RecipeQuantizer, ops: Sequence[Any], precision: str) -> dict[Any, str]:
@@ -219,13 +332,28 @@ def _groups(count: int) -> list[int]:
     return sizes
 
 
-def _median_latency(model_bytes: bytes, runs: int = 10) -> float | None:
+def _median_latency(
+    model_bytes: bytes, *, min_runs: int = LATENCY_MIN_RUNS, max_runs: int = LATENCY_MAX_RUNS, budget_s: float = LATENCY_BUDGET_S
+) -> float | None:
+    """Median host latency (LiteRT + XNNPACK, 1 thread) after one warm-up run: at least
+    ``min_runs`` timed runs, then more up to ``max_runs`` while under ``budget_s`` of timed work
+    (a slow int16x8 model gets ``min_runs``, a fast one ``max_runs``)."""
     from ..flatbuffer import read_flatbuffer
-    from ..latency import _time_one
-    from ..runtime import Resolver
+    from ..latency import random_inputs
+    from ..runtime import Resolver, TFLiteRunner
 
     try:
-        return round(_time_one(read_flatbuffer(model_bytes), Resolver.XNNPACK, 1, runs, 2).median_ms, 3)
+        runner = TFLiteRunner(read_flatbuffer(model_bytes), resolver=Resolver.XNNPACK, num_threads=1)
+        interp = runner.interpreter
+        for spec, arr in zip(runner.inputs, random_inputs(runner.inputs)):
+            interp.set_tensor(spec.index, arr)
+        interp.invoke()
+        times: list[float] = []
+        while len(times) < max_runs and (len(times) < min_runs or sum(times) < budget_s):
+            start = time.perf_counter()
+            interp.invoke()
+            times.append(time.perf_counter() - start)
+        return round(float(np.median(times)) * 1e3, 3)
     except Exception:  # a latency we cannot measure is reported as none, never a failed export
         return None
 
@@ -241,19 +369,32 @@ def search_mixed_precision(
     precision: str,
     measure_latency: bool = True,
     int8_io: bool = False,
+    costs: Mapping[int, float] | None = None,
+    tie_band_db: float = TIE_BAND_DB,
 ) -> MixedPrecisionSearch:
     """``int8_io``: the model's inputs and outputs stay int8 whatever is promoted next to them
-    (``--io-dtype int8|uint8``, micro: an int16 boundary cannot be given an 8-bit type)."""
+    (``--io-dtype int8|uint8``, micro: an int16 boundary cannot be given an 8-bit type).
+    ``costs`` (op_index -> cost, lower is cheaper) breaks near-equal sensitivities
+    (``promotion_order``); without it the order is the ranking's."""
     from .weight_splitting import int8_boundary
-
     start = time.perf_counter()
     boundary = int8_boundary(quantizer.float_model) if int8_io and precision == "int16" else {}
     by_index = ops_by_index(quantizer)
-    order = [layer for layer in ranking if layer.op_index in by_index]
+    order = promotion_order([layer for layer in ranking if layer.op_index in by_index], costs, tie_band_db)
     int8_bytes = quantizer.quantize("int8")
     check = evaluate_target(run_outputs(int8_bytes, heldout), heldout_refs, target)
     measured: dict[int, tuple[TargetCheck, bytes]] = {0: (check, int8_bytes)}  # prefix length -> result
     carried = {0: 0}  # layout operators promoted along with the first k candidates
+    latency: dict[int, float | None] = {}  # prefix length -> median host latency (ms)
+    timing = [0.0]
+
+    def time_prefix(k: int, model_bytes: bytes) -> None:
+        if measure_latency:
+            began = time.perf_counter()
+            latency[k] = _median_latency(model_bytes)
+            timing[0] += time.perf_counter() - began
+
+    time_prefix(0, int8_bytes)
 
     def measure(k: int) -> TargetCheck:
         overrides = promotion_overrides(quantizer, [by_index[layer.op_index] for layer in order[:k]], precision)
@@ -262,6 +403,7 @@ def search_mixed_precision(
         candidate = quantizer.quantize("int8", overrides)
         result = evaluate_target(run_outputs(candidate, heldout), heldout_refs, target)
         measured[k] = (result, candidate)
+        time_prefix(k, candidate)
         return result
 
     done, met_at = 0, None
@@ -292,31 +434,44 @@ def search_mixed_precision(
         if split is not None:
             kept_count = len(order)  # the split candidates have every operator at int16
     kept_check, kept_bytes = measured[kept_count] if split is None else split.measured[split.kept]
+    split_latency: dict[int, float | None] = {}
+    if split is not None and measure_latency:
+        # only the chain of kept split candidates: int16 models are slow to time (reference kernels)
+        split_latency[0] = latency.get(len(order))
+        for k in sorted(split.measured):
+            if 0 < k <= split.kept:
+                began = time.perf_counter()
+                split_latency[k] = _median_latency(split.measured[k][1])
+                timing[0] += time.perf_counter() - began
     steps = tuple(
-        MixedPrecisionStep(k, measured[k][0].sqnr_db, measured[k][0].cosine, len(measured[k][1]), measured[k][0].met)
+        MixedPrecisionStep(k, measured[k][0].sqnr_db, measured[k][0].cosine, len(measured[k][1]), measured[k][0].met, latency.get(k))
         for k in sorted(measured)
-    ) + (_split_steps(split, len(order)) if split is not None else ())
+    ) + (_split_steps(split, len(order), split_latency) if split is not None else ())
     # every promoted operator with the measured prefixes around it: (k_{i-1}, k_i] is step i
     chain = [k for k in sorted(measured) if k <= kept_count]
     promoted: list[PromotedLayer] = []
     for step, (low, high) in enumerate(pairwise(chain), start=1):
         before, after = measured[low], measured[high]
+        latency_change = None if latency.get(low) is None or latency.get(high) is None else round(latency[high] - latency[low], 3)
         for layer in order[low:high]:
             promoted.append(
                 PromotedLayer(
                     layer.op_index, layer.opcode, layer.tensor, layer.module_path, layer.module_type, layer.source,
                     precision, layer.rank, step, before[0].sqnr_db, after[0].sqnr_db, len(after[1]) - len(before[1]),
+                    latency_change,
                 )
             )
     if split is not None:
-        promoted += _split_rows(split, len(chain))
+        promoted += _split_rows(split, len(chain), split_latency)
     kept_promoted = tuple(promoted)
     along = f" (and {carried[kept_count]} layout or input/output operator(s) between them)" if carried.get(kept_count) else ""
+    order_rule = _describe_order(precision, tie_band_db) if costs else "sensitivity"
     if split is not None:
         reason = _split_reason(split, len(order), along, measured[len(order)][0], kept_check, target, len(heldout))
     elif kept_check.met:
         reason = (
-            f"promoted {kept_count} of {len(order)} operators{along} to {precision} in sensitivity order: "
+            f"promoted {kept_count} of {len(order)} operators{along} to {precision} in sensitivity order"
+            f"{', the cheaper first among near-equal ones' if costs else ''}: "
             f"{target.describe()} met on {len(heldout)} held-out inputs"
         )
     else:
@@ -331,9 +486,11 @@ def search_mixed_precision(
         mode=mode, precision=precision, target=target, met=kept_check.met, reason=reason,
         int8_sqnr_db=check.sqnr_db, int8_cosine=check.cosine, sqnr_db=kept_check.sqnr_db, cosine=kept_check.cosine,
         promoted=kept_promoted, steps=steps, int8_size_bytes=len(int8_bytes), size_bytes=len(kept_bytes),
-        int8_latency_ms=_median_latency(int8_bytes) if measure_latency else None,
-        latency_ms=_median_latency(kept_bytes) if measure_latency and kept_count else None,
+        # the prefixes' own timings, so the promoted operators' latency deltas add up to the difference
+        int8_latency_ms=latency.get(0),
+        latency_ms=split_latency.get(split.kept) if split is not None else latency.get(kept_count) if kept_count else None,
         seconds=time.perf_counter() - start,
+        order=order_rule, latency_seconds=timing[0],
     )
     return MixedPrecisionSearch(report, kept_bytes if kept_count else None, int8_bytes)
 
@@ -359,17 +516,17 @@ def _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measur
     return None
 
 
-def _split_steps(split, promoted: int) -> tuple[MixedPrecisionStep, ...]:
+def _split_steps(split, promoted: int, latency: Mapping[int, float | None]) -> tuple[MixedPrecisionStep, ...]:
     return tuple(
-        MixedPrecisionStep(promoted, check.sqnr_db, check.cosine, len(model), check.met, split_weights=k)
+        MixedPrecisionStep(promoted, check.sqnr_db, check.cosine, len(model), check.met, latency.get(k), split_weights=k)
         for k, (check, model) in sorted(split.measured.items()) if k
     )
 
 
-def _split_rows(split, first_step: int) -> list[PromotedLayer]:
+def _split_rows(split, first_step: int, latency: Mapping[int, float | None]) -> list[PromotedLayer]:
     from .weight_splitting import split_rows
 
-    return split_rows(split, first_step)
+    return split_rows(split, first_step, latency)
 
 
 def _split_reason(split, count: int, along: str, int16_check: TargetCheck, kept: TargetCheck, target: AccuracyTarget, samples: int) -> str:
@@ -402,6 +559,7 @@ def _child_run(
     base_model_bytes: bytes | None,
     verbose: bool,
     int8_io: bool = False,
+    measure_latency: bool = True,
 ) -> tuple[SensitivityReport | None, MixedPrecisionSearch | None]:
     """Everything native in one child process: calibration, the sensitivity variants, the search."""
     search_needed = False
@@ -414,9 +572,10 @@ def _child_run(
     sensitivity = measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=SENSITIVITY_METHOD, module=module)
     search = None
     if search_needed:
+        costs = {i: c.for_precision(precision) for i, c in promotion_costs(quantizer.float_model).items()}
         search = search_mixed_precision(
             quantizer, sensitivity.layers, heldout, heldout_refs, target, mode=search_mode, precision=precision,
-            int8_io=int8_io,
+            int8_io=int8_io, measure_latency=measure_latency, costs=costs,
         )
     return sensitivity, search
 
@@ -435,10 +594,12 @@ def run_sensitivity_and_mixed_precision(
     io_dtype: Any,
     source_module: Any = None,
     verbose: bool = False,
+    measure_latency: bool = True,
 ) -> tuple[Any, SensitivityReport | None, MixedPrecisionReport | None]:
     """The sensitivity ranking (``want_sensitivity``) and, when ``search_mode`` is set and the
-    quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search.
-    Returns the QuantizationResult to keep (``base`` unless a mixed model replaced it)."""
+    quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search
+    (``measure_latency``: time every measured prefix on this CPU). Returns the QuantizationResult
+    to keep (``base`` unless a mixed model replaced it)."""
     from ..config import IODtype
     from ..isolation import run_isolated
     from ..passes.flatbuffer import (
@@ -457,6 +618,7 @@ def run_sensitivity_and_mixed_precision(
         module=source_module, want_sensitivity=want_sensitivity, search_mode=search_mode, precision=precision,
         target=target, base_model_bytes=base.model.data if search_mode is not None and base is not None else None, verbose=verbose,
         int8_io=io_dtype in (IODtype.INT8, IODtype.UINT8),
+        measure_latency=measure_latency,
         stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
         hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",
         preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),

@@ -21,7 +21,7 @@ fresh calibration). Every candidate quantizes all operators to int16 activations
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
@@ -144,20 +144,24 @@ def int8_boundary(model: Any) -> dict[QuantizableOp, str]:
     return found
 
 
-def split_rows(split: SplitSearch, first_step: int) -> list[Any]:
+def split_rows(split: SplitSearch, first_step: int, latency: Mapping[int, float | None] | None = None) -> list[Any]:
     """A PromotedLayer per split operator (``SPLIT_PRECISION``), steps numbered from ``first_step``,
-    with the SQNR and size of the measured candidates around each."""
+    with the SQNR, size and (``latency``: split count -> median ms, when timed) latency of the
+    measured candidates around each."""
     from .mixed_precision import PromotedLayer
 
     chain = [k for k in sorted(split.measured) if k <= split.kept]
     rows = []
     for step, (low, high) in enumerate(pairwise(chain), start=first_step):
         before, after = split.measured[low], split.measured[high]
+        ms_before, ms_after = (latency or {}).get(low), (latency or {}).get(high)
+        latency_change = None if ms_before is None or ms_after is None else round(ms_after - ms_before, 3)
         for layer in split.order[low:high]:
             rows.append(
                 PromotedLayer(
                     layer.op_index, layer.opcode, layer.tensor, layer.module_path, layer.module_type, layer.source,
                     SPLIT_PRECISION, layer.rank, step, before[0].sqnr_db, after[0].sqnr_db, len(after[1]) - len(before[1]),
+                    latency_change,
                 )
             )
     return rows

@@ -341,13 +341,16 @@ def _mixed_precision_section(m: MixedPrecisionReport) -> list[str]:
         )
     out.append("")
     if m.promoted:
-        out.append("| step | module | op | sensitivity rank | to | SQNR before dB | after dB | size Δ bytes |")
-        out.append("|---|---|---|---|---|---|---|---|")
+        out.append(f"Promotion order: {_e(m.order)}. Operators promoted in one step share its size and latency change.")
+        out.append("")
+        out.append("| step | module | op | sensitivity rank | to | SQNR before dB | after dB | size Δ bytes | latency Δ ms |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
         for p in m.promoted:
+            latency = "–" if p.latency_delta_ms is None else f"{p.latency_delta_ms:+.3f}"
             out.append(
                 f"| {_e(p.step)} | {_module_cell(p.module_path, p.module_type, p.source)} | {_e(p.opcode)} #{_e(p.op_index)} | "
                 f"{_e(p.sensitivity_rank)} | {_e(p.precision)} | {_fmt(p.sqnr_before_db)} | {_fmt(p.sqnr_after_db)} | "
-                f"{_e(_plain(p.size_delta_bytes))} |"
+                f"{_e(_plain(p.size_delta_bytes))} | {latency} |"  # a number formatted here: nothing to escape
             )
         out.append("")
     return out

@@ -77,9 +77,18 @@ def test_auto_meets_the_target_by_promoting_what_the_ranking_names(auto, plain):
     mixed = rep["mixed_precision"]
     assert mixed["mode"] == "auto" and mixed["precision"] == "float" and mixed["met"] is True
     promoted = mixed["promoted"]
-    # the promoted operators are the head of the sensitivity ranking, in its order
-    assert [p["op_index"] for p in promoted] == [layer["op_index"] for layer in ranking[: len(promoted)]]
+    # the promoted operators are the head of the sensitivity ranking; of two near-equal ones
+    # (TIE_BAND_DB), the cheaper first: conv1's weights are 8x fewer than conv2's
+    from edge_export.quantization.mixed_precision import TIE_BAND_DB
+
+    assert {p["op_index"] for p in promoted} == {layer["op_index"] for layer in ranking[: len(promoted)]}
     assert {p["module_path"] for p in promoted} == {"conv1", "conv2"}
+    near = abs(ranking[0]["sqnr_db"] - ranking[1]["sqnr_db"]) <= TIE_BAND_DB
+    assert promoted[0]["module_path"] == ("conv1" if near else ranking[0]["module_path"])
+    assert mixed["order"] == f"sensitivity, cheapest first within {TIE_BAND_DB:g} dB (bytes added)"
+    # every step timed on this CPU (the cpu target): the promotions' latency changes add up
+    deltas = {p["step"]: p["latency_delta_ms"] for p in promoted}
+    assert sum(deltas.values()) == pytest.approx(mixed["latency_ms"] - mixed["int8_latency_ms"], abs=1e-3 * len(deltas))
     assert mixed["int8_sqnr_db"] < 30 <= mixed["sqnr_db"] == promoted[-1]["sqnr_after_db"]
     assert promoted[0]["sqnr_before_db"] == mixed["int8_sqnr_db"]
     assert mixed["size_bytes"] > mixed["int8_size_bytes"] and mixed["latency_ms"] is not None
@@ -255,3 +264,129 @@ def test_an_operator_whose_variant_is_invalid_is_noted_not_a_corrupt_input_error
     section = result.report["sensitivity"]
     assert section["layers"] and {row["opcode"] for row in section["layers"]} >= {"CONV_2D"}
     assert any(note.startswith("MEAN") and "not measured" in note for note in section["notes"])
+
+
+# --- the promotion order (cheapest first among near-equal sensitivities) and each step's latency ---
+
+
+def _layer(rank: int, op_index: int, sqnr_db: float):
+    from edge_export.quantization.sensitivity import LayerSensitivity
+
+    return LayerSensitivity(rank, op_index, "CONV_2D", f"t{op_index}", f"m{op_index}", "Conv2d", None, sqnr_db)
+
+
+def test_near_equal_sensitivities_promote_the_cheaper_operator_first():
+    from edge_export.quantization.mixed_precision import promotion_order
+
+    ranking = [_layer(1, 10, 12.0), _layer(2, 11, 12.4), _layer(3, 12, 12.9), _layer(4, 13, 20.0), _layer(5, 14, 20.5)]
+    costs = {10: 900, 11: 100, 12: 500, 13: 50, 14: 10}
+    order = [layer.op_index for layer in promotion_order(ranking, costs, band_db=1.0)]
+    # 10, 11, 12 are within 1 dB of 10: cheapest first; 13 and 14 form the next band
+    assert order == [11, 12, 10, 14, 13]
+    # a band is anchored on its first operator, not chained: 12.0 -> 12.6 -> 13.2 is two bands
+    chain = [_layer(1, 1, 12.0), _layer(2, 2, 12.6), _layer(3, 3, 13.2)]
+    assert [layer.op_index for layer in promotion_order(chain, {1: 3, 2: 2, 3: 1}, band_db=1.0)] == [2, 1, 3]
+    # sensitivities that differ by more than the band keep the ranking's order whatever the costs
+    assert [layer.op_index for layer in promotion_order(ranking, costs, band_db=0.1)] == [10, 11, 12, 13, 14]
+    # equal costs, no costs, or an operator without a cost: the ranking's order
+    assert promotion_order(ranking, None) == ranking
+    assert [layer.op_index for layer in promotion_order(ranking, dict.fromkeys(costs, 1), band_db=1.0)] == [10, 11, 12, 13, 14]
+    assert [layer.op_index for layer in promotion_order(ranking, {11: 5}, band_db=1.0)][:3] == [11, 10, 12]
+    # an operator whose quantization costs nothing measurable (inf dB) ties only with another such
+    lossless = [_layer(1, 1, 30.0), _layer(2, 2, float("inf")), _layer(3, 3, float("inf"))]
+    assert [layer.op_index for layer in promotion_order(lossless, {1: 9, 2: 5, 3: 1})] == [1, 3, 2]
+
+
+@pytest.fixture(scope="module")
+def search_setup():
+    """The float model of OutlierChannelNet, ranges calibrated once, its ranking and held-out set:
+    what the export's child process builds before the search."""
+    from edge_export.config import InputSpec
+    from edge_export.conversion import convert_module
+    from edge_export.inputs import make_samples
+    from edge_export.quantization.calibration import synthetic_calibration
+    from edge_export.quantization.selection import reference_outputs
+    from edge_export.quantization.sensitivity import (
+        RecipeQuantizer,
+        measure_sensitivity,
+    )
+
+    model = OutlierChannelNet().eval()
+    spec = InputSpec(tuple(X.shape))
+    calibration = synthetic_calibration([spec], 32, seed=1)
+    quantizer = RecipeQuantizer(convert_module(model, (X,)), calibration)
+    samples = list(calibration.samples[:8])
+    ranking = measure_sensitivity(quantizer, samples, reference_outputs(model, samples), module=model).layers
+    heldout = [tuple(t.numpy() for t in s) for s in make_samples([spec], 8, 0, (X,))]
+    return model, quantizer, ranking, heldout, reference_outputs(model, heldout)
+
+
+def test_promotion_costs_follow_the_float_models_shapes(search_setup):
+    from edge_export.quantization.mixed_precision import promotion_costs
+
+    model, quantizer, ranking, *_ = search_setup
+    costs = promotion_costs(quantizer.float_model)
+    by_module = {layer.module_path: costs[layer.op_index] for layer in ranking if layer.module_path in ("conv1", "conv2", "conv3")}
+    for name, cost in by_module.items():
+        conv = getattr(model, name)
+        out_channels, in_channels, kh, kw = conv.weight.shape
+        assert cost.float_bytes == 3 * conv.weight.numel()  # int8 -> float32 weights; the bias is 4 bytes either way
+        assert cost.int16_bytes == 4 * out_channels  # int32 -> int64 biases
+        assert cost.macs == X.shape[2] * X.shape[3] * out_channels * in_channels * kh * kw
+        assert cost.for_precision("float") == cost.float_bytes and cost.for_precision("int16") == cost.macs
+    head = next(costs[layer.op_index] for layer in ranking if layer.opcode == "FULLY_CONNECTED")
+    assert head.macs == model.head.weight.numel()
+
+
+@pytest.mark.parametrize("measure_latency", [True, False])
+def test_each_promotion_carries_its_steps_latency_and_they_add_up(search_setup, measure_latency):
+    from edge_export.quantization.mixed_precision import (
+        AccuracyTarget,
+        search_mixed_precision,
+    )
+
+    _, quantizer, ranking, heldout, refs = search_setup
+    report = search_mixed_precision(
+        quantizer, ranking, heldout, refs, AccuracyTarget(30.0), mode="auto", precision="float", measure_latency=measure_latency,
+    ).report
+    assert report.met and {p.module_path for p in report.promoted} == {"conv1", "conv2"}
+    if not measure_latency:  # --no-latency, or a target that does not run on this CPU
+        assert report.int8_latency_ms is None and report.latency_ms is None and report.latency_seconds == 0
+        assert all(p.latency_delta_ms is None for p in report.promoted) and all(s.latency_ms is None for s in report.steps)
+        return
+    assert all(s.latency_ms is not None and s.latency_ms > 0 for s in report.steps)
+    per_step = {p.step: p.latency_delta_ms for p in report.promoted}  # operators of one step share its delta
+    assert sum(per_step.values()) == pytest.approx(report.latency_ms - report.int8_latency_ms, abs=1e-3 * len(per_step))
+    timed = {s.promoted: s.latency_ms for s in report.steps}
+    assert report.int8_latency_ms == timed[0] and report.latency_ms == timed[len(report.promoted)]
+    assert 0 < report.latency_seconds < report.seconds
+
+
+def test_the_search_promotes_the_cheaper_of_two_near_equal_operators_first(search_setup):
+    """conv1 (3 -> 8 channels) and conv2 (8 -> 16) are the two sensitive operators; with a band
+    that holds both, the cheaper conv1 goes first, and the target is met with the same two."""
+    from edge_export.quantization.mixed_precision import (
+        AccuracyTarget,
+        promotion_costs,
+        search_mixed_precision,
+    )
+
+    _, quantizer, ranking, heldout, refs = search_setup
+    top = {layer.module_path: layer for layer in ranking[:2]}
+    assert [layer.module_path for layer in ranking[:2]] == ["conv2", "conv1"]  # the costlier ranks first
+    costs = {i: c.for_precision("float") for i, c in promotion_costs(quantizer.float_model).items()}
+    assert costs[top["conv1"].op_index] < costs[top["conv2"].op_index]
+    band = abs(top["conv1"].sqnr_db - top["conv2"].sqnr_db) + 0.5
+    runs = {
+        label: search_mixed_precision(
+            quantizer, ranking, heldout, refs, AccuracyTarget(30.0), mode="auto", precision="float",
+            measure_latency=False, costs=use, tie_band_db=band,
+        ).report
+        for label, use in (("ranking", None), ("cost-aware", costs))
+    }
+    assert runs["cost-aware"].promoted[0].module_path == "conv1"
+    assert [p.module_path for p in runs["ranking"].promoted] == [layer.module_path for layer in ranking[:2]]
+    assert all(r.met and {p.module_path for p in r.promoted} == {"conv1", "conv2"} for r in runs.values())
+    assert runs["cost-aware"].order.startswith("sensitivity, cheapest first") and runs["ranking"].order == "sensitivity"
+    # the first step costs the bytes of the operator it promotes: the cheaper one's are fewer
+    assert runs["cost-aware"].promoted[0].size_delta_bytes < runs["ranking"].promoted[0].size_delta_bytes

@@ -35,17 +35,18 @@ def _sensitivity() -> SensitivityReport:
 
 def _mixed() -> MixedPrecisionReport:
     promoted = (
-        PromotedLayer(2, "CONV_2D", "m/Conv2d_conv2;1", "conv2", "Conv2d", "net.py:12", "float", 1, 1, 21.027, 22.156, 3480),
-        PromotedLayer(1, "CONV_2D", "m/Conv2d_conv1;1", HOSTILE, "Conv2d", None, "float", 2, 2, 22.156, 49.454, 360),
+        PromotedLayer(2, "CONV_2D", "m/Conv2d_conv2;1", "conv2", "Conv2d", "net.py:12", "float", 1, 1, 21.027, 22.156, 3480, -0.002),
+        PromotedLayer(1, "CONV_2D", "m/Conv2d_conv1;1", HOSTILE, "Conv2d", None, "float", 2, 2, 22.156, 49.454, 360, 0.01),
     )
     steps = (
-        MixedPrecisionStep(0, 21.027, 0.996572, 8944, False),
-        MixedPrecisionStep(1, 22.156, 0.997282, 12424, False),
-        MixedPrecisionStep(2, 49.454, 0.999995, 12784, True),
+        MixedPrecisionStep(0, 21.027, 0.996572, 8944, False, 0.009),
+        MixedPrecisionStep(1, 22.156, 0.997282, 12424, False, 0.007),
+        MixedPrecisionStep(2, 49.454, 0.999995, 12784, True, 0.017),
     )
     return MixedPrecisionReport(
         "auto", "float", AccuracyTarget(30.0), True, "promoted 2 of 5 operators to float in sensitivity order",
         21.027, 0.996572, 49.454, 0.999995, promoted, steps, 8944, 12784, 0.009, 0.017, False, seconds=0.178,
+        order="sensitivity, cheapest first within 1 dB (bytes added)", latency_seconds=0.021,
     )
 
 
@@ -77,7 +78,13 @@ def test_markdown_of_the_sensitivity_and_mixed_precision_sections():
         "- held-out SQNR 21.03 dB at int8 → 49.45 dB kept; size 8944 → 12784 bytes; host latency (XNNPACK, 1 thread) "
         "0.0090 → 0.0170 ms; fully integer: False"
     )
-    assert mixed[8] == "| 2 | <code>blocks\\.0\\|\\[x\\]\\(y\\)</code> (Conv2d) | CONV\\_2D #1 | 2 | float | 22.16 | 49.45 | 360 |"
+    assert mixed[5] == "Promotion order: sensitivity, cheapest first within 1 dB \\(bytes added\\). Operators promoted in one step share its size and latency change."
+    assert mixed[7] == "| step | module | op | sensitivity rank | to | SQNR before dB | after dB | size Δ bytes | latency Δ ms |"
+    assert mixed[9] == "| 1 | <code>conv2</code> (Conv2d) at <code>net\\.py\\:12</code> | CONV\\_2D #2 | 1 | float | 21.03 | 22.16 | 3480 | -0.002 |"
+    assert mixed[10] == "| 2 | <code>blocks\\.0\\|\\[x\\]\\(y\\)</code> (Conv2d) | CONV\\_2D #1 | 2 | float | 22.16 | 49.45 | 360 | +0.010 |"
+    # no latency measured (--no-latency, a target that does not run on this CPU): a dash, not 0
+    quiet = dataclasses.replace(_mixed(), promoted=tuple(dataclasses.replace(p, latency_delta_ms=None) for p in _mixed().promoted))
+    assert render_markdown(dataclasses.replace(_report(), mixed_precision=quiet)).splitlines()[md.splitlines().index(mixed[10])].endswith("| 360 | – |")
 
 
 def test_the_json_of_both_sections_is_valid_against_the_schema():
@@ -85,6 +92,10 @@ def test_the_json_of_both_sections_is_valid_against_the_schema():
     assert [layer["rank"] for layer in data["sensitivity"]["layers"]] == [1, 2, 3]
     assert data["sensitivity"]["seconds"] == 0.373
     assert data["mixed_precision"]["promoted"][1]["sqnr_after_db"] == 49.454
+    assert [p["latency_delta_ms"] for p in data["mixed_precision"]["promoted"]] == [-0.002, 0.01]
+    assert [s["latency_ms"] for s in data["mixed_precision"]["steps"]] == [0.009, 0.007, 0.017]
+    assert data["mixed_precision"]["order"].startswith("sensitivity, cheapest first")
+    assert data["mixed_precision"]["latency_seconds"] == 0.021
     assert data["mixed_precision"]["target"] == {"min_sqnr_db": 30.0, "min_cosine": None, "min_top1": None}
     keys = list(data)
     assert keys.index("per_layer") < keys.index("sensitivity") < keys.index("mixed_precision") < keys.index("verdict")
