@@ -197,6 +197,9 @@ def _percentile_ranges(
         runner.run(list(sample))
         for name, index in wanted.items():
             flat = np.asarray(runner.tensor(index), dtype=np.float32).ravel()
+            # A max pool's padding is -inf in the tensor the runtime keeps (the calibrated min/max
+            # leave it out): a percentile over it is NaN, which became a NaN scale (ResNet-18's stem).
+            flat = flat[np.isfinite(flat)]
             if flat.size > _PERCENTILE_SUBSAMPLE:
                 flat = rng.choice(flat, _PERCENTILE_SUBSAMPLE, replace=False)
             values[name].append(flat)
@@ -204,6 +207,8 @@ def _percentile_ranges(
     for name, chunks in values.items():
         all_values = np.concatenate(chunks)
         old = qsvs[name]
+        if all_values.size == 0:
+            continue
         if search == "mse":
             lo, hi = mse_range(all_values, float(np.min(old["min"])), float(np.max(old["max"])), _LEVELS.get(mode, 255))
         else:

@@ -168,3 +168,31 @@ def test_range_algorithm_reaches_the_report(tmp_path, run_cli, cnn_pt2):
     assert res.exit_code == 0, res.stderr
     q = read_report(out)["quantization"]
     assert q["observer"] == "mse" and q["attempts"][0]["observer"] == "mse"
+
+
+class PaddedMaxPool(torch.nn.Module):
+    """ResNet's stem in small: a max pool with padding, which the runtime's kept tensor pads with -inf."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.head = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.head(self.pool(torch.relu(self.conv(x))))
+
+
+@pytest.mark.parametrize("observer", ["percentile", "mse"])
+def test_flatbuffer_clipped_ranges_ignore_a_max_pools_infinite_padding(observer):
+    # The percentile over a tensor holding -inf was NaN and became a NaN scale: LiteRT-invalid file.
+    from edge_export.conversion import convert_module
+
+    torch.manual_seed(0)
+    model = PaddedMaxPool().eval()
+    float_bytes = convert_module(model, (torch.randn(*CNN_SPEC.shape),))
+    calib = synthetic_calibration([CNN_SPEC], n=8, seed=5)
+    data = quantize_flatbuffer(float_bytes, QuantizeMode.INT8, calib, observer=observer)
+    assert read_flatbuffer(data).is_fully_integer  # read_flatbuffer refuses non-finite scales
+    xs = heldout(CNN_SPEC, 8)
+    assert sqnr_db(torch_outputs(model, xs), tflite_outputs(data, xs)) > 25.0
