@@ -115,7 +115,7 @@ def _case(name: str, size: int):
     return model, example, calib, [s[0] for s in held.samples], None
 
 
-def bench_ranges(names: list[str], size: int) -> list[dict]:
+def bench_ranges(names: list[str], size: int, backends: tuple[str, ...] = BACKENDS) -> list[dict]:
     from edge_export.conversion import convert_module
     from edge_export.validators.metrics import sqnr_db
 
@@ -124,13 +124,14 @@ def bench_ranges(names: list[str], size: int) -> list[dict]:
         model, example, calib, xs, labels = _case(name, size)
         ref = _reference(model, xs)
         float_bytes = convert_module(model, example)
-        for backend in BACKENDS:
+        for backend in backends:
             for algorithm in ALGORITHMS:
                 start = time.perf_counter()
                 try:
                     data = _quantize(model, example, calib, backend, algorithm, float_bytes)
-                except Exception as exc:  # a backend that cannot do the model: recorded, not fatal
+                except Exception as exc:  # noqa: BLE001 (a backend that cannot do the model: recorded, not fatal)
                     rows.append({"model": name, "backend": backend, "algorithm": algorithm, "error": str(exc)[:200]})
+                    print(json.dumps(rows[-1]), flush=True)
                     continue
                 out = _logits(data, xs)
                 row = {
@@ -204,6 +205,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(DIGITS + BENCH))
     parser.add_argument("--size", type=int, default=64, help="image side of the benchmark image models")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="part 1's backends")
     parser.add_argument("--skip-ranges", action="store_true")
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--json", type=Path, default=None)
@@ -214,7 +216,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown model(s) {', '.join(unknown)}")
     print(f"start {time.strftime('%H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()}", flush=True)
     result = {
-        "ranges": [] if opts.skip_ranges else bench_ranges(names, opts.size),
+        "ranges": [] if opts.skip_ranges else bench_ranges(names, opts.size, tuple(opts.backends.split(","))),
         "synthetic": [] if opts.skip_synthetic else bench_synthetic(names, opts.size),
     }
     print(f"end {time.strftime('%H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()}", flush=True)
