@@ -9,10 +9,15 @@ SQNR of the logits vs PyTorch fp32 on held-out inputs, per model:
   inputs), calibrated on 128 synthetic samples (the tool's default), measured on 16 other seeded
   random inputs (what `edge-export` checks parity on without --calibration-data).
 
-Part 2, synthetic calibration when no data is given: on the digits models (the only ones whose
-real inputs we have), int8 calibrated on 128 synthetic samples that are either standard-normal
-noise (the default before) or natural-image-like pictures normalized with the model's mean/std
-(`synthetic_calibration(image_mean=..., image_std=...)`), measured on the real test images.
+Part 2, synthetic calibration when no data is given: int8 calibrated on 128 synthetic samples that
+are either standard-normal noise (the default) or natural-image-like pictures normalized with the
+model's mean/std (`synthetic_calibration(image_mean=..., image_std=...)`), measured
+- on the digits models (the only ones whose real inputs we have) on the real test images;
+- on the benchmark image models (random weights: their domain is unknown) on two held-out sets of 16
+  each, seeded standard-normal inputs (what the tool checks parity on without data) and image-like
+  pictures of another seed, normalized with ImageNet's mean/std (the torchvision preprocessing a
+  user of these architectures would pass as --mean/--std). The transformer's input is not an image:
+  the tool gives it normal noise either way, so it has no row.
 
     python benchmarks/quantization_ranges.py [--models digits_cnn,digits_mobilenetv2,small_cnn] [--size 64] [--json out.json]
 """
@@ -35,6 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 DIGITS = ("digits_cnn", "digits_mobilenetv2")
 BENCH = ("small_cnn", "mobilenetv2_like", "transformer", "resnet18", "mobilenetv2")
+IMAGE_BENCH = ("small_cnn", "mobilenetv2_like", "resnet18", "mobilenetv2")
 ALGORITHMS = ("minmax", "percentile", "mse")
 BACKENDS = ("flatbuffer", "pt2e")
 
@@ -109,7 +115,7 @@ def _case(name: str, size: int):
     return model, example, calib, [s[0] for s in held.samples], None
 
 
-def bench_ranges(names: list[str], size: int) -> list[dict]:
+def bench_ranges(names: list[str], size: int, backends: tuple[str, ...] = BACKENDS) -> list[dict]:
     from edge_export.conversion import convert_module
     from edge_export.validators.metrics import sqnr_db
 
@@ -118,13 +124,14 @@ def bench_ranges(names: list[str], size: int) -> list[dict]:
         model, example, calib, xs, labels = _case(name, size)
         ref = _reference(model, xs)
         float_bytes = convert_module(model, example)
-        for backend in BACKENDS:
+        for backend in backends:
             for algorithm in ALGORITHMS:
                 start = time.perf_counter()
                 try:
                     data = _quantize(model, example, calib, backend, algorithm, float_bytes)
-                except Exception as exc:  # a backend that cannot do the model: recorded, not fatal
+                except Exception as exc:  # noqa: BLE001 (a backend that cannot do the model: recorded, not fatal)
                     rows.append({"model": name, "backend": backend, "algorithm": algorithm, "error": str(exc)[:200]})
+                    print(json.dumps(rows[-1]), flush=True)
                     continue
                 out = _logits(data, xs)
                 row = {
@@ -138,31 +145,57 @@ def bench_ranges(names: list[str], size: int) -> list[dict]:
     return rows
 
 
-def bench_synthetic(names: list[str]) -> list[dict]:
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _synthetic_sets(name: str, spec, example) -> tuple[dict, dict]:
+    """(calibration sets by kind, held-out input lists by kind) for part 2."""
+    from edge_export.quantization import synthetic_calibration
+
+    if name in DIGITS:
+        # the digits are scaled to [0, 1]: mean 0, std 1 is their preprocessing
+        mean, std = (0.0,), (1.0,)
+    else:
+        mean, std = IMAGENET_MEAN, IMAGENET_STD
+    calibration = {
+        "normal": synthetic_calibration([spec], 128, seed=1_000_003),
+        "image-like": synthetic_calibration([spec], 128, seed=1_000_003, image_mean=mean, image_std=std),
+    }
+    held_out = {
+        "normal": [s[0] for s in synthetic_calibration([spec], 16, seed=0).samples],
+        "image-like": [s[0] for s in synthetic_calibration([spec], 16, seed=1, image_mean=mean, image_std=std).samples],
+    }
+    return calibration, held_out
+
+
+def bench_synthetic(names: list[str], size: int) -> list[dict]:
     from edge_export.config import InputSpec
     from edge_export.conversion import convert_module
-    from edge_export.quantization import synthetic_calibration
     from edge_export.validators.metrics import sqnr_db
 
     rows = []
-    for name in [n for n in names if n in DIGITS]:
-        model, example, _, xs, labels = _case(name, 0)
-        ref = _reference(model, xs)
-        float_bytes = convert_module(model, example)
+    for name in names:
+        if name not in DIGITS and name not in IMAGE_BENCH:
+            print(f"# {name}: no image input, synthetic calibration is normal noise either way", flush=True)
+            continue
+        model, example, _, digits_xs, labels = _case(name, size)
         spec = InputSpec(tuple(example[0].shape))
-        kinds = {
-            "normal": synthetic_calibration([spec], 128, seed=1_000_003),
-            # the digits are scaled to [0, 1]: mean 0, std 1 is their preprocessing
-            "image-like": synthetic_calibration([spec], 128, seed=1_000_003, image_mean=(0.0,), image_std=(1.0,)),
-        }
-        for kind, calib in kinds.items():
+        calibration, held_out = _synthetic_sets(name, spec, example)
+        if name in DIGITS:
+            held_out = {"real test images": digits_xs}
+        refs = {kind: _reference(model, xs) for kind, xs in held_out.items()}
+        float_bytes = convert_module(model, example)
+        for kind, calib in calibration.items():
             for backend in BACKENDS:
+                start = time.perf_counter()
                 data = _quantize(model, example, calib, backend, None, float_bytes)
-                out = _logits(data, xs)
-                row = {
-                    "model": name, "synthetic": kind, "backend": backend, "sqnr_db": round(sqnr_db(ref, out), 2),
-                    "drop_points": round(100 * (float((ref.argmax(1) == labels).mean()) - float((out.argmax(1) == labels).mean())), 2),
-                }
+                row = {"model": name, "synthetic": kind, "backend": backend, "seconds": round(time.perf_counter() - start, 1)}
+                for held, xs in held_out.items():
+                    out = _logits(data, xs)
+                    row[f"sqnr_db on {held}"] = round(sqnr_db(refs[held], out), 2)
+                    if labels is not None:
+                        row["drop_points"] = round(100 * (float((refs[held].argmax(1) == labels).mean()) - float((out.argmax(1) == labels).mean())), 2)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
@@ -172,6 +205,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(DIGITS + BENCH))
     parser.add_argument("--size", type=int, default=64, help="image side of the benchmark image models")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="part 1's backends")
     parser.add_argument("--skip-ranges", action="store_true")
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--json", type=Path, default=None)
@@ -182,8 +216,8 @@ def main(argv=None) -> int:
         parser.error(f"unknown model(s) {', '.join(unknown)}")
     print(f"start {time.strftime('%H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()}", flush=True)
     result = {
-        "ranges": [] if opts.skip_ranges else bench_ranges(names, opts.size),
-        "synthetic": [] if opts.skip_synthetic else bench_synthetic(names),
+        "ranges": [] if opts.skip_ranges else bench_ranges(names, opts.size, tuple(opts.backends.split(","))),
+        "synthetic": [] if opts.skip_synthetic else bench_synthetic(names, opts.size),
     }
     print(f"end {time.strftime('%H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()}", flush=True)
     if opts.json:
@@ -198,7 +232,9 @@ def main(argv=None) -> int:
             if any(c != "-" for c in cells):
                 print(f"| {name} | {backend} | " + " | ".join(cells) + " |")
     for r in result["synthetic"]:
-        print(f"synthetic {r['model']:<20}{r['synthetic']:<12}{r['backend']:<11}{r['sqnr_db']:>7} dB  drop {r['drop_points']} pts")
+        cells = "  ".join(f"{k.removeprefix('sqnr_db on ')}: {v} dB" for k, v in r.items() if k.startswith("sqnr_db"))
+        drop = f"  drop {r['drop_points']} pts" if "drop_points" in r else ""
+        print(f"synthetic {r['model']:<20}{r['synthetic']:<12}{r['backend']:<11}{cells}{drop}")
     return 0
 
 
