@@ -16,6 +16,7 @@ from .restore_tensor_names_pass import restore_tensor_names_pass
 from .set_io_dtype_pass import set_io_dtype_pass
 from .share_quantization_vectors_pass import share_quantization_vectors_pass
 from .strip_tensor_names_pass import strip_tensor_names_pass
+from .strip_unread_fields_pass import strip_unread_fields_pass
 
 __all__ = [
     "FlatbufferPass",
@@ -29,4 +30,5 @@ __all__ = [
     "set_io_dtype_pass",
     "share_quantization_vectors_pass",
     "strip_tensor_names_pass",
+    "strip_unread_fields_pass",
 ]
