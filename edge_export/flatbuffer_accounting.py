@@ -197,13 +197,13 @@ def schema_floor(data: bytes) -> dict[str, int]:
     floor["header"] += 4 + 4 + 4 + 4 + 4  # model table: vtable offset, version, opcodes, subgraphs, buffers
     kinds, payload = _constant_kinds(model)
     payload_parts = payload_bytes(model)
-    for key in PAYLOAD_CATEGORIES:
-        floor[key] = payload_parts[key]
+    for part in ("int8 weights", "int32 biases"):
+        floor[part] = payload_parts[part]
     floor["opcodes"] = 4 + sum(4 + 4 + 1 + (4 if (oc.version or 1) != 1 else 0) for oc in model.operatorCodes or ())
     # Equal int32 vectors are stored once whatever holds them (shapes, operator and subgraph
     # inputs/outputs), as the writer does.
     int_vectors: set[bytes] = set()
-    scale_vectors: set[tuple[str, bytes]] = set()
+    scale_vectors: set[bytes] = set()
     zero_vectors: set[bytes] = set()
     quant_tables: set[tuple] = set()
     tensor_tables: set[tuple] = set()
@@ -220,17 +220,22 @@ def schema_floor(data: bytes) -> dict[str, int]:
                 int_vectors.add(packed)
                 floor["subgraph table"] += 4 + len(packed)
         floor["tensor tables"] += 4 + 4 * len(sg.tensors)  # the tensors vector
-        for i, t in enumerate(sg.tensors):
+        # Payload tensors first: a scale vector an activation shares with a weight or bias is
+        # stored once, as the weight's.
+        for i in sorted(range(len(sg.tensors)), key=lambda i: i not in payload):
+            t = sg.tensors[i]
             q = t.quantization
             quant_key = None
             if q is not None and q.scale is not None and len(q.scale):
                 scales, zeros = key(q.scale, "<f4"), key(q.zeroPoint, "<i8")
                 quant_key = (scales, zeros, int(q.quantizedDimension or 0))
-                kind = "p" if i in payload else "a"
-                if (kind, scales) not in scale_vectors:
-                    scale_vectors.add((kind, scales))
-                    # The payload already counts a weight's or bias's scale values; its length is structure.
-                    floor["payload vector lengths" if kind == "p" else "activation scales"] += 4 if kind == "p" else 4 + len(scales)
+                if scales not in scale_vectors:
+                    scale_vectors.add(scales)
+                    if i in payload:
+                        floor["weight and bias scales"] += len(scales)
+                        floor["payload vector lengths"] += 4
+                    else:
+                        floor["activation scales"] += 4 + len(scales)
                 if zeros not in zero_vectors:
                     zero_vectors.add(zeros)
                     floor["zero points"] += 4 + len(zeros)
