@@ -76,6 +76,7 @@ def _model_builder(initial_size: int, aligned_vectors: set[int]) -> Any:
             self._vectors: dict[tuple[str, bytes], int] = {}
             self._strings: dict[bytes, int] = {}
             self._fields: list[tuple[int, int, Any, tuple]] | None = None
+            self._aligned_written: dict[int, int] = {}
             self.shared_bytes = 0
 
         # A table's fields are written largest first, so that its 1-byte fields (a tensor's type
@@ -129,6 +130,10 @@ def _model_builder(initial_size: int, aligned_vectors: set[int]) -> Any:
             return offset
 
         def _create_aligned_bytes(self, data: Any) -> int:
+            # Written ahead by fill_alignment_gaps, then found again when the buffer's table is packed.
+            found = self._aligned_written.get(id(data))
+            if found is not None:
+                return found
             # StartVector pads so that the data starts at a multiple of the alignment counted from
             # the end of the finished buffer, and raises minalign so that Finish pads the whole
             # file to a multiple of it: counted from the start, the data is aligned too.
@@ -137,7 +142,30 @@ def _model_builder(initial_size: int, aligned_vectors: set[int]) -> Any:
             self.head -= size
             # Copied once, straight from the array (weights are most of a model's bytes).
             self.Bytes[self.head : self.head + size] = data.data if data.flags.c_contiguous else data.tobytes()
-            return self.EndVector()
+            offset = self._aligned_written[id(data)] = self.EndVector()
+            return offset
+
+        def fill_alignment_gaps(self, buffers: list[Any], fillers: list[Any]) -> None:
+            """Write every buffer's data first, each preceded by vectors the model needs anyway
+            (``fillers``: 4-byte-element vectors, 4-byte aligned like everything here) chosen so
+            that the data lands on its 16-byte boundary without padding where they allow. The
+            16-byte rule otherwise leaves (4 - size) mod 16 bytes before each buffer: 4 bytes for
+            the usual multiple-of-16 weights, 448 bytes on the benchmark MobileNetV2 width 0.5."""
+            by_residue: dict[int, list[Any]] = {4: [], 8: [], 12: []}
+            for vector in fillers:
+                size = 4 + vector.nbytes
+                if size % 16:
+                    by_residue[size % 16].append(vector)
+            for data in buffers:
+                gap = -(self.Offset() + data.nbytes) % BUFFER_ALIGNMENT
+                while gap and gap % 4 == 0:
+                    # One filler that closes the gap, or the largest that narrows it.
+                    residue = gap if by_residue.get(gap) else max((r for r in (4, 8) if r < gap and by_residue[r]), default=0)
+                    if not residue:
+                        break
+                    self.CreateNumpyVector(by_residue[residue].pop(0))
+                    gap = -(self.Offset() + data.nbytes) % BUFFER_ALIGNMENT
+                self._create_aligned_bytes(data)
 
     return ModelBuilder(initial_size)
 
@@ -160,6 +188,8 @@ def _pack_flatbuffer(model: Any) -> bytes:
     builder = _model_builder(constant_bytes + BUFFER_ALIGNMENT * len(aligned) + 2**16, aligned)
     restore = _share_equal_tables(model)
     try:
+        data = [buf.data for buf in model.buffers or () if id(buf.data) in aligned]
+        builder.fill_alignment_gaps(list({id(d): d for d in data}.values()), _filler_vectors(model))
         builder.Finish(model.Pack(builder), file_identifier=_TFLITE_FILE_IDENTIFIER)
     finally:
         restore()
@@ -199,6 +229,34 @@ def _table_key(table: Any) -> tuple:
         return (type(v).__name__, v)
 
     return (type(table).__name__, tuple((k, value(v)) for k, v in sorted(vars(table).items())))
+
+
+def _filler_vectors(model: Any) -> list[Any]:
+    """The distinct int32 and float32 vectors ``model`` packs (index vectors, shapes, scales), in
+    the order they appear: what ``fill_alignment_gaps`` may write early. Each is written once
+    anyway (the writer shares equal vectors), so writing it early costs nothing."""
+    import numpy as np
+
+    found: dict[tuple[str, bytes], Any] = {}
+
+    def add(vector: Any) -> None:
+        if isinstance(vector, np.ndarray) and vector.ndim == 1 and vector.dtype.str in ("<i4", "<f4"):
+            found.setdefault((vector.dtype.str, vector.tobytes()), vector)
+
+    for sg in model.subgraphs or ():
+        for field in _INDEX_VECTORS["SubGraphT"]:
+            add(getattr(sg, field))
+        for tensor in sg.tensors or ():
+            for field in _INDEX_VECTORS["TensorT"]:
+                add(getattr(tensor, field))
+            q = tensor.quantization.table if isinstance(tensor.quantization, _PackedOnce) else tensor.quantization
+            if q is not None:
+                for field in ("scale", "min", "max"):
+                    add(getattr(q, field))
+        for op in sg.operators or ():
+            for field in _INDEX_VECTORS["OperatorT"]:
+                add(getattr(op, field))
+    return list(found.values())
 
 
 def _as_vector(values: Any, dtype: str) -> Any:
