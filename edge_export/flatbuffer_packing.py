@@ -43,6 +43,7 @@ Converter output that is already aligned is kept as it is, external buffers incl
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from .errors import ConversionError, FlatbufferError, InternalError
@@ -153,24 +154,19 @@ def _model_builder(initial_size: int, aligned_vectors: set[int]) -> Any:
 
         def fill_alignment_gaps(self, buffers: list[Any], fillers: list[Any]) -> None:
             """Write every buffer's data first, each preceded by vectors the model needs anyway
-            (``fillers``: 4-byte-element vectors, 4-byte aligned like everything here) chosen so
-            that the data lands on its 16-byte boundary without padding where they allow. The
-            16-byte rule otherwise leaves (4 - size) mod 16 bytes before each buffer: 4 bytes for
-            the usual multiple-of-16 weights, 448 bytes on the benchmark MobileNetV2 width 0.5."""
-            by_residue: dict[int, list[Any]] = {4: [], 8: [], 12: []}
+            (``fillers``: its index vectors, shapes, scales and zero points) chosen so that the
+            data lands on its 16-byte boundary without padding where they allow. The 16-byte rule
+            otherwise leaves (4 - size) mod 16 bytes before each buffer: 4 bytes for the usual
+            multiple-of-16 weights, 448 bytes on the benchmark MobileNetV2 width 0.5. int64 zero
+            points go where their data is 8-byte aligned without padding, which saves the 4 bytes
+            they would often cost later among the tables."""
+            pool: dict[tuple[int, bool], list[Any]] = {}
             for vector in fillers:
-                size = 4 + vector.nbytes
-                if size % 16:
-                    by_residue[size % 16].append(vector)
+                pool.setdefault(((4 + vector.nbytes) % 16, vector.itemsize == 8), []).append(vector)
             for data in buffers:
-                gap = -(self.Offset() + data.nbytes) % BUFFER_ALIGNMENT
-                while gap and gap % 4 == 0:
-                    # One filler that closes the gap, or the largest that narrows it.
-                    residue = gap if by_residue.get(gap) else max((r for r in (4, 8) if r < gap and by_residue[r]), default=0)
-                    if not residue:
-                        break
-                    self.CreateNumpyVector(by_residue[residue].pop(0))
-                    gap = -(self.Offset() + data.nbytes) % BUFFER_ALIGNMENT
+                available = {kind: len(vectors) for kind, vectors in pool.items() if vectors}
+                for kind in _gap_fill(self.Offset(), data.nbytes, available):
+                    self.CreateNumpyVector(pool[kind].pop(0))
                 self._create_aligned_bytes(data)
 
     return ModelBuilder(initial_size)
@@ -237,6 +233,33 @@ def _table_key(table: Any) -> tuple:
     return (type(table).__name__, tuple((k, value(v)) for k, v in sorted(vars(table).items())))
 
 
+def _gap_fill(offset: int, size: int, available: dict[tuple[int, bool], int]) -> tuple[tuple[int, bool], ...]:
+    """Which fillers to write, in order, before buffer data of ``size`` bytes when ``offset``
+    bytes are written (the builder writes back to front): up to three, each a ``(size mod 16,
+    is int64)`` kind with ``available`` vectors left, none padded (an int64 vector's data needs
+    8-byte alignment) and the data then on its 16-byte boundary. Most int64 vectors, then fewest
+    fillers; () when nothing fits (the data is padded as before)."""
+    aligned_already = (offset + size) % BUFFER_ALIGNMENT == 0
+    best: tuple[tuple[int, bool], ...] = ()
+    best_key = (0, 0)
+    for count in (1, 2, 3):
+        for combo in itertools.product(sorted(available), repeat=count):
+            if any(combo.count(kind) > available[kind] for kind in set(combo)):
+                continue
+            wide_count = sum(wide for _, wide in combo)
+            if aligned_already and not wide_count:
+                continue  # nothing to gain: keep these fillers for a later gap
+            position = offset
+            for residue, wide in combo:
+                if wide and position % 8:  # its data would be padded to 8 bytes
+                    break
+                position += residue  # only positions mod 16 matter
+            else:
+                if (position + size) % BUFFER_ALIGNMENT == 0 and (not best or (wide_count, -count) > best_key):
+                    best, best_key = combo, (wide_count, -count)
+    return best
+
+
 def _filler_vectors(model: Any) -> list[Any]:
     """The distinct int32 and float32 vectors ``model`` packs (index vectors, shapes, scales), in
     the order they appear: what ``fill_alignment_gaps`` may write early. Each is written once
@@ -246,7 +269,7 @@ def _filler_vectors(model: Any) -> list[Any]:
     found: dict[tuple[str, bytes], Any] = {}
 
     def add(vector: Any) -> None:
-        if isinstance(vector, np.ndarray) and vector.ndim == 1 and vector.dtype.str in ("<i4", "<f4"):
+        if isinstance(vector, np.ndarray) and vector.ndim == 1 and vector.dtype.str in _SHARED_DTYPES:
             found.setdefault((vector.dtype.str, vector.tobytes()), vector)
 
     for sg in model.subgraphs or ():
@@ -257,7 +280,7 @@ def _filler_vectors(model: Any) -> list[Any]:
                 add(getattr(tensor, field))
             q = tensor.quantization.table if isinstance(tensor.quantization, _PackedOnce) else tensor.quantization
             if q is not None:
-                for field in ("scale", "min", "max"):
+                for field in ("scale", "zeroPoint", "min", "max"):
                     add(getattr(q, field))
         for op in sg.operators or ():
             for field in _INDEX_VECTORS["OperatorT"]:
