@@ -245,3 +245,21 @@ def test_writer_fills_the_gaps_before_aligned_buffers_with_vectors_the_model_nee
     assert gaps_without_fillers > 0
     assert byte_accounting(data)["alignment padding"] < gaps_without_fillers
     assert misaligned_buffers(data) == []
+
+
+def test_gap_fill_closes_a_gap_only_with_fillers_that_fit_unpadded():
+    from edge_export.flatbuffer_packing import _gap_fill
+
+    # Kinds are (vector size mod 16, int64): a filler vector is its 4-byte length and its data.
+    four, eight, twelve, wide_four = (4, False), (8, False), (12, False), (4, True)
+    # 4 bytes written, 16 bytes of data next: the data is 12 bytes short of its boundary.
+    assert _gap_fill(4, 16, {twelve: 1}) == (twelve,)
+    assert _gap_fill(4, 16, {four: 1, eight: 1}) == (four, eight)
+    assert _gap_fill(4, 16, {four: 1}) == ()  # one 4-byte filler cannot close it: padded as before
+    # An int64 vector's data needs 8-byte alignment: not first at offset 4, but after a 4-byte
+    # filler; preferred when it fits (it would cost 4 bytes of padding among the tables later).
+    assert _gap_fill(4, 16, {wide_four: 1}) == ()
+    assert _gap_fill(4, 16, {four: 2, wide_four: 1, twelve: 1}) == (four, wide_four, four)
+    # Already on the boundary: only int64 vectors are worth placing there.
+    assert _gap_fill(0, 16, {four: 2, twelve: 1}) == ()
+    assert _gap_fill(0, 16, {wide_four: 1, twelve: 1}) == (wide_four, twelve)
