@@ -8,8 +8,9 @@ signature, buffer alignment) is overhead. The issue's target: file / payload <= 
 benchmark model.
 
 Exports each benchmark model at int8 through the API with the flatbuffer backend (the file's
-size does not depend on the backend's calibration or on the input size, so this uses 8
-calibration samples, 64x64 images and no parity check to stay quick) and --strip-names.
+size does not depend on the backend's calibration, and on the input size only by tens of bytes:
+which shapes are equal and shared; so this uses 8 calibration samples, 64x64 images by default and
+no parity check to stay quick) and --strip-names.
 
 Then it accounts for every byte of the file by category (``flatbuffer_accounting.byte_accounting``:
 each byte belongs to exactly one table, vector or string, or is alignment padding) and prints the
