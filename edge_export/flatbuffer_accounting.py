@@ -72,18 +72,30 @@ class _Walker:
         from .flatbuffer import _schema_layout
 
         self.data = data
-        self.owner: list[str | None] = [None] * len(data)
+        # Each byte's category as an index into ``categories`` (0: not reached yet).
+        self.owner = bytearray(len(data))
+        self.categories: list[str] = ["alignment padding"]
         self.layout = _schema_layout()
         self.buffer_kinds, self.payload_tensors = _constant_kinds(model)
         self.seen_tables: set[int] = set()
+        self.current_tensor: int | None = None
 
     def u32(self, pos: int) -> int:
         return struct.unpack_from("<I", self.data, pos)[0]
 
     def claim(self, start: int, length: int, category: str) -> None:
-        for p in range(max(start, 0), min(start + length, len(self.data))):
-            if self.owner[p] is None:
-                self.owner[p] = category
+        if category not in self.categories:
+            self.categories.append(category)
+        code = self.categories.index(category)
+        start, end = max(start, 0), min(start + length, len(self.data))
+        if end <= start:
+            return
+        if self.owner.count(0, start, end) == end - start:  # the usual case: nothing there yet
+            self.owner[start:end] = bytes([code]) * (end - start)
+            return
+        for p in range(start, end):
+            if self.owner[p] == 0:
+                self.owner[p] = code
 
     def deref(self, field_pos: int) -> int:
         return field_pos + self.u32(field_pos)
@@ -177,11 +189,10 @@ def byte_accounting(data: bytes) -> dict[str, int]:
 
     data = bytes(data)
     walker = _Walker(data, read_model(data))
-    walker.current_tensor = None
     walker.claim(0, 8, "header")
     walker.table(walker.deref(0), "Model", "header")
-    counts = Counter(owner or "alignment padding" for owner in walker.owner)
-    return dict(counts)
+    counts = {name: walker.owner.count(code) for code, name in enumerate(walker.categories)}
+    return {name: n for name, n in counts.items() if n}
 
 
 def schema_floor(data: bytes) -> dict[str, int]:
