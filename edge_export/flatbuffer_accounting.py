@@ -58,10 +58,14 @@ def payload_bytes(model: Any) -> dict[str, int]:
     """The per-channel payload of ``model`` (a ``ModelT``): int8 weights, int32 biases and their scales."""
     parts = dict.fromkeys(PAYLOAD_CATEGORIES, 0)
     kinds, payload = _constant_kinds(model)
+    counted: set[bytes] = set()  # equal constants (a buffer two tensors share, or equal copies) are one payload
     for sg in model.subgraphs or ():
         for i in sorted(payload):
             t = sg.tensors[i]
-            parts[kinds[t.buffer]] += len(model.buffers[t.buffer].data)
+            data = bytes(model.buffers[t.buffer].data)
+            if data not in counted:
+                counted.add(data)
+                parts[kinds[t.buffer]] += len(model.buffers[t.buffer].data)
             if t.quantization is not None and t.quantization.scale is not None:
                 parts["weight and bias scales"] += 4 * len(t.quantization.scale)
     return parts
@@ -183,7 +187,8 @@ def byte_accounting(data: bytes) -> dict[str, int]:
     tables``, ``operator inputs/outputs``, ``operator options``, ``opcodes``, ``buffer tables``,
     ``subgraph table``, ``signature defs``, ``metadata`` (entries, names and their buffers),
     ``description``, ``header`` (root offset, identifier, model table) and ``alignment padding``.
-    Data stored after the flatbuffer (``Buffer.offset``) is counted as ``external data``.
+    Data stored after the flatbuffer (``Buffer.offset``: the converter's layout for models over
+    2 GB, which edge-export's writer never keeps) is reached by no object and counts as padding.
     """
     from .flatbuffer_packing import read_model
 
@@ -207,6 +212,11 @@ def schema_floor(data: bytes) -> dict[str, int]:
     floor["header"] = 4 + 4  # root offset and the "TFL3" identifier (VerifyModelBuffer checks it)
     floor["header"] += 4 + 4 + 4 + 4 + 4  # model table: vtable offset, version, opcodes, subgraphs, buffers
     kinds, payload = _constant_kinds(model)
+    # Equal constant data needs storing once: every buffer maps to the first with its bytes.
+    first_with: dict[bytes, int] = {}
+    canonical = {
+        b: first_with.setdefault(bytes(model.buffers[b].data), b) for b in sorted(kinds) if kinds[b] != "metadata"
+    }
     payload_parts = payload_bytes(model)
     for part in ("int8 weights", "int32 biases"):
         floor[part] = payload_parts[part]
@@ -257,7 +267,7 @@ def schema_floor(data: bytes) -> dict[str, int]:
             if len(shape) and shape not in int_vectors:
                 int_vectors.add(shape)
                 floor["shapes"] += 4 + len(shape)
-            buffer_index = t.buffer if kinds.get(t.buffer) not in (None, "metadata") else 0
+            buffer_index = canonical.get(t.buffer, 0)
             table_key = (shape, int(t.type), buffer_index, quant_key, bool(t.isVariable))
             if table_key not in tensor_tables:
                 tensor_tables.add(table_key)
@@ -282,7 +292,7 @@ def schema_floor(data: bytes) -> dict[str, int]:
                     floor["operator options"] += 4 + sum(size for size, _ in options.values())
     # Buffer 0 (empty: "no data") and one per constant buffer; the empty table needs only its
     # vtable offset. Constant buffers: table, data offset, data vector length.
-    constant_buffers = {b for b, kind in kinds.items() if kind != "metadata"}
+    constant_buffers = set(canonical.values())
     floor["buffer tables"] = 4 + 4 * (1 + len(constant_buffers)) + 4
     floor["buffer tables"] += sum(4 + 4 for _ in constant_buffers)
     floor["payload vector lengths"] += sum(4 for b in constant_buffers if kinds[b] in PAYLOAD_CATEGORIES)

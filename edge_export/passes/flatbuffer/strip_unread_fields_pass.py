@@ -15,8 +15,11 @@ inner tensor names this drops, where present:
 - ``min``/``max`` of quantization parameters that have scales (the calibration ranges the scales
   were computed from: neither runtime reads them once scales are there);
 - empty buffers other than buffer 0: a tensor without data points at buffer 0, which the schema
-  reserves for "no data", instead of an empty buffer of its own; buffers nothing refers to any more
-  are removed and the rest renumbered.
+  reserves for "no data", instead of an empty buffer of its own;
+- repeated constant data: tensors whose buffers hold the same bytes point at the first of them
+  (both runtimes treat constant buffers as read-only, as tied weights already share one);
+
+buffers nothing refers to any more are then removed and the rest renumbered.
 
 Every change leaves the tensors, operators and constants the runtimes read as they were, so the
 model computes bit-identically (``tests/passes/test_strip_unread_fields_pass.py`` runs both files in
@@ -39,7 +42,7 @@ def _has_data(buf: Any) -> bool:
 
 def strip_unread_fields_pass(model: Any) -> bool:
     """Drop the converter's description and metadata, static shape signatures, min/max beside
-    scales and per-tensor empty buffers; True if anything changed."""
+    scales, per-tensor empty buffers and repeated constant data; True if anything changed."""
     modified = False
     if model.description:
         model.description = None
@@ -63,7 +66,26 @@ def strip_unread_fields_pass(model: Any) -> bool:
             if zero_is_empty and tensor.buffer and tensor.buffer < len(buffers) and not _has_data(buffers[tensor.buffer]):
                 tensor.buffer = 0
                 modified = True
+    modified = _share_equal_buffers(model) or modified
     return _drop_unreferenced_buffers(model) or modified
+
+
+def _share_equal_buffers(model: Any) -> bool:
+    """Point every tensor whose buffer repeats an earlier buffer's bytes at that earlier buffer."""
+    first: dict[bytes, int] = {}
+    same_as: dict[int, int] = {}
+    for index, buf in enumerate(model.buffers or ()):
+        if index == 0 or buf.data is None or not len(buf.data):
+            continue  # buffer 0 means "no data"; external data (offset) is left alone
+        same_as[index] = first.setdefault(bytes(buf.data), index)
+    modified = False
+    for sg in model.subgraphs or ():
+        for tensor in sg.tensors or ():
+            target = same_as.get(int(tensor.buffer), int(tensor.buffer))
+            if target != tensor.buffer:
+                tensor.buffer = target
+                modified = True
+    return modified
 
 
 def _drop_unreferenced_buffers(model: Any) -> bool:
