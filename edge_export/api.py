@@ -684,10 +684,12 @@ def _run_export(
     named_fb = fb  # what the checks ran on; the target's finish reads its names
     if options.strip_names:
         # After every check: parity, per-layer rows and module paths need the names, and the
-        # stripped model computes exactly the same (the runtimes never read inner tensor names).
-        from .passes.flatbuffer import run_flatbuffer_passes, strip_tensor_names_pass
+        # stripped model computes exactly the same (the runtimes never read inner tensor names, nor
+        # the converter's description and metadata, static shape signatures or min/max).
+        from .passes.flatbuffer import run_flatbuffer_passes, strip_tensor_names_pass, strip_unread_fields_pass
 
-        fb = run_flatbuffer_passes(fb, [strip_tensor_names_pass], origin="the model without tensor names").model
+        stripping = [strip_tensor_names_pass, strip_unread_fields_pass]
+        fb = run_flatbuffer_passes(fb, stripping, origin="the model without tensor names").model
     metadata_section = None
     if model_metadata is not None:
         # The last change to the model: after every check (parity ran on the same operators and

@@ -179,10 +179,9 @@ def test_reorder_operators_for_edgetpu_pass_moves_independent_mapped_operators_f
 
 
 def test_pipeline_packs_once_and_writes_the_model_one_pass_at_a_time_wrote(converted, monkeypatch):
-    """One pack for three passes. The file holds the same model as one pack per pass, but not the same
-    bytes: set_io_dtype_pass's new I/O scales are Python lists, which the writer does not share, while
-    after a re-read they are numpy vectors it does (docs/ARCHITECTURE.md). That is why the export keeps
-    its stages' pipelines apart: its files stay byte-identical to earlier releases'."""
+    """One pack for three passes, and the same bytes as one pack per pass: the writer shares every
+    equal vector, including set_io_dtype_pass's new I/O scales, which are Python lists until a
+    re-read (docs/ARCHITECTURE.md)."""
     packs = []
     real_pack = pipeline_module.pack_model
     monkeypatch.setattr(pipeline_module, "pack_model", lambda *a, **k: packs.append(1) or real_pack(*a, **k))
@@ -195,6 +194,7 @@ def test_pipeline_packs_once_and_writes_the_model_one_pass_at_a_time_wrote(conve
     for p in passes:
         one_at_a_time = run_flatbuffer_passes(one_at_a_time, [p]).model_bytes
     assert len(packs) == 4
+    assert together.model_bytes == one_at_a_time
     fused, chained = read_flatbuffer(together.model_bytes), read_flatbuffer(one_at_a_time)
     assert (fused.tensors, fused.operators, fused.signatures) == (chained.tensors, chained.operators, chained.signatures)
     for a, b in zip(_outputs(together.model_bytes, converted.example), _outputs(one_at_a_time, converted.example)):

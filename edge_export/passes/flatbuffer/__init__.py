@@ -17,6 +17,7 @@ from .set_io_dtype_pass import set_io_dtype_pass
 from .share_quantization_vectors_pass import share_quantization_vectors_pass
 from .split_weights_pass import split_weights_pass
 from .strip_tensor_names_pass import strip_tensor_names_pass
+from .strip_unread_fields_pass import strip_unread_fields_pass
 
 __all__ = [
     "FlatbufferPass",
@@ -31,4 +32,5 @@ __all__ = [
     "share_quantization_vectors_pass",
     "split_weights_pass",
     "strip_tensor_names_pass",
+    "strip_unread_fields_pass",
 ]
