@@ -271,18 +271,17 @@ def with_weights_dequantized_once(quantized_graph: Any) -> Any:
     graph = fx.Graph()
     graph.output(graph.graph_copy(quantized_graph.graph, {}))
     copy = fx.GraphModule(quantized_graph, graph)  # shares the tensors and submodules
+    # By name: the ops are registered by torchao, which is imported once PT2E has run.
     foldable = {
-        torch.ops.quantized_decomposed.quantize_per_channel.default,
-        torch.ops.quantized_decomposed.dequantize_per_channel.default,
-        torch.ops.quantized_decomposed.quantize_per_tensor.default,
-        torch.ops.quantized_decomposed.dequantize_per_tensor.default,
+        f"quantized_decomposed.{op}.default"
+        for op in ("quantize_per_channel", "dequantize_per_channel", "quantize_per_tensor", "dequantize_per_tensor")
     }
     values: dict[Any, Any] = {}
     for node in list(copy.graph.nodes):
         if node.op == "get_attr":
             values[node] = _attr(copy, node.target)
             continue
-        if node.op != "call_function" or node.target not in foldable:
+        if node.op != "call_function" or str(node.target) not in foldable:
             continue
         inputs = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, fx.Node)]
         if not inputs or not all(a in values for a in inputs):
