@@ -42,8 +42,8 @@ def test_frozen_weight_observers_give_the_same_quantized_graph(cnn, cnn_calibrat
         assert frozen.code == every_sample.code
         ours, theirs = dict(frozen.named_buffers()), dict(every_sample.named_buffers())
         assert ours.keys() == theirs.keys()
-        for name in ours:
-            assert torch.equal(ours[name], theirs[name]), name
+        for name, value in ours.items():
+            assert torch.equal(value, theirs[name]), name
         # The observers are back to their class's forward after the calibration.
         assert not any("forward" in vars(m) for m in observers[0])
 
