@@ -27,22 +27,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 def per_value_mse_range(values, lo, hi, levels=255):
     """mse_range with every candidate evaluated over every value (the search before the speed-up)."""
-    from edge_export.quantization.flatbuffer_recipes import (
-        _MSE_FACTORS,
-        _quantization_mse,
-    )
+    from edge_export.quantization.flatbuffer_recipes import mse_range
 
-    values = np.asarray(values, dtype=np.float64).ravel()
-    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
-    if hi - lo <= 0 or values.size == 0:
-        return lo, hi
-    best_lo, best_hi, best_err = lo, hi, _quantization_mse(values, lo, hi, levels)
-    for end in ("hi", "lo", "hi"):
-        for f in _MSE_FACTORS:
-            a, b = (best_lo, f * hi) if end == "hi" else (f * lo, best_hi)
-            if b - a > 0 and (err := _quantization_mse(values, a, b, levels)) < best_err * (1 - 1e-9):
-                best_lo, best_hi, best_err = a, b, err
-    return best_lo, best_hi
+    return mse_range(values, lo, hi, levels, per_value=True)
 
 
 def measure(name: str, size: int, samples: int) -> dict:

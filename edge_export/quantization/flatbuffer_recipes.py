@@ -153,15 +153,17 @@ def _quantization_mse(values: np.ndarray, lo: float, hi: float, levels: int) -> 
     return float(np.mean(((q - zero_point) * scale - values) ** 2))
 
 
-def mse_range(values: np.ndarray, lo: float, hi: float, levels: int = 255) -> tuple[float, float]:
+def mse_range(values: np.ndarray, lo: float, hi: float, levels: int = 255, *, per_value: bool = False) -> tuple[float, float]:
     """The range inside ``[lo, hi]`` (zero kept inside) whose ``levels``-step asymmetric
     quantization of ``values`` has the least mean squared error: each end shrunk by the factors in
-    ``_MSE_FACTORS``, one end at a time (upper, lower, upper again), ties keeping the wider range."""
+    ``_MSE_FACTORS``, one end at a time (upper, lower, upper again), ties keeping the wider range.
+    ``per_value`` evaluates each candidate value by value (the reference the sorted search is
+    checked and timed against)."""
     values = np.asarray(values, dtype=np.float64).ravel()
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
     if hi - lo <= 0 or values.size == 0:
         return lo, hi
-    if levels <= _SORTED_MSE_MAX_LEVELS:
+    if levels <= _SORTED_MSE_MAX_LEVELS and not per_value:
         # Sorted once (O(n log n)); each of the 144 candidates then costs O(levels log n), not O(n).
         error = _SortedValues(values).quantization_mse
     else:

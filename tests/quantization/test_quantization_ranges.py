@@ -13,7 +13,6 @@ from edge_export.errors import UsageError
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.quantization import synthetic_calibration
 from edge_export.quantization.flatbuffer_recipes import (
-    _MSE_FACTORS,
     _quantization_mse,
     _SortedValues,
     mse_range,
@@ -66,15 +65,7 @@ def test_mse_range_degenerate_inputs():
 
 def _mse_range_per_value(values, lo, hi, levels):
     """mse_range's search with the error evaluated value by value (the search before it was sped up)."""
-    values = np.asarray(values, dtype=np.float64).ravel()
-    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
-    best_lo, best_hi, best_err = lo, hi, _quantization_mse(values, lo, hi, levels)
-    for end in ("hi", "lo", "hi"):
-        for f in _MSE_FACTORS:
-            a, b = (best_lo, f * hi) if end == "hi" else (f * lo, best_hi)
-            if b - a > 0 and (err := _quantization_mse(values, a, b, levels)) < best_err * (1 - 1e-9):
-                best_lo, best_hi, best_err = a, b, err
-    return best_lo, best_hi
+    return mse_range(values, lo, hi, levels, per_value=True)
 
 
 def _activation_like(kind: str, rng) -> np.ndarray:
