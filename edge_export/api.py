@@ -655,7 +655,9 @@ def _run_export(
             from .latency import measure_host_latency
 
             float_fb = read_flatbuffer(align_buffers(float_bytes), origin="the float model")
-            host_latency = measure_host_latency(fb, float_fb, options.quantize.value)
+            # the kept model's recipe says whether mixed precision put int16x8 operators in it
+            int16_inside = "operator(s) at int16" in (quant_result.recipe or "")
+            host_latency = measure_host_latency(fb, float_fb, options.quantize.value, kernels="int16x8" if int16_inside else None)
     model_metadata = None
     if metadata_requested(options) and target.carries_metadata:  # a bad labels file: exit 2 before the checks
         model_metadata = _build_metadata(fb, options, reference_out, returned_keys, metadata_image)

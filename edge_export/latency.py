@@ -235,6 +235,9 @@ class HostLatency:
     runtime: str = HOST_LATENCY_RUNTIME
     host: str = ""
     margin: float = SLOWER_MARGIN
+    # The kernels that explain the time when they are not the mode's own: an int8 model whose mixed
+    # precision raised operators to int16 runs those on int16x8 kernels (not in the JSON: the note says it).
+    kernels: str | None = None
 
     JSON_KEYS = ("quantize", "quantized_ms", "float_ms", "ratio", "slower", "margin", "runs", "warmup", "runtime", "host", "note")
 
@@ -251,9 +254,10 @@ class HostLatency:
     def note(self) -> str | None:
         if not self.slower:
             return None
-        why = _SLOWER_BECAUSE.get(self.quantize, "its kernels on this CPU are slower than the float ones")
+        why = _SLOWER_BECAUSE.get(self.kernels or self.quantize, "its kernels on this CPU are slower than the float ones")
+        what = self.quantize if self.kernels in (None, self.quantize) else f"{self.quantize} (with {self.kernels} operators)"
         return (
-            f"{self.quantize} runs {self.ratio:.2f}x slower than fp32 on this host ({self.runtime}; {why}). "
+            f"{what} runs {self.ratio:.2f}x slower than fp32 on this host ({self.runtime}; {why}). "
             "On an Arm phone a quantized model is usually faster: measure there (LiteRT's benchmark_model on the device)."
         )
 
@@ -296,6 +300,7 @@ def measure_host_latency(
     min_runs: int = 5,
     max_runs: int = 100,
     budget_s: float = 0.4,
+    kernels: str | None = None,
 ) -> HostLatency | None:
     """Time the written model against the float one in a child process (a native crash is not an
     export failure). None when either cannot be timed: a latency is reported, never required."""
@@ -310,4 +315,4 @@ def measure_host_latency(
         return None
     if quantized_ms <= 0 or float_ms <= 0:
         return None
-    return HostLatency(quantize, round(quantized_ms, 4), round(float_ms, 4), runs, warmup, host=_host())
+    return HostLatency(quantize, round(quantized_ms, 4), round(float_ms, 4), runs, warmup, host=_host(), kernels=kernels)

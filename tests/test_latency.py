@@ -102,6 +102,10 @@ def test_the_note_names_the_mode_the_ratio_and_where_to_measure():
     assert "no int16x8 kernels" in HostLatency("int16x8", 3.0, 1.0, runs=5, warmup=2).note
     # a wider margin given by the caller moves the flag
     assert HostLatency("int8", 1.4, 1.0, runs=5, warmup=2, margin=0.5).slower is False
+    # an int8 model with int16x8 operators (mixed precision) is blamed on those, not on int8 kernels
+    mixed = HostLatency("int8", 30.0, 1.0, runs=5, warmup=2, kernels="int16x8").note
+    assert mixed.startswith("int8 (with int16x8 operators) runs 30.00x slower") and "no int16x8 kernels" in mixed
+    assert "depthwise" not in mixed
 
 
 def test_measure_host_latency_times_both_models(cnn_models):
