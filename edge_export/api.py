@@ -655,8 +655,9 @@ def _run_export(
             from .latency import measure_host_latency
 
             float_fb = read_flatbuffer(align_buffers(float_bytes), origin="the float model")
-            # the kept model's recipe says whether mixed precision put int16x8 operators in it
-            int16_inside = "operator(s) at int16" in (quant_result.recipe or "")
+            from .quantization.mixed_precision import kept_int16_operators
+
+            int16_inside = kept_int16_operators(quant_result, mixed_precision)
             host_latency = measure_host_latency(fb, float_fb, options.quantize.value, kernels="int16x8" if int16_inside else None)
     model_metadata = None
     if metadata_requested(options) and target.carries_metadata:  # a bad labels file: exit 2 before the checks

@@ -80,6 +80,7 @@ __all__ = [
     "PromotionCost",
     "check_mixed_precision_option",
     "evaluate_target",
+    "kept_int16_operators",
     "promotion_costs",
     "promotion_order",
     "promotion_overrides",
@@ -496,6 +497,12 @@ def search_mixed_precision(
 
 
 # ---- the second, integer-only phase: split weights (weight_splitting.py) ---------------------------
+
+
+def kept_int16_operators(quant: Any, report: MixedPrecisionReport | None) -> bool:
+    """Whether ``quant`` (the QuantizationResult an export keeps) is the mixed model with operators
+    at int16 (int16x8 kernels), rather than the plain int8 model the search fell back to."""
+    return report is not None and report.precision == "int16" and bool(report.promoted) and quant.recipe == _recipe(report)
 
 
 def _recipe(report: MixedPrecisionReport) -> str:
