@@ -1,183 +1,77 @@
-"""Read an untrusted ExportedProgram archive (.pt2) without running code from it.
+"""The second line of defence while torch reads an untrusted ExportedProgram archive (.pt2).
 
-``torch.export.load`` is documented as unsafe for untrusted files. Inside a .pt2 archive it unpickles
-(torch 2.6-2.13, torch/export/pt2_archive/_package.py and torch/_export/serde/serialize.py):
+The first line is ``pt2_archive.read_checked_archive``: an allow-list of what the archive may hold,
+whose checked bytes are all torch is given. Behind it, in case it lets something through, torch reads
+those bytes with:
 
-    data/sample_inputs/<model>.pt      torch.load(weights_only=True), then falls back to weights_only=False
-    data/weights/<path>                torch.load(weights_only=False) when the weights config says use_pickle
-    data/constants/tensor_*            the same, from the constants config
-    data/constants/custom_obj_*        TorchScript's unpickler (TorchBind objects)
-    data/constants/opaque_obj_*        pickle.loads
-    data/{weights,constants}/<m>.pt    legacy single-file payloads, through the sample-inputs path
+- ``torch.load`` held to ``weights_only=True`` and the archive reader's ``pickle.loads`` refused
+  (``refuse_unsafe_unpickling``), so a pickle that is more than tensors fails instead of running;
+- ``sympy.sympify`` replaced, for torch's deserializer, by the bounded parser of
+  ``symbolic_expressions`` (``parse_expressions_safely``);
+- after loading, before any code is generated from the program: every state name a dotted Python
+  identifier (``check_state_names``) and every call a PyTorch operator (``check_graph_targets``).
 
-and it gives every ``expr_str`` of the graph JSON (symbolic shapes) to ``sympy.sympify``, which
-evaluates Python. Without --trust-pickle, edge-export checks each of these before torch sees the
-archive (a pickle must load with torch's weights_only unpickler, which builds only tensors and plain
-containers; an expression may hold only sympy constructors and literals), holds ``torch.load`` to
-``weights_only=True`` while torch reads the archive (so whatever the check misses fails instead of
-running), and refuses a graph that calls anything but a PyTorch operator.
+The third line is the sandbox the whole run of an untrusted archive happens in (``sandbox.py``).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import operator
+import os
 import re
 import threading
-import tokenize
-import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import ModelLoadError
+from .pt2_archive import DOTTED_NAME, UnsafeArchiveMember
 
-__all__ = ["UnsafeArchiveMember", "check_archive_members", "check_graph_targets", "refuse_unsafe_unpickling"]
+__all__ = [
+    "UnsafeArchiveMember", "load_untrusted_archive", "check_state_names", "check_graph_targets",
+    "refuse_unsafe_unpickling", "parse_expressions_safely",
+]
 
 _TRUST_HINT = (
     "Export the model again with torch.export.save from a module whose weights, buffers and example "
     "inputs are plain tensors; if you trust the file's author, pass --trust-pickle."
 )
-# A symbol or number inside a quoted sympy argument: Symbol('s0', ...), Float('1.5', precision=53).
-_SAFE_STRING = re.compile(r"""^(['"])([A-Za-z_][A-Za-z0-9_]*|[-+]?[0-9.]+(e[-+]?[0-9]+)?)\1$""")
-_SYMBOL_NAME = re.compile(r"^[a-z]+[0-9]+$")
-_SAFE_OPERATORS = {"(", ")", ",", "=", "+", "-", "*", "/", "**", "<", ">", "<=", ">=", "==", "!="}
 
-
-class UnsafeArchiveMember(ModelLoadError):
-    """An archive member whose loading could run code; refused without --trust-pickle."""
-
-
-def _refuse(path: Path, member: str, what: str) -> UnsafeArchiveMember:
-    return UnsafeArchiveMember(
-        f"{path} is an ExportedProgram archive whose member {member} {what}; loading it could run "
-        "arbitrary code, so it is refused by default.",
-        _TRUST_HINT,
-    )
-
-
-def _weights_only_loads(data: bytes) -> bool:
+def load_untrusted_archive(path: Path) -> Any:
+    """The ExportedProgram in ``path``, read through the allow-list reader and the guards above."""
     import torch
 
-    try:
-        torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception:  # a probe: any failure means "not plain tensors", which the caller refuses
-        return False
-    return True
+    from .pt2_archive import DISABLE_CHECKS_ENV, read_checked_archive
+
+    if os.environ.get(DISABLE_CHECKS_ENV) == "1":  # test hook: the sandbox alone (tests/test_sandbox.py)
+        return torch.export.load(io.BytesIO(path.read_bytes()))
+    data = read_checked_archive(path).canonical_bytes()
+    with refuse_unsafe_unpickling(), parse_expressions_safely():
+        ep = torch.export.load(io.BytesIO(data))
+    check_state_names(path, ep)
+    check_graph_targets(path, ep.graph_module)
+    return ep
 
 
-def _members(zf: zipfile.ZipFile) -> dict[str, str]:
-    """Name inside the archive's root folder -> zip member name (torch reads records that way)."""
-    return {(n.split("/", 1)[1] if "/" in n else n): n for n in zf.namelist()}
+def check_state_names(path: Path, ep: Any) -> None:
+    """torch.fx writes parameter, buffer and constant names into generated source unescaped
+    (``getattr(self, "<name>")``): allow only dotted Python identifiers."""
+    names = [*ep.state_dict, *ep.constants]
+    for spec in ep.graph_signature.input_specs:
+        names.append(spec.target or "")
+    for node in ep.graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            names.append(str(node.target))
+    for name in names:
+        if name and not DOTTED_NAME.fullmatch(name):
+            from .text_safety import for_terminal
 
-
-def _payload_pickles(zf: zipfile.ZipFile, members: dict[str, str], config: str, folder: str) -> Iterator[tuple[str, str]]:
-    """(name, kind) of each member a weights/constants config makes torch unpickle."""
-    if config not in members:
-        return
-    try:
-        entries = json.loads(zf.read(members[config])).get("config", {})
-    except (ValueError, AttributeError, OSError, zipfile.BadZipFile):
-        return  # torch rejects it too, before unpickling anything
-    if not isinstance(entries, dict):
-        return
-    for fqn, meta in entries.items():
-        if not isinstance(meta, dict) or not isinstance(meta.get("path_name"), str):
-            continue
-        name = folder + meta["path_name"]
-        if meta["path_name"].startswith(("custom_obj_", "opaque_obj_")):
-            yield name, f"object:{fqn}"
-        elif meta.get("use_pickle"):
-            yield name, f"tensor:{fqn}"
-
-
-def check_archive_members(path: Path) -> None:
-    """Refuse, naming the member, anything in the archive torch would unpickle or evaluate unsafely."""
-    with zipfile.ZipFile(path) as zf:
-        members = _members(zf)
-        models = [n[len("models/"):-len(".json")] for n in members if n.startswith("models/") and n.endswith(".json")]
-        to_check: list[tuple[str, str]] = [(n, "sample inputs") for n in members if n.startswith("data/sample_inputs/")]
-        for model in models:
-            to_check += _payload_pickles(zf, members, f"data/weights/{model}_weights_config.json", "data/weights/")
-            to_check += _payload_pickles(zf, members, f"data/constants/{model}_constants_config.json", "data/constants/")
-            to_check += [(f"data/{d}/{model}.pt", "legacy payload") for d in ("weights", "constants")]
-        # the pre-2.8 layout torch.export.load falls back to
-        to_check += [(n, "legacy payload") for n in members if n.startswith("serialized_") and n.endswith(".pt")]
-        for name, kind in to_check:
-            if name not in members:
-                continue  # torch fails on the missing record before it unpickles anything
-            if kind.startswith("object:"):
-                raise _refuse(path, members[name], f"is a pickled Python object (constant {kind[7:]}), not a tensor")
-            if not _weights_only_loads(zf.read(members[name])):
-                label = f"weight or constant {kind[7:]}" if kind.startswith("tensor:") else kind
-                raise _refuse(path, members[name], f"({label}) is a pickle that holds more than tensors")
-        for model in models:
-            _check_expressions(path, members[f"models/{model}.json"], zf.read(members[f"models/{model}.json"]))
-
-
-def _expressions(node: Any) -> Iterator[str]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "expr_str" and isinstance(value, str):
-                yield value
-            else:
-                yield from _expressions(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _expressions(value)
-
-
-def _sympy_names() -> set[str]:
-    import sympy
-    import torch.utils._sympy.functions as torch_sympy
-
-    names = {"True", "False", "None"}
-    for namespace in (sympy, torch_sympy):
-        for name in dir(namespace):
-            value = getattr(namespace, name)
-            # constructors (Symbol, Mul, FloorDiv, ...) and constants (oo, true, pi, ...)
-            if (isinstance(value, type) and issubclass(value, sympy.Basic)) or isinstance(value, sympy.Basic):
-                names.add(name)
-    return names
-
-
-def _check_expressions(path: Path, member: str, data: bytes) -> None:
-    """sympify evaluates its string: allow only sympy constructors, keyword names and literals."""
-    try:
-        graph = json.loads(data)
-    except ValueError:
-        return  # torch rejects it before evaluating anything
-    allowed: set[str] | None = None
-    for expr in _expressions(graph):
-        if allowed is None:
-            allowed = _sympy_names()
-        if not _is_plain_sympy(expr, allowed):
-            raise _refuse(
-                path, member, f"has a symbolic shape expression that is not plain sympy ({expr[:80]!r})"
+            raise UnsafeArchiveMember(
+                f"{path} is an ExportedProgram archive with a parameter, buffer or constant named "
+                f"{for_terminal(name[:80])!r}, which is not a dotted Python identifier; torch would write "
+                "it into generated code, so it is refused by default.",
+                _TRUST_HINT,
             )
-
-
-def _is_plain_sympy(expr: str, allowed: set[str]) -> bool:
-    try:
-        tokens = [t for t in tokenize.generate_tokens(io.StringIO(expr).readline)
-                  if t.type not in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT)]
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return False
-    for i, tok in enumerate(tokens):
-        if tok.type == tokenize.NUMBER:
-            continue
-        if tok.type == tokenize.STRING and _SAFE_STRING.match(tok.string):
-            continue
-        if tok.type == tokenize.OP and tok.string in _SAFE_OPERATORS:
-            continue
-        if tok.type == tokenize.NAME:
-            is_keyword = i + 1 < len(tokens) and tokens[i + 1].string == "="
-            # a bare symbol name such as s0 or u12 (older torch wrote str(expr), not srepr)
-            if is_keyword or tok.string in allowed or _SYMBOL_NAME.match(tok.string):
-                continue
-        return False
-    return True
 
 
 class _RefusedPickle(Exception):
@@ -196,7 +90,7 @@ class _RefusingPickleModule:
         return getattr(pickle, name)
 
 
-_GUARD_LOCK = threading.Lock()
+_GUARD_LOCK = threading.RLock()  # the guards nest
 
 
 @contextmanager
@@ -228,6 +122,42 @@ def refuse_unsafe_unpickling() -> Iterator[None]:
             torch.load = original_load
             if original_pickle is not None:
                 archive_reader.pickle = original_pickle
+
+
+class _SafeSympy:
+    """Stands in for the ``sympy`` module inside torch's deserializer: ``sympify`` parses with the
+    bounded grammar of symbolic_expressions and builds the expression without evaluating text."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def sympify(self, value: Any, locals: dict | None = None, **_: Any) -> Any:  # noqa: A002 - sympy's name
+        from .symbolic_expressions import ExpressionError, build_sympy, parse_expression
+
+        if isinstance(value, self._real.Basic):
+            return value
+        try:
+            node = parse_expression(value)
+        except ExpressionError as exc:
+            raise _RefusedPickle(f"a symbolic expression outside the allowed grammar was refused ({exc})") from None
+        return build_sympy(node, locals)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@contextmanager
+def parse_expressions_safely() -> Iterator[None]:
+    """While torch deserializes a program in this process, its ``sympy.sympify`` is the bounded parser."""
+    from torch._export.serde import serialize
+
+    with _GUARD_LOCK:
+        real = serialize.sympy
+        serialize.sympy = _SafeSympy(real)
+        try:
+            yield
+        finally:
+            serialize.sympy = real
 
 
 def check_graph_targets(path: Path, graph_module: Any) -> None:

@@ -7,7 +7,8 @@
 
 A state dict or any other pickle is loaded with ``weights_only=True`` first, which cannot run code, so
 an untrusted pickle is identified without executing its payload. An ExportedProgram archive holds
-pickles too: archive_safety.py checks them before torch.export.load sees the archive.
+pickles and code too: pt2_archive.py reads it through an allow-list and hands torch only the checked
+bytes, archive_safety.py guards torch while it reads them, and sandbox.py confines the whole run.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputSpecError, ModelLoadError, first_line, map_exceptions
+from .errors import InputSpecError, ModelLoadError, UsageError, first_line, map_exceptions
 
 __all__ = ["ModelKind", "LoadedModel", "detect_kind", "load_model", "is_module_reference"]
 
@@ -128,17 +129,11 @@ def _class_name(module: Any) -> str:
 def _load_exported_program(path: Path, trust_pickle: bool = False) -> LoadedModel:
     import torch
 
-    from .archive_safety import UnsafeArchiveMember, check_archive_members, check_graph_targets, refuse_unsafe_unpickling
+    from .archive_safety import UnsafeArchiveMember, load_untrusted_archive
 
     try:
-        if trust_pickle:
-            ep = torch.export.load(str(path))
-        else:
-            check_archive_members(path)
-            with refuse_unsafe_unpickling():
-                ep = torch.export.load(str(path))
-            check_graph_targets(path, ep.graph_module)
-    except UnsafeArchiveMember:
+        ep = torch.export.load(str(path)) if trust_pickle else load_untrusted_archive(path)
+    except (UnsafeArchiveMember, UsageError):
         raise
     except Exception as exc:  # boundary: a corrupt archive makes torch.export.load raise many kinds
         if not trust_pickle and _is_refused_unpickling(exc):
@@ -155,11 +150,17 @@ def _load_exported_program(path: Path, trust_pickle: bool = False) -> LoadedMode
             "torch.export.save.",
         ) from exc
     example = None
-    if ep.example_inputs is not None:
-        args, kwargs = ep.example_inputs
-        if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
-            example = tuple(args)
-    module = ep.module()
+    stored = ep.example_inputs
+    # stored inputs are used only when they are exactly (args of tensors, no kwargs)
+    if isinstance(stored, tuple) and len(stored) == 2 and isinstance(stored[0], tuple) and not stored[1]:
+        if all(isinstance(a, torch.Tensor) for a in stored[0]):
+            example = tuple(stored[0])
+    with map_exceptions(
+        {Exception: ModelLoadError},  # torch builds the module from the program's parts: any of them may be malformed
+        f"{path} is an ExportedProgram archive whose program torch cannot turn into a module: {{error}}.",
+        "It may be damaged or saved by an incompatible torch version; export it again with torch.export.save.",
+    ):
+        module = ep.module()
     return LoadedModel(module, ModelKind.EXPORTED_PROGRAM, str(path), example, "torch.export.ExportedProgram")
 
 

@@ -178,11 +178,16 @@ def test_graph_calling_a_non_operator_is_refused(tmp_path):
 def test_unpickling_guard_alone_stops_the_payload(archives, monkeypatch, kind):
     """Defence in depth: with the member check switched off, torch.load held to weights_only while
     torch reads the archive still stops the payload."""
-    from edge_export import archive_safety
+    from edge_export import pt2_archive
     from edge_export.errors import ModelLoadError
     from edge_export.loading import load_model
 
-    monkeypatch.setattr(archive_safety, "check_archive_members", lambda path: None)
+    def unchecked(path, limits=None):
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            return pt2_archive.CheckedArchive(names[0].split("/")[0], {n.split("/", 1)[1]: zf.read(n) for n in names})
+
+    monkeypatch.setattr(pt2_archive, "read_checked_archive", unchecked)
     with pytest.raises(ModelLoadError, match="more than tensors"):
         load_model(archives["evil"][kind])
     assert not archives["markers"][kind].exists()
