@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from . import __version__
-from .atomic_files import ArtifactSet, check_outputs_apart, check_writable_folder, remove_created_folders
+from .atomic_files import ArtifactSet, check_artifact_paths, check_outputs_apart, check_writable_folder, remove_created_folders
 from .config import InputSpec, IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
 from .errors import EXIT_OK, EdgeExportError, InputSpecError, UsageError, first_line
 from .reports.model import (
@@ -259,6 +259,14 @@ class _Stages:
         self.times: list[StageTiming] = []
         self._on_stage = on_stage
 
+    def announce(self, label: str) -> None:
+        if self._on_stage:
+            self._on_stage(label)
+
+    def redirect(self, on_stage: Callable[[str], None]) -> None:
+        """Stage labels go to ``on_stage`` from now on (a confined child sends them to its parent)."""
+        self._on_stage = on_stage
+
     @contextmanager
     def run(self, name: str, label: str) -> Iterator[None]:
         if self._on_stage:
@@ -371,8 +379,16 @@ def export(
             check_writable_folder(path, created)
         from .library_output import quiet_libraries
 
+        from .sandbox import run_for_model
+
         with quiet_libraries(options.verbose or not options.quiet_libraries):
-            return _run_export(model, example_inputs, options, target, stages, tflite_path, json_path, md_path, implied)
+            report, files = run_for_model(
+                model, options.trust_pickle, stages, _run_export,
+                model, example_inputs, options, target, stages, tflite_path, json_path, md_path, implied,
+            )
+            expected = outputs + target_outputs + _overlay_outputs(options, tflite_path)
+            check_artifact_paths(files, expected)
+            return _write_run(report, files, options, stages)
     except BaseException:
         remove_created_folders(created)
         raise
@@ -542,7 +558,8 @@ def _run_export(
     json_path: Path,
     md_path: Path,
     implied: list[str],
-) -> ExportResult:
+) -> tuple[RunReport, list[tuple[Path, bytes]]]:
+    """Every stage up to the artifacts' bytes and the typed report; ``export`` writes them."""
     from .conversion import convert_module, fp16_quant_config, plan_channels_last, wrap_channels_last
     from .flatbuffer import read_flatbuffer
 
@@ -770,7 +787,7 @@ def _run_export(
         listed = {**report.artifacts.extra, **{a.key: str(a.path) for a in finished.artifacts}}
         report = replace(report, artifacts=replace(report.artifacts, extra=listed))
     files = [(tflite_path, fb.data)] + [(a.path, a.data) for a in (*checked.artifacts, *run_artifacts, *finished.artifacts)]
-    return _write_run(report, files, options, stages)
+    return report, files
 
 
 def _build_metadata(fb: FlatbufferModel, options: ExportOptions, reference_out: Sequence[Any], returned_keys: Sequence[str | None], image: Any) -> Any:

@@ -14,6 +14,7 @@ removed by the next run that writes to that folder, once its process is gone.
 from __future__ import annotations
 
 import os
+import stat
 import re
 import tempfile
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ __all__ = [
     "check_writable_folder",
     "remove_created_folders",
     "check_outputs_apart",
+    "check_artifact_paths",
     "same_file",
     "remove_stale_temp_files",
     "ArtifactSet",
@@ -151,6 +153,7 @@ def check_outputs_apart(outputs: Sequence[tuple[str, Path]], inputs: Sequence[tu
                 f"Cannot write {label} at {path}: a folder is in the way.",
                 f"Remove or rename that folder, or choose another path for {label}.",
             )
+        _refuse_special_file(label, path)
         for in_label, in_path in inputs:
             clash = _inside_folder_contents(path, in_path) if in_path.is_dir() else same_file(path, in_path)
             if clash:
@@ -166,6 +169,31 @@ def check_outputs_apart(outputs: Sequence[tuple[str, Path]], inputs: Sequence[tu
                     "overwrite the other.",
                     f"Choose another path for {label}.",
                 )
+
+
+def _refuse_special_file(label: str, path: Path) -> None:
+    """Artifacts are regular files: a device, a FIFO or a socket (``-o /dev/null``, which would also
+    put the reports into /dev) is refused, as is any path inside /dev."""
+    real = os.path.realpath(path)
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        mode = None
+    special = mode is not None and not stat.S_ISREG(mode)
+    if special or real == "/dev" or real.startswith(("/dev/", "/proc/", "/sys/")):
+        raise UsageError(
+            f"Cannot write {label} at {path}: it is a device or special file, not a regular file.",
+            f"Choose a path in an ordinary folder for {label} (to discard the artifacts, write them to a temporary folder).",
+        )
+
+
+def check_artifact_paths(files: Sequence[tuple[Path, object]], expected: Sequence[tuple[str, Path]]) -> None:
+    """The artifacts a (confined) run returned go only where the parent checked, before the run,
+    that an artifact may go: a path outside that set is an internal error, and nothing is written."""
+    allowed = {os.path.realpath(p) for _, p in expected}
+    for path, data in files:
+        if os.path.realpath(path) not in allowed or not isinstance(data, (bytes, str)):
+            raise RuntimeError(f"a run returned an artifact at {str(path)[:200]!r}, which was not among the checked outputs")
 
 
 def _default_mode() -> int:

@@ -107,7 +107,14 @@ class CheckedArchive:
         return buf.getvalue()
 
 
-def refusal(path: Path | str, member: str, what: str) -> UnsafeArchiveMember:
+def refusal(path: Path | str, member: str, what: str, *, size: bool = False) -> UnsafeArchiveMember:
+    if size:
+        return UnsafeArchiveMember(
+            f"{path} is an ExportedProgram archive whose member {member} {what}; an archive that claims "
+            "more than its model needs is refused before it is read.",
+            f"If the archive is genuine, raise the limit with {RATIO_ENV} (default 10), or export the model "
+            "again with torch.export.save.",
+        )
     return UnsafeArchiveMember(
         f"{path} is an ExportedProgram archive whose member {member} {what}; loading it could run "
         "arbitrary code, so it is refused by default.",
@@ -157,10 +164,10 @@ def _checked_directory(path: Path, zf: zipfile.ZipFile, size: int, limits: Archi
             raise refusal(path, name, "is encrypted or compressed with a method the format does not use")
         ceiling = max(limits.small_member, info.compress_size * limits.inflate_ratio)
         if info.file_size > ceiling or (info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size):
-            raise refusal(path, name, f"declares {info.file_size} bytes from {info.compress_size} compressed (limit {RATIO_ENV})")
+            raise refusal(path, name, f"declares {info.file_size} bytes from {info.compress_size} compressed", size=True)
         total += info.file_size
     if total > size * limits.inflate_ratio + limits.small_member:
-        raise refusal(path, "(the zip directory)", f"declares {total} bytes in all, more than {limits.inflate_ratio:g}x the file")
+        raise refusal(path, "(the zip directory)", f"declares {total} bytes in all, more than {limits.inflate_ratio:g}x the file", size=True)
     if len(roots) != 1:
         raise refusal(path, "(the zip directory)", "has members in more than one root folder")
     return infos
@@ -175,7 +182,7 @@ def _shown(name: str) -> str:
 def _read(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
     """The member's bytes, never more than ``limit`` (a lying header cannot inflate past it)."""
     if info.file_size > limit:
-        raise refusal(path, info.filename, f"declares {info.file_size} bytes, more than the {limit} its role allows")
+        raise refusal(path, info.filename, f"declares {info.file_size} bytes, more than the {limit} its role allows", size=True)
     try:
         with zf.open(info) as fh:
             data = fh.read(limit + 1)
@@ -261,7 +268,7 @@ def _check_model(path: Path, root: str, model: str, members: dict[str, bytes], l
     if sample in members:
         allowed = user_input_bytes(program) * 2 + limits.sample_input_slack
         if len(members[sample]) > allowed:
-            raise refusal(path, f"{root}/{sample}", f"holds {len(members[sample])} bytes, more than the model's inputs need ({allowed})")
+            raise refusal(path, f"{root}/{sample}", f"holds {len(members[sample])} bytes, more than the model's inputs need ({allowed})", size=True)
         _weights_only(path, f"{root}/{sample}", members[sample], "sample inputs")
     for folder, kind in (("data/weights/", "weights"), ("data/constants/", "constants")):
         config = f"{folder}{model}_{kind}_config.json"

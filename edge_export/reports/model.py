@@ -97,6 +97,8 @@ class ModelSection:
     source: str  # a path or package.module:attr
     kind: str  # loading.ModelKind value
     class_name: str = json_field(name="class")
+    # how an untrusted archive's run was confined (sandbox.py); absent when the model ran in-process
+    isolation: str | None = json_field(default=None, omit_none=True)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,331 @@
+"""The third line of defence for an untrusted model archive: the whole run happens in a confined child.
+
+Loading, tracing, conversion and validation of an untrusted ``.pt2`` (no ``--trust-pickle``) run in a
+forked child process that, before it reads the archive, confines itself with:
+
+- **Landlock** (Linux 5.13+; network rules from ABI 4, Linux 6.7): it may create, write, rename or
+  delete files only inside a private temporary folder (``TMPDIR`` points there) and write to
+  ``/dev/null``; files it opened before (the terminal, the capture of library output) stay usable;
+  with ABI 4+ it may neither bind nor connect TCP sockets, and with ABI 6+ it may not signal
+  processes outside itself or reach abstract Unix sockets;
+- a new **network namespace** (``unshare``; a user namespace first when not root): no interface but
+  a downed loopback, so no packet leaves, UDP included;
+- ``PR_SET_NO_NEW_PRIVS``: nothing it executes gains privileges.
+
+The child sends back the artifacts' bytes and the typed report; the parent, which never loads the
+archive, unpickles them with an allow-list (edge_export's dataclasses, enums and errors, paths,
+numpy arrays, plain containers) and writes the artifacts itself, atomically, at the paths it checked
+before the run. Where the kernel offers neither mechanism (macOS, Windows, Linux before 5.13 or a
+seccomp profile that blocks them), the child runs unconfined and the report says so
+(``model.isolation``): the allow-list reader and the loading guards still apply.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import pickle
+import shutil
+import signal
+import struct
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import EdgeExportError
+
+__all__ = ["SandboxStatus", "run_confined", "run_for_model", "needs_confinement", "confine_current_process", "RestrictedUnpickler"]
+
+_SYS_LANDLOCK_CREATE_RULESET = 444
+_SYS_LANDLOCK_ADD_RULE = 445
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+# LANDLOCK_ACCESS_FS_*: everything that creates, changes or removes a file, by the ABI that added it.
+_FS_WRITE_V1 = (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)
+_FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
+_FS_WRITE_FILE = 1 << 1
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+# Test hook: "off" runs the child unconfined (to measure the cost); never set in normal use.
+SANDBOX_ENV = "EDGE_EXPORT_SANDBOX"
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    landlock_abi: int  # 0: not available
+    network_namespace: bool
+    reason: str = ""  # why a mechanism is missing
+
+    def describe(self) -> str:
+        parts = []
+        if self.landlock_abi:
+            parts.append(f"Landlock ABI {self.landlock_abi} (writes only to a private temporary folder"
+                         + (", no TCP" if self.landlock_abi >= 4 else "") + ")")
+        if self.network_namespace:
+            parts.append("a network namespace (no network)")
+        if not parts:
+            return f"not confined: {self.reason or 'no Landlock and no namespaces on this system'}"
+        return "confined child process: " + " and ".join(parts) + (f"; {self.reason}" if self.reason else "")
+
+
+def needs_confinement(model: Any, trusted: bool) -> bool:
+    """An archive file (ExportedProgram or TorchScript) not marked trusted: it is read in a child."""
+    from pathlib import Path
+
+    from .loading import ModelKind, detect_kind, is_module_reference
+
+    if trusted or not isinstance(model, (str, Path)) or is_module_reference(str(model)):
+        return False
+    try:
+        return detect_kind(Path(model)) in (ModelKind.EXPORTED_PROGRAM, ModelKind.TORCHSCRIPT)
+    except EdgeExportError:
+        return False  # the loader reports the bad file, in the child or here
+
+
+def run_for_model(model: Any, trusted: bool, stages: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: in a confined child when ``model`` is an untrusted archive, else here. The
+    report of a confined run says how the child was confined (``model.isolation``)."""
+    if not hasattr(os, "fork") or not needs_confinement(model, trusted):
+        return fn(*args)
+
+    def in_child(*child_args: Any) -> Any:
+        *fn_args, emit = child_args
+        stages.redirect(emit)
+        return fn(*fn_args)
+
+    (report, files), status = run_confined(in_child, *args, on_stage=stages.announce)
+    from dataclasses import replace
+
+    from .reports.model import RunReport
+
+    if not isinstance(report, RunReport) or not isinstance(files, list):
+        raise RuntimeError("the confined run returned something other than a report and its artifacts")
+    return replace(report, model=replace(report.model, isolation=status.describe())), files
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _landlock(private_dir: str) -> tuple[int, str]:
+    """Restrict this process's writes to ``private_dir`` (and /dev/null); (ABI used, or 0 and why)."""
+    if not sys.platform.startswith("linux"):
+        return 0, f"Landlock is Linux-only ({sys.platform})"
+    libc = _libc()
+    abi = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    if abi < 1:
+        return 0, f"Landlock unavailable ({os.strerror(ctypes.get_errno())})"
+    fs = _FS_WRITE_V1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
+    attr = _RulesetAttr(fs, (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
+                        (_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0)
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
+    ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return 0, f"Landlock ruleset refused ({os.strerror(ctypes.get_errno())})"
+    try:
+        for target, access in ((private_dir, fs), ("/dev/null", _FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0))):
+            fd = os.open(target, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = _PathBeneathAttr(access, fd)
+                if libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0) != 0:
+                    return 0, f"Landlock rule refused ({os.strerror(ctypes.get_errno())})"
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            return 0, f"Landlock could not be enforced ({os.strerror(ctypes.get_errno())})"
+    finally:
+        os.close(ruleset)
+    return abi, ""
+
+
+def _network_namespace() -> tuple[bool, str]:
+    if not sys.platform.startswith("linux"):
+        return False, ""
+    libc = _libc()
+    flags = _CLONE_NEWNET if os.geteuid() == 0 else _CLONE_NEWUSER | _CLONE_NEWNET
+    if libc.unshare(flags) == 0:
+        return True, ""
+    return False, f"no network namespace ({os.strerror(ctypes.get_errno())})"
+
+
+def confine_current_process(private_dir: str) -> SandboxStatus:
+    """Confine this (child) process; irreversible. Call before touching untrusted input."""
+    if os.environ.get(SANDBOX_ENV) == "off":
+        return SandboxStatus(0, False, f"{SANDBOX_ENV}=off")
+    netns, net_reason = _network_namespace()  # before Landlock: unshare may need to write /proc files
+    abi, fs_reason = _landlock(private_dir)
+    os.environ["TMPDIR"] = private_dir
+    tempfile.tempdir = private_dir
+    return SandboxStatus(abi, netns, "; ".join(r for r in (fs_reason, net_reason) if r))
+
+
+# --- the child's messages: a 1-byte kind, a 4-byte length, the body ---------------------------------
+
+def _send(fd: int, kind: bytes, body: bytes) -> None:
+    view = memoryview(kind + struct.pack("<I", len(body)) + body)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _child(fn: Callable[..., Any], args: tuple, fd: int, private_dir: str, torch_threads_unsafe: bool) -> None:
+    status = 0
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if torch_threads_unsafe:
+            import torch  # OpenMP's pool does not survive fork: a parallel region would hang
+
+            torch.set_num_threads(1)
+        sandbox = confine_current_process(private_dir)
+        _send(fd, b"I", pickle.dumps(sandbox))
+        try:
+            result = fn(*args, lambda label: _send(fd, b"S", label.encode("utf-8", "replace")))
+            _send(fd, b"R", pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        except EdgeExportError as exc:
+            _send(fd, b"E", _pickled_error(exc))
+        except BaseException as exc:  # noqa: BLE001 - anything else goes back as text, never as an object
+            text = f"{type(exc).__name__}: {exc}"
+            _send(fd, b"X", (text + "\n" + "".join(traceback.format_exception(exc))).encode("utf-8", "replace"))
+    except BaseException:  # noqa: BLE001
+        status = 70
+    finally:
+        os._exit(status)
+
+
+def _pickled_error(exc: EdgeExportError) -> bytes:
+    try:
+        return pickle.dumps(exc)
+    except Exception:  # an error holding something unpicklable: send its class and text
+        return pickle.dumps(type(exc)(str(exc)))
+
+
+def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], None] | None = None) -> tuple[Any, SandboxStatus]:
+    """``fn(*args, emit_stage)`` in a confined child: its result and how the child was confined.
+    The child's EdgeExportError is raised here; any other exception becomes a RuntimeError with its text."""
+    private_dir = tempfile.mkdtemp(prefix="edge-export-sandbox-")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    read_fd, write_fd = os.pipe()
+    # torch imported here may have started OpenMP's threads, which the child would not have
+    torch_threads_unsafe = "torch" in sys.modules
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _child(fn, args, write_fd, private_dir, torch_threads_unsafe)
+    os.close(write_fd)
+    try:
+        messages = _read_messages(read_fd, on_stage)
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # Ctrl-C or SIGTERM: end the child, then as before
+        _kill(pid)
+        raise
+    finally:
+        shutil.rmtree(private_dir, ignore_errors=True)
+    return _outcome(messages, status)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def _read_messages(fd: int, on_stage: Callable[[str], None] | None) -> dict[bytes, bytes]:
+    """Stage labels are passed on as they arrive; the last message of every other kind is kept."""
+    kept: dict[bytes, bytes] = {}
+    with os.fdopen(fd, "rb") as pipe:
+        while head := pipe.read(5):
+            if len(head) < 5:
+                break
+            body = pipe.read(struct.unpack("<I", head[1:])[0])
+            if head[:1] == b"S":
+                if on_stage is not None:
+                    from .text_safety import for_terminal
+
+                    on_stage(for_terminal(body.decode("utf-8", "replace")[:200], keep_newlines=False))
+            else:
+                kept[head[:1]] = body
+    return kept
+
+
+def _outcome(messages: dict[bytes, bytes], status: int) -> tuple[Any, SandboxStatus]:
+    from .isolation import NativeCrashError
+
+    sandbox = _restricted_loads(messages[b"I"]) if b"I" in messages else SandboxStatus(0, False, "unknown")
+    if not isinstance(sandbox, SandboxStatus):
+        sandbox = SandboxStatus(0, False, "the child did not report its confinement")
+    if b"R" in messages:
+        return _restricted_loads(messages[b"R"]), sandbox
+    if b"E" in messages:
+        error = _restricted_loads(messages[b"E"])
+        if isinstance(error, EdgeExportError):
+            raise error
+    if b"X" in messages:
+        raise RuntimeError(messages[b"X"].decode("utf-8", "replace").split("\n", 1)[0][:500])
+    signame = signal.Signals(os.WTERMSIG(status)).name if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
+    raise NativeCrashError(
+        f"The confined run of the untrusted model ended without a result ({signame}).",
+        "Run with --verbose to see the libraries' own output; if you trust the file, --trust-pickle runs it unconfined.",
+        stage="confined run", backend="sandbox", signal_name=signame,
+    )
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Builds only what a run's result is made of; a child that ran hostile code cannot make the
+    parent call anything else."""
+
+    _PLAIN = {
+        ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"), ("builtins", "slice"),
+        ("builtins", "bytearray"), ("collections", "OrderedDict"), ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"), ("pathlib", "Path"), ("numpy", "dtype"), ("numpy", "ndarray"),
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self._PLAIN:
+            return super().find_class(module, name)
+        if module.startswith("numpy") and name.endswith("DType") and "." not in name:
+            return super().find_class(module, name)  # numpy 2's dtype classes (Float32DType, ...)
+        if module == "edge_export" or module.startswith("edge_export."):
+            value = super().find_class(module, name)
+            if _is_result_type(value):
+                return value
+        raise pickle.UnpicklingError(f"the confined run's result names {module}.{name}, which a result never holds")
+
+
+def _is_result_type(value: Any) -> bool:
+    import dataclasses
+    import enum
+
+    return isinstance(value, type) and (
+        dataclasses.is_dataclass(value) or issubclass(value, (enum.Enum, EdgeExportError))
+    )
+
+
+def _restricted_loads(data: bytes) -> Any:
+    try:
+        return RestrictedUnpickler(io.BytesIO(data)).load()
+    except Exception as exc:  # a result the allow-list refuses: the run's output cannot be trusted
+        raise RuntimeError(f"the confined run returned a result that cannot be read safely ({exc})") from None
