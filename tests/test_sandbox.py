@@ -1,0 +1,140 @@
+"""The sandbox alone keeps hostile archives inert: with the allow-list reader switched off by its test
+hook, each code-running payload does run (it prints PAYLOAD_RAN), inside the confined child, and
+fails to create its marker in the user's folder or to reach a server on this machine.
+
+Controls: the same archives do create their markers when trusted (--trust-pickle runs unconfined).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+
+import pytest
+
+import hostile_archives as hostile
+from cli_harness import run_cli_subprocess
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux's Landlock and namespaces")
+
+KINDS = {
+    "not_json": hostile.program_member_not_json,
+    "duplicate": lambda clean, marker: hostile.duplicate_program(clean, marker, poisoned_first=False),
+    "param": hostile.parameter_name_breakout,
+    "guard": hostile.guard_code,
+}
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    return hostile.build_clean(tmp_path_factory.mktemp("clean"))
+
+
+def _run(archive, out, *extra, checks_off=True):
+    env = {hostile_env: "1"} if checks_off else {}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return run_cli_subprocess(archive, "-o", out / "m.tflite", "--no-validate", "--verbose", *extra, timeout=180)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+hostile_env = "EDGE_EXPORT_TEST_DISABLE_ARCHIVE_CHECKS"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_payload_runs_confined_and_cannot_write(clean, tmp_path, kind):
+    marker = tmp_path / f"MARKER_{kind}"
+    archive = hostile.write(tmp_path / "evil.pt2", KINDS[kind](clean, marker))
+    out = tmp_path / "out"
+    out.mkdir()
+    res = _run(archive, out)
+    assert "PAYLOAD_RAN" in res.stderr, res.stderr[-3000:]  # the checks were off: the payload ran
+    assert "Permission denied" in res.stderr, res.stderr[-3000:]
+    assert not marker.exists()
+    assert res.exit_code != 0 and list(out.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_trusted_control_does_run_the_payload(clean, tmp_path):
+    marker = tmp_path / "MARKER"
+    archive = hostile.write(tmp_path / "evil.pt2", hostile.parameter_name_breakout(clean, marker))
+    out = tmp_path / "out"
+    out.mkdir()
+    run_cli_subprocess(archive, "-o", out / "m.tflite", "--no-validate", "--trust-pickle", timeout=180)
+    assert marker.exists()
+
+
+@pytest.mark.slow
+def test_payload_cannot_reach_the_network(clean, tmp_path):
+    """A payload that connects to a server listening on this machine's loopback never arrives."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    code = (
+        "__import__('os').write(2, b'PAYLOAD_RAN\\n') and "
+        f"__import__('socket').create_connection(('127.0.0.1', {port}), timeout=3)"
+    )
+    connected = []
+
+    def accept():
+        for _ in range(60):
+            try:
+                connected.append(server.accept())
+                return
+            except socket.timeout:
+                if done.is_set():
+                    return
+
+    done = threading.Event()
+    thread = threading.Thread(target=accept)
+    thread.start()
+    marker = tmp_path / "unused"
+    evil = hostile.parameter_name_breakout(clean, marker)
+    expr = hostile.dotless_expression(marker)
+    net = "exec(bytes([" + ",".join(str(b) for b in code.encode()) + "]))"
+    evil = [(n, d.replace(expr.encode(), net.encode())) for n, d in evil]
+    archive = hostile.write(tmp_path / "net.pt2", evil)
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        res = _run(archive, out)
+    finally:
+        done.set()
+        thread.join()
+        server.close()
+    assert "PAYLOAD_RAN" in res.stderr, res.stderr[-3000:]
+    assert connected == [] and res.exit_code != 0
+
+
+def test_status_is_reported(tmp_path):
+    """How a run was confined is worded for the report, including when nothing confines it."""
+    from edge_export.sandbox import SandboxStatus
+
+    assert "Landlock ABI 4" in SandboxStatus(4, True).describe()
+    assert "network namespace" in SandboxStatus(4, True).describe()
+    assert SandboxStatus(0, False, "Landlock unavailable").describe().startswith("not confined: Landlock unavailable")
+
+
+def test_restricted_unpickler_refuses_callables():
+    import pickle
+
+    from edge_export.sandbox import RestrictedUnpickler, SandboxStatus, _restricted_loads
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("true",))
+
+    with pytest.raises(RuntimeError, match="cannot be read safely"):
+        _restricted_loads(pickle.dumps(Evil()))
+    assert _restricted_loads(pickle.dumps(SandboxStatus(7, True))) == SandboxStatus(7, True)
+    with pytest.raises(pickle.UnpicklingError):
+        RestrictedUnpickler(__import__("io").BytesIO(pickle.dumps(Evil()))).load()
