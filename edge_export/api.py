@@ -142,6 +142,8 @@ class ExportOptions:
             raise UsageError(f"--calibration-samples {self.calibration_samples} must be at least 1.")
         if self.samples < 1:
             raise UsageError(f"--samples {self.samples} must be at least 1.", "Use e.g. --samples 8.")
+        if not 0 <= self.seed < 2**32:  # numpy's and torch's generators take no other seed
+            raise UsageError(f"--seed {self.seed} is not a seed: it must be from 0 to {2**32 - 1}.", "Use e.g. --seed 0.")
         from .validators.runtimes import check_runtime_option
 
         check_runtime_option(self.runtime)
@@ -427,7 +429,8 @@ def _input_paths(model: Any, options: ExportOptions) -> list[tuple[str, Path]]:
     if isinstance(model, (str, Path)) and not is_module_reference(str(model)):
         inputs.append(("the model", Path(model)))
     named = (("--weights", options.weights), ("--calibration-data", options.calibration_data), ("--baseline", options.baseline))
-    return inputs + [(label, Path(value)) for label, value in named if value]
+    labels = [(f"--labels {name}" if name else "--labels", Path(path)) for name, path in options.labels or ()]
+    return inputs + [(label, Path(value)) for label, value in named if value] + labels
 
 
 def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[str]]:
@@ -1434,79 +1437,98 @@ def _validate_flatbuffer(
     from .library_output import quiet_libraries
 
     with quiet_libraries(options.verbose or not options.quiet_libraries):
-        from .conversion import ChannelsLastPlan
+        from .reports.model_explorer import overlay_path
+        from .sandbox import run_for_model
 
-        from .loading import ModelKind, detect_kind, is_module_reference
-
-        if not options.input_shapes and example_inputs is None:
-            stored_shapes = (
-                isinstance(reference, (str, Path))
-                and not is_module_reference(str(reference))
-                and detect_kind(Path(reference)) is ModelKind.EXPORTED_PROGRAM
-            )
-            if not stored_shapes:
-                # The flatbuffer knows its input shapes; with --channels-last they are NHWC.
-                from dataclasses import replace
-
-                shapes = []
-                for t in fb.input_tensors:
-                    s = tuple(t.shape)
-                    shapes.append((s[0], s[3], s[1], s[2]) if options.channels_last and len(s) == 4 else s)
-                dtypes = tuple("float32" if (t.quant or t.is_float) else t.dtype for t in fb.input_tensors)
-                options = replace(options, input_shapes=tuple(shapes), input_dtypes=dtypes)
-        with stages.run("load", "Loading the reference model"):
-            loaded, specs, example, ref_out, _ = _load_with_inputs(reference, options, example_inputs)
-            module = loaded.module
-        if len(specs) != len(fb.inputs):
-            raise InputSpecError(
-                f"The flatbuffer has {len(fb.inputs)} inputs but the reference model was given {len(specs)}.",
-                "Pass one --input-shape per input of the model the flatbuffer was exported from.",
-            )
-        nhwc_in = _channels_last_from_flatbuffer(fb, specs)
-        _check_input_shapes(fb, specs, nhwc_in)
-        nhwc_out = tuple(
-            i
-            for i, (r, t) in enumerate(zip(ref_out, fb.output_tensors))
-            if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
+        report, files = run_for_model(
+            reference, options.trust_pickle, stages, _validate_against_reference,
+            fb, file_fb, tflite_path, reference, example_inputs, options, json_path, md_path, stages,
         )
-        plan = ChannelsLastPlan(nhwc_in, nhwc_out)
-        parity, layers, runtimes, _ = _check_parity(module, example, specs, options, fb, plan, stages)
-        sensitivity = None
-        if options.sensitivity:
-            with stages.run("sensitivity", "Ranking operators by sensitivity (the reference converted to float)"):
-                sensitivity = _validate_sensitivity(module, example, specs, options, plan)
-        overlay_stem = Path(str(json_path)[: -len(".report.json")] + ".tflite")  # <prefix>.<kind>.json
-        overlays = _overlay_artifacts(sensitivity, layers, fb, overlay_stem)
-        if sensitivity is not None:
+        overlay_stem = Path(str(json_path)[: -len(".report.json")] + ".tflite")
+        check_artifact_paths(files, [(kind, overlay_path(overlay_stem, kind)) for kind in ("sensitivity", "per_layer")])
+        return _write_run(report, files, options, stages)
+
+
+def _validate_against_reference(
+    fb: FlatbufferModel, file_fb: FlatbufferModel, tflite_path: Path, reference: Any, example_inputs: tuple | None,
+    options: ExportOptions, json_path: Path, md_path: Path, stages: _Stages,
+) -> tuple[RunReport, list[tuple[Path, bytes]]]:
+    """Load the reference, check parity and build the report; ``validate`` writes it."""
+    from .targets.base import get_target
+
+    from .conversion import ChannelsLastPlan
+
+    from .loading import ModelKind, detect_kind, is_module_reference
+
+    if not options.input_shapes and example_inputs is None:
+        stored_shapes = (
+            isinstance(reference, (str, Path))
+            and not is_module_reference(str(reference))
+            and detect_kind(Path(reference)) is ModelKind.EXPORTED_PROGRAM
+        )
+        if not stored_shapes:
+            # The flatbuffer knows its input shapes; with --channels-last they are NHWC.
             from dataclasses import replace
 
-            sensitivity = replace(sensitivity, overlay=str(overlays[0].path))
-        export_section = ValidateSection(
-            quantize=options.quantize.value,
-            target=get_target(options.target).name,
-            channels_last=plan.active,
-            channels_last_inputs=tuple(plan.inputs),
-            channels_last_outputs=tuple(plan.outputs),
-            strict=options.strict,
+            shapes = []
+            for t in fb.input_tensors:
+                s = tuple(t.shape)
+                shapes.append((s[0], s[3], s[1], s[2]) if options.channels_last and len(s) == 4 else s)
+            dtypes = tuple("float32" if (t.quant or t.is_float) else t.dtype for t in fb.input_tensors)
+            options = replace(options, input_shapes=tuple(shapes), input_dtypes=dtypes)
+    with stages.run("load", "Loading the reference model"):
+        loaded, specs, example, ref_out, _ = _load_with_inputs(reference, options, example_inputs)
+        module = loaded.module
+    if len(specs) != len(fb.inputs):
+        raise InputSpecError(
+            f"The flatbuffer has {len(fb.inputs)} inputs but the reference model was given {len(specs)}.",
+            "Pass one --input-shape per input of the model the flatbuffer was exported from.",
         )
-        report = RunReport(
-            **_run_header(loaded, specs, plan),
-            export=export_section,
-            artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
-            flatbuffer=_flatbuffer_section(file_fb),
-            stages=tuple(stages.times),
-            validation=_validation_section(parity),
-            runtimes=runtimes,
-            per_layer=layers,
-            app=_app_section(file_fb, plan.inputs, plan.outputs),
-            sensitivity=sensitivity,
-        )
-        if overlays:
-            from dataclasses import replace
+    nhwc_in = _channels_last_from_flatbuffer(fb, specs)
+    _check_input_shapes(fb, specs, nhwc_in)
+    nhwc_out = tuple(
+        i
+        for i, (r, t) in enumerate(zip(ref_out, fb.output_tensors))
+        if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
+    )
+    plan = ChannelsLastPlan(nhwc_in, nhwc_out)
+    parity, layers, runtimes, _ = _check_parity(module, example, specs, options, fb, plan, stages)
+    sensitivity = None
+    if options.sensitivity:
+        with stages.run("sensitivity", "Ranking operators by sensitivity (the reference converted to float)"):
+            sensitivity = _validate_sensitivity(module, example, specs, options, plan)
+    overlay_stem = Path(str(json_path)[: -len(".report.json")] + ".tflite")  # <prefix>.<kind>.json
+    overlays = _overlay_artifacts(sensitivity, layers, fb, overlay_stem)
+    if sensitivity is not None:
+        from dataclasses import replace
 
-            report = replace(report, artifacts=replace(report.artifacts, extra={a.key: str(a.path) for a in overlays}))
-        report = _with_baseline(report, options.baseline)
-        return _write_run(report, [(a.path, a.data) for a in overlays], options, stages)
+        sensitivity = replace(sensitivity, overlay=str(overlays[0].path))
+    export_section = ValidateSection(
+        quantize=options.quantize.value,
+        target=get_target(options.target).name,
+        channels_last=plan.active,
+        channels_last_inputs=tuple(plan.inputs),
+        channels_last_outputs=tuple(plan.outputs),
+        strict=options.strict,
+    )
+    report = RunReport(
+        **_run_header(loaded, specs, plan),
+        export=export_section,
+        artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
+        flatbuffer=_flatbuffer_section(file_fb),
+        stages=tuple(stages.times),
+        validation=_validation_section(parity),
+        runtimes=runtimes,
+        per_layer=layers,
+        app=_app_section(file_fb, plan.inputs, plan.outputs),
+        sensitivity=sensitivity,
+    )
+    if overlays:
+        from dataclasses import replace
+
+        report = replace(report, artifacts=replace(report.artifacts, extra={a.key: str(a.path) for a in overlays}))
+    report = _with_baseline(report, options.baseline)
+    return report, [(a.path, a.data) for a in overlays]
 
 
 # Options that only mean something with a PyTorch reference: refused beside --test-vectors, whose

@@ -182,7 +182,7 @@ def _refuse_special_file(label: str, path: Path) -> None:
     special = mode is not None and not stat.S_ISREG(mode)
     if special or real == "/dev" or real.startswith(("/dev/", "/proc/", "/sys/")):
         raise UsageError(
-            f"Cannot write {label} at {path}: it is a device or special file, not a regular file.",
+            f"Cannot write {label} at {path}: it is a device, a special file or a path under /dev, /proc or /sys, not a regular file in a folder.",
             f"Choose a path in an ordinary folder for {label} (to discard the artifacts, write them to a temporary folder).",
         )
 

@@ -192,6 +192,7 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
             display.stop()
             code = _fail(exc, debug, term.err)
         else:
+            _finish_uninterrupted()  # the artifacts are committed
             display.stop()
             if not quiet:
                 from .reports.summary import print_summary
@@ -403,7 +404,25 @@ def _raise_terminated(signum, frame) -> None:
     raise _Terminated()
 
 
+_owns_process = False  # main() run as the console script, not called by a host program or a test
+
+
+def _finish_uninterrupted() -> None:
+    """The command is over (its artifacts committed, or none written) and its exit code decided: a
+    Ctrl-C or SIGTERM during the summary or the seconds of interpreter shutdown must not turn a
+    finished run into "killed by a signal". Only when edge-export owns the process."""
+    if not _owns_process:
+        return
+    import signal
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
+    global _owns_process
+    _owns_process = argv is None
     args = list(sys.argv[1:] if argv is None else argv)
     # `edge-export MODEL ...` is `edge-export export MODEL ...`.
     first = next((a for a in args if not a.startswith("-")), None)
@@ -421,9 +440,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         code = exc.code
         if code is not None and not isinstance(code, int):
             code = EXIT_USAGE
+        if argv is None:
+            _finish_uninterrupted()
         sys.exit(code)
     finally:
-        if previous_sigterm is not None:
+        if previous_sigterm is not None and argv is not None:  # a host program calling main() gets its handler back
             signal.signal(signal.SIGTERM, previous_sigterm)
 
 

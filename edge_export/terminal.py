@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-__all__ = ["TerminalSession", "StageDisplay"]
+__all__ = ["TerminalSession", "StageDisplay", "EscapingConsole"]
 
 
 def _flush_std_streams() -> None:
@@ -36,10 +36,25 @@ def _flush_std_streams() -> None:
             pass
 
 
+class EscapingConsole(Console):
+    """A Console that shows control characters in text as escapes (text_safety.for_terminal): the
+    one sanitiser of the terminal sink. Model-supplied names reach it in summaries, tables and error
+    messages; none of them can move the cursor, clear the screen or recolour what follows. Rich's
+    own control segments (the live display's cursor moves) and styles are written as they are."""
+
+    def _render_buffer(self, buffer):  # rich's single point where segments become terminal text
+        from rich.segment import Segment
+
+        from .text_safety import for_terminal
+
+        safe = (seg if seg.control else Segment(for_terminal(seg.text), seg.style, seg.control) for seg in buffer)
+        return super()._render_buffer(safe)
+
+
 def _console(stream: Optional[IO[str]], stderr: bool) -> Console:
     if stream is None:
-        return Console(stderr=stderr, highlight=False, soft_wrap=True)
-    return Console(file=stream, highlight=False, soft_wrap=True)
+        return EscapingConsole(stderr=stderr, highlight=False, soft_wrap=True)
+    return EscapingConsole(file=stream, highlight=False, soft_wrap=True)
 
 
 class TerminalSession:

@@ -229,33 +229,13 @@ def _refuse(path: Path, problem: str, hint: str = _HINT) -> UsageError:
 
 
 def _check_members(path: Path, archive: zipfile.ZipFile) -> None:
-    """Every member an ``.npy`` whose declared size fits in what it stores and, all together, in
-    the memory available: checked before numpy allocates anything."""
-    from .memory import ensure_memory_for
+    """Every member an ``.npy`` within its declared size and memory (npz_files.py)."""
+    from .npz_files import UnsafeNpz, check_npz_members
 
-    members = archive.infolist()
-    if len(members) > _MAX_MEMBERS:
-        raise _refuse(path, f"it holds {len(members)} members")
-    total = 0
-    for member in members:
-        if not member.filename.endswith(".npy"):
-            raise _refuse(path, f"its member {member.filename!r} is not an .npy array")
-        with archive.open(member) as stream:
-            try:
-                version = np.lib.format.read_magic(stream)
-                reader = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-                if reader is None:
-                    raise ValueError(f"npy format version {version}")
-                shape, _, dtype = reader(stream)
-            except (OSError, ValueError, EOFError) as exc:
-                raise _refuse(path, f"its member {member.filename!r} has no readable .npy header ({exc})") from None
-        if dtype.hasobject:
-            raise _refuse(path, f"its member {member.filename!r} holds Python objects, which are never loaded")
-        declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
-        if declared > member.file_size:
-            raise _refuse(path, f"its member {member.filename!r} declares {declared} bytes but holds {member.file_size}")
-        total += declared
-    ensure_memory_for(total, f"Reading the test vectors {path}", "Check that this is the file you meant.")
+    try:
+        check_npz_members(archive, f"the test vectors {path}", _MAX_MEMBERS)
+    except UnsafeNpz as exc:
+        raise _refuse(path, str(exc)) from None
 
 
 def _text(archive, key: str, path: Path) -> str:

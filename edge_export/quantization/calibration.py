@@ -246,11 +246,21 @@ def _zip_inputs(per_input: list[list[np.ndarray]], specs: Sequence[InputSpec], o
 
 
 def _from_npz(path: Path, specs: Sequence[InputSpec]) -> list[tuple]:
+    from ..npz_files import UnsafeNpz, check_npz_members
+
     with map_exceptions(
         {_NUMPY_READ_ERRORS: CalibrationDataError},
         f"Cannot read the calibration archive {path}: {{error}}.",
         "Write it with numpy.savez (no pickled objects).",
     ):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                check_npz_members(zf, f"the calibration archive {path}")
+        except UnsafeNpz as exc:
+            raise CalibrationDataError(
+                f"The calibration archive {path} is not usable: {exc}.",
+                "Write it with numpy.savez or numpy.savez_compressed, one plain numeric array per input.",
+            ) from None
         archive = np.load(path, allow_pickle=False)
     with archive:
         keys = list(archive.files)
@@ -276,14 +286,11 @@ def _from_npz(path: Path, specs: Sequence[InputSpec]) -> list[tuple]:
                 f"input (the model has {len(specs)} input(s)).",
                 "Remove them, or key each array by input name or position.",
             )
-        for key in chosen:
-            member = archive.zip.getinfo(f"{key}.npy") if f"{key}.npy" in archive.zip.namelist() else None
-            if member is not None:
-                with archive.zip.open(member) as stream:
-                    _check_npy_header(stream, member.file_size, f"{path}['{key}']")
-        per_input = [
-            _samples_for(archive[key], spec, i, f"{path}['{key}']") for i, (key, spec) in enumerate(zip(chosen, specs))
-        ]
+        with map_exceptions({_NUMPY_READ_ERRORS: CalibrationDataError}, f"Cannot read the calibration archive {path}: {{error}}.",
+                            "Write it with numpy.savez (no pickled objects)."):
+            per_input = [
+                _samples_for(archive[key], spec, i, f"{path}['{key}']") for i, (key, spec) in enumerate(zip(chosen, specs))
+            ]
     return _zip_inputs(per_input, specs, str(path))
 
 

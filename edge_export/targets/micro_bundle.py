@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..text_safety import for_c_comment  # model-supplied text (output names, paths) in // comments
+
 __all__ = [
     "ARENA_MARGIN_FRACTION",
     "ARENA_MARGIN_MIN_BYTES",
@@ -251,9 +253,9 @@ def render_model_data(
     guard = _guard(header_name)
     margin = arena_size - arena_measured
     about = [
-        f"// {source} as a C array, written by edge-export {tool_version}.",
+        f"// {for_c_comment(source)} as a C array, written by edge-export {tool_version}.",
         f"// {len(model_bytes)} bytes, sha256 {sha}",
-        f"// Report: {headline}",
+        f"// Report: {for_c_comment(headline)}",
     ]
     header = "\n".join(
         [
@@ -362,7 +364,7 @@ def render_test_data(
         [
             f"// Test vectors of {name}, written by edge-export: inputs in the model's own dtype, layout",
             "// and quantization, and the outputs TFLite Micro's host interpreter (reference kernels)",
-            f"// returned for them. Report: {headline}",
+            f"// returned for them. Report: {for_c_comment(headline)}",
             f"#ifndef {guard}",
             f"#define {guard}",
             "",
