@@ -1,0 +1,88 @@
+"""The pinned set travels with the package: the shipped copy is the root file, `edge-export constraints`
+prints it, and a run's libraries are compared with it (`--version`, the report's `pinned_set`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from cli_harness import REPO, run_cli_subprocess
+from edge_export.constraints import (
+    PINNED_LIBRARIES,
+    check_pinned_set,
+    constraints_text,
+    library_versions,
+    pinned_versions,
+)
+
+ROOT_CONSTRAINTS = REPO / "constraints.txt"
+
+
+def test_shipped_copy_is_the_root_file():
+    shipped = (REPO / "edge_export" / "constraints.txt").read_text()
+    assert shipped == ROOT_CONSTRAINTS.read_text(), (
+        "edge_export/constraints.txt differs from constraints.txt: cp constraints.txt edge_export/constraints.txt"
+    )
+    assert constraints_text() == shipped
+
+
+def test_every_pin_is_read_and_the_pinned_libraries_are_pinned():
+    pins = [line for line in ROOT_CONSTRAINTS.read_text().splitlines() if "==" in line and not line.startswith("#")]
+    assert len(pinned_versions()) == len(pins)
+    for line in pins:
+        name, version = line.split("==")
+        canonical = name.lower().replace("_", "-").replace(".", "-")
+        assert pinned_versions()[canonical] == version.strip()
+    assert set(PINNED_LIBRARIES) <= set(pinned_versions())
+
+
+def test_cli_and_module_print_the_file_verbatim_without_heavy_imports():
+    res = run_cli_subprocess("constraints")
+    assert res.exit_code == 0 and res.stdout == ROOT_CONSTRAINTS.read_text()
+    code = (
+        "import sys, io, contextlib\n"
+        "from edge_export.constraints import main\n"
+        "from edge_export.cli import main as cli\n"
+        "buf = io.StringIO()\n"
+        "with contextlib.redirect_stdout(buf):\n    main()\n"
+        "try:\n    cli(['--version'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'litert_torch', 'ai_edge_litert', 'ai_edge_quantizer', 'numpy') if m in sys.modules]\n"
+        "print('SAME', buf.getvalue() == open(sys.argv[1]).read(), 'HEAVY', heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT_CONSTRAINTS)], capture_output=True, text=True, timeout=60)
+    assert "SAME True HEAVY []" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_version_names_each_library_in_use():
+    res = run_cli_subprocess("--version")
+    assert res.exit_code == 0
+    lines = res.stdout.splitlines()
+    from edge_export import __version__
+
+    assert lines[0] == f"edge-export {__version__}"
+    for name in PINNED_LIBRARIES:
+        assert any(line.split() == [name, metadata.version(name)] for line in lines), (name, res.stdout)
+    # this environment is the tested one (CI installs it with -c constraints.txt): no warning
+    assert check_pinned_set(library_versions()).status == "tested"
+    assert "warning" not in res.stdout
+
+
+def test_the_tested_versions_pass_and_a_local_build_label_is_accepted():
+    pinned = {name: pinned_versions()[name] for name in PINNED_LIBRARIES}
+    assert check_pinned_set(pinned).status == "tested" and check_pinned_set(pinned).warning() is None
+    local = {**pinned, "torch": pinned["torch"] + "+cpu"}  # pip's ==X accepts X+cpu
+    assert check_pinned_set(local).mismatches == ()
+
+
+@pytest.mark.parametrize("installed", ["0.0.1", None])
+def test_a_different_or_missing_library_is_a_named_mismatch(installed):
+    pinned = {name: pinned_versions()[name] for name in PINNED_LIBRARIES}
+    check = check_pinned_set({**pinned, "litert-torch": installed})
+    assert check.status == "untested"
+    assert [(m.name, m.pinned, m.installed) for m in check.mismatches] == [("litert-torch", pinned["litert-torch"], installed)]
+    warning = check.warning()
+    assert f"litert-torch {installed or 'not installed'} (tested: {pinned['litert-torch']})" in warning
+    assert "edge-export constraints" in warning
