@@ -86,3 +86,50 @@ def test_a_different_or_missing_library_is_a_named_mismatch(installed):
     warning = check.warning()
     assert f"litert-torch {installed or 'not installed'} (tested: {pinned['litert-torch']})" in warning
     assert "edge-export constraints" in warning
+
+
+def _report_with_libraries(libraries):
+    from dataclasses import replace
+
+    from report_fixtures import full_report
+
+    return replace(full_report(), libraries=libraries, pinned_set=check_pinned_set(libraries))
+
+
+def test_report_names_a_mismatch_in_json_markdown_and_summary():
+    import io
+
+    from rich.console import Console
+
+    from cli_harness import validate_report
+    from edge_export.reports.markdown import escape_markdown, render_markdown
+    from edge_export.reports.serialize import to_json_value
+    from edge_export.reports.summary import print_summary
+
+    pinned = {name: pinned_versions()[name] for name in PINNED_LIBRARIES}
+    report = _report_with_libraries({"python": "3.11.7", **pinned, "torch": "0.0.1", "numpy": "2.0.0"})
+    data = validate_report(to_json_value(report))
+    assert data["pinned_set"] == {
+        "status": "untested",
+        "pinned": pinned,
+        "mismatches": [{"name": "torch", "pinned": pinned["torch"], "installed": "0.0.1"}],
+    }
+    assert list(data)[:4] == ["schema_version", "tool", "libraries", "pinned_set"]
+    markdown = render_markdown(report)
+    warning = next(line for line in markdown.splitlines() if "Not the tested library set" in line)
+    assert f"torch {escape_markdown('0.0.1')} (tested: {escape_markdown(pinned['torch'])})" in warning
+    assert "`pip install edge-export -c <(edge-export constraints)`" in warning
+    err = io.StringIO()
+    print_summary(report, Console(file=io.StringIO(), width=300), Console(file=err, width=300))
+    assert f"warning: not the tested library set: torch 0.0.1 (tested: {pinned['torch']})" in err.getvalue()
+
+
+def test_report_of_the_tested_set_has_no_warning():
+    from cli_harness import validate_report
+    from edge_export.reports.markdown import render_markdown
+    from edge_export.reports.serialize import to_json_value
+
+    pinned = {name: pinned_versions()[name] for name in PINNED_LIBRARIES}
+    report = _report_with_libraries({"python": "3.11.7", **pinned, "numpy": "2.0.0"})
+    assert validate_report(to_json_value(report))["pinned_set"]["status"] == "tested"
+    assert "tested library set" not in render_markdown(report)
