@@ -133,3 +133,26 @@ def test_report_of_the_tested_set_has_no_warning():
     report = _report_with_libraries({"python": "3.11.7", **pinned, "numpy": "2.0.0"})
     assert validate_report(to_json_value(report))["pinned_set"]["status"] == "tested"
     assert "tested library set" not in render_markdown(report)
+
+
+def test_the_wheel_ships_the_set_and_prints_it_before_its_dependencies_are_installed(tmp_path):
+    """The bootstrap README and the GitLab job use: `pip install --no-deps` of the wheel, then
+    `python -m edge_export.constraints` with none of edge-export's dependencies installed."""
+    import zipfile
+
+    wheels = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", str(REPO), "-w", str(wheels)],
+        check=True, timeout=300, capture_output=True,
+    )
+    (wheel,) = wheels.glob("edge_export-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.read("edge_export/constraints.txt").decode() == ROOT_CONSTRAINTS.read_text()
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(site), str(wheel)],
+                   check=True, timeout=300, capture_output=True)
+    bare = tmp_path / "bare"  # a Python with nothing installed: no typer, rich, numpy or torch
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    proc = subprocess.run([bare / "bin" / "python", "-m", "edge_export.constraints"], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)}, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == ROOT_CONSTRAINTS.read_text(), proc.stderr
