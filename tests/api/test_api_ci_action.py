@@ -84,12 +84,12 @@ def _runner_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
 
 
-def run_in_user_repository(tmp_path: Path, runner_python: Path, model: Path | None) -> tuple[ActionRun, Path]:
+def run_in_user_repository(tmp_path: Path, runner_python: Path, model: Path | None, **changed: str) -> tuple[ActionRun, Path]:
     """A repository holding the workflow's model (``model`` copied to its path; None: no model) and
-    its committed baseline, and the action run there with the workflow step's inputs."""
+    its committed baseline, and the action run there with the workflow step's inputs (and ``changed``)."""
     step = workflow_action_step()
     repo = tmp_path / "user-repository"
-    inputs = {**step["with"], **RUNNER_INPUTS, "python": str(runner_python)}
+    inputs = {**step["with"], **RUNNER_INPUTS, "python": str(runner_python), **changed}
     if model is not None:
         (repo / inputs["model"]).parent.mkdir(parents=True)
         (repo / inputs["model"]).write_bytes(model.read_bytes())
@@ -119,9 +119,14 @@ def _report(repo: Path, run: ActionRun) -> dict:
     return validate_report(json.loads((repo / run.outputs["report"]).read_text()))
 
 
+@pytest.fixture(scope="module")
+def passing_run(tmp_path_factory, runner_python, models) -> tuple[ActionRun, Path]:
+    return run_in_user_repository(tmp_path_factory.mktemp("passing"), runner_python, models["passing"])
+
+
 @pytest.mark.slow
-def test_the_workflow_step_passes_from_a_user_repository(tmp_path, runner_python, models):
-    run, repo = run_in_user_repository(tmp_path, runner_python, models["passing"])
+def test_the_workflow_step_passes_from_a_user_repository(passing_run, runner_python):
+    run, repo = passing_run
     _check_installed_from_the_action_path(run, runner_python, repo)
     assert run.exit_code == 0, run.steps[-1].stdout + run.steps[-1].stderr
     out_dir = workflow_action_step()["with"]["output-dir"]
@@ -166,3 +171,27 @@ def test_no_report_is_exit_2_with_a_summary_that_says_so(tmp_path, runner_python
     assert run.outputs["report"] == "" and run.outputs["worst-sqnr"] == ""
     assert run.summary.startswith("# edge-export: ❌ exit code 2, no report")
     assert "error:" in run.steps[-1].stderr  # the CLI's one paragraph is in the step's log
+
+
+@pytest.mark.slow
+def test_validate_checks_the_exported_file_against_its_reference(passing_run, runner_python, tmp_path):
+    exported, repo = passing_run
+    step = workflow_action_step()["with"]
+    inputs = {**step, **RUNNER_INPUTS, "python": str(runner_python), "command": "validate",
+              "model": exported.outputs["tflite"], "reference": step["model"]}
+    run = run_action(REPO, repo, inputs, _runner_env(), tmp_path / "runner-temp")
+    assert run.exit_code == 0, run.steps[-1].stdout + run.steps[-1].stderr
+    assert run.outputs["verdict"] == "passed" and run.outputs["tflite"] == exported.outputs["tflite"]
+    assert run.outputs["report"] == f"{step['output-dir']}/cnn.validate.report.json"
+    report = _report(repo, run)
+    assert report["export"]["command"] == "validate" and report["baseline"]["status"] == "ok"
+    assert run.summary.startswith("# edge-export: ✅ PASSED")
+
+
+@pytest.mark.slow
+def test_export_options_with_validate_are_exit_2_before_anything_runs(tmp_path, runner_python, models):
+    run, repo = run_in_user_repository(tmp_path, runner_python, models["passing"], command="validate", quantize="int8")
+    assert run.exit_code == 2 and run.outputs["verdict"] == "error" and run.outputs["exit-code"] == "2"
+    assert "are export options" in run.steps[-1].stdout  # the ::error annotation the runner shows
+    assert run.summary.startswith("# edge-export: ❌ exit code 2, no report")
+    assert not any((repo / workflow_action_step()["with"]["output-dir"]).iterdir())  # nothing ran, nothing written
