@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import platform
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -280,16 +279,12 @@ class _Stages:
             self.times.append(StageTiming(name, round(time.perf_counter() - start, 4)))
 
 
-def _library_versions() -> dict:
-    from importlib import metadata
+def _library_fields() -> dict:
+    """The RunReport's ``libraries`` (the versions in use) and ``pinned_set`` (them against the tested set)."""
+    from .constraints import check_pinned_set, library_versions
 
-    versions = {"python": platform.python_version()}
-    for dist in ("torch", "litert-torch", "ai-edge-litert", "ai-edge-quantizer", "numpy"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
-    return versions
+    versions = library_versions()
+    return {"libraries": versions, "pinned_set": check_pinned_set(versions)}
 
 
 def _flatten_outputs(out: Any) -> list:
@@ -955,7 +950,7 @@ def _run_header(loaded: Any, specs: list[InputSpec], plan: Any) -> dict:
     """The RunReport fields that say what ran on what: tool, libraries, time, model and inputs."""
     return {
         "tool": ToolSection(__version__),
-        "libraries": _library_versions(),
+        **_library_fields(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": ModelSection(loaded.source, loaded.kind.value, loaded.class_name),
         "inputs": tuple(
@@ -1597,7 +1592,7 @@ def _validate_with_test_vectors(
 
         report = RunReport(
             tool=ToolSection(__version__),
-            libraries=_library_versions(),
+            **_library_fields(),
             created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             model=ModelSection(str(vectors_path), "test_vectors", vectors.model_class),
             inputs=tuple(

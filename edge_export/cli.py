@@ -42,10 +42,19 @@ _out = Console(highlight=False, soft_wrap=True)  # --version only; commands prin
 
 
 def _version_callback(value: bool) -> None:
+    """The version, the versions of the libraries that decide the result (read from their installed
+    metadata: nothing is imported) and, when one is not the tested version, a warning."""
     if value:
         from . import __version__
+        from .constraints import check_pinned_set, library_versions
 
-        _out.print(f"edge-export {__version__}")
+        versions = library_versions()
+        _out.print(f"edge-export {__version__}", markup=False)
+        for name, version in versions.items():
+            _out.print(f"  {name:<18} {version or 'not installed'}", markup=False)
+        warning = check_pinned_set(versions).warning()
+        if warning:
+            _out.print(f"warning: {warning}", markup=False)
         raise typer.Exit(0)
 
 
@@ -53,7 +62,7 @@ def _version_callback(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
 ) -> None:
-    """Group entry point (commands: export, validate, inspect, bench)."""
+    """Group entry point (commands: export, validate, inspect, bench, constraints)."""
 
 
 def _fail(exc: BaseException, debug: bool, err: Console) -> int:
@@ -393,7 +402,18 @@ def bench_command(
     _run_tool(call, debug, verbose)
 
 
-_COMMANDS = {"export", "validate", "inspect", "bench"}
+@app.command(
+    "constraints",
+    help="Print the pinned set of libraries this edge-export was tested with (pip's constraints-file format), "
+    "to reproduce the tested environment elsewhere: pip install edge-export -c <(edge-export constraints).",
+)
+def constraints_command() -> None:
+    from .constraints import constraints_text
+
+    sys.stdout.write(constraints_text())  # verbatim: pip reads it, so no console markup or wrapping
+
+
+_COMMANDS = {"export", "validate", "inspect", "bench", "constraints"}
 
 
 class _Terminated(KeyboardInterrupt):

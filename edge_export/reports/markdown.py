@@ -16,6 +16,7 @@ from .model import SkippedValidation
 from .serialize import to_json_value as _plain
 
 if TYPE_CHECKING:
+    from ..constraints import PinnedSetCheck
     from ..latency import HostLatency
     from ..quantization import QuantizationResult
     from ..quantization.mixed_precision import MixedPrecisionReport
@@ -90,6 +91,7 @@ def render_markdown(report: RunReport) -> str:
         f"{_size(fb.size_bytes)} · {fb.num_operators} ops · exit code {report.exit_code}"
     )
     lines.append("")
+    lines.extend(_pinned_set_lines(report.pinned_set))
     if isinstance(val, SkippedValidation):
         lines.append(f"Parity was not checked: {_e(val.reason)}.")
     else:
@@ -157,6 +159,18 @@ def render_markdown(report: RunReport) -> str:
         + f" · report schema {_e(report.schema_version)}</sub>"
     )
     return "\n".join(lines) + "\n"
+
+
+def _pinned_set_lines(pinned: PinnedSetCheck | None) -> list[str]:
+    """A warning when a library that decides the result is not the version edge-export was tested with."""
+    if pinned is None or not pinned.mismatches:
+        return []
+    found = ", ".join(f"{_e(m.name)} {_e(m.installed or 'not installed')} (tested: {_e(m.pinned)})" for m in pinned.mismatches)
+    return [
+        f"⚠️ **Not the tested library set**: {found}. Results may differ from the tested ones; "
+        "`pip install edge-export -c <(edge-export constraints)` installs the tested set.",
+        "",
+    ]
 
 
 _METRIC_COLUMNS = (

@@ -2,6 +2,7 @@
 result objects, and that every renderer reads.
 
     RunReport
+      libraries, pinned_set: PinnedSetCheck (the libraries against the tested set)
       model: ModelSection              inputs: InputSection[]        export: ExportSection | ValidateSection
       quantization: QuantizationResult (int modes)                   target: TargetSection (edgetpu, micro)
       artifacts: ArtifactsSection      flatbuffer: FlatbufferSection stages: StageTiming[]
@@ -28,6 +29,7 @@ from ..errors import exit_code_for_verdict
 from .serialize import json_field
 
 if TYPE_CHECKING:
+    from ..constraints import PinnedSetCheck
     from ..flatbuffer import TensorInfo
     from ..latency import HostLatency
     from ..quantization import QuantizationResult
@@ -387,10 +389,11 @@ class RunReport:
     baseline: BaselineSection | None = json_field(default=None, omit_none=True)
     metadata: MetadataSection | None = json_field(default=None, omit_none=True)  # TFLite model metadata, when written
     app: AppSection | None = json_field(default=None, omit_none=True)  # the signature as an app calls it
+    pinned_set: PinnedSetCheck | None = json_field(default=None, omit_none=True)  # libraries vs the tested set
     schema_version: str = field(default=REPORT_SCHEMA_VERSION)
 
     JSON_KEYS = (
-        "schema_version", "tool", "libraries", "created_at", "model", "inputs", "export", "quantization",
+        "schema_version", "tool", "libraries", "pinned_set", "created_at", "model", "inputs", "export", "quantization",
         "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "sensitivity",
         "mixed_precision", "host_latency", "baseline", "metadata", "app", "verdict", "exit_code",
     )

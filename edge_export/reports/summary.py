@@ -59,6 +59,9 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
         )
         for note in val.notes:
             _plain(out, f"  note: {note}")
+    warning = report.pinned_set.warning() if report.pinned_set is not None else None
+    if warning:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     quant = report.quantization
     if quant is not None:
         integer = "fully integer" if quant.fully_integer else "NOT fully integer"

@@ -28,6 +28,7 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "edge_export" / "repo
 
 # Modules whose types the report tree names (model.py imports them for type checkers only).
 _TYPE_MODULES = (
+    "edge_export.constraints",
     "edge_export.flatbuffer",
     "edge_export.latency",
     "edge_export.quantization",

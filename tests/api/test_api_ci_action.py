@@ -1,0 +1,197 @@
+"""The GitHub Action (action.yml) run from a user's repository outside this checkout.
+
+The workflow's export step (examples/ci/parity-gate.yml, the step with `uses: ./`) and its model are
+copied into a temporary repository; the action's steps run there as a runner runs them
+(tests/github_action.py: expressions substituted, `run:` steps under bash with GITHUB_OUTPUT,
+GITHUB_STEP_SUMMARY and GITHUB_ACTION_PATH pointing at this checkout). The install step really
+installs edge-export from the action path: into a new environment (the `python` input) that sees this
+environment's packages, so pip finds torch and the rest already there and builds only edge-export,
+offline (`--no-index`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import xml.etree.ElementTree as ET
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli_harness import REPO, validate_report
+from github_action import ActionRun, run_action
+
+WORKFLOW = REPO / "examples" / "ci" / "parity-gate.yml"
+# Only what cannot work on this machine differs from the workflow's inputs: the interpreter (no
+# setup-python here), no torch index and no download (everything is installed already).
+RUNNER_INPUTS = {"torch-index-url": "", "pip-args": "--no-index --no-build-isolation"}
+
+
+def workflow_action_step() -> dict:
+    steps = yaml.safe_load(WORKFLOW.read_text())["jobs"]["export-and-gate"]["steps"]
+    return next(s for s in steps if s.get("uses") == "./")
+
+
+@pytest.fixture(scope="module")
+def runner_python(tmp_path_factory) -> Path:
+    """A new virtual environment whose site-packages lists this environment's through a .pth line:
+    pip sees torch, litert-torch and the rest installed at the pinned versions, and edge-export,
+    once the action installs it there, is imported from this environment's own site-packages (first
+    on the path; the .pth files of the listed folder, such as an editable install's finder, are not
+    run for a folder added this way)."""
+    root = tmp_path_factory.mktemp("runner-python")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    python = root / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    parents = dict.fromkeys((sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]))
+    Path(site, "parent-environment.pth").write_text("\n".join(parents) + "\n")
+    return python
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """The workflow's model (examples/quickstart/make_model.py's classifier, seeded as it seeds it, so
+    the committed baseline applies) and the same model with its last layer's weights and bias scaled
+    by 100: its outputs are 100 times larger, and so are the converter's float errors, which still
+    pass parity's thresholds but are a regression against the baseline's max and mean abs error."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("quickstart_model", REPO / "examples" / "quickstart" / "make_model.py")
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    folder = tmp_path_factory.mktemp("models")
+    torch.manual_seed(0)
+    model = quickstart.TinyClassifier().eval()
+    example = (torch.randn(1, 3, 32, 32),)
+    torch.export.save(torch.export.export(model, example), folder / "cnn.pt2")
+    with torch.no_grad():
+        model.classifier.weight.mul_(100)
+        model.classifier.bias.mul_(100)
+    torch.export.save(torch.export.export(model, example), folder / "cnn_x100.pt2")
+    return {"passing": folder / "cnn.pt2", "regressed": folder / "cnn_x100.pt2"}
+
+
+def _runner_env() -> dict[str, str]:
+    """This process's environment without what would make Python import this checkout instead of what
+    the action installed."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+
+
+def run_in_user_repository(tmp_path: Path, runner_python: Path, model: Path | None, **changed: str) -> tuple[ActionRun, Path]:
+    """A repository holding the workflow's model (``model`` copied to its path; None: no model) and
+    its committed baseline, and the action run there with the workflow step's inputs (and ``changed``)."""
+    step = workflow_action_step()
+    repo = tmp_path / "user-repository"
+    inputs = {**step["with"], **RUNNER_INPUTS, "python": str(runner_python), **changed}
+    if model is not None:
+        (repo / inputs["model"]).parent.mkdir(parents=True)
+        (repo / inputs["model"]).write_bytes(model.read_bytes())
+    (repo / inputs["baseline"]).parent.mkdir(parents=True, exist_ok=True)
+    (repo / inputs["baseline"]).write_bytes((REPO / inputs["baseline"]).read_bytes())
+    assert not repo.resolve().is_relative_to(REPO)
+    return run_action(REPO, repo, inputs, _runner_env(), tmp_path / "runner-temp"), repo
+
+
+def _check_installed_from_the_action_path(run: ActionRun, runner_python: Path, repo: Path) -> None:
+    install = run.step("install")
+    assert install.exit_code == 0, install.stdout + install.stderr
+    assert install.outputs["python"] == str(runner_python) == run.outputs["python"]
+    from edge_export import __version__
+
+    assert f"edge-export {__version__}" in install.stdout  # the install step prints --version
+    probe = subprocess.run(
+        [runner_python, "-c", "import edge_export, edge_export.constraints as c; print(edge_export.__file__); print(c.constraints_text(), end='')"],
+        capture_output=True, text=True, env=_runner_env(), check=True, cwd=repo,  # where the action runs it
+    )
+    where, shipped = probe.stdout.split("\n", 1)
+    assert Path(where).is_relative_to(runner_python.parent.parent)  # the installed copy, not this checkout
+    assert shipped == (REPO / "constraints.txt").read_text()  # the pinned set travels with the package
+
+
+def _report(repo: Path, run: ActionRun) -> dict:
+    return validate_report(json.loads((repo / run.outputs["report"]).read_text()))
+
+
+@pytest.fixture(scope="module")
+def passing_run(tmp_path_factory, runner_python, models) -> tuple[ActionRun, Path]:
+    return run_in_user_repository(tmp_path_factory.mktemp("passing"), runner_python, models["passing"])
+
+
+@pytest.mark.slow
+def test_the_workflow_step_passes_from_a_user_repository(passing_run, runner_python):
+    run, repo = passing_run
+    _check_installed_from_the_action_path(run, runner_python, repo)
+    assert run.exit_code == 0, run.steps[-1].stdout + run.steps[-1].stderr
+    out_dir = workflow_action_step()["with"]["output-dir"]
+    assert run.outputs["verdict"] == "passed" and run.outputs["exit-code"] == "0"
+    assert run.outputs["report"] == f"{out_dir}/cnn.report.json"
+    assert run.outputs["report-markdown"] == f"{out_dir}/cnn.report.md"
+    assert run.outputs["tflite"] == f"{out_dir}/cnn.tflite" and (repo / run.outputs["tflite"]).is_file()
+    report = _report(repo, run)
+    assert run.outputs["worst-sqnr"] == f"{report['validation']['worst']['sqnr_db']:.2f}"
+    assert report["baseline"]["status"] == "ok"
+    assert report["pinned_set"]["status"] == "tested"
+    assert report["libraries"]["torch"] == metadata.version("torch")
+    assert "verdict=passed\n" in run.step("edge-export").output_file
+    # the job summary is the Markdown report, verdict first
+    assert run.summary == (repo / run.outputs["report-markdown"]).read_text() + "\n"
+    assert run.summary.startswith("# edge-export: ✅ PASSED") and "No regression against the baseline" in run.summary
+    suite = ET.parse(repo / run.outputs["junit"]).getroot().find("testsuite")
+    assert suite.get("failures") == "0" and int(suite.get("tests")) >= 1
+
+
+@pytest.mark.slow
+def test_a_regression_against_the_baseline_fails_the_step_with_exit_1(tmp_path, runner_python, models):
+    run, repo = run_in_user_repository(tmp_path, runner_python, models["regressed"])
+    _check_installed_from_the_action_path(run, runner_python, repo)
+    assert run.exit_code == 1, run.steps[-1].stdout + run.steps[-1].stderr
+    assert run.outputs["verdict"] == "failed" and run.outputs["exit-code"] == "1"
+    report = _report(repo, run)
+    assert report["validation"]["status"] == "passed"  # parity alone passes: the baseline fails it
+    regressed = {r["metric"] for r in report["baseline"]["regressions"]}
+    assert "max_abs_error" in regressed
+    assert run.summary.startswith("# edge-export: ❌ FAILED")
+    assert "**Regressed against the baseline**" in run.summary and "max\\_abs\\_error grew" in run.summary
+    suite = ET.parse(repo / run.outputs["junit"]).getroot().find("testsuite")
+    assert int(suite.get("failures")) >= 1
+
+
+@pytest.mark.slow
+def test_no_report_is_exit_2_with_a_summary_that_says_so(tmp_path, runner_python):
+    run, repo = run_in_user_repository(tmp_path, runner_python, None)  # the model file is missing
+    assert run.exit_code == 2
+    assert run.outputs["verdict"] == "error" and run.outputs["exit-code"] == "2"
+    assert run.outputs["report"] == "" and run.outputs["worst-sqnr"] == ""
+    assert run.summary.startswith("# edge-export: ❌ exit code 2, no report")
+    assert "error:" in run.steps[-1].stderr  # the CLI's one paragraph is in the step's log
+
+
+@pytest.mark.slow
+def test_validate_checks_the_exported_file_against_its_reference(passing_run, runner_python, tmp_path):
+    exported, repo = passing_run
+    step = workflow_action_step()["with"]
+    inputs = {**step, **RUNNER_INPUTS, "python": str(runner_python), "command": "validate",
+              "model": exported.outputs["tflite"], "reference": step["model"]}
+    run = run_action(REPO, repo, inputs, _runner_env(), tmp_path / "runner-temp")
+    assert run.exit_code == 0, run.steps[-1].stdout + run.steps[-1].stderr
+    assert run.outputs["verdict"] == "passed" and run.outputs["tflite"] == exported.outputs["tflite"]
+    assert run.outputs["report"] == f"{step['output-dir']}/cnn.validate.report.json"
+    report = _report(repo, run)
+    assert report["export"]["command"] == "validate" and report["baseline"]["status"] == "ok"
+    assert run.summary.startswith("# edge-export: ✅ PASSED")
+
+
+@pytest.mark.slow
+def test_export_options_with_validate_are_exit_2_before_anything_runs(tmp_path, runner_python, models):
+    run, repo = run_in_user_repository(tmp_path, runner_python, models["passing"], command="validate", quantize="int8")
+    assert run.exit_code == 2 and run.outputs["verdict"] == "error" and run.outputs["exit-code"] == "2"
+    assert "are export options" in run.steps[-1].stdout  # the ::error annotation the runner shows
+    assert run.summary.startswith("# edge-export: ❌ exit code 2, no report")
+    assert not any((repo / workflow_action_step()["with"]["output-dir"]).iterdir())  # nothing ran, nothing written
