@@ -1,0 +1,39 @@
+"""A short run of the .pt2 fuzzer (benchmarks/pt2_fuzz.py; the 2,000-case run is in BENCHMARKS):
+every mutation kind twice through the real CLI, none running code, hanging or exiting 4."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_short_fuzz_run_has_no_failures():
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "pt2_fuzz.py"), "--cases", "18", "--seed", "3", "--timeout", "120"],
+        capture_output=True, text=True, timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "18 cases" in proc.stdout and "failures: 0" in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and not line.startswith("| mutation")]
+    assert len(rows) == 9  # every mutation kind ran
+    assert "exit 2" in proc.stdout  # refusals happened: the mutations reach the checks
+
+
+def test_mutations_change_the_archive(tmp_path):
+    import random
+
+    import hostile_archives
+    import pt2_mutations
+
+    clean = hostile_archives.build_clean(tmp_path)
+    entries = hostile_archives.members(clean)
+    rng = random.Random(0)
+    for kind, mutate in pt2_mutations.MUTATIONS.items():
+        changed = sum(mutate(entries, rng, tmp_path / "m") != entries for _ in range(5))
+        assert changed >= 3, kind
