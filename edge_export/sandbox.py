@@ -91,16 +91,16 @@ def needs_confinement(model: Any, trusted: bool) -> bool:
 
 def run_for_model(model: Any, trusted: bool, stages: Any, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``: in a confined child when ``model`` is an untrusted archive, else here. The
-    report of a confined run says how the child was confined (``model.isolation``)."""
+    report of a confined run says how the child was confined (``model.isolation``). ``stages`` (one
+    of ``args``) sends its labels to the parent's display from the child."""
     if not hasattr(os, "fork") or not needs_confinement(model, trusted):
         return fn(*args)
+    import copy
 
-    def in_child(*child_args: Any) -> Any:
-        *fn_args, emit = child_args
-        stages.redirect(emit)
-        return fn(*fn_args)
-
-    (report, files), status = run_confined(in_child, *args, on_stage=stages.announce)
+    child_stages = copy.copy(stages)
+    child_stages.redirect(None)  # the display stays here; the child gets a sender
+    child_args = tuple(child_stages if a is stages else a for a in args)
+    (report, files), status = run_confined(_staged_call, fn, child_stages, child_args, on_stage=stages.announce)
     from dataclasses import replace
 
     from .reports.model import RunReport
@@ -108,6 +108,11 @@ def run_for_model(model: Any, trusted: bool, stages: Any, fn: Callable[..., Any]
     if not isinstance(report, RunReport) or not isinstance(files, list):
         raise RuntimeError("the confined run returned something other than a report and its artifacts")
     return replace(report, model=replace(report.model, isolation=status.describe())), files
+
+
+def _staged_call(fn: Callable[..., Any], stages: Any, args: tuple, emit: Callable[[str], None]) -> Any:
+    stages.redirect(emit)
+    return fn(*args)
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -188,10 +193,7 @@ def _child(fn: Callable[..., Any], args: tuple, fd: int, private_dir: str, torch
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if torch_threads_unsafe:
-            import torch  # OpenMP's pool does not survive fork: a parallel region would hang
-
-            torch.set_num_threads(1)
+        _renew_thread_pools(torch_threads_unsafe)
         sandbox = confine_current_process(private_dir)
         _send(fd, b"I", pickle.dumps(sandbox))
         try:
@@ -227,7 +229,12 @@ def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], N
     read_fd, write_fd = os.pipe()
     # torch imported here may have started OpenMP's threads, which the child would not have
     torch_threads_unsafe = "torch" in sys.modules
-    pid = os.fork()
+    import warnings
+
+    with warnings.catch_warnings():
+        # JAX warns at every fork; the child renews the one JAX pool it uses (_renew_thread_pools)
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        pid = os.fork()
     if pid == 0:
         os.close(read_fd)
         _child(fn, args, write_fd, private_dir, torch_threads_unsafe)
@@ -241,6 +248,19 @@ def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], N
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)
     return _outcome(messages, status)
+
+
+def _renew_thread_pools(torch_threads_unsafe: bool) -> None:
+    """Thread pools this process inherited from its parent exist here as objects without threads: a
+    task given to one waits forever. torch's OpenMP pool runs on one thread instead, and JAX's MLIR
+    pool (the converter lowers through it) is replaced by a new one."""
+    if torch_threads_unsafe:
+        import torch
+
+        torch.set_num_threads(1)
+    mlir = sys.modules.get("jax._src.interpreters.mlir")
+    if mlir is not None and hasattr(mlir, "global_thread_pool"):
+        mlir.global_thread_pool = mlir.ir.ThreadPool()
 
 
 def _kill(pid: int) -> None:

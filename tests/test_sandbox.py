@@ -138,3 +138,22 @@ def test_restricted_unpickler_refuses_callables():
     assert _restricted_loads(pickle.dumps(SandboxStatus(7, True))) == SandboxStatus(7, True)
     with pytest.raises(pickle.UnpicklingError):
         RestrictedUnpickler(__import__("io").BytesIO(pickle.dumps(Evil()))).load()
+
+
+@pytest.mark.slow
+def test_confined_export_after_conversions_in_the_same_process(tmp_path, clean):
+    """The Python API in a long-lived process: the converter's thread pools (OpenMP, JAX's MLIR pool)
+    exist in the parent when an archive is exported confined; the forked child must not wait on them
+    (it hung in JAX's lowering before the child renewed the pools)."""
+    import subprocess
+
+    script = (
+        "import torch, sys\n"
+        "from edge_export import export\n"
+        "export(torch.nn.Sequential(torch.nn.Linear(4, 2)), example_inputs=(torch.randn(1, 4),), output=sys.argv[2] + '/a.tflite')\n"
+        "r = export(sys.argv[1], output=sys.argv[2] + '/b.tflite')\n"
+        "print('VERDICT', r.verdict, r.report['model']['isolation'])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(clean), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "VERDICT passed confined child process" in proc.stdout
