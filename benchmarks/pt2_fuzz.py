@@ -6,7 +6,8 @@ in a forked child of a warm process, with a time limit per case.
     .venv/bin/python benchmarks/pt2_fuzz.py [--cases 2000] [--seed 7] [--timeout 30]
 
 A case fails the run when its payload's marker exists afterwards (code ran outside the sandbox),
-when it takes longer than --timeout seconds (a hang), when it exits 4 (an internal error instead of a
+when it hangs (more than --timeout seconds of CPU in its processes, or ten times that of wall time:
+on a shared machine wall time measures the load, not the case), when it exits 4 (an internal error instead of a
 clear refusal) or is killed by a signal. Prints one row per mutation kind (exit codes seen) and the
 totals; exits 1 on any failure.
 """
@@ -35,6 +36,42 @@ def build_clean(folder: Path) -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+def _process_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds of it and its reaped children)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        table[int(entry)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
+    return table
+
+
+def _descendants(pid: int, table: dict) -> list[int]:
+    found, frontier = [pid], [pid]
+    while frontier:
+        frontier = [p for p, (parent, _) in table.items() if parent in frontier]
+        found += frontier
+    return found
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    table = _process_table()
+    return sum(table[p][1] for p in _descendants(pid, table) if p in table)
+
+
+def _kill_tree(pid: int) -> None:
+    for p in reversed(_descendants(pid, _process_table())):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def run_case(archive: Path, out_dir: Path, timeout: float) -> tuple[int | str, float]:
     """The CLI's exit code for one archive (or 'hang' / 'signal N'), and the seconds it took."""
     from edge_export.cli import main
@@ -59,11 +96,13 @@ def run_case(archive: Path, out_dir: Path, timeout: float) -> tuple[int | str, f
         elapsed = time.monotonic() - start
         if done:
             break
-        if elapsed > timeout:
-            os.kill(pid, signal.SIGKILL)
+        # A hang is --timeout seconds of CPU in the case's processes (a runaway computation), or ten
+        # times that of wall time (a deadlock): wall time alone measures the machine's load.
+        if elapsed > 10 * timeout or (elapsed > timeout and _tree_cpu_seconds(pid) > timeout):
+            _kill_tree(pid)
             os.waitpid(pid, 0)
             return "hang", elapsed
-        time.sleep(0.02)
+        time.sleep(0.05)
     if os.WIFSIGNALED(status):
         return f"signal {os.WTERMSIG(status)}", elapsed
     return os.WEXITSTATUS(status), elapsed

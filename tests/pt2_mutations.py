@@ -73,10 +73,14 @@ def _random_value(rng: random.Random, marker: Path) -> Any:
 def _edit_json(entries: Entries, tail: str, edit: Callable[[Any], None]) -> Entries:
     out = []
     for name, data in entries:
-        if name.split("/", 1)[1] == tail:
-            doc = json.loads(data)
-            edit(doc)
-            data = json.dumps(doc).encode()
+        if "/" in name and name.split("/", 1)[1] == tail:
+            try:
+                doc = json.loads(data)
+            except ValueError:  # an earlier mutation broke it: leave it broken
+                doc = None
+            if isinstance(doc, (dict, list)) and len(_walk(doc)) > 1:
+                edit(doc)
+                data = json.dumps(doc).encode()
         out.append((name, data))
     return out
 
@@ -99,6 +103,8 @@ def mutate_json_field(entries: Entries, rng: random.Random, marker: Path, tail: 
 def mutate_expression(entries: Entries, rng: random.Random, marker: Path) -> Entries:
     def edit(doc: Any) -> None:
         paths = [p for p in _walk(doc) if p and p[-1] == "expr_str"]
+        if not paths:
+            return
         for path in rng.sample(paths, k=min(len(paths), rng.randrange(1, 3))):
             _set(doc, path, rng.choice(_payload_strings(marker)))
 
@@ -112,7 +118,7 @@ def mutate_weights_config(entries: Entries, rng: random.Random, marker: Path) ->
 def rename_member(entries: Entries, rng: random.Random, marker: Path) -> Entries:
     i = rng.randrange(len(entries))
     name, data = entries[i]
-    root, tail = name.split("/", 1)
+    root, tail = name.split("/", 1) if "/" in name else (name, "x")
     new_tail = rng.choice([
         tail.upper(), tail + ".bak", tail.replace(".json", ".JSON"), "models/" + tail.rsplit("/", 1)[-1],
         "../" + tail, tail + "/x", "extra/" + tail, tail.replace("model", "evil"), tail + "\x00", " " + tail,
@@ -124,6 +130,8 @@ def rename_member(entries: Entries, rng: random.Random, marker: Path) -> Entries
 
 
 def duplicate_member(entries: Entries, rng: random.Random, marker: Path) -> Entries:
+    if not entries:
+        return entries
     name, data = rng.choice(entries)
     poisoned = mutate_expression(entries, rng, marker)
     data2 = dict(poisoned).get(name, data)
@@ -132,14 +140,15 @@ def duplicate_member(entries: Entries, rng: random.Random, marker: Path) -> Entr
 
 def drop_member(entries: Entries, rng: random.Random, marker: Path) -> Entries:
     out = list(entries)
-    del out[rng.randrange(len(out))]
+    if len(out) > 1:
+        del out[rng.randrange(len(out))]
     return out
 
 
 def add_member(entries: Entries, rng: random.Random, marker: Path) -> Entries:
-    root = entries[0][0].split("/", 1)[0]
+    root = entries[0][0].split("/", 1)[0] if entries else "archive"
     poisoned = dict(mutate_expression(entries, rng, marker))
-    program = next(d for n, d in poisoned.items() if n.endswith("models/model.json"))
+    program = next((d for n, d in poisoned.items() if n.endswith("models/model.json")), b"{}")
     name = rng.choice(["models/evil.json", "models/a", "extra/x.json", "data/weights/weight_7", "other_root/models/model.json"])
     full = name if name.startswith("other_root") else f"{root}/{name}"
     return entries + [(full, program)]
