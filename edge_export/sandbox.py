@@ -260,7 +260,12 @@ def _renew_thread_pools(torch_threads_unsafe: bool) -> None:
         torch.set_num_threads(1)
     mlir = sys.modules.get("jax._src.interpreters.mlir")
     if mlir is not None and hasattr(mlir, "global_thread_pool"):
+        # the inherited pool is kept alive: destroying it would join threads that do not exist here
+        _INHERITED_POOLS.append(mlir.global_thread_pool)
         mlir.global_thread_pool = mlir.ir.ThreadPool()
+
+
+_INHERITED_POOLS: list = []
 
 
 def _kill(pid: int) -> None:
