@@ -9,7 +9,9 @@ its preconditions, changes the model and returns whether it changed anything;
 from __future__ import annotations
 
 from .attach_metadata_pass import attach_metadata_pass
+from .fold_constant_operators_pass import fold_constant_operators_pass
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
+from .remove_noop_operators_pass import remove_noop_operators_pass
 from .rename_signature_pass import rename_signature_pass
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
 from .restore_tensor_names_pass import restore_tensor_names_pass
@@ -22,8 +24,10 @@ from .strip_unread_fields_pass import strip_unread_fields_pass
 __all__ = [
     "FlatbufferPass",
     "attach_metadata_pass",
+    "fold_constant_operators_pass",
     "PassPipelineResult",
     "pass_name",
+    "remove_noop_operators_pass",
     "rename_signature_pass",
     "reorder_operators_for_edgetpu_pass",
     "restore_tensor_names_pass",
