@@ -1,13 +1,15 @@
 """Fold operators whose inputs are all constants into a constant (BROADCAST_TO, SELECT_V2, RESHAPE,
-TRANSPOSE, EXPAND_DIMS, SQUEEZE).
+TRANSPOSE, EXPAND_DIMS, SQUEEZE, and LOG, EXP, NEG, SQRT, RSQRT, ABS of float constants).
 
 The converter leaves such operators in the graph: a Hugging Face ViT's attention mask is a
 BROADCAST_TO of a constant ``[1, 1, 197, 1]`` to ``[1, 1, 197, 197]`` and a SELECT_V2 of constants,
 computed again at every run. Neither is on the GPU delegate's list, so each cuts the GPU partition
 where it sits. Their value is known when converting: the pass computes it with numpy and makes the
 output tensor a constant, up to ``max_bytes`` per tensor (folding trades flash for operators).
-Operators writing a subgraph output, and quantized operators whose input and output scales
-differ, are left alone. Folded operators can make the next ones all-constant: the pass repeats
+A mask written ``torch.tril(ones).log()`` in forward() is a SELECT_V2 and a LOG of constants,
+computed at run time into -inf: folded, it is a constant that quantization can saturate
+(``saturate_infinite_constants_pass``). Operators writing a subgraph output, and quantized
+operators whose input and output scales differ, are left alone. Folded operators can make the next ones all-constant: the pass repeats
 until nothing more folds (at most once per operator).
 """
 
@@ -21,8 +23,19 @@ from .model_graph import constant_value, numpy_dtype, opcode_name, same_quantiza
 
 __all__ = ["fold_constant_operators_pass", "FOLDABLE_OPCODES"]
 
-FOLDABLE_OPCODES = ("BROADCAST_TO", "SELECT_V2", "RESHAPE", "TRANSPOSE", "EXPAND_DIMS", "SQUEEZE")
+_FLOAT_FUNCTIONS = {
+    "LOG": np.log, "EXP": np.exp, "NEG": np.negative, "SQRT": np.sqrt, "ABS": np.abs,
+    "RSQRT": lambda v: 1.0 / np.sqrt(v),
+}
+FOLDABLE_OPCODES = ("BROADCAST_TO", "SELECT_V2", "RESHAPE", "TRANSPOSE", "EXPAND_DIMS", "SQUEEZE", *_FLOAT_FUNCTIONS)
 _DEFAULT_MAX_BYTES = 1 << 20
+
+
+class _Unquantized:
+    quantization = None
+
+
+_UNQUANTIZED = _Unquantized()
 
 
 def _evaluate(opcode: str, values: list[np.ndarray], out_shape: list[int]) -> np.ndarray:
@@ -32,6 +45,9 @@ def _evaluate(opcode: str, values: list[np.ndarray], out_shape: list[int]) -> np
         return np.where(values[0], values[1], values[2])
     if opcode == "TRANSPOSE":
         return np.transpose(values[0], [int(p) for p in values[1]])
+    if opcode in _FLOAT_FUNCTIONS:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # log(0) is the mask's -inf
+            return _FLOAT_FUNCTIONS[opcode](values[0])
     return values[0].reshape(out_shape)  # RESHAPE, EXPAND_DIMS, SQUEEZE: the output's static shape
 
 
@@ -48,6 +64,8 @@ def _folded(model: Any, sg: Any, op: Any, max_bytes: int) -> np.ndarray | None:
         return None
     data_inputs = [sg.tensors[i] for i in (op.inputs[1:] if opcode == "SELECT_V2" else op.inputs[:1])]
     if any(numpy_dtype(t) != dtype or not same_quantization(t, out) for t in data_inputs):
+        return None
+    if opcode in _FLOAT_FUNCTIONS and (dtype != np.float32 or not same_quantization(out, _UNQUANTIZED)):
         return None
     try:
         value = _evaluate(opcode, values, shape)
