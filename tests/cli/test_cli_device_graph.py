@@ -1,6 +1,7 @@
 """The models of issue 24's "Done when", exported by the CLI in a fresh process: a top-k head on cpu
-and gpu, an EfficientNet-style covering pool, a Hugging Face ViT on gpu (one partition), and the
-refusal (exit 2) and allocation failure (exit 3) that name the module."""
+and gpu, an EfficientNet-style covering pool, a Hugging Face ViT on gpu (one partition), the
+refusal (exit 2) and allocation failure (exit 3) that name the module, and int8 exports of a -inf
+causal mask before a softmax and of a GRU."""
 
 from __future__ import annotations
 
@@ -52,6 +53,23 @@ class HugePad(torch.nn.Module):
 
     def forward(self, x):
         return self.pad(self.conv(x)).mean((2, 3))
+
+class CausalSoftmax(torch.nn.Module):
+    """An additive causal mask of zeros and -inf (torch.tril(ones).log()), then a softmax."""
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return (self.fc(x) + torch.tril(torch.ones(8, 8)).log()).softmax(-1)
+
+class Gru(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(8, 16, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(x)
 
 def vit():
     from transformers import ViTConfig, ViTModel
@@ -138,3 +156,13 @@ def test_a_hugging_face_vit_is_one_gpu_partition(models):
     assert gpu["num_partitions"] == 1 and gpu["fully_delegated"] is True
     assert "BROADCAST_TO" not in report["flatbuffer"]["op_counts"] and "SELECT_V2" not in report["flatbuffer"]["op_counts"]
     assert report["verdict"] == "passed" and report["validation"]["status"] == "passed"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, shape", [("CausalSoftmax", "2,8,8"), ("Gru", "1,10,8")])
+def test_int8_exports_a_masked_softmax_and_a_gru_fully_integer(models, name, shape):
+    res, out = _export(models, name, shape, "--quantize", "int8")
+    assert res.exit_code == 0, res.stderr
+    report = read_report(out)
+    assert report["verdict"] == "passed" and report["validation"]["status"] == "passed"
+    assert report["quantization"]["fully_integer"] is True

@@ -10,7 +10,8 @@ A mask written ``torch.tril(ones).log()`` in forward() is a SELECT_V2 and a LOG 
 computed at run time into -inf: folded, it is a constant that quantization can saturate
 (``saturate_infinite_constants_pass``). Operators writing a subgraph output, and quantized
 operators whose input and output scales differ, are left alone. Folded operators can make the next ones all-constant: the pass repeats
-until nothing more folds (at most once per operator).
+until nothing more folds (at most once per operator). Tensors only the folded operators read
+are dropped from the model (``drop_unused_tensors``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .model_graph import constant_value, numpy_dtype, opcode_name, same_quantization, set_constant
+from .model_graph import constant_value, drop_unused_tensors, numpy_dtype, opcode_name, same_quantization, set_constant
 
 __all__ = ["fold_constant_operators_pass", "FOLDABLE_OPCODES"]
 
@@ -77,14 +78,16 @@ def _folded(model: Any, sg: Any, op: Any, max_bytes: int) -> np.ndarray | None:
 def fold_constant_operators_pass(model: Any, max_bytes: int = _DEFAULT_MAX_BYTES) -> bool:
     """Replace operators of the main subgraph whose inputs are constants by their constant output."""
     sg = model.subgraphs[0]
-    changed = False
+    inputs_of_folded: list[int] = []
     while True:
         for position, op in enumerate(sg.operators):
             value = _folded(model, sg, op, max_bytes)
             if value is not None:
                 set_constant(model, sg, op.outputs[0], value)
+                inputs_of_folded.extend(i for i in op.inputs if i >= 0)
                 del sg.operators[position]
-                changed = True
                 break
         else:
-            return changed
+            if inputs_of_folded:
+                drop_unused_tensors(model)
+            return bool(inputs_of_folded)

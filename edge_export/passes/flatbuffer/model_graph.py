@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["opcode_name", "constant_value", "set_constant", "numpy_dtype", "replace_reads", "same_quantization"]
+__all__ = ["opcode_name", "constant_value", "set_constant", "numpy_dtype", "replace_reads", "same_quantization", "drop_unused_tensors"]
 
 
 def opcode_name(model: Any, op: Any) -> str:
@@ -72,3 +72,38 @@ def same_quantization(a: Any, b: Any) -> bool:
         return (tuple(np.asarray(q.scale).tolist()), tuple(np.asarray(q.zeroPoint).tolist()), q.quantizedDimension)
 
     return key(a) == key(b)
+
+
+def drop_unused_tensors(model: Any, sg_index: int = 0) -> None:
+    """Remove the tensors of a subgraph that no operator reads or writes and that are not its inputs,
+    outputs or signature entries (a folded or removed operator's), renumbering every reference;
+    the data of a buffer only they held is dropped. ai-edge-quantizer reads every tensor while
+    calibrating and fails on one that nothing writes."""
+    sg = model.subgraphs[sg_index]
+    used = {int(i) for i in (*(sg.inputs if sg.inputs is not None else []), *(sg.outputs if sg.outputs is not None else []))}
+    for op in sg.operators:
+        for field in (op.inputs, op.outputs, op.intermediates):
+            used.update(int(i) for i in (field if field is not None else []) if i >= 0)
+    for sd in model.signatureDefs or []:
+        if int(sd.subgraphIndex or 0) == sg_index:
+            used.update(int(tm.tensorIndex) for tm in (*(sd.inputs or []), *(sd.outputs or [])))
+    if len(used) == len(sg.tensors):
+        return
+    keep = sorted(used)
+    new_index = {old: new for new, old in enumerate(keep)}
+    for old in set(range(len(sg.tensors))) - used:
+        buffer = sg.tensors[old].buffer
+        if buffer and sum(t.buffer == buffer for t in sg.tensors) == 1:
+            model.buffers[buffer].data = None
+
+    def remap(values: Any) -> Any:
+        return None if values is None else [new_index[int(i)] if i >= 0 else int(i) for i in values]
+
+    for op in sg.operators:
+        op.inputs, op.outputs, op.intermediates = remap(op.inputs), remap(op.outputs), remap(op.intermediates)
+    sg.inputs, sg.outputs = remap(sg.inputs), remap(sg.outputs)
+    for sd in model.signatureDefs or []:
+        if int(sd.subgraphIndex or 0) == sg_index:
+            for tm in (*(sd.inputs or []), *(sd.outputs or [])):
+                tm.tensorIndex = new_index[int(tm.tensorIndex)]
+    sg.tensors = [sg.tensors[i] for i in keep]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .model_graph import constant_value, opcode_name, replace_reads, same_quantization
+from .model_graph import constant_value, drop_unused_tensors, opcode_name, replace_reads, same_quantization
 
 __all__ = ["remove_noop_operators_pass"]
 
@@ -48,4 +48,6 @@ def remove_noop_operators_pass(model: Any) -> bool:
         else:
             kept.append(op)
     sg.operators = kept
+    if changed:
+        drop_unused_tensors(model)  # the removed operators' outputs
     return changed
