@@ -113,7 +113,9 @@ def blame_failing_operator(error: RuntimeRunError, model: FlatbufferModel) -> Ru
     if not 0 <= index < len(model.operators):
         return error
     op = model.operators[index]
-    module = operator_module(model.tensors[op.outputs[0]].name, op.opcode) if op.outputs else None
+    # its output's name, else (a model output is named after the signature) its inputs'
+    names = [model.tensors[i].name for i in (*op.outputs, *op.inputs) if i >= 0]
+    module = next((m for m in (operator_module(n, op.opcode) for n in names) if m is not None), None)
     where = describe_location(module.path, module.type_name, None) if module else ""
     return RuntimeRunError(
         f"{error.message.rstrip('.')}. The operator that failed is #{index} {op.opcode}{where}.", error.hint

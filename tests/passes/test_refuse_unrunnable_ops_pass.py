@@ -72,3 +72,17 @@ def test_index_put_without_accumulate_is_not_refused():
 
     graph = torch.export.export(Put(), (torch.randn(2, 8),)).module()
     refuse_unrunnable_ops_pass(graph)
+
+
+@pytest.mark.slow
+def test_what_the_refusal_prevents_is_named_by_the_runtime_too():
+    """Converted anyway (without the pass), scatter_add is STABLEHLO_SCATTER, which LiteRT refuses to
+    prepare: the runner's error names the operator and the module it came from."""
+    from edge_export.conversion import convert_module
+    from edge_export.errors import RuntimeRunError
+    from edge_export.runtime import TFLiteRunner
+
+    with pytest.raises(RuntimeRunError) as caught:
+        TFLiteRunner(convert_module(Head("scatter_add").eval(), (torch.randn(2, 8),)))
+    message = " ".join(caught.value.message.split())
+    assert "STABLEHLO_SCATTER" in message and "failed is #" in message and "in module 'accumulate' (Accumulate)" in message
