@@ -19,7 +19,8 @@ from .rewrites import FxRewrite, call_arguments, node_location
 
 __all__ = ["rewrite_sorts_as_topk_v2_pass"]
 
-# Negating the input is exact for floats and signed integers, wrong for unsigned and bool.
+# Negating the input reverses the order of floats and signed integers (but for an integer type's
+# lowest value, which has no negation), not of unsigned integers and bools: those are left alone.
 _NEGATABLE = ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64")
 
 
@@ -39,11 +40,11 @@ def _topk_v2(x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool =
     return values, indices.to(torch.int64)
 
 
-def _sort(x: Any, dim: int = -1, descending: bool = False, *, stable: bool | None = None) -> Any:
+def _sort(x: Any, dim: int = -1, descending: bool = False) -> Any:
     return _topk_v2(x, x.shape[dim], dim, largest=descending)
 
 
-def _argsort(x: Any, dim: int = -1, descending: bool = False, *, stable: bool | None = None) -> Any:
+def _argsort(x: Any, dim: int = -1, descending: bool = False) -> Any:
     return _sort(x, dim, descending)[1]
 
 
