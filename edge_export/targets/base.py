@@ -218,7 +218,13 @@ class TargetPlugin:
         from ..passes.fx.pipeline import prepare_graph_for_litert
 
         graph = prepare_graph_for_litert(module, example, strict=strict)
-        return self.prepare_module(graph.module, example)
+        prepared = self.prepare_module(graph.module, example)
+        if not graph.rewrites:
+            return prepared
+        from .edgetpu_rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
+
+        applied = tuple(AppliedRewrite(r.module_path or "<root>", r.kind, r.why) for r in graph.rewrites)
+        return PreparedModule(prepared.module, {**prepared.report, "rewrites": (*applied, *prepared.report.get("rewrites", ()))})
 
     def rewrite(self, model: FlatbufferModel) -> RewrittenFlatbuffer:
         """What the chain calls after conversion: the flatbuffer passes every target needs (operators

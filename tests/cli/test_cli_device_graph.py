@@ -114,6 +114,9 @@ def test_topk_and_sort_export_run_and_pass_parity(models, target):
     assert report["verdict"] == "passed" and report["validation"]["status"] == "passed"
     ops = report["flatbuffer"]["op_counts"]
     assert ops.get("TOPK_V2") == 2 and not [op for op in ops if op.startswith("STABLEHLO")]
+    if target != "cpu":  # the cpu target writes no target section
+        kinds = [r["kind"] for r in report["target"]["rewrites"]]
+        assert kinds == ["torch.topk as TOPK_V2", "torch.sort as TOPK_V2"]
 
 
 @pytest.mark.slow
