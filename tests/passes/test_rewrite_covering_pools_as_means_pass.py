@@ -49,6 +49,34 @@ def test_covering_pools_become_reductions_with_the_same_values(pool):
     torch.testing.assert_close(graph(x), module(x), atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "pool",
+    [
+        torch.nn.AvgPool1d(100, ceil_mode=True),
+        torch.nn.AvgPool1d(9, ceil_mode=True, padding=2, count_include_pad=False),
+        torch.nn.AvgPool1d(10, ceil_mode=True, padding=3),
+        torch.nn.MaxPool1d(64, ceil_mode=True),
+    ],
+    ids=repr,
+)
+def test_covering_1d_pools_become_reductions_with_the_same_values(pool):
+    class Pool1d(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv1d(3, 4, 1)
+            self.pool = pool
+
+        def forward(self, x):
+            return self.pool(self.conv(x))
+
+    torch.manual_seed(0)
+    module, x = Pool1d().eval(), torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(1))
+    graph = torch.export.export(module, (x,)).module()
+    (rewrite,) = rewrite_covering_pools_as_means_pass(graph)
+    assert rewrite.module_path == "pool"
+    torch.testing.assert_close(graph(x), module(x), atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("pool", [torch.nn.AvgPool2d(3, ceil_mode=True), torch.nn.MaxPool2d(2), torch.nn.AvgPool2d((7, 4))])
 def test_windows_that_do_not_cover_the_input_are_left_alone(pool):
     module, x, graph = _graph(pool)
