@@ -571,7 +571,7 @@ def _run_export(
     from .model_metadata import check_metadata_options, metadata_requested
 
     metadata_image = check_metadata_options(options, specs, target.carries_metadata)
-    prepared = target.prepare_module(module, example)
+    prepared = target.prepare(module, example, strict=options.strict)
     export_base = prepared.module
     target_report.update(prepared.report)
 
@@ -677,7 +677,7 @@ def _run_export(
     model_metadata = None
     if metadata_requested(options) and target.carries_metadata:  # a bad labels file: exit 2 before the checks
         model_metadata = _build_metadata(fb, options, reference_out, returned_keys, metadata_image)
-    rewritten = target.rewrite_flatbuffer(fb)
+    rewritten = target.rewrite(fb)
     fb = rewritten.model
     target_report.update(rewritten.report)
     from .targets.base import TargetCheck, TargetContext

@@ -15,7 +15,7 @@ from .diagnosis import FailureLocation, is_trace_failure, locate_failure
 from .errors import ConversionError, TraceError
 from .library_output import quiet_libraries
 
-__all__ = ["ChannelsLastPlan", "plan_channels_last", "wrap_channels_last", "convert_module", "fp16_quant_config"]
+__all__ = ["ChannelsLastPlan", "plan_channels_last", "wrap_channels_last", "convert_module", "check_converted_model", "fp16_quant_config"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,33 @@ def _hint_for(loc: FailureLocation, tracing: bool) -> str:
     )
 
 
+def check_converted_model(model_bytes: bytes) -> None:
+    """The converter's output is not the user's file: a model LiteRT cannot allocate is a runtime
+    error (exit 3) naming the module the tensor came from, and any other failed check a conversion
+    error (exit 3), never a "truncated or corrupted" bad input."""
+    from .errors import FlatbufferError, RuntimeRunError
+    from .flatbuffer import OversizedTensorError, read_flatbuffer
+    from .provenance import describe_location, tensor_module
+
+    try:
+        read_flatbuffer(model_bytes, origin="the converted model")
+    except OversizedTensorError as exc:
+        found = tensor_module(exc.tensor_name)
+        where = describe_location(found.path, found.type_name, None) if found else ""
+        raise RuntimeRunError(
+            f"litert-torch converted the model into one LiteRT cannot allocate: a tensor{where} has shape "
+            f"{exc.shape} ({exc.nbytes / 2**30:.1f} GiB), more than a LiteRT tensor can hold (2 GB).",
+            "A pooling or padding far larger than its input is the usual cause: write it as the "
+            "operation it amounts to (a window covering the whole input is a mean over H and W), or "
+            "make the input smaller.",
+        ) from exc
+    except FlatbufferError as exc:
+        raise ConversionError(
+            f"litert-torch wrote a model that fails LiteRT's checks: {exc.message}",
+            "This is a converter problem, not your model file: run with --debug and report it to litert-torch.",
+        ) from exc
+
+
 def convert_module(
     module: Any,
     example_inputs: tuple,
@@ -99,7 +126,8 @@ def convert_module(
     quant_config: Any = None,
     verbose: bool = False,
 ) -> bytes:
-    """Trace and convert; return the flatbuffer bytes. Raises TraceError or ConversionError."""
+    """Trace and convert; return the flatbuffer bytes. Raises TraceError or ConversionError, or
+    RuntimeRunError for a model LiteRT cannot allocate (``check_converted_model``)."""
     with quiet_libraries(verbose) as captured:
         try:
             import litert_torch
@@ -107,12 +135,15 @@ def convert_module(
             edge_model = litert_torch.convert(
                 module, tuple(example_inputs), strict_export=strict, quant_config=quant_config
             )
-            return bytes(edge_model.model_content())
+            model_bytes = bytes(edge_model.model_content())
         except Exception as exc:  # boundary: conversion runs the user's forward() and litert-torch's passes
             # (mapped here by hand, not with map_exceptions: the failing node is located first)
             tracing = is_trace_failure(exc)
             loc = locate_failure(exc, _trace_for_diagnosis(module, tuple(example_inputs), strict))
             failure = exc
+        else:
+            check_converted_model(model_bytes)  # outside the handler: its errors are already ours
+            return model_bytes
     stage = "Tracing the model with torch.export" if tracing else "Converting the traced graph to LiteRT"
     where = loc.describe()
     message = f"{stage} failed" + (f" {where}" if where else "") + f". PyTorch says: {loc.reason}"

@@ -27,6 +27,7 @@ __all__ = [
     "TensorInfo",
     "OperatorInfo",
     "FlatbufferModel",
+    "OversizedTensorError",
     "read_flatbuffer",
     "load_flatbuffer",
     "FLOAT_DTYPES",
@@ -308,7 +309,9 @@ def read_flatbuffer(data: bytes, origin: str = "the model") -> FlatbufferModel:
         raise
     except FlatbufferError as exc:
         named = origin[:1].upper() + origin[1:] if origin.startswith("the ") else origin
-        raise FlatbufferError(exc.message.replace("The model", named, 1), exc.hint) from None
+        exc.message = exc.message.replace("The model", named, 1)  # the same error (its class says what kind)
+        exc.args = (exc.message,)
+        raise exc from None
     except Exception as exc:  # the generated reader raises many kinds on malformed input
         raise FlatbufferError(
             f"{origin} is not a valid LiteRT flatbuffer: it could not be parsed "
@@ -340,6 +343,15 @@ def load_flatbuffer(path: str | Path) -> FlatbufferModel:
     except OSError as exc:
         raise FlatbufferError(f"Cannot read {p}: {exc.strerror}.", "Check the file's permissions.") from exc
     return read_flatbuffer(data, origin=str(p))
+
+
+class OversizedTensorError(FlatbufferError):
+    """A tensor larger than LiteRT can allocate: a well-formed file (a converter writes such a model
+    for a pooling window far larger than its input), which no runtime can prepare."""
+
+    def __init__(self, message: str, hint: str | None, tensor_name: str, shape: list[int], nbytes: int) -> None:
+        super().__init__(message, hint)
+        self.tensor_name, self.shape, self.nbytes = tensor_name, shape, nbytes
 
 
 def _bad(origin_detail: str) -> FlatbufferError:
@@ -611,7 +623,12 @@ def _parse(data: bytes) -> FlatbufferModel:
             nbytes = buffer_bytes(buffer_index)
             bits = _DTYPE_BITS.get(dtype)
             if bits and math.prod(max(d, 1) for d in shape) * bits // 8 > _MAX_TENSOR_BYTES:
-                raise _bad(f"{where} has shape {list(shape)}, larger than a LiteRT tensor can be (2 GB)")
+                raise OversizedTensorError(
+                    f"The model cannot run in LiteRT: {where} has shape {list(shape)}, larger than a LiteRT "
+                    "tensor can be (2 GB).",
+                    "Re-export the model with smaller shapes.",
+                    _decode(t.name), list(shape), math.prod(max(d, 1) for d in shape) * bits // 8,
+                )
             if nbytes and bits and t.sparsity is None:
                 needed = (math.prod(shape) * bits + 7) // 8
                 # int4 weights may also be stored one value per byte (unpacked).

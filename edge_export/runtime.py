@@ -8,6 +8,7 @@ the model's I/O types are.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -99,6 +100,28 @@ _RUNTIME_NAMES = {
 }
 
 
+_FAILED_NODE = re.compile(r"Node number (\d+) \((\w+)\) failed to (?:prepare|invoke)")
+
+
+def blame_failing_operator(error: RuntimeRunError, model: FlatbufferModel) -> RuntimeRunError:
+    """``error`` with the operator LiteRT names ("Node number 6 (STABLEHLO_SCATTER) failed to
+    prepare") and the PyTorch module its output tensor came from; unchanged when it names none."""
+    from .provenance import describe_location, operator_module
+
+    found = _FAILED_NODE.search(str(error.__cause__ or error))
+    index = int(found.group(1)) if found else -1
+    if not 0 <= index < len(model.operators):
+        return error
+    op = model.operators[index]
+    # its output's name, else (a model output is named after the signature) its inputs'
+    names = [model.tensors[i].name for i in (*op.outputs, *op.inputs) if i >= 0]
+    module = next((m for m in (operator_module(n, op.opcode) for n in names) if m is not None), None)
+    where = describe_location(module.path, module.type_name, None) if module else ""
+    return RuntimeRunError(
+        f"{error.message.rstrip('.')}. The operator that failed is #{index} {op.opcode}{where}.", error.hint
+    )
+
+
 class TFLiteRunner:
     """Runs one flatbuffer. ``run`` takes and returns arrays in signature order (a
     ``targets.base.Runner``; ``name`` is the runtime the parity report names)."""
@@ -123,19 +146,22 @@ class TFLiteRunner:
             kwargs["experimental_delegates"] = list(delegates)
         # LiteRT's pybind layer raises ValueError or RuntimeError, and a delegate anything: all of
         # them mean this model cannot run here, not a bug in edge-export.
-        with map_exceptions(
-            {Exception: RuntimeRunError},
-            "The LiteRT interpreter could not load the model: {error}",
-            "The model may use an operator this LiteRT version lacks; run `edge-export inspect` on it.",
-        ):
-            self._interp = Interpreter(
-                model_content=self.model.data,
-                experimental_op_resolver_type=_resolver_type(resolver),
-                num_threads=num_threads,
-                experimental_preserve_all_tensors=preserve_all_tensors,
-                **kwargs,
-            )
-            self._interp.allocate_tensors()
+        try:
+            with map_exceptions(
+                {Exception: RuntimeRunError},
+                "The LiteRT interpreter could not load the model: {error}",
+                "The model may use an operator this LiteRT version lacks; run `edge-export inspect` on it.",
+            ):
+                self._interp = Interpreter(
+                    model_content=self.model.data,
+                    experimental_op_resolver_type=_resolver_type(resolver),
+                    num_threads=num_threads,
+                    experimental_preserve_all_tensors=preserve_all_tensors,
+                    **kwargs,
+                )
+                self._interp.allocate_tensors()
+        except RuntimeRunError as exc:
+            raise blame_failing_operator(exc, self.model) from exc.__cause__
         self.inputs, self.outputs = self._io_tensors()
 
     def _io_tensors(self) -> tuple[list[IOTensor], list[IOTensor]]:

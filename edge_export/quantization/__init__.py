@@ -24,7 +24,12 @@ from ..config import InputSpec, IODtype, QuantBackend, QuantizeMode
 from ..errors import EdgeExportError, QuantizationError, UsageError, first_line
 from ..flatbuffer import FlatbufferModel
 from ..isolation import run_isolated
-from ..passes.flatbuffer import run_flatbuffer_passes, set_io_dtype_pass, share_quantization_vectors_pass
+from ..passes.flatbuffer import (
+    repair_signature_outputs_pass,
+    run_flatbuffer_passes,
+    set_io_dtype_pass,
+    share_quantization_vectors_pass,
+)
 from .calibration import (
     DEFAULT_CALIBRATION_SAMPLES,
     DEFAULT_SYNTHETIC_SAMPLES,
@@ -255,7 +260,7 @@ def quantize_model(
                 )
             # Bytes from the backend (an edge): verified once here, a model object from then on.
             candidate = run_flatbuffer_passes(
-                data, [share_quantization_vectors_pass], origin=f"the {name} {mode.value} candidate"
+                data, [repair_signature_outputs_pass, share_quantization_vectors_pass], origin=f"the {name} {mode.value} candidate"
             ).model
             sqnr, cosine = run_isolated(
                 selection.measure_parity, candidate, parity_set, refs,

@@ -274,6 +274,16 @@ def _calibrate(quantizer: Any, float_bytes: bytes, data: dict, observer: str) ->
     return calib.get_model_qsvs()
 
 
+def _fold_and_saturate_constants(float_bytes: bytes) -> bytes:
+    """Operators of constants folded (a mask's LOG of a constant would compute -inf at run time),
+    then the constants' infinities saturated (see saturate_infinite_constants_pass)."""
+    from ..passes.flatbuffer import fold_constant_operators_pass, run_flatbuffer_passes, saturate_infinite_constants_pass
+
+    passes = [fold_constant_operators_pass, saturate_infinite_constants_pass]
+    result = run_flatbuffer_passes(float_bytes, passes, origin="the float model")
+    return result.model_bytes if result.modified else float_bytes
+
+
 def quantize_flatbuffer(
     float_bytes: bytes,
     mode: QuantizeMode,
@@ -290,6 +300,8 @@ def quantize_flatbuffer(
         raise QuantizationError(
             f"Unknown flatbuffer-backend observer '{observer}'.", f"Use one of {', '.join(FLATBUFFER_OBSERVERS)}."
         )
+    if mode.needs_calibration:  # -inf in a constant (an additive mask) would set a scale of 1e36
+        float_bytes = _fold_and_saturate_constants(float_bytes)
     # The converter's bytes (an edge): read and verified once, for the calibration runs below.
     float_model = read_flatbuffer(float_bytes, origin="the float model") if mode.needs_calibration else None
     with quiet_libraries(verbose):

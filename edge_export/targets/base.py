@@ -211,6 +211,29 @@ class TargetPlugin:
     def prepare_module(self, module: Any, example: tuple) -> PreparedModule:
         return PreparedModule(module)
 
+    def prepare(self, module: Any, example: tuple, *, strict: bool = False) -> PreparedModule:
+        """What the chain calls before conversion: the FX passes every target needs (operators LiteRT
+        cannot run refused, lowerings it cannot run rewritten: ``passes/fx/pipeline.py``), then the
+        target's own ``prepare_module``. Targets override ``prepare_module``, not this."""
+        from ..passes.fx.pipeline import prepare_graph_for_litert
+
+        graph = prepare_graph_for_litert(module, example, strict=strict)
+        prepared = self.prepare_module(graph.module, example)
+        if not graph.rewrites:
+            return prepared
+        from .edgetpu_rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
+
+        applied = tuple(AppliedRewrite(r.module_path or "<root>", r.kind, r.why) for r in graph.rewrites)
+        return PreparedModule(prepared.module, {**prepared.report, "rewrites": (*applied, *prepared.report.get("rewrites", ()))})
+
+    def rewrite(self, model: FlatbufferModel) -> RewrittenFlatbuffer:
+        """What the chain calls after conversion: the flatbuffer passes every target needs (operators
+        that do nothing removed, constant ones folded: ``passes/flatbuffer/device_graph.py``), then the
+        target's own ``rewrite_flatbuffer``. Targets override ``rewrite_flatbuffer``, not this."""
+        from ..passes.flatbuffer.device_graph import simplify_device_graph
+
+        return self.rewrite_flatbuffer(simplify_device_graph(model))
+
     def rewrite_flatbuffer(self, model: FlatbufferModel) -> RewrittenFlatbuffer:
         return RewrittenFlatbuffer(model)
 

@@ -29,7 +29,7 @@ The published list (LiteRT/TFLite "GPU delegates", section "Supported ops": floa
 
 plus the operators the delegate's model builder parses and its compatibility checker accepts
 (tensorflow/lite/tools/versioning/gpu_compatibility.cc, tensorflow/lite/delegates/gpu/common/
-model_builder.cc), which the converter emits for ordinary PyTorch models: HARD_SWISH, TANH, MEAN,
+model_builder.cc), which the converter emits for ordinary PyTorch models: HARD_SWISH, TANH, GELU, MEAN,
 TRANSPOSE, SLICE, SPLIT, BATCH_MATMUL, DIV, RSQRT, SQRT,
 SQUARED_DIFFERENCE, ABS, COS, SIN, LOG, NEG, POW, SQUARE, ELU, LEAKY_RELU, RESIZE_NEAREST_NEIGHBOR,
 SPACE_TO_DEPTH, DEPTH_TO_SPACE, REDUCE_MAX, REDUCE_MIN, SUM, REDUCE_PROD, QUANTIZE/DEQUANTIZE
@@ -52,7 +52,7 @@ what ``tf.lite.experimental.Analyzer`` calls with ``gpu_compatibility=True``). I
 defensively in the isolation child: when it is missing, raises or crashes, the report says so. Its
 verdict (whole model "looks compatible", or per-operator "GPU COMPATIBILITY WARNING" lines) is
 compared with the prediction and every difference is listed in ``GpuReport.disagreements``. Measured
-on ai-edge-litert 2.3.0 here: the build prints no per-operator warnings and calls even a CUMSUM or GELU
+on ai-edge-litert 2.3.0 here: the build prints no per-operator warnings and calls even a CUMSUM
 model compatible, so on it the cross-check mostly reports that it disagrees with the table.
 """
 
@@ -116,6 +116,10 @@ GPU_MAX_VERSIONS: Mapping[str, int | None] = {
     # parsed by the delegate's model builder beyond the published list
     "HARD_SWISH": None,
     "TANH": None,
+    # GELU: a one-argument elementwise operator in gpu_compatibility.cc (with ABS, EXP, LOG, TANH...)
+    # and a unary operation of LiteRT's ML Drift GPU delegate (ml_drift_delegate/tflite/convert/
+    # convert_elementwise.cc); every Hugging Face transformer's MLP has one.
+    "GELU": None,
     "MEAN": None,
     "TRANSPOSE": None,
     "SLICE": None,

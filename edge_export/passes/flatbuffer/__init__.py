@@ -9,8 +9,12 @@ its preconditions, changes the model and returns whether it changed anything;
 from __future__ import annotations
 
 from .attach_metadata_pass import attach_metadata_pass
+from .fold_constant_operators_pass import fold_constant_operators_pass
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
+from .remove_noop_operators_pass import remove_noop_operators_pass
 from .rename_signature_pass import rename_signature_pass
+from .repair_signature_outputs_pass import repair_signature_outputs_pass
+from .saturate_infinite_constants_pass import saturate_infinite_constants_pass
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
 from .restore_tensor_names_pass import restore_tensor_names_pass
 from .set_io_dtype_pass import set_io_dtype_pass
@@ -22,12 +26,16 @@ from .strip_unread_fields_pass import strip_unread_fields_pass
 __all__ = [
     "FlatbufferPass",
     "attach_metadata_pass",
+    "fold_constant_operators_pass",
     "PassPipelineResult",
     "pass_name",
+    "remove_noop_operators_pass",
     "rename_signature_pass",
+    "repair_signature_outputs_pass",
     "reorder_operators_for_edgetpu_pass",
     "restore_tensor_names_pass",
     "run_flatbuffer_passes",
+    "saturate_infinite_constants_pass",
     "set_io_dtype_pass",
     "share_quantization_vectors_pass",
     "split_weights_pass",

@@ -1,0 +1,126 @@
+"""The passes that keep int8 quantization working where float works: saturate_infinite_constants_pass
+(an additive -inf causal mask), fold_constant_operators_pass on a mask computed in forward(), and
+repair_signature_outputs_pass (a GRU returning h_n, whose int8 candidates the verifier refused)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edge_export.config import InputSpec, QuantizeMode
+from edge_export.errors import FlatbufferError
+from edge_export.flatbuffer import read_flatbuffer
+from edge_export.passes.flatbuffer import (
+    fold_constant_operators_pass,
+    repair_signature_outputs_pass,
+    run_flatbuffer_passes,
+    saturate_infinite_constants_pass,
+)
+from edge_export.passes.flatbuffer.saturate_infinite_constants_pass import MASK_MAGNITUDE
+from edge_export.runtime import TFLiteRunner
+
+
+class CausalSoftmax(torch.nn.Module):
+    """Attention-like scores plus a causal mask of zeros and -inf built in forward(), then softmax."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        mask = torch.tril(torch.ones(8, 8)).log()
+        return (self.fc(x) + mask).softmax(-1)
+
+
+class Gru(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = torch.nn.GRU(8, 16, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(x)  # output and h_n: h_n is also read inside the graph
+
+
+def _sqnr(reference: np.ndarray, measured: np.ndarray) -> float:
+    return float(10 * np.log10((reference**2).sum() / ((measured - reference) ** 2).sum()))
+
+
+@pytest.fixture(scope="module")
+def mask_model():
+    from edge_export.conversion import convert_module
+
+    torch.manual_seed(0)
+    module = CausalSoftmax().eval()
+    return module, convert_module(module, (torch.randn(2, 8, 8),))
+
+
+def _constants(model):
+    return [model.constant(t.index) for t in model.tensors if t.is_constant and t.dtype == "float32"]
+
+
+@pytest.mark.slow
+def test_the_mask_is_folded_and_its_infinities_saturated(mask_model):
+    _, fp32 = mask_model
+    model = read_flatbuffer(fp32)
+    assert "LOG" in model.op_counts  # the converter computes the mask at run time
+    result = run_flatbuffer_passes(fp32, [fold_constant_operators_pass, saturate_infinite_constants_pass])
+    assert result.modified_by == ("fold_constant_operators_pass", "saturate_infinite_constants_pass")
+    assert not {"LOG", "SELECT_V2"} & set(result.model.op_counts)
+    expected = np.where(np.tril(np.ones((8, 8))) > 0, 0.0, -MASK_MAGNITUDE)
+    masks = [c for c in _constants(result.model) if c.shape == (8, 8) and np.array_equal(c, expected)]
+    assert len(masks) == 1
+    assert all(np.isfinite(c).all() for c in _constants(result.model))
+    # the folded operators' own constants (the SELECT_V2's condition, the LOG's input) are gone
+    read = {i for op in result.model.operators for i in op.inputs}
+    assert all(t.index in read for t in result.model.tensors if t.is_constant)
+
+
+def test_large_finite_weights_are_not_saturated():
+    from edge_export.passes.flatbuffer.saturate_infinite_constants_pass import _saturated
+
+    inf = np.float32(np.finfo(np.float32).max)
+    assert _saturated(np.array([0.0, -inf], np.float32), 32.0).tolist() == [0.0, -32.0]
+    assert _saturated(np.array([100.0, -inf], np.float32), 32.0) is None  # not a mask: left alone
+    assert _saturated(np.array([1.0, 2.0], np.float32), 32.0) is None
+
+
+@pytest.mark.slow
+def test_the_masked_softmax_quantizes_fully_integer_with_parity(mask_model):
+    from edge_export.quantization import check_integer, synthetic_calibration
+    from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
+
+    module, fp32 = mask_model
+    calibration = synthetic_calibration([InputSpec(shape=(2, 8, 8), name="x")], 8, seed=1)
+    model = read_flatbuffer(quantize_flatbuffer(fp32, QuantizeMode.INT8, calibration))
+    assert check_integer(model).fully_integer
+    runner = TFLiteRunner(model)
+    xs = [torch.randn(2, 8, 8, generator=torch.Generator().manual_seed(s)) for s in range(4)]
+    sqnr = _sqnr(np.stack([module(x).detach().numpy() for x in xs]), np.stack([runner.run([x.numpy()])[0] for x in xs]))
+    assert sqnr >= 20.0  # the int8 gate; 2.1 dB before the mask was folded and saturated
+
+
+@pytest.mark.slow
+def test_a_gru_s_int8_signature_is_repaired_and_runs():
+    from edge_export.conversion import convert_module
+    from edge_export.quantization import synthetic_calibration
+    from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
+
+    torch.manual_seed(0)
+    module, x = Gru().eval(), torch.randn(1, 10, 8)
+    calibration = synthetic_calibration([InputSpec(shape=(1, 10, 8), name="x")], 4, seed=1)
+    data = quantize_flatbuffer(convert_module(module, (x,)), QuantizeMode.INT8, calibration)
+    with pytest.raises(FlatbufferError, match="not an output of subgraph 0"):
+        read_flatbuffer(data)  # what every int8 candidate of a GRU ended in
+    result = run_flatbuffer_passes(data, [repair_signature_outputs_pass])
+    assert result.modified_by == ("repair_signature_outputs_pass",)
+    (signature,) = result.model.signatures
+    assert set(signature["output_tensors"]) == set(result.model.outputs)
+    output, h_n = TFLiteRunner(result.model).run([x.numpy()])
+    # the signature's second output is h_n again, the last step of the first (a requantization apart)
+    assert h_n.shape == (1, 1, 16)
+    np.testing.assert_allclose(h_n[0], output[:, -1], atol=0.02)
+    want_output, _ = (t.detach().numpy() for t in module(x))
+    cosine = float((want_output * output).sum() / np.linalg.norm(want_output) / np.linalg.norm(output))
+    assert cosine > 0.9  # int8 from 4 synthetic calibration samples: close, not exact
+    assert run_flatbuffer_passes(result.model, [repair_signature_outputs_pass]).modified_by == ()  # nothing left
