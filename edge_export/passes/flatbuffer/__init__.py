@@ -11,6 +11,7 @@ from __future__ import annotations
 from .attach_metadata_pass import attach_metadata_pass
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
 from .rename_signature_pass import rename_signature_pass
+from .round_to_float16_pass import round_to_float16_pass
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
 from .restore_tensor_names_pass import restore_tensor_names_pass
 from .set_io_dtype_pass import set_io_dtype_pass
@@ -27,6 +28,7 @@ __all__ = [
     "rename_signature_pass",
     "reorder_operators_for_edgetpu_pass",
     "restore_tensor_names_pass",
+    "round_to_float16_pass",
     "run_flatbuffer_passes",
     "set_io_dtype_pass",
     "share_quantization_vectors_pass",
