@@ -36,6 +36,7 @@ __all__ = [
     "resnet_like",
     "transformer_encoder_like",
     "gated_ratio_cnn",
+    "float16_overflow_cnn",
 ]
 
 
@@ -236,6 +237,31 @@ def gated_ratio_cnn(num_classes: int = 10):
         conv=nn.Conv2d(8, 8, 3, stride=2, padding=1), relu=nn.ReLU(),
         pool=nn.AdaptiveAvgPool2d(1), flatten=nn.Flatten(), head=nn.Linear(8, num_classes),
     )).eval()
+
+
+class Float16Overflow(nn.Module):
+    """A CNN whose middle layer (``amplify``) scales its activations by 1e5 and whose next layer
+    (``shrink``) scales them back: float32 computes it exactly, float16 (the GPU delegate's default)
+    overflows to Inf at ``amplify``, whose activations reach ~8e4, above float16's 65504."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.amplify = nn.Conv2d(8, 8, 1)
+        self.shrink = nn.Conv2d(8, 4, 1)
+        with torch.no_grad():
+            self.amplify.weight.mul_(1e5)
+            self.amplify.bias.mul_(1e5)
+            self.shrink.weight.div_(1e5)
+
+    def forward(self, x):
+        return self.shrink(torch.relu(self.amplify(torch.relu(self.conv(x)))))
+
+
+def float16_overflow_cnn() -> Float16Overflow:
+    """``Float16Overflow``, seeded, in eval mode (1x3x16x16 inputs)."""
+    torch.manual_seed(0)
+    return Float16Overflow().eval()
 
 
 def random_batchnorm_stats(module, seed: int = 0):

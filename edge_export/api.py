@@ -116,6 +116,7 @@ class ExportOptions:
     max_ram: int | str | None = None  # micro: RAM (tensor arena) budget in bytes
     emit_c: str | None = None  # micro: the C bundle's folder (default <stem>_micro beside the .tflite)
     no_emit_c: bool = False  # micro: write no C bundle
+    gpu_precision: str = "fp16"  # gpu: the precision the app runs the delegate at (fp32: it forces float32)
     # <stem>.testdata.npz: parity inputs as the model takes them, PyTorch's outputs, the thresholds
     emit_test_vectors: bool = False
     test_vectors_count: int = 4
@@ -128,6 +129,8 @@ class ExportOptions:
             object.__setattr__(self, "io_dtype", IODtype(self.io_dtype))
         if self.delegate not in (None, "edgetpu"):
             raise UsageError(f"--delegate {self.delegate} is not known.", "Use --delegate edgetpu.")
+        if self.gpu_precision not in ("fp16", "fp32"):
+            raise UsageError(f"--gpu-precision {self.gpu_precision} is not known.", "Use --gpu-precision fp16 (the delegate's default) or fp32.")
         from .targets.budgets import parse_size
 
         for option, flag in (("max_flash", "--max-flash"), ("max_ram", "--max-ram")):
@@ -775,7 +778,7 @@ def _run_export(
 
     # The target's last word, on the file as written: e.g. budgets on its final size, the micro
     # target's tensor-name map and C bundle.
-    run = FinishedRun(fb, named_fb, report, checked, options, tflite_path)
+    run = FinishedRun(fb, named_fb, report, checked, options, tflite_path, samples=checked_samples, source_module=export_base)
     finished = target.finish(run)
     if finished.report:
         report = run.report_with(finished.report)

@@ -57,7 +57,7 @@ def _layer_details(layer: LayerParity) -> str:
 
 def render_junit(report: RunReport) -> str:
     """The report as JUnit XML: a case per output, per compared layer, per baseline regression and
-    per flash/RAM budget given."""
+    per flash/RAM budget given, and the GPU float16 precision check."""
     root = ET.Element("testsuites", name="edge-export")
     suite = ET.SubElement(root, "testsuite", name=f"edge-export parity: {report.model.source}")
     val = report.validation
@@ -92,6 +92,10 @@ def render_junit(report: RunReport) -> str:
     for check in budgets.checks if budgets is not None else ():
         if check.budget_bytes is not None:  # a case per budget given, so CI shows which one failed
             _case(suite, "edge_export.budgets", check.resource, check.message() if check.exceeded else None, check.summary())
+    precision = report.target.gpu_precision if report.target is not None else None
+    if precision is not None:
+        failure = ("; ".join(precision.findings()) or precision.summary()) if precision.failed else None
+        _case(suite, "edge_export.gpu", "float16 precision", failure, precision.summary(), skipped=precision.skipped)
     cases = suite.findall("testcase")
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))

@@ -437,6 +437,7 @@ def _target_section(t: TargetSection, artifacts: ArtifactsSection) -> list[str]:
         for d in gpu.disagreements:
             out.append(f"- analyzer disagrees with the prediction: {_e(d)}")
         out.append("")
+    out += _gpu_precision_section(t)
     out += _ethos_u_section(t)
     out += _budgets_section(t)
     out += _cmsis_nn_section(t)
@@ -467,6 +468,26 @@ def _ethos_u_section(t: TargetSection) -> list[str]:
             out.append(f"| {_e(op.opcode)}{where} | {_code(op.module) if op.module else ''} | {_code(op.tensor) if op.tensor else ''} |")
         out.append("")
     out += [f"*{_e(ethos.parity_note)}*", ""]
+    return out
+
+
+def _gpu_precision_section(t: TargetSection) -> list[str]:
+    """The float16 check: its verdict, what broke where, and the Kotlin option that avoids it."""
+    check = t.gpu_precision
+    if check is None:
+        return []
+    from ..targets.gpu_precision import KOTLIN_FORCE_FP32
+
+    out = ["### GPU precision (float16, the delegate's default)", "", _e(check.summary()), ""]
+    if check.skipped is None:
+        out += [f"*Method: {_e(check.method)}; {_e(check.samples)} parity samples, app precision {_e(check.precision)}.*", ""]
+    for finding in check.findings():
+        out.append(f"- {_e(finding)}")
+    if check.findings():
+        out.append("")
+    advice = check.recommendation()
+    if advice is not None:
+        out += [f"**Recommendation:** {_e(advice)}", "", "```kotlin", KOTLIN_FORCE_FP32, "```", ""]
     return out
 
 

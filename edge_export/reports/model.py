@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ..targets.edgetpu_compiler import CompilerResult
     from ..targets.edgetpu_rewrites import AppliedRewrite
     from ..targets.gpu import GpuReport
+    from ..targets.gpu_precision import GpuPrecisionReport
     from ..targets.micro import MicroReport
     from ..targets.budgets import BudgetsSection
     from ..targets.cmsis_nn import CmsisNNReport
@@ -263,6 +264,7 @@ class TargetSection:
     budgets: BudgetsSection | None = json_field(default=None, omit_none=True)  # --max-flash/--max-ram
     cmsis_nn: CmsisNNReport | None = json_field(default=None, omit_none=True)  # CMSIS-NN rule check
     gpu: GpuReport | None = json_field(default=None, omit_none=True)  # --target gpu
+    gpu_precision: GpuPrecisionReport | None = json_field(default=None, omit_none=True)  # --target gpu: float16 check
     ethos_u: EthosUReport | None = json_field(default=None, omit_none=True)  # --target ethos-u*: Vela's placement and figures
     # sections of targets defined outside this package (a plugin's own keys), written as they are
     extra: Mapping[str, Any] = json_field(default_factory=dict, flatten=True)
@@ -282,6 +284,11 @@ class TargetSection:
     def failed_budgets(self) -> tuple[str, ...]:
         """The budgets exceeded ("flash", "ram"): any fails the verdict."""
         return self.budgets.exceeded if self.budgets is not None else ()
+
+    @property
+    def failed_gpu_precision(self) -> bool:
+        """The GPU float16 precision check failed and gates the verdict (--gpu-precision fp16)."""
+        return self.gpu_precision is not None and self.gpu_precision.failed
 
 
 @dataclass(frozen=True)
@@ -346,14 +353,15 @@ def verdict_of(
     target: TargetSection | None = None,
     runtimes: RuntimeComparison | None = None,
 ) -> str:
-    """Failed when parity, the per-layer gate, the baseline gate or a flash/RAM budget failed, or
+    """Failed when parity, the per-layer gate, the baseline gate, a flash/RAM budget or the GPU
+    float16 precision check failed, or
     (with --runtime both) when a runtime's parity failed or two runtimes disagree; passed when parity
     passed; exported-unvalidated when parity was skipped (and no gate failed)."""
     if runtimes is not None and runtimes.findings():
         return Verdict.FAILED
     if baseline is not None and baseline.regressions:
         return Verdict.FAILED
-    if target is not None and target.failed_budgets:
+    if target is not None and (target.failed_budgets or target.failed_gpu_precision):
         return Verdict.FAILED
     if per_layer is not None and per_layer.passed is False:
         return Verdict.FAILED

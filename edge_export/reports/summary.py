@@ -114,6 +114,13 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
                 _plain(out, f"  gpu analyzer: {analyzer.verdict if analyzer.available else 'not run: ' + analyzer.note}")
             for d in target.gpu.disagreements:
                 _plain(out, f"    disagreement: {d}")
+        if target.gpu_precision is not None:
+            check = target.gpu_precision
+            _plain(out, f"  gpu precision: {check.summary()}")
+            advice = check.recommendation()
+            if advice is not None:
+                label = "gpu float16 check failed" if check.gates_verdict else "gpu float16 check (reported only)"
+                err.print(f"[bold red]{label}:[/bold red] {escape(advice)}")
     runtimes = report.runtimes
     if runtimes is not None:
         _plain(out, "  runtimes: " + "; ".join(f"{r.runtime} {r.status}" for r in runtimes.results) + (

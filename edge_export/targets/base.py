@@ -133,7 +133,7 @@ class FinishedRun:
     """What ``finish`` may read: the model exactly as the run writes it (after --strip-names), the
     same model with its tensor names (what provenance reads; the same object without
     --strip-names), the report so far (verdict, parity; the target section without ``finish``'s
-    entries), and what the target's own check returned."""
+    entries), what the target's own check returned, and the samples parity checked."""
 
     model: FlatbufferModel
     named_model: FlatbufferModel
@@ -141,6 +141,9 @@ class FinishedRun:
     checked: TargetCheck
     options: ExportOptions
     tflite_path: Path
+    # parity's samples: (feeds in the model's layout, PyTorch's outputs) per sample; None: no parity
+    samples: tuple[Sequence[Any], Sequence[Any]] | None = None
+    source_module: Any = None  # the PyTorch module converted (after prepare_module), for blame
 
     def report_with(self, entries: Mapping[str, Any]) -> RunReport:
         """The report as it will be written once ``entries`` join its target section (e.g. for a

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import UsageError
-from .base import TargetCheck, TargetContext, TargetPlugin, register_target
+from .base import FinishedRun, FinishedTarget, TargetCheck, TargetContext, TargetPlugin, register_target
 from .operator_rules import OperatorRules
 
 if TYPE_CHECKING:
@@ -519,6 +519,7 @@ def run_gpu_analyzer(model: FlatbufferModel) -> AnalyzerCrossCheck:
 class GpuTarget(TargetPlugin):
     name = "gpu"
     check_label = "Predicting the GPU delegate's partitions"
+    own_options = {"gpu_precision": "--gpu-precision"}
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
         # The delegate computes in float16/float32, so the integer modes are refused (issue 10):
@@ -543,6 +544,24 @@ class GpuTarget(TargetPlugin):
         analyzer = run_gpu_analyzer(context.model)
         report = check_gpu(context.model, source_module=context.source_module, analyzer=analyzer)
         return TargetCheck({"gpu": report})
+
+    def finish(self, run: FinishedRun) -> FinishedTarget:
+        """The float16 precision check (``gpu_precision.py``) on parity's samples: after parity, so
+        it compares against the same PyTorch outputs, on the model with its tensor names."""
+        from .gpu_precision import check_gpu_precision, skipped_gpu_precision
+
+        precision = run.options.gpu_precision
+        if run.samples is None:
+            return FinishedTarget({"gpu_precision": skipped_gpu_precision("parity did not run (--no-validate)", precision)})
+        feeds, references = run.samples
+        validation = run.report.validation
+        kinds = [o.decision for o in validation.outputs] if hasattr(validation, "outputs") else None
+        report = check_gpu_precision(
+            run.named_model, feeds, references, output_kinds=kinds,
+            channels_last_outputs=run.report.export.channels_last_outputs,
+            source_module=run.source_module, precision=precision,
+        )
+        return FinishedTarget({"gpu_precision": report})
 
 
 register_target(GpuTarget())

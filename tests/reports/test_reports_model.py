@@ -41,6 +41,7 @@ _TYPE_MODULES = (
     "edge_export.targets.edgetpu_compiler",
     "edge_export.targets.edgetpu_rewrites",
     "edge_export.targets.gpu",
+    "edge_export.targets.gpu_precision",
     "edge_export.targets.micro",
     "edge_export.targets.budgets",
     "edge_export.targets.cmsis_nn",

@@ -15,6 +15,7 @@ from .remove_noop_operators_pass import remove_noop_operators_pass
 from .rename_signature_pass import rename_signature_pass
 from .repair_signature_outputs_pass import repair_signature_outputs_pass
 from .saturate_infinite_constants_pass import saturate_infinite_constants_pass
+from .round_to_float16_pass import round_to_float16_pass
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
 from .restore_tensor_names_pass import restore_tensor_names_pass
 from .set_io_dtype_pass import set_io_dtype_pass
@@ -34,6 +35,7 @@ __all__ = [
     "repair_signature_outputs_pass",
     "reorder_operators_for_edgetpu_pass",
     "restore_tensor_names_pass",
+    "round_to_float16_pass",
     "run_flatbuffer_passes",
     "saturate_infinite_constants_pass",
     "set_io_dtype_pass",
