@@ -263,7 +263,7 @@ def test_an_operator_whose_quantization_gives_nan_is_named_and_the_search_ends(t
     assert broken and ranking[: len(broken)] == broken  # ranked first
     for row in broken:
         assert any(note.startswith(f"{row['opcode']} #{row['op_index']}") and "NaN" in note for note in report["sensitivity"]["notes"])
-    markdown = result.report_md_path.read_text()
+    markdown = result.report_md_path.read_text().replace("\\", "")  # Markdown escapes "#" and "()"
     assert f"{broken[0]['opcode']} #{broken[0]['op_index']}" in markdown and "not a number (NaN)" in markdown
     mixed = report["mixed_precision"]
     assert mixed["promoted"] and mixed["promoted"][0]["op_index"] == broken[0]["op_index"]
@@ -295,7 +295,7 @@ class OutlierChannelNet(nn.Module):
         return self.head(x.mean(dim=(2, 3)))
 
 
-STEP_S, BUDGET_S = 1.0, 3.0
+STEP_S, BUDGET_S = 1.0, 8.0
 
 
 @pytest.mark.slow
@@ -304,7 +304,7 @@ def test_a_spent_budget_keeps_the_best_model_exits_by_parity_and_lists_what_was_
     steps: list[tuple[str, int, int]] = []
     result = export(
         OutlierChannelNet().eval(), example_inputs=(torch.randn(1, 3, 16, 16),), output=tmp_path / "net.tflite",
-        quantize="int8", min_sqnr=30.0, sensitivity=True, time_budget=BUDGET_S,
+        quantize="int8", quant_backend="flatbuffer", min_sqnr=30.0, sensitivity=True, time_budget=BUDGET_S,
         on_progress=lambda label, i, n: steps.append((label, i, n)),
     )
     report = validate_report(json.loads(result.report_json_path.read_text()))
@@ -312,12 +312,13 @@ def test_a_spent_budget_keeps_the_best_model_exits_by_parity_and_lists_what_was_
     assert budget["seconds"] == BUDGET_S and budget["exhausted"] and budget["skipped"]
     # nothing starts once the budget is spent: at most one step ran past it
     assert len(steps) <= BUDGET_S / STEP_S + 1
-    assert any("operators" in what for what in budget["skipped"])  # the ranking, the search or both
+    # the quantize stage fits; the ranking (a step per operator) and the search (a step per candidate) do not
+    assert any("operators" in what or "sensitivity" in what for what in budget["skipped"]), budget["skipped"]
     # the best model found is the one written, and the exit code is its parity's
     assert result.tflite_path.exists()
-    assert result.exit_code == report["exit_code"] == (0 if report["validation"]["passed"] else 1)
-    markdown = result.report_md_path.read_text()
-    assert "time budget 3 s" in markdown and f"not tried: {budget['skipped'][0]}" in markdown
+    assert result.exit_code == report["exit_code"] == (0 if report["validation"]["status"] == "passed" else 1)
+    markdown = result.report_md_path.read_text().replace("\\", "")  # Markdown escapes "(" and "."
+    assert f"time budget {BUDGET_S:g} s" in markdown and f"not tried: {budget['skipped'][0]}" in markdown
     mixed = report.get("mixed_precision")
     if mixed is not None and mixed["steps"]:
         assert mixed["sqnr_db"] == max(step["sqnr_db"] for step in mixed["steps"]) or mixed["met"]
