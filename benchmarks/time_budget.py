@@ -8,7 +8,7 @@ process; the table gives the wall time of the run, of the quantization stages (q
 mixed_precision, where the budget applies, and the first backend's share), the exit code, the SQNR kept and what the report says
 was not tried (the first backend always finishes: without it there is no model). Prints a Markdown table (docs/BENCHMARKS.md, section 18).
 
-    .venv/bin/python benchmarks/time_budget.py [--budgets 100000,20] [--layers 4] [--dim 96] [--tokens 64]
+    .venv/bin/python benchmarks/time_budget.py [--budgets 100000,20] [--backend auto] [--layers 4] [--dim 96] [--tokens 64]
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ def _vit(dim: int, layers: int, tokens: int):
     return ViTLike().eval(), (torch.randn(1, tokens, 48),)
 
 
-def _run(source: Path, out: Path, budget: str) -> dict:
+def _run(source: Path, out: Path, budget: str, backend: str) -> dict:
     command = [
         sys.executable, "-m", "edge_export.cli", "export", str(source), "-o", str(out), "--quantize", "int8",
-        "--sensitivity", "--min-sqnr", "45", "--time-budget", budget, "--no-latency", "--quiet",
+        "--sensitivity", "--min-sqnr", "45", "--time-budget", budget, "--no-latency", "--quiet", "--quant-backend", backend,
     ]
     start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -77,6 +77,7 @@ def _run(source: Path, out: Path, budget: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budgets", default="100000,20")
+    parser.add_argument("--backend", default="auto", help="--quant-backend (flatbuffer: the whole budget after it goes to the search)")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--dim", type=int, default=96)
     parser.add_argument("--tokens", type=int, default=64)
@@ -84,7 +85,7 @@ def main() -> None:
     import torch
 
     model, example = _vit(args.dim, args.layers, args.tokens)
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; ViT-like {args.layers} layers, {args.dim} wide, {args.tokens} tokens")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; ViT-like {args.layers} layers, {args.dim} wide, {args.tokens} tokens; --quant-backend {args.backend}")
     print()
     print("| --time-budget | exit | run s | quantize stage s (first backend) | mixed precision stage s | budget used s | operators ranked | search candidates | promoted | held-out SQNR kept dB | not tried |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -92,7 +93,7 @@ def main() -> None:
         source = Path(folder) / "vit.pt2"
         torch.export.save(torch.export.export(model, example), source)
         for budget in args.budgets.split(","):
-            row = _run(source, Path(folder) / f"vit_{budget}.tflite", budget)
+            row = _run(source, Path(folder) / f"vit_{budget}.tflite", budget, args.backend)
             skipped = "; ".join(row["skipped"]) or "nothing"
             print(
                 f"| {budget} | {row['exit']} | {row['wall']:.1f} | {row['quantize_s']:.1f} ({row['first_step_s']:.1f}) | "

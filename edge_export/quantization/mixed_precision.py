@@ -631,7 +631,7 @@ def _child_run(
         search_needed = not evaluate_target(run_outputs(base_model_bytes, heldout), heldout_refs, target).met
     if not want_sensitivity and not search_needed:
         return None, None, budget.skipped
-    if not budget.allows("the sensitivity ranking" + (" and the mixed-precision search" if search_needed else "")):
+    if not budget.allows(_untried(want_sensitivity, search_mode if search_needed else None, needed=True)):
         return None, None, budget.skipped
     quantizer = RecipeQuantizer(float_bytes, calibration, verbose=verbose)
     sensitivity = measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=SENSITIVITY_METHOD, module=module, budget=budget)
@@ -643,6 +643,15 @@ def _child_run(
             int8_io=int8_io, measure_latency=measure_latency, costs=costs, budget=budget,
         )
     return sensitivity, search, budget.skipped
+
+
+def _untried(want_sensitivity: bool, search_mode: str | None, *, needed: bool = False) -> str:
+    """What is not tried when the budget is spent before the ranking and the search start
+    (``needed``: the int8 model is known to miss the target)."""
+    if not search_mode:
+        return "the sensitivity ranking"
+    search = "the mixed-precision search (its sensitivity ranking and promotions" + (")" if needed else ", were the int8 model to miss the target)")
+    return search + (", and the --sensitivity report" if want_sensitivity else "")
 
 
 def run_sensitivity_and_mixed_precision(
@@ -678,6 +687,8 @@ def run_sensitivity_and_mixed_precision(
     from .io_types import describe_io
     from .selection import check_integer, reference_outputs
 
+    if not budget.allows(_untried(want_sensitivity, search_mode)):
+        return base, None, None  # spent before anything here started: not even the references
     ranking_samples = list(calibration.samples[:SENSITIVITY_SAMPLES])
     ranking_refs = reference_outputs(export_module, ranking_samples)
     heldout_refs = reference_outputs(export_module, heldout) if heldout else []
