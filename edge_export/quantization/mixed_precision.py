@@ -24,6 +24,9 @@ costs a logarithmic number of candidates, not one per operator); when a group ov
 smallest prefix that meets the target is found by bisection inside it. Every promoted operator gets
 the SQNR of the measured prefixes before and after it. When the target is never met, the best model
 found is kept and the report says why. Steps are listed in ``steps`` (``promoted`` = prefix length).
+Every candidate is a step of the export's time budget (``budget.py``, ``--time-budget``): once it is
+spent, no candidate is measured any more, the best one measured is kept and the reason says what was
+not tried.
 
 With int16 promotions, a model that misses the target with every operator at int16 is limited by its
 int8 weights; a second phase (``weight_splitting.py``) then splits the weights of the weighted
