@@ -104,6 +104,8 @@ class ExportOptions:
     quant_backend: QuantBackend = QuantBackend.AUTO
     sensitivity: bool = False  # int8: rank operators by sensitivity (quantization/sensitivity.py)
     mixed_precision: str | None = None  # auto | int16 | off; None: the target's default
+    # seconds for the whole quantization stage (quantization/budget.py); None: no limit
+    time_budget: float | None = 300.0  # budget.DEFAULT_TIME_BUDGET_S (not imported: options stay light)
     host_latency: bool = True  # quantized exports on cpu: time the model against its float one here (latency.py)
     io_dtype: IODtype | None = None  # None: float32, or the target's default
     # targets
@@ -174,9 +176,11 @@ class ExportOptions:
             raise UsageError(f"--image-layout {self.image_layout} is not known.", "Use nchw or nhwc.")
         if self.per_layer_min_sqnr is not None and self.per_layer_min_sqnr != self.per_layer_min_sqnr:
             raise UsageError("--per-layer-min-sqnr nan is not a number.")
+        from .quantization.budget import check_time_budget
         from .quantization.mixed_precision import check_mixed_precision_option
 
         check_mixed_precision_option(self.mixed_precision)
+        check_time_budget(self.time_budget)
         if self.strip_names and self.keep_names:
             raise UsageError("--strip-names and --keep-names contradict each other.", "Give one of them.")
         if self.test_vectors_count < 1:
@@ -259,9 +263,10 @@ def report_paths(tflite_path: Path) -> tuple[Path, Path]:
 
 
 class _Stages:
-    def __init__(self, on_stage: Callable[[str], None] | None) -> None:
+    def __init__(self, on_stage: Callable[[str], None] | None, on_progress: Callable[[str, int, int], None] | None = None) -> None:
         self.times: list[StageTiming] = []
         self._on_stage = on_stage
+        self.on_progress = on_progress  # (label, step, total) of a long stage's steps
 
     def announce(self, label: str) -> None:
         if self._on_stage:
@@ -339,13 +344,16 @@ def export(
     output: str | Path | None = None,
     options: ExportOptions | None = None,
     on_stage: Callable[[str], None] | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
     **option_values: Any,
 ) -> ExportResult:
     """Export ``model`` (a path, a ``package.module:attr`` reference or an nn.Module) to LiteRT.
 
     Options are given as an ``ExportOptions`` or as keyword arguments of the same names
     (``quantize="fp16"``, ``channels_last=True``, ...). Returns an ``ExportResult``; raises an
-    ``EdgeExportError`` subclass when nothing could be exported.
+    ``EdgeExportError`` subclass when nothing could be exported. ``on_stage(label)`` is called as
+    each stage starts, ``on_progress(label, step, total)`` before each step of a long one
+    (quantization's backends, calibration, sensitivity, mixed precision).
     """
     if options is None:
         options = ExportOptions(**option_values)
@@ -355,7 +363,7 @@ def export(
     from .targets.base import get_target
 
     target = get_target(options.target)
-    stages = _Stages(on_stage)
+    stages = _Stages(on_stage, on_progress)
     source_text = "<in-memory module>" if not isinstance(model, (str, Path)) else str(model)
     tflite_path = _tflite_output_path(source_text, output)
     json_path, md_path = report_paths(tflite_path)
@@ -515,20 +523,17 @@ def _times_host_latency(options: ExportOptions, target: Any) -> bool:
 def _float_model_for_flatbuffer_backend(export_module: Any, export_example: tuple, options: ExportOptions, stages: _Stages) -> bytes | None:
     """The float flatbuffer the flatbuffer backend quantizes, converted here rather than inside
     quantize_model so that the latency stage can time it and a failed Edge TPU parity can rank
-    operators on it: no conversion more than before. None
-    when only PT2E runs (it converts no float model; timing would cost one) or when the conversion
-    fails (quantize_model then converts again, fails the flatbuffer backend and falls back to PT2E,
-    as it did before)."""
+    operators on it: no conversion more than before. None when only PT2E runs (it converts no float
+    model; timing would cost one). A conversion that fails raises (quantize_model's precondition)."""
     from .conversion import convert_module
     from .quantization import backends_for
 
     if "flatbuffer" not in backends_for(options.quantize, options.quant_backend):
         return None
     with stages.run("convert", "Tracing and converting with litert-torch (float: the flatbuffer backend's input)"):
-        try:
-            return convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
-        except EdgeExportError:
-            return None
+        # A failure is the export's (exit 3, now): PT2E lowers through the same converter, so no
+        # backend could do better, and calibrating first would only delay the same error (issue 21).
+        return convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
 
 
 def _check_side_outputs(options: ExportOptions, created: list[Path] | None = None) -> None:
@@ -599,6 +604,10 @@ def _run_export(
                 float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
         else:  # converted once here: the flatbuffer backend, the latency stage and the Edge TPU's explanation share it
             float_bytes = _float_model_for_flatbuffer_backend(export_module, export_example, options, stages)
+        from .quantization.budget import TimeBudget
+
+        # one budget for the whole quantization stage: backends, sensitivity, mixed precision
+        budget = TimeBudget(options.time_budget, on_progress=stages.on_progress)
         with stages.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
             from .quantization import ParityTarget, quantize_model
             from .quantization.ranges import observers_for
@@ -618,6 +627,7 @@ def _run_export(
                 # auto keeps the first fully integer result that meets the export's own gates
                 target=ParityTarget(gates.min_sqnr_db, gates.min_cosine),
                 float_model_bytes=float_bytes,
+                budget=budget,
             )
         if search_mode or options.sensitivity:
             label = "Ranking operators by sensitivity" + (" and searching for mixed precision" if search_mode else "")
@@ -639,9 +649,13 @@ def _run_export(
                     source_module=module,
                     verbose=options.verbose,
                     measure_latency=_times_host_latency(options, target),  # each promotion's latency: cpu, not --no-latency
+                    budget=budget,
                 )
             if not options.sensitivity and mixed_precision is None:
                 sensitivity = None  # measured for a search that was not needed: not asked for
+        from dataclasses import replace
+
+        quant_result = replace(quant_result, time_budget=budget.section())
     else:
         with stages.run("convert", "Tracing and converting with litert-torch"):
             quant_config = fp16_quant_config() if options.quantize is QuantizeMode.FP16 else None

@@ -196,7 +196,7 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
     with TerminalSession(capture=not verbose) as term:
         display = StageDisplay(term.err, quiet, spinner=not verbose)
         try:
-            result = call(display.stage)
+            result = call(display.stage, display.progress)
         except (Exception, KeyboardInterrupt) as exc:  # the boundary: _fail maps every error to its exit code
             display.stop()
             code = _fail(exc, debug, term.err)
@@ -222,6 +222,7 @@ def export_command(
     target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), ethos-u55-128 and the other Arm Ethos-U configurations Vela accepts (ethos-u55-32..256, ethos-u65-256/512, ethos-u85-128..2048: micro plus the Vela NPU compiler, <stem>_vela.tflite; needs pip install 'edge-export[ethos-u]'), or any other target registered in edge_export/targets."),
     io_dtype: Optional[IODtype] = typer.Option(None, "--io-dtype", help="Model input/output type for int8: float32 (default), int8 or uint8."),
     quant_backend: QuantBackend = typer.Option(QuantBackend.AUTO, "--quant-backend", help="auto (measure, fall back), pt2e (exported graph) or flatbuffer (ai-edge-quantizer)."),
+    time_budget: float = typer.Option(300.0, "--time-budget", metavar="SECONDS", help="Seconds for the whole quantization stage (auto's backends, calibration, --sensitivity, --mixed-precision): when spent, no new step starts (the one running finishes), the best model so far is kept and checked as usual (exit code by its parity), and the report lists what was not tried."),
     mixed_precision: Optional[str] = typer.Option(None, "--mixed-precision", metavar="MODE", help="int8: auto (raise the most sensitive operators to float on cpu/gpu, int16 on micro, until --min-sqnr/--min-cosine/--min-top1 is met; the default on cpu and gpu when one of them is given), int16 (integer promotions only) or off. Not for --target edgetpu."),
     calibration_data: Optional[Path] = typer.Option(None, "--calibration-data", help="Calibration data: .npz (arrays keyed by input name or position), .npy, a folder of .npy, or a folder of JPEG/PNG images."),
     calibration_samples: Optional[int] = typer.Option(None, "--calibration-samples", help="Use at most this many calibration samples."),
@@ -258,7 +259,7 @@ def export_command(
     host_latency: bool = typer.Option(True, "--latency/--no-latency", help="Quantized exports on --target cpu: time the model against its float one on this CPU and flag it when slower (reported, never a gate)."),
  checking: dict = None,
 ) -> None:
-    def call(on_stage):
+    def call(on_stage, on_progress):
         from .api import ExportOptions, export
 
         options = ExportOptions(
@@ -267,6 +268,7 @@ def export_command(
             io_dtype=io_dtype,
             quant_backend=quant_backend,
             mixed_precision=mixed_precision,
+            time_budget=time_budget,
             calibration_data=str(calibration_data) if calibration_data else None,
             calibration_samples=calibration_samples,
             range_algorithm=range_algorithm,
@@ -302,7 +304,7 @@ def export_command(
             channels_last=channels_last,
             **_checking_fields(checking),
         )
-        return export(model, output=output, options=options, on_stage=on_stage)
+        return export(model, output=output, options=options, on_stage=on_stage, on_progress=on_progress)
 
     _run(call, checking["quiet"], checking["debug"], checking["verbose"])
 
@@ -323,7 +325,7 @@ def validate_command(
     tensor_names: Optional[Path] = typer.Option(None, "--tensor-names", help="The tensor-name map of a stripped .tflite (default: <stem>.tensors.json beside it, which --target micro writes); --per-layer needs it."),
  checking: dict = None,
 ) -> None:
-    def call(on_stage):
+    def call(on_stage, on_progress):
         from .api import ExportOptions, validate
 
         options = ExportOptions(channels_last=channels_last, **_checking_fields(checking))

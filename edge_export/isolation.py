@@ -13,6 +13,7 @@ Where ``os.fork`` does not exist (Windows) the function runs in this process, as
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -25,13 +26,16 @@ from typing import Any, Callable, TypeVar
 
 from .errors import RuntimeRunError
 
-__all__ = ["NativeCrashError", "run_isolated", "CRASH_HOOK_ENV"]
+__all__ = ["NativeCrashError", "run_isolated", "send_progress", "CRASH_HOOK_ENV"]
 
 T = TypeVar("T")
 
 # Test hook: when this names the stage being run, the child aborts the way a native library does
 # (the only way to test the crash path without a model that crashes LiteRT). Never set in normal use.
 CRASH_HOOK_ENV = "EDGE_EXPORT_TEST_NATIVE_CRASH"
+
+# In a child started with ``progress=``: the pipe its progress lines go to (send_progress).
+_progress_fd: int | None = None
 
 # "Node number 3 (CONV_2D) failed to ..." is how LiteRT names an operator; TFLM says "Node CONV_2D".
 _OPERATOR_IN_LOG = re.compile(r"Node(?: number \d+)? \(?([A-Z][A-Z0-9_]{2,})\)?")
@@ -74,9 +78,25 @@ def _crash_error(stage: str, backend: str, number: int, log: str, hint: str) -> 
     )
 
 
-def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, write_fd: int, log_fd: int, stage: str) -> None:
+def send_progress(label: str, index: int, total: int) -> bool:
+    """In a child run with ``progress``: send one progress report to the parent's callback and
+    return True; elsewhere False (the caller reports it itself)."""
+    if _progress_fd is None:
+        return False
+    line = json.dumps([str(label), int(index), int(total)]) + "\n"
+    try:
+        os.write(_progress_fd, line.encode("utf-8"))
+    except OSError:  # the parent stopped listening: progress is only shown, never needed
+        pass
+    return True
+
+
+def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, write_fd: int, log_fd: int, stage: str,
+           progress_fd: int | None = None) -> None:
     """Runs in the forked child; never returns."""
+    global _progress_fd
     status = 0
+    _progress_fd = progress_fd
     try:
         # Ctrl-C and SIGTERM end the child quietly; the parent handles them as it always did.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -114,6 +134,39 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, write_fd: int, log
 _PRELOAD = ("ai_edge_litert.interpreter",)
 
 
+def _read_result(read_fd: int, progress_fd: int | None, progress: Callable[[str, int, int], None] | None) -> list[bytes]:
+    """The child's result bytes; meanwhile its progress lines go to ``progress``."""
+    chunks: list[bytes] = []
+    if progress_fd is None or progress is None:
+        with os.fdopen(read_fd, "rb") as pipe:
+            while chunk := pipe.read(1 << 20):
+                chunks.append(chunk)
+        return chunks
+    import select
+
+    pending = b""
+    open_fds = {read_fd, progress_fd}
+    try:
+        while read_fd in open_fds:
+            ready, _, _ = select.select(list(open_fds), [], [])
+            for fd in ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    open_fds.discard(fd)
+                elif fd == read_fd:
+                    chunks.append(chunk)
+                else:
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        label, index, total = json.loads(line)
+                        progress(label, index, total)
+    finally:
+        os.close(read_fd)
+        os.close(progress_fd)
+    return chunks
+
+
 def run_isolated(
     fn: Callable[..., T],
     *args: Any,
@@ -121,6 +174,7 @@ def run_isolated(
     backend: str,
     hint: str = _DEFAULT_HINT,
     preload: tuple[str, ...] = (),
+    progress: Callable[[str, int, int], None] | None = None,
     **kwargs: Any,
 ) -> T:
     """``fn(*args, **kwargs)`` run in a forked child: its return value, or its exception re-raised
@@ -142,6 +196,7 @@ def run_isolated(
         except (OSError, ValueError):
             pass
     read_fd, write_fd = os.pipe()
+    progress_read, progress_write = os.pipe() if progress is not None else (None, None)
     log = tempfile.TemporaryFile()
     with warnings.catch_warnings():
         # JAX (loaded by the converter) warns at every fork that JAX in the child may deadlock; the
@@ -150,13 +205,14 @@ def run_isolated(
         pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child(fn, args, kwargs, write_fd, log.fileno(), stage)
+        if progress_read is not None:
+            os.close(progress_read)
+        _child(fn, args, kwargs, write_fd, log.fileno(), stage, progress_write)
     os.close(write_fd)
+    if progress_write is not None:
+        os.close(progress_write)
     try:
-        chunks = []
-        with os.fdopen(read_fd, "rb") as pipe:
-            while chunk := pipe.read(1 << 20):
-                chunks.append(chunk)
+        chunks = _read_result(read_fd, progress_read, progress)
         _, status = os.waitpid(pid, 0)
     except BaseException:  # Ctrl-C or SIGTERM while the child runs: end it, then do as before
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from typing import IO, Optional
 
 from rich.console import Console
@@ -137,6 +138,11 @@ class TerminalSession:
         self.err = _console(None, stderr=True)
 
 
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
 class StageDisplay:
     """The stages of a run: one line each, plus a spinner on the current stage in a terminal.
 
@@ -151,10 +157,26 @@ class StageDisplay:
         self.quiet = quiet
         self._spinner = spinner and console.is_terminal and not quiet
         self._live: Optional[Live] = None
+        self._label = ""
+        self._steps: Optional[tuple[str, float]] = None  # the progress label shown and when its first step began
+
+    def progress(self, label: str, index: int, total: int) -> None:
+        """Step ``index`` (0-based, about to run) of ``total`` of a long stage: shown on the
+        spinner's line only (step i of n, elapsed, estimate), so pipes and logs get nothing."""
+        if self._live is None:
+            return
+        now = time.monotonic()
+        if self._steps is None or self._steps[0] != label or index == 0:
+            self._steps = (label, now)
+        elapsed = now - self._steps[1]
+        estimate = f", about {_duration(elapsed / index * (total - index))} left" if index > 0 else ""
+        line = f"{self._label} · {label}: step {index + 1} of {total}, {_duration(elapsed)} elapsed{estimate}"
+        self._live.update(Spinner("dots", text=Text(line), style="green"))
 
     def stage(self, label: str) -> None:
         if self.quiet:
             return
+        self._label, self._steps = label, None
         if self._live is not None:
             self._live.console.print(Text.assemble(("•", "dim"), " ", label))
             self._live.update(Spinner("dots", text=Text(label), style="green"))

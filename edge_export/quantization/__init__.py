@@ -30,6 +30,8 @@ from ..passes.flatbuffer import (
     set_io_dtype_pass,
     share_quantization_vectors_pass,
 )
+from ..reports.serialize import json_field
+from .budget import BudgetSection, TimeBudget, TimeBudgetSpent
 from .calibration import (
     DEFAULT_CALIBRATION_SAMPLES,
     DEFAULT_SYNTHETIC_SAMPLES,
@@ -88,10 +90,12 @@ class QuantizationResult:
     sqnr_db: float | None  # chosen model vs fp32 module, worst output, on calibration inputs
     cosine: float | None
     warnings: tuple[str, ...] = ()
+    # --time-budget: the budget, the time used and what was not tried (set by the export, after mixed precision)
+    time_budget: BudgetSection | None = json_field(default=None, omit_none=True)
 
     JSON_KEYS = (
         "mode", "backend", "recipe", "observer", "reason", "attempts", "fully_integer", "integer_check",
-        "io_dtype", "io", "calibration", "calibration_parity", "size_bytes", "warnings",
+        "io_dtype", "io", "calibration", "calibration_parity", "size_bytes", "warnings", "time_budget",
     )
 
     @property
@@ -184,6 +188,27 @@ def _simulated_sqnr(converted: Any, parity_set, refs) -> float | None:
         return None
 
 
+def _checked_float_model(module, example_inputs, float_model_bytes, sample, strict: bool, verbose: bool) -> bytes:
+    """The float flatbuffer (converted here when the caller has none), checked to verify and run:
+    TraceError or ConversionError otherwise, before any backend calibrates (preconditions.py)."""
+    from .preconditions import require_runnable_float_model
+
+    if float_model_bytes is None:
+        from ..conversion import convert_module
+
+        float_model_bytes = convert_module(module, tuple(example_inputs), strict=strict, verbose=verbose)
+    require_runnable_float_model(float_model_bytes, sample)
+    return float_model_bytes
+
+
+def _pt2e_batch(budget: TimeBudget, index: int, total: int, *, stoppable: bool) -> None:
+    """Before each PT2E calibration batch: progress, and a stop once the budget is spent (only when
+    an earlier backend already made a model: the first model is always finished)."""
+    if stoppable and budget.spent():
+        raise TimeBudgetSpent(f"the rest of PT2E's calibration ({index} of {total} samples run, not lowered)")
+    budget.step("Quantizing: PT2E calibration", index, total)
+
+
 def quantize_model(
     module: Any,
     example_inputs: tuple,
@@ -200,6 +225,7 @@ def quantize_model(
     flatbuffer_observer: str = DEFAULT_FLATBUFFER_OBSERVER,
     parity_samples: int = PARITY_SAMPLES,
     target: ParityTarget | None = None,
+    budget: TimeBudget | None = None,
 ) -> QuantizationResult:
     """Quantize ``module`` (eval mode, already wrapped for its final I/O layout) and return the
     flatbuffer with what was tried and why it was kept.
@@ -208,26 +234,41 @@ def quantize_model(
     (saves one conversion for the flatbuffer backend). With ``target``, ``auto`` stops at the first
     fully integer result that meets it (see selection.py); without, it measures every backend. Raises QuantizationError when every backend
     failed, UsageError for argument combinations that make no sense.
+
+    Before any backend calibrates, the float model must convert, verify and run once in LiteRT
+    (preconditions.py): when it does not, ConversionError (exit 3) in seconds. PT2E alone
+    (``backend="pt2e"`` without ``float_model_bytes``) converts no float model and is not checked.
+    ``budget`` (budget.TimeBudget) bounds the backends after the first model: once it is spent, the
+    backends not yet run (or PT2E's unfinished calibration) are skipped and recorded in it.
     """
     from . import flatbuffer_recipes, pt2e, selection
 
     mode = QuantizeMode(mode)
     backend = QuantBackend(backend)
     io_dtype = IODtype(io_dtype)
+    budget = budget if budget is not None else TimeBudget(None)
     _check_arguments(mode, io_dtype, calibration, example_inputs)
     parity_set = calibration.samples[: max(1, parity_samples)]
+    names = backends_for(mode, backend)
+    if "flatbuffer" in names or float_model_bytes is not None:
+        float_model_bytes = _checked_float_model(module, example_inputs, float_model_bytes, parity_set[0], strict, verbose)
     refs = selection.reference_outputs(module, parity_set)
 
+    skipped_before = len(budget.skipped)
     attempts: list[BackendAttempt] = []
     products: list[FlatbufferModel | None] = []
     screened_out: list[str] = []  # backends not run because an earlier result met the target
     not_lowered: tuple[str, float, BackendAttempt] | None = None  # PT2E simulated, found unable to win
-    for name in backends_for(mode, backend):
+    for step, name in enumerate(names):
         if mode in _FIRST_SUCCESS_MODES and any(a.ok for a in attempts):
             break
         if target is not None and any(target.met_by(a) for a in attempts):
             screened_out.append(name)
             continue
+        have_model = any(a.ok for a in attempts)
+        if have_model and not budget.allows(f"the {name} backend ({mode.value})"):
+            continue
+        budget.step(f"Quantizing: the {name} backend", step, len(names))
         start = time.perf_counter()
         recipe = RECIPES[mode] if name == "flatbuffer" else _pt2e_recipe_name(mode)
         observer = None
@@ -236,7 +277,8 @@ def quantize_model(
         try:
             if name == "pt2e":
                 converted, quantizer = pt2e.calibrate_pt2e(
-                    module, example_inputs, mode, calibration, observer=pt2e_observer, strict=strict, verbose=verbose
+                    module, example_inputs, mode, calibration, observer=pt2e_observer, strict=strict, verbose=verbose,
+                    each_batch=partial(_pt2e_batch, budget, stoppable=have_model),
                 )
                 if backend == QuantBackend.AUTO and attempts:
                     simulated = _simulated_sqnr(converted, parity_set, refs)
@@ -246,10 +288,6 @@ def quantize_model(
                         continue
                 data = pt2e.lower_pt2e(converted, quantizer, example_inputs, strict=strict, verbose=verbose)
             else:
-                if float_model_bytes is None:
-                    from ..conversion import convert_module
-
-                    float_model_bytes = convert_module(module, tuple(example_inputs), strict=strict, verbose=verbose)
                 # Calibration and transformations run LiteRT and ai-edge-quantizer's native code: in a
                 # child process, so that a crash (int16x8 on a ViT aborted) is a failed backend.
                 data = run_isolated(
@@ -276,6 +314,9 @@ def quantize_model(
                 )
             )
             products.append(candidate)
+        except TimeBudgetSpent as exc:  # PT2E stopped calibrating: the model kept is an earlier backend's
+            budget.skip(str(exc))
+            continue
         except EdgeExportError as exc:
             if backend != QuantBackend.AUTO:
                 if isinstance(exc, (QuantizationError, UsageError)):
@@ -321,6 +362,8 @@ def quantize_model(
             f"{selection.LOWERING_MARGIN_DB:g} dB below, so it was not lowered to a model "
             f"(--quant-backend {skipped} runs it)"
         )
+    if len(budget.skipped) > skipped_before:
+        reason += f"; not tried within the time budget ({budget.seconds:g} s): " + ", ".join(budget.skipped[skipped_before:])
     final = run_flatbuffer_passes(
         products[best], [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the quantized model"
     ).model

@@ -24,6 +24,9 @@ costs a logarithmic number of candidates, not one per operator); when a group ov
 smallest prefix that meets the target is found by bisection inside it. Every promoted operator gets
 the SQNR of the measured prefixes before and after it. When the target is never met, the best model
 found is kept and the report says why. Steps are listed in ``steps`` (``promoted`` = prefix length).
+Every candidate is a step of the export's time budget (``budget.py``, ``--time-budget``): once it is
+spent, no candidate is measured any more, the best one measured is kept and the reason says what was
+not tried.
 
 With int16 promotions, a model that misses the target with every operator at int16 is limited by its
 int8 weights; a second phase (``weight_splitting.py``) then splits the weights of the weighted
@@ -47,7 +50,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import pairwise
@@ -57,6 +60,7 @@ import numpy as np
 
 from ..errors import QuantizationError, UsageError, first_line
 from ..reports.serialize import json_field
+from .budget import TimeBudget
 from .sensitivity import (
     SENSITIVITY_METHOD,
     LayerSensitivity,
@@ -279,6 +283,16 @@ def promotion_costs(model: Any, op_indices: Sequence[int] | None = None) -> dict
     return costs
 
 
+def _cost_key(cost: float | None) -> float:
+    """A cost as a sort key: unknown or NaN sorts last, like a missing one."""
+    return math.inf if cost is None or math.isnan(cost) else cost
+
+
+def _sqnr_key(sqnr_db: float) -> float:
+    """An SQNR as a "higher is better" key: NaN (output not a number) is the worst."""
+    return -math.inf if math.isnan(sqnr_db) else sqnr_db
+
+
 def _near(a: float, b: float, band_db: float) -> bool:
     if math.isinf(a) or math.isinf(b):
         return a == b
@@ -293,15 +307,21 @@ def promotion_order(
     first (ties by rank); then the next band starts at the next operator. Bands are anchored on
     their first operator, not chained, so a ranking whose SQNRs rise in small steps is not merged
     into one band ordered by cost alone. ``costs`` maps op_index to a number (lower is cheaper);
-    without it, or for an operator it lacks, the ranking's order stands."""
+    without it, or for an operator it lacks (or whose cost is NaN), the ranking's order stands.
+
+    A NaN sensitivity is not a measurement (sensitivity.measure_sensitivity): such an operator is a
+    band of its own, at its place in the ranking, and never joins or anchors another. Every pass
+    places at least the first operator left, so the loop ends after at most ``len(ranking)`` passes."""
     if not costs:
         return list(ranking)
     rest = list(ranking)
     order: list[LayerSensitivity] = []
     while rest:
-        anchor = rest[0].sqnr_db
-        band = [layer for layer in rest if _near(layer.sqnr_db, anchor, band_db)]
-        band.sort(key=lambda layer: (costs.get(layer.op_index, math.inf), layer.rank))
+        anchor = rest[0]
+        band = [anchor]
+        if not math.isnan(anchor.sqnr_db):
+            band += [layer for layer in rest[1:] if not math.isnan(layer.sqnr_db) and _near(layer.sqnr_db, anchor.sqnr_db, band_db)]
+        band.sort(key=lambda layer: (_cost_key(costs.get(layer.op_index)), layer.rank))
         order += band
         placed = {layer.op_index for layer in band}
         rest = [layer for layer in rest if layer.op_index not in placed]
@@ -359,6 +379,45 @@ def _median_latency(
         return None
 
 
+def _search_prefixes(measure: Callable[[int], TargetCheck], count: int, budget: TimeBudget, precision: str) -> tuple[int | None, str | None]:
+    """Measure prefixes of the promotion order in ``_groups`` steps, then bisect inside the group
+    that first meets the target. Returns (the smallest prefix found that meets it, or None; what the
+    time budget left untried, or None). Every loop is bounded: the groups by ``count``, the
+    bisection by halving."""
+    groups = _groups(count)
+    estimate = len(groups) + math.ceil(math.log2(max(groups, default=1) or 1))
+    steps = 0
+
+    def allowed(what: str) -> bool:
+        nonlocal steps
+        if not budget.allows(what):
+            return False
+        budget.step(f"Mixed precision: promoting to {precision}", steps, max(estimate, steps + 1))
+        steps += 1
+        return True
+
+    done = 0
+    for size in groups:
+        previous, done = done, done + size
+        untried = f"promoting more than {previous} of {count} operators"
+        if not allowed(untried):
+            return None, untried
+        if measure(done).met:
+            # a group overshot: bisect between the last prefix that missed and this one
+            low, high = previous, done
+            while high - low > 1:
+                untried = f"fewer promotions than {high} (between {low} and {high}; the model kept may promote more than needed)"
+                if not allowed(untried):
+                    return high, untried
+                mid = (low + high) // 2
+                if measure(mid).met:
+                    high = mid
+                else:
+                    low = mid
+            return high, None
+    return None, None
+
+
 def search_mixed_precision(
     quantizer: RecipeQuantizer,
     ranking: Sequence[LayerSensitivity],
@@ -372,12 +431,16 @@ def search_mixed_precision(
     int8_io: bool = False,
     costs: Mapping[int, float] | None = None,
     tie_band_db: float = TIE_BAND_DB,
+    budget: TimeBudget | None = None,
 ) -> MixedPrecisionSearch:
     """``int8_io``: the model's inputs and outputs stay int8 whatever is promoted next to them
     (``--io-dtype int8|uint8``, micro: an int16 boundary cannot be given an 8-bit type).
     ``costs`` (op_index -> cost, lower is cheaper) breaks near-equal sensitivities
-    (``promotion_order``); without it the order is the ranking's."""
+    (``promotion_order``); without it the order is the ranking's. ``budget`` (budget.TimeBudget):
+    every candidate is a step; once it is spent no new candidate is measured, the best one measured
+    is kept and the reason says what was not tried."""
     from .weight_splitting import int8_boundary
+    budget = budget if budget is not None else TimeBudget(None)
     start = time.perf_counter()
     boundary = int8_boundary(quantizer.float_model) if int8_io and precision == "int16" else {}
     by_index = ops_by_index(quantizer)
@@ -407,31 +470,18 @@ def search_mixed_precision(
         time_prefix(k, candidate)
         return result
 
-    done, met_at = 0, None
+    met_at, out_of_time = None, None
     if not check.met:
-        for size in _groups(len(order)):
-            previous, done = done, done + size
-            if measure(done).met:
-                met_at = done
-                # a group overshot: bisect between the last prefix that missed and this one
-                low, high = previous, done
-                while high - low > 1:
-                    mid = (low + high) // 2
-                    if measure(mid).met:
-                        high = mid
-                    else:
-                        low = mid
-                met_at = high
-                break
+        met_at, out_of_time = _search_prefixes(measure, len(order), budget, precision)
     if check.met:
         kept_count = 0
     elif met_at is not None:
         kept_count = met_at
     else:  # never met: the best prefix measured
-        kept_count = max(measured, key=lambda k: (measured[k][0].sqnr_db, -k))
+        kept_count = max(measured, key=lambda k: (_sqnr_key(measured[k][0].sqnr_db), -k))
     split = None
     if precision == "int16" and not check.met and met_at is None and len(order) in measured:
-        split = _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, kept_count, boundary)
+        split = _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, kept_count, boundary, budget)
         if split is not None:
             kept_count = len(order)  # the split candidates have every operator at int16
     kept_check, kept_bytes = measured[kept_count] if split is None else split.measured[split.kept]
@@ -483,6 +533,10 @@ def search_mixed_precision(
         )
         if precision == "int16":
             reason += "; int16 activations still leave int8 weights: --mixed-precision auto may promote to float where the target allows it"
+    if out_of_time:
+        reason += f"; the time budget ({budget.seconds:g} s) ended the search: {out_of_time} not tried"
+    if split is not None and split.out_of_time:
+        reason += f"; the time budget ({budget.seconds:g} s) ended the weight splitting: {split.out_of_time} not tried"
     report = MixedPrecisionReport(
         mode=mode, precision=precision, target=target, met=kept_check.met, reason=reason,
         int8_sqnr_db=check.sqnr_db, int8_cosine=check.cosine, sqnr_db=kept_check.sqnr_db, cosine=kept_check.cosine,
@@ -511,14 +565,16 @@ def _recipe(report: MixedPrecisionReport) -> str:
     return f"static_wi8_ai8 + {raised} operator(s) at {report.precision}" + (f", {split} with split int8 weights" if split else "")
 
 
-def _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, best_int16, boundary):
+def _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, best_int16, boundary, budget):
     """Run weight splitting from the model with every operator at int16; its result when it beats
     the best int16 model (meets the target, or a higher SQNR), else None."""
     from .weight_splitting import search_split_weights
 
-    split = search_split_weights(quantizer, order, heldout, heldout_refs, target, measured[len(order)], int8_io=bool(boundary))
+    if not budget.allows("splitting int8 weights (the integer phase after every operator at int16)"):
+        return None
+    split = search_split_weights(quantizer, order, heldout, heldout_refs, target, measured[len(order)], int8_io=bool(boundary), budget=budget)
     best = split.measured[split.kept][0]
-    if split.kept and (best.met or best.sqnr_db > measured[best_int16][0].sqnr_db):
+    if split.kept and (best.met or _sqnr_key(best.sqnr_db) > _sqnr_key(measured[best_int16][0].sqnr_db)):
         return split
     return None
 
@@ -567,24 +623,38 @@ def _child_run(
     verbose: bool,
     int8_io: bool = False,
     measure_latency: bool = True,
-) -> tuple[SensitivityReport | None, MixedPrecisionSearch | None]:
-    """Everything native in one child process: calibration, the sensitivity variants, the search."""
+    budget: TimeBudget,
+) -> tuple[SensitivityReport | None, MixedPrecisionSearch | None, list[str]]:
+    """Everything native in one child process: calibration, the sensitivity variants, the search.
+    Also returns what the time budget left untried (this process's copy of ``budget`` is not the
+    caller's)."""
     search_needed = False
     if search_mode is not None and base_model_bytes is not None:
         # The model quantization kept first: nothing more runs when it already meets the target.
         search_needed = not evaluate_target(run_outputs(base_model_bytes, heldout), heldout_refs, target).met
     if not want_sensitivity and not search_needed:
-        return None, None
+        return None, None, budget.skipped
+    if not budget.allows(_untried(want_sensitivity, search_mode if search_needed else None, needed=True)):
+        return None, None, budget.skipped
     quantizer = RecipeQuantizer(float_bytes, calibration, verbose=verbose)
-    sensitivity = measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=SENSITIVITY_METHOD, module=module)
+    sensitivity = measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=SENSITIVITY_METHOD, module=module, budget=budget)
     search = None
     if search_needed:
         costs = {i: c.for_precision(precision) for i, c in promotion_costs(quantizer.float_model).items()}
         search = search_mixed_precision(
             quantizer, sensitivity.layers, heldout, heldout_refs, target, mode=search_mode, precision=precision,
-            int8_io=int8_io, measure_latency=measure_latency, costs=costs,
+            int8_io=int8_io, measure_latency=measure_latency, costs=costs, budget=budget,
         )
-    return sensitivity, search
+    return sensitivity, search, budget.skipped
+
+
+def _untried(want_sensitivity: bool, search_mode: str | None, *, needed: bool = False) -> str:
+    """What is not tried when the budget is spent before the ranking and the search start
+    (``needed``: the int8 model is known to miss the target)."""
+    if not search_mode:
+        return "the sensitivity ranking"
+    search = "the mixed-precision search (its sensitivity ranking and promotions" + (")" if needed else ", were the int8 model to miss the target)")
+    return search + (", and the --sensitivity report" if want_sensitivity else "")
 
 
 def run_sensitivity_and_mixed_precision(
@@ -602,11 +672,14 @@ def run_sensitivity_and_mixed_precision(
     source_module: Any = None,
     verbose: bool = False,
     measure_latency: bool = True,
+    budget: TimeBudget | None = None,
 ) -> tuple[Any, SensitivityReport | None, MixedPrecisionReport | None]:
     """The sensitivity ranking (``want_sensitivity``) and, when ``search_mode`` is set and the
     quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search
-    (``measure_latency``: time every measured prefix on this CPU). Returns the QuantizationResult
-    to keep (``base`` unless a mixed model replaced it)."""
+    (``measure_latency``: time every measured prefix on this CPU), within ``budget`` (what it left
+    untried is added to it; its progress reaches ``budget.on_progress``). Returns the
+    QuantizationResult to keep (``base`` unless a mixed model replaced it)."""
+    budget = budget if budget is not None else TimeBudget(None)
     from ..config import IODtype
     from ..isolation import run_isolated
     from ..passes.flatbuffer import (
@@ -617,19 +690,22 @@ def run_sensitivity_and_mixed_precision(
     from .io_types import describe_io
     from .selection import check_integer, reference_outputs
 
+    if not budget.allows(_untried(want_sensitivity, search_mode)):
+        return base, None, None  # spent before anything here started: not even the references
     ranking_samples = list(calibration.samples[:SENSITIVITY_SAMPLES])
     ranking_refs = reference_outputs(export_module, ranking_samples)
     heldout_refs = reference_outputs(export_module, heldout) if heldout else []
-    sensitivity, search = run_isolated(
+    sensitivity, search, skipped = run_isolated(
         _child_run, float_bytes, calibration, ranking_samples, ranking_refs, list(heldout), heldout_refs,
         module=source_module, want_sensitivity=want_sensitivity, search_mode=search_mode, precision=precision,
         target=target, base_model_bytes=base.model.data if search_mode is not None and base is not None else None, verbose=verbose,
         int8_io=io_dtype in (IODtype.INT8, IODtype.UINT8),
-        measure_latency=measure_latency,
+        measure_latency=measure_latency, budget=budget, progress=budget.on_progress,
         stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
         hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",
         preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
     )
+    budget.extend(skipped)
     if search is None:
         return base, sensitivity, None
     report = search.report

@@ -22,6 +22,7 @@ ADD/QUANTIZE islands in every residual block). The FX pass ``restore_source_func
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from ..config import QuantizeMode
@@ -171,6 +172,7 @@ def prepare_and_convert_pt2e(
     observer: str = DEFAULT_PT2E_OBSERVER,
     strict: bool = False,
     annotation_fixes: bool = True,
+    each_batch: Callable[[int, int], None] | None = None,
 ) -> tuple[Any, Any]:
     """The PT2E recipe up to the quantized FX graph: export, annotate (floats only), observe each
     batch (a tuple of torch tensors), convert. Returns ``(converted graph module, quantizer)``; lower
@@ -178,7 +180,8 @@ def prepare_and_convert_pt2e(
     quantizer))``. Third-party errors propagate unmapped: :func:`quantize_pt2e` maps them.
     ``annotation_fixes=False`` is litert-torch's documented recipe as is (no restored source
     functions, integer tensors observed too), kept for comparison: it leaves float islands that the
-    fixed recipe quantizes (e.g. the residual ADDs of a transformer encoder layer)."""
+    fixed recipe quantizes (e.g. the residual ADDs of a transformer encoder layer).
+    ``each_batch(index, total)`` is called before each batch (progress, the time budget)."""
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -191,6 +194,8 @@ def prepare_and_convert_pt2e(
     try:
         with torch.no_grad():
             for index, batch in enumerate(batches):
+                if each_batch is not None:
+                    each_batch(index, len(batches))
                 prepared(*batch)
                 if index == 0:
                     frozen = freeze_parameter_observers(prepared)
@@ -245,6 +250,7 @@ def calibrate_pt2e(
     observer: str = DEFAULT_PT2E_OBSERVER,
     strict: bool = False,
     verbose: bool = False,
+    each_batch: Callable[[int, int], None] | None = None,
 ) -> tuple[Any, Any]:
     """The PT2E recipe up to the quantized FX graph (``(converted, quantizer)``), errors mapped to
     QuantizationError. The converted graph runs in PyTorch with the int8 rounding simulated, which is
@@ -266,7 +272,9 @@ def calibrate_pt2e(
         batches = calibration.torch_batches()
         # Dynamic mode has no activation observers; one pass validates the graph.
         batches = batches[:1] if mode == QuantizeMode.DYNAMIC_INT8 else batches
-        return prepare_and_convert_pt2e(module, example_inputs, mode, batches, observer=observer, strict=strict)
+        return prepare_and_convert_pt2e(
+            module, example_inputs, mode, batches, observer=observer, strict=strict, each_batch=each_batch
+        )
 
 
 def lower_pt2e(converted: Any, quantizer: Any, example_inputs: tuple, *, strict: bool = False, verbose: bool = False) -> bytes:

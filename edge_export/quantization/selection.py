@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+import math
 from typing import Any
 
 import numpy as np
@@ -87,8 +88,8 @@ class ParityTarget:
             return False
         if not (attempt.ok and attempt.fully_integer) or attempt.sqnr_db is None:
             return False
-        if self.min_sqnr_db is not None and attempt.sqnr_db < self.min_sqnr_db + self.margin_db:
-            return False
+        if self.min_sqnr_db is not None and not attempt.sqnr_db >= self.min_sqnr_db + self.margin_db:
+            return False  # written so that a NaN SQNR (output not a number) never meets it
         return self.min_cosine is None or (attempt.cosine is not None and attempt.cosine >= self.min_cosine)
 
     def describe(self) -> str:
@@ -313,7 +314,7 @@ def lowering_not_needed(simulated_sqnr_db: float, attempts: Sequence[BackendAtte
     result may be fully integer where a mixed-precision one is not, and the choice rule prefers that.
     The simulation must read more than LOWERING_MARGIN_DB below: the lowered model read up to
     0.3 dB better than its simulation on the benchmark models."""
-    settled = [a for a in attempts if a.ok and a.fully_integer and a.sqnr_db is not None]
+    settled = [a for a in attempts if a.ok and a.fully_integer and _measured(a.sqnr_db)]
     best = max(settled, key=lambda a: a.sqnr_db, default=None)
     if best is not None and simulated_sqnr_db < best.sqnr_db - LOWERING_MARGIN_DB:
         return best
@@ -321,6 +322,28 @@ def lowering_not_needed(simulated_sqnr_db: float, attempts: Sequence[BackendAtte
 
 
 # ---- the choice -------------------------------------------------------------------------------
+
+
+def _measured(sqnr_db: float | None) -> bool:
+    """An SQNR that can be compared: not None, not NaN (an output that is not a number)."""
+    return sqnr_db is not None and not math.isnan(sqnr_db)
+
+
+def _tie_band(sqnr_db: float | None) -> float:
+    """The SQNR quantized to the tie band, so that near-equal results fall back to integer-ness;
+    an unmeasured or NaN SQNR ranks below every number, +-Inf stays itself (round() of an
+    infinity raises)."""
+    if not _measured(sqnr_db):
+        return -math.inf
+    return float(round(sqnr_db / PARITY_TIE_DB)) if math.isfinite(sqnr_db) else sqnr_db
+
+
+def _sqnr_gap(better: float | None, other: float | None) -> float:
+    """``better - other`` in dB, an unmeasured or NaN SQNR counting as -Inf and equal values
+    (infinities too, where the difference would be NaN) as no gap."""
+    x = better if _measured(better) else -math.inf
+    y = other if _measured(other) else -math.inf
+    return 0.0 if x == y else x - y
 
 
 def _fmt(a: BackendAttempt) -> str:
@@ -347,9 +370,7 @@ def choose_attempt(attempts: Sequence[BackendAttempt], require_full_integer: boo
 
     def parity_key(i: int) -> tuple[float, int, int]:
         a = attempts[i]
-        sqnr = a.sqnr_db if a.sqnr_db is not None else float("-inf")
-        # Quantize SQNR to the tie band so near-equal results fall back to integer-ness, then order.
-        return (round(sqnr / PARITY_TIE_DB), 1 if a.fully_integer else 0, -i)
+        return (_tie_band(a.sqnr_db), 1 if a.fully_integer else 0, -i)
 
     pool = ok
     if require_full_integer:
@@ -362,8 +383,7 @@ def choose_attempt(attempts: Sequence[BackendAttempt], require_full_integer: boo
         integer = [i for i in ok if attempts[i].fully_integer]
         if integer:
             alt = max(integer, key=parity_key)
-            gap = (attempts[best].sqnr_db or 0.0) - (attempts[alt].sqnr_db or 0.0)
-            if gap <= FULL_INTEGER_PREFERENCE_DB:
+            if _sqnr_gap(attempts[best].sqnr_db, attempts[alt].sqnr_db) <= FULL_INTEGER_PREFERENCE_DB:
                 best, preferred_integer = alt, True
     others = [attempts[i] for i in ok if i != best]
     chosen = attempts[best]

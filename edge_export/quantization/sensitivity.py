@@ -27,9 +27,10 @@ their own.
 
 from __future__ import annotations
 
+import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..library_output import quiet_libraries
 from ..provenance import operator_module
 from ..reports.serialize import json_field
+from .budget import TimeBudget
 from .calibration import CalibrationSet
 
 __all__ = [
@@ -272,11 +274,19 @@ def measure_sensitivity(
     *,
     method: str = SENSITIVITY_METHOD,
     module: Any = None,
-    progress: Callable[[int, int], None] | None = None,
+    budget: TimeBudget | None = None,
 ) -> SensitivityReport:
-    """Rank every quantizable operator by ``method`` (see the module docstring)."""
+    """Rank every quantizable operator by ``method`` (see the module docstring). With ``budget``
+    (budget.TimeBudget), each operator is a step: once it is spent, the operators not yet measured
+    are left out of the ranking, and the budget and the notes say how many.
+
+    An SQNR that is NaN (the output with this operator changed is not a number) is not a
+    measurement: the operator is ranked first with SQNR NaN (null in the JSON) and named in the
+    notes; with ``only-quantized`` its int8 form alone breaks the output, so it is the first to
+    promote (``mixed_precision.promotion_order`` never merges it with other operators)."""
     if method not in SENSITIVITY_METHODS:
         raise QuantizationError(f"Unknown sensitivity method '{method}'.", f"Use one of {', '.join(SENSITIVITY_METHODS)}.")
+    budget = budget if budget is not None else TimeBudget(None)
     start = time.perf_counter()
     ops = quantizable_ops(quantizer.float_model)
     int8_sqnr = worst_sqnr(refs, run_outputs(quantizer.quantize("int8"), samples))
@@ -284,8 +294,10 @@ def measure_sensitivity(
     measured: list[tuple[QuantizableOp, float, float | None]] = []
     notes = []
     for n, op in enumerate(ops):
-        if progress:
-            progress(n, len(ops))
+        if not budget.allows(f"the sensitivity of {len(ops) - n} of {len(ops)} operators (left out of the ranking)"):
+            notes.append(f"{len(ops) - n} of {len(ops)} operators not measured: the time budget was spent")
+            break
+        budget.step("Ranking operators by sensitivity", n, len(ops))
         try:
             if method == "only-quantized":
                 variant = quantizer.quantize("float", {op: "int8"})
@@ -296,10 +308,11 @@ def measure_sensitivity(
             notes.append(f"{op.opcode} #{op.index} not measured: {first_line(exc)}")
             continue
         measured.append((op, sqnr, sqnr - int8_sqnr if method == "only-float" else None))
+    # NaN never reaches a comparison (sorting with NaN keys gives an arbitrary order): its own key
     if method == "only-quantized":
-        measured.sort(key=lambda m: (m[1], m[0].index))  # lowest SQNR first: costs the most
-    else:
-        measured.sort(key=lambda m: (-(m[2] or 0.0), m[0].index))  # biggest gain first
+        measured.sort(key=lambda m: (not math.isnan(m[1]), m[1] if not math.isnan(m[1]) else 0.0, m[0].index))
+    else:  # biggest gain first; a NaN gain tells nothing and goes last
+        measured.sort(key=lambda m: (math.isnan(m[2]), -m[2] if not math.isnan(m[2]) else 0.0, m[0].index))
     layers = tuple(
         LayerSensitivity(
             rank=i + 1, op_index=op.index, opcode=op.opcode, tensor=op.tensor,
@@ -308,10 +321,21 @@ def measure_sensitivity(
         )
         for i, (op, sqnr, gain) in enumerate(measured)
     )
+    notes += [
+        f"{layer.opcode} #{layer.op_index}{_in_module(layer.module_path)} not measured: with only it {'quantized' if method == 'only-quantized' else 'left in float'} "
+        "the output is not a number (NaN)" + ("; ranked first, as its int8 form alone breaks the output" if method == "only-quantized" else "")
+        for layer in layers if math.isnan(layer.sqnr_db)
+    ]
     return SensitivityReport(
         method=method, layers=layers, int8_sqnr_db=round(int8_sqnr, 3), samples=len(samples),
         seconds=time.perf_counter() - start, notes=tuple(notes),
     )
+
+
+def _in_module(path: str | None) -> str:
+    if path is None:
+        return ""
+    return f" (in {path})" if path else " (in the top-level forward())"
 
 
 def passthrough_ops(model: FlatbufferModel, promoted: set[int]) -> tuple[QuantizableOp, ...]:

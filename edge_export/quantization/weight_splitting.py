@@ -46,6 +46,7 @@ class SplitSearch:
     kept: int
     seconds: float
     calibration_seconds: float
+    out_of_time: str | None = None  # what the time budget left untried (None: it did not stop the search)
 
     @property
     def met(self) -> bool:
@@ -99,11 +100,17 @@ def search_split_weights(
     baseline: tuple[Any, bytes],
     *,
     int8_io: bool = False,
+    budget: Any = None,
 ) -> SplitSearch:
     """Split weights in ``ranking`` order until ``target`` is met; ``baseline`` is the measured
     model with every operator at int16 and nothing split (count 0). ``int8_io``: the model's
-    inputs and outputs stay int8 (ai-edge-quantizer requantizes to int16 behind them)."""
-    from .mixed_precision import _groups, evaluate_target
+    inputs and outputs stay int8 (ai-edge-quantizer requantizes to int16 behind them). ``budget``
+    (budget.TimeBudget): each candidate is a step; once it is spent the best candidate measured is
+    kept and ``out_of_time`` says what was not tried."""
+    from .budget import TimeBudget
+    from .mixed_precision import _groups, _sqnr_key, evaluate_target
+
+    budget = budget if budget is not None else TimeBudget(None)
 
     start = time.perf_counter()
     order = splittable_layers(quantizer.float_bytes, ranking)
@@ -119,6 +126,9 @@ def search_split_weights(
 
     def meets(k: int) -> bool:
         if k not in measured:
+            if not budget.allows(f"splitting the weights of {k} of {len(order)} operators"):
+                raise _OutOfTime(k)
+            budget.step("Mixed precision: splitting int8 weights", len(measured) - 1, len(order))
             if k == len(order):
                 candidate = all_split
             else:
@@ -127,9 +137,23 @@ def search_split_weights(
             measured[k] = (evaluate_target(run_outputs(model, heldout), heldout_refs, target), model)
         return measured[k][0].met
 
-    met_at = fewest_prefix(meets, len(order), _groups(len(order)))
-    kept = met_at if met_at is not None else max(measured, key=lambda k: (measured[k][0].sqnr_db, -k))
-    return SplitSearch(order, measured, kept, time.perf_counter() - start, calibration_seconds)
+    out_of_time = None
+    try:
+        met_at = fewest_prefix(meets, len(order), _groups(len(order)))
+    except _OutOfTime as stop:
+        out_of_time = f"splitting the weights of {stop.count} of {len(order)} operators"
+        met = [k for k in measured if measured[k][0].met]
+        met_at = min(met) if met else None
+    kept = met_at if met_at is not None else max(measured, key=lambda k: (_sqnr_key(measured[k][0].sqnr_db), -k))
+    return SplitSearch(order, measured, kept, time.perf_counter() - start, calibration_seconds, out_of_time)
+
+
+class _OutOfTime(Exception):
+    """The time budget stopped the split search before candidate ``count``."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.count = count
 
 
 def int8_boundary(model: Any) -> dict[QuantizableOp, str]:

@@ -278,6 +278,11 @@ def _quant_section(q: QuantizationResult) -> list[str]:
         out.append(f"  - {_e(op.opcode)} #{_e(op.index)} inside the graph, from module {_code(op.module)}")
     for w in q.warnings:
         out.append(f"- ⚠️ {_e(w)}")
+    budget = q.time_budget
+    if budget is not None:
+        spent = "**spent**: the best model found before it is the one kept" if budget.exhausted else "not spent"
+        out.append(f"- time budget {_fmt(budget.seconds)} s, used {_fmt(round(budget.used_seconds, 1))} s: {spent}")
+        out.extend(f"  - not tried: {_e(what)}" for what in budget.skipped)
     out.append("")
     out.append("| tensor | dtype | scale | zero point |")
     out.append("|---|---|---|---|")

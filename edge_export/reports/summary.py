@@ -31,6 +31,11 @@ def _number(value: Any) -> float | None:
     return value
 
 
+def _db(value: Any) -> str:
+    number = _number(value)
+    return "not measured (NaN)" if number is None else f"{number:.1f} dB"
+
+
 def print_summary(report: RunReport, out: Console, err: Console) -> None:
     """The verdict line, then one line per section the run has; warnings go to ``err``."""
     fb = report.flatbuffer
@@ -72,6 +77,12 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
         _plain(out, f"  quantization: {quant.mode.value} via {quant.backend} ({quant.reason}); {integer}; {io}")
         for w in quant.warnings:
             err.print(f"[yellow]warning:[/yellow] {escape(w)}")
+        budget = quant.time_budget
+        if budget is not None and budget.exhausted:
+            err.print(
+                f"[yellow]warning:[/yellow] the time budget ({budget.seconds:g} s) was spent; kept the best model "
+                f"found before it; not tried: {escape('; '.join(budget.skipped))}"
+            )
     target = report.target
     if target is not None:
         if target.edgetpu is not None:
@@ -140,7 +151,7 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
         )
     sensitivity = report.sensitivity
     if sensitivity is not None:
-        top = ", ".join(f"{layer.label} {layer.sqnr_db:.1f} dB" for layer in sensitivity.top(3))
+        top = ", ".join(f"{layer.label} {_db(layer.sqnr_db)}" for layer in sensitivity.top(3))
         _plain(out, f"  sensitivity: {len(sensitivity.layers)} operators ranked; most sensitive: {top or 'none'}")
         for note in sensitivity.notes[:1]:
             _plain(out, f"    {note}")

@@ -17,7 +17,7 @@ from quantization_models import (
 )
 
 from edge_export.config import InputSpec, QuantBackend, QuantizeMode
-from edge_export.errors import QuantizationError, UsageError
+from edge_export.errors import QuantizationError, TraceError, UsageError
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.quantization import (
     BackendAttempt,
@@ -114,17 +114,32 @@ def test_transformer_flatbuffer_backend_is_fully_integer():
     assert result.sqnr_db > 20.0
 
 
-def test_every_backend_failing_raises_quantization_error():
+def test_a_model_neither_backend_can_trace_fails_before_any_backend_runs(monkeypatch):
+    """The float conversion is the precondition of both backends (issue 21): its failure is the
+    export's, and PT2E no longer calibrates first only to fail the same way."""
+    from edge_export.quantization import pt2e
+
     class DataDependent(torch.nn.Module):
         def forward(self, x):
             if x.sum() > 0:  # control flow on a value: torch.export cannot trace it for either backend
                 return x * 2
             return x - 1
 
+    monkeypatch.setattr(pt2e, "calibrate_pt2e", lambda *a, **k: pytest.fail("PT2E calibrated"))
     spec = InputSpec((1, 16))
-    with pytest.raises(QuantizationError, match="Every quantization backend failed") as info:
+    with pytest.raises(TraceError, match="torch.export cannot trace it"):
         quantize_model(DataDependent(), (torch.zeros(spec.shape),), QuantizeMode.INT8,
                        calibration=synthetic_calibration([spec], n=2))
+
+
+def test_every_backend_failing_raises_quantization_error(monkeypatch):
+    from edge_export.isolation import CRASH_HOOK_ENV
+
+    monkeypatch.setenv(CRASH_HOOK_ENV, "int8 quantization")  # the flatbuffer backend's child aborts
+    model = make(GatedConv)  # and PT2E cannot lower its LOGISTIC
+    with pytest.raises(QuantizationError, match="Every quantization backend failed") as info:
+        quantize_model(model, (torch.zeros(PAD_SPEC.shape),), QuantizeMode.INT8,
+                       calibration=synthetic_calibration([PAD_SPEC], n=2))
     assert "pt2e failed" in str(info.value) and "flatbuffer failed" in str(info.value)
 
 
