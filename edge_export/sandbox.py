@@ -100,7 +100,9 @@ def run_for_model(model: Any, trusted: bool, stages: Any, fn: Callable[..., Any]
     child_stages = copy.copy(stages)
     child_stages.redirect(None)  # the display stays here; the child gets a sender
     child_args = tuple(child_stages if a is stages else a for a in args)
-    (report, files), status = run_confined(_staged_call, fn, child_stages, child_args, on_stage=stages.announce)
+    (report, files), status = run_confined(
+        _staged_call, fn, child_stages, child_args, on_stage=stages.announce, on_progress=stages.on_progress
+    )
     from dataclasses import replace
 
     from .reports.model import RunReport
@@ -110,8 +112,9 @@ def run_for_model(model: Any, trusted: bool, stages: Any, fn: Callable[..., Any]
     return replace(report, model=replace(report.model, isolation=status.describe())), files
 
 
-def _staged_call(fn: Callable[..., Any], stages: Any, args: tuple, emit: Callable[[str], None]) -> Any:
-    stages.redirect(emit)
+def _staged_call(fn: Callable[..., Any], stages: Any, args: tuple, channel: "_Channel") -> Any:
+    stages.redirect(channel.stage)
+    stages.on_progress = channel.progress
     return fn(*args)
 
 
@@ -197,7 +200,7 @@ def _child(fn: Callable[..., Any], args: tuple, fd: int, private_dir: str, torch
         sandbox = confine_current_process(private_dir)
         _send(fd, b"I", pickle.dumps(sandbox))
         try:
-            result = fn(*args, lambda label: _send(fd, b"S", label.encode("utf-8", "replace")))
+            result = fn(*args, _Channel(fd))
             _send(fd, b"R", pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
         except EdgeExportError as exc:
             _send(fd, b"E", _pickled_error(exc))
@@ -217,7 +220,21 @@ def _pickled_error(exc: EdgeExportError) -> bytes:
         return pickle.dumps(type(exc)(str(exc)))
 
 
-def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], None] | None = None) -> tuple[Any, SandboxStatus]:
+class _Channel:
+    """What a confined child tells its parent while it runs: stage labels and a long stage's steps."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def stage(self, label: str) -> None:
+        _send(self.fd, b"S", label.encode("utf-8", "replace"))
+
+    def progress(self, label: str, index: int, total: int) -> None:
+        _send(self.fd, b"P", f"{int(index)}\0{int(total)}\0{label}".encode("utf-8", "replace"))
+
+
+def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], None] | None = None,
+                 on_progress: Callable[[str, int, int], None] | None = None) -> tuple[Any, SandboxStatus]:
     """``fn(*args, emit_stage)`` in a confined child: its result and how the child was confined.
     The child's EdgeExportError is raised here; any other exception becomes a RuntimeError with its text."""
     private_dir = tempfile.mkdtemp(prefix="edge-export-sandbox-")
@@ -240,7 +257,7 @@ def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], N
         _child(fn, args, write_fd, private_dir, torch_threads_unsafe)
     os.close(write_fd)
     try:
-        messages = _read_messages(read_fd, on_stage)
+        messages = _read_messages(read_fd, on_stage, on_progress)
         _, status = os.waitpid(pid, 0)
     except BaseException:  # Ctrl-C or SIGTERM: end the child, then as before
         _kill(pid)
@@ -276,21 +293,26 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _read_messages(fd: int, on_stage: Callable[[str], None] | None) -> dict[bytes, bytes]:
-    """Stage labels are passed on as they arrive; the last message of every other kind is kept."""
+def _read_messages(fd: int, on_stage: Callable[[str], None] | None, on_progress: Callable[[str, int, int], None] | None = None) -> dict[bytes, bytes]:
+    """Stage labels and progress are passed on as they arrive (as terminal-safe text); the last
+    message of every other kind is kept."""
+    from .text_safety import for_terminal
+
     kept: dict[bytes, bytes] = {}
     with os.fdopen(fd, "rb") as pipe:
         while head := pipe.read(5):
             if len(head) < 5:
                 break
             body = pipe.read(struct.unpack("<I", head[1:])[0])
-            if head[:1] == b"S":
-                if on_stage is not None:
-                    from .text_safety import for_terminal
-
-                    on_stage(for_terminal(body.decode("utf-8", "replace")[:200], keep_newlines=False))
-            else:
-                kept[head[:1]] = body
+            kind = head[:1]
+            if kind == b"S" and on_stage is not None:
+                on_stage(for_terminal(body.decode("utf-8", "replace")[:200], keep_newlines=False))
+            elif kind == b"P" and on_progress is not None:
+                index, total, label = (body.decode("utf-8", "replace").split("\0", 2) + ["", ""])[:3]
+                if index.isdigit() and total.isdigit():
+                    on_progress(for_terminal(label[:200], keep_newlines=False), int(index), int(total))
+            elif kind not in (b"S", b"P"):
+                kept[kind] = body
     return kept
 
 
@@ -336,6 +358,10 @@ class RestrictedUnpickler(pickle.Unpickler):
         if module == "edge_export" or module.startswith("edge_export."):
             value = super().find_class(module, name)
             if _is_result_type(value):
+                return value
+        if module == "ai_edge_litert.schema_py_generated" and name.endswith("T") and name.isidentifier():
+            value = super().find_class(module, name)  # the flatbuffer's object API: plain attribute holders
+            if isinstance(value, type) and "__setstate__" not in vars(value) and "__reduce__" not in vars(value):
                 return value
         raise pickle.UnpicklingError(f"the confined run's result names {module}.{name}, which a result never holds")
 
