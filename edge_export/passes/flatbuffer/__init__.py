@@ -9,10 +9,12 @@ its preconditions, changes the model and returns whether it changed anything;
 from __future__ import annotations
 
 from .attach_metadata_pass import attach_metadata_pass
+from .fold_layout_chains_pass import fold_layout_chains_pass
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
 from .rename_signature_pass import rename_signature_pass
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
 from .restore_tensor_names_pass import restore_tensor_names_pass
+from .rewrite_reduction_axes_pass import rewrite_reduction_axes_pass
 from .set_io_dtype_pass import set_io_dtype_pass
 from .share_quantization_vectors_pass import share_quantization_vectors_pass
 from .split_weights_pass import split_weights_pass
@@ -22,11 +24,13 @@ from .strip_unread_fields_pass import strip_unread_fields_pass
 __all__ = [
     "FlatbufferPass",
     "attach_metadata_pass",
+    "fold_layout_chains_pass",
     "PassPipelineResult",
     "pass_name",
     "rename_signature_pass",
     "reorder_operators_for_edgetpu_pass",
     "restore_tensor_names_pass",
+    "rewrite_reduction_axes_pass",
     "run_flatbuffer_passes",
     "set_io_dtype_pass",
     "share_quantization_vectors_pass",
