@@ -1,0 +1,158 @@
+"""TRANSPOSE operators inside NHWC models, before and after the layout passes (issue 24, item 3).
+
+    .venv/bin/python benchmarks/nhwc_layout.py --before /work/main --after . [--models mobilenet_v2,resnet,efficientnet,mobilevit]
+
+Builds Hugging Face image classifiers from their configs (random weights, nothing downloaded),
+saves each as a ``.pt2``, and exports it with each edge-export tree given (``PYTHONPATH`` set to
+that tree, one CLI process per export): ``--channels-last`` in float (cpu) and ``--target micro``
+(int8). For each export it prints the operator count, the TRANSPOSE count, the host latency of the
+written model (LiteRT + XNNPACK, one thread, median of ``--runs`` after warm-up, both trees' models
+timed interleaved in this process) and, for micro, the tensor arena TFLite Micro's host
+interpreter measured (the report's figure). A model that fails to export is listed with its exit
+code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EDGE_EXPORT = [sys.executable, "-c", "import sys; from edge_export.cli import main; sys.argv[0] = 'edge-export'; main()"]
+
+
+def _hf_model(name: str, size: int):
+    import torch
+    import transformers as tf
+
+    if name == "mobilenet_v2":
+        model = tf.MobileNetV2ForImageClassification(tf.MobileNetV2Config(image_size=size, num_labels=10))
+    elif name == "resnet":  # ResNet-18's layout
+        model = tf.ResNetForImageClassification(tf.ResNetConfig(layer_type="basic", depths=[2, 2, 2, 2], hidden_sizes=[64, 128, 256, 512], num_labels=10))
+    elif name == "efficientnet":  # B0's layout
+        model = tf.EfficientNetForImageClassification(tf.EfficientNetConfig(image_size=size, num_labels=10))
+    elif name == "mobilevit":  # apple/mobilevit-xx-small's layout
+        model = tf.MobileViTForImageClassification(tf.MobileViTConfig(
+            image_size=size, hidden_sizes=[64, 80, 96], neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320],
+            expand_ratio=2.0, num_labels=10,
+        ))
+    else:
+        raise SystemExit(f"unknown model {name}")
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.model = inner
+
+        def forward(self, pixel_values):
+            return self.model(pixel_values=pixel_values).logits
+
+    return Logits(model).eval()
+
+
+def _save(name: str, size: int, folder: Path) -> Path:
+    import torch
+
+    torch.manual_seed(0)
+    module = _hf_model(name, size)
+    path = folder / f"{name}.pt2"
+    torch.export.save(torch.export.export(module, (torch.randn(1, 3, size, size),)), path)
+    return path
+
+
+def _export(tree: Path, source: Path, out: Path, args: list[str]) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    start = time.perf_counter()
+    proc = subprocess.run([*EDGE_EXPORT, str(source), "-o", str(out), "--quiet", *args], env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    report_path = Path(str(out.with_suffix("")) + ".report.json")
+    if not report_path.exists():
+        return {"exit": proc.returncode, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""], "seconds": seconds}
+    report = json.loads(report_path.read_text())
+    micro = (report.get("target") or {}).get("micro") or {}
+    return {
+        "exit": proc.returncode,
+        "seconds": seconds,
+        "operators": report["flatbuffer"]["num_operators"],
+        "transposes": report["flatbuffer"]["op_counts"].get("TRANSPOSE", 0),
+        "reshapes": report["flatbuffer"]["op_counts"].get("RESHAPE", 0),
+        "arena": micro.get("arena_bytes"),
+        "tflite": str(out),
+    }
+
+
+def _latency_ms(paths: list[str], runs: int) -> list[float]:
+    """Median latency of each model, the models timed in turn (interleaved) after a warm-up."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreters = []
+    for path in paths:
+        it = Interpreter(model_path=path, num_threads=1)
+        it.allocate_tensors()
+        d = it.get_input_details()[0]
+        data = np.zeros(d["shape"], dtype=d["dtype"])
+        it.set_tensor(d["index"], data)
+        it.invoke()
+        interpreters.append(it)
+    times: list[list[float]] = [[] for _ in paths]
+    for _ in range(runs):
+        for k, it in enumerate(interpreters):
+            start = time.perf_counter()
+            it.invoke()
+            times[k].append((time.perf_counter() - start) * 1000)
+    return [statistics.median(t) for t in times]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True, help="edge-export tree before the change")
+    parser.add_argument("--after", type=Path, default=ROOT, help="edge-export tree after the change")
+    parser.add_argument("--models", default="mobilenet_v2,resnet,efficientnet,mobilevit")
+    parser.add_argument("--size", type=int, default=96, help="input height and width")
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--modes", default="float,micro")
+    args = parser.parse_args()
+    modes = {"float": ["--channels-last"], "micro": ["--target", "micro", "--calibration-samples", "16", "--no-emit-c"]}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for name in args.models.split(","):
+            try:
+                source = _save(name, args.size, folder)
+            except Exception as exc:  # a config this transformers version cannot build or trace
+                print(f"{name}: not exported ({type(exc).__name__}: {str(exc)[:120]})", flush=True)
+                continue
+            for mode in args.modes.split(","):
+                results = {}
+                for label, tree in (("before", args.before), ("after", args.after)):
+                    out = folder / label / mode / f"{name}.tflite"
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    results[label] = _export(tree.resolve(), source, out, modes[mode])
+                ok = [r for r in results.values() if "tflite" in r]
+                if len(ok) == 2:
+                    for r, ms in zip(ok, _latency_ms([r["tflite"] for r in ok], args.runs)):
+                        r["latency_ms"] = round(ms, 3)
+                rows.append((name, mode, results))
+                print(json.dumps({"model": name, "mode": mode, **{k: {kk: vv for kk, vv in v.items() if kk != "tflite"} for k, v in results.items()}}), flush=True)
+    print()
+    print("| model | export | operators before -> after | TRANSPOSE before -> after | RESHAPE before -> after | host latency ms before -> after | micro arena bytes before -> after |")
+    print("|---|---|---|---|---|---|---|")
+    for name, mode, r in rows:
+        b, a = r["before"], r["after"]
+        if "tflite" not in b or "tflite" not in a:
+            print(f"| {name} | {mode} | exit {b['exit']} -> exit {a['exit']}: {a.get('error', [''])[0][:80]} | | | | |")
+            continue
+        arena = f"{b['arena']} -> {a['arena']}" if mode == "micro" else ""
+        print(f"| {name} | {mode} | {b['operators']} -> {a['operators']} | {b['transposes']} -> {a['transposes']} | {b['reshapes']} -> {a['reshapes']} | {b['latency_ms']} -> {a['latency_ms']} | {arena} |")
+
+
+if __name__ == "__main__":
+    main()
