@@ -17,6 +17,10 @@ to ``[N, C, 1, 1]``, which moves only size-1 axes and which ``fold_layout_chains
 a RESHAPE (or folds into the flatten after it). The TRANSPOSE disappears once nothing else reads
 it.
 
+An elementwise operator between the TRANSPOSE and reductions (the DEQUANTIZE in front of a
+reduction the quantizer kept in float, an activation) is moved above the TRANSPOSE first: it
+computes the same values in either layout.
+
 Quantized models: the TRANSPOSE's input and output must have the same type and quantization
 (TFLite's int8 TRANSPOSE requires it, and both backends write it so); the reduction's own output
 quantization is kept. A reduction whose axes or permutation are not constants is left alone.
@@ -44,6 +48,8 @@ from .graph_edits import (
 __all__ = ["REDUCTION_OPCODES", "rewrite_reduction_axes_pass"]
 
 REDUCTION_OPCODES = frozenset({"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY", "REDUCE_ALL"})
+# Elementwise operators of one input: they commute with a TRANSPOSE.
+ELEMENTWISE_OPCODES = frozenset({"DEQUANTIZE", "QUANTIZE", "RELU", "RELU6", "LOGISTIC", "TANH", "ABS", "NEG", "EXP", "LOG", "SQRT", "SQUARE", "HARD_SWISH", "LEAKY_RELU", "GELU"})
 SUFFIX = ";nhwc"  # the reduction's result before the permutation left over (names no module)
 
 
@@ -52,14 +58,39 @@ def rewrite_reduction_axes_pass(model: Any) -> bool:
     permuted axes; True if any changed."""
     changed = False
     for sg in model.subgraphs or ():
+        hoisted = [op for op in list(sg.operators or ()) if _hoist_above_transpose(model, sg, op)]
         producers = producers_of(sg)
         sources = [source for op in list(sg.operators or ()) if (source := _rewrite(model, sg, op, producers)) is not None]
+        changed = changed or bool(hoisted)
         if sources:
             _drop_unread(sg, sources)
             changed = True
     if changed:
         drop_unused_tensors(model)
     return changed
+
+
+def _hoist_above_transpose(model: Any, sg: Any, op: Any) -> bool:
+    """``TRANSPOSE -> op -> reductions`` becomes ``op -> TRANSPOSE -> reductions`` for an
+    elementwise ``op`` (a DEQUANTIZE/QUANTIZE around an operator the quantizer kept in float, an
+    activation), so the new TRANSPOSE, read by reductions only, is removed by the rewrite below."""
+    if opcode_name(model, op) not in ELEMENTWISE_OPCODES or len(op.inputs) != 1:
+        return False
+    source = producers_of(sg).get(int(op.inputs[0]))
+    if source is None or opcode_name(model, source) != "TRANSPOSE" or len(source.inputs) < 2:
+        return False
+    readers = consumers_of(sg).get(int(op.outputs[0]), [])
+    if not readers or any(opcode_name(model, r) not in REDUCTION_OPCODES for r in readers) or int(op.outputs[0]) in set(sg.outputs or ()):
+        return False
+    if not same_quantization(sg, int(source.inputs[0]), int(source.outputs[0])) or static_shape(sg, int(source.inputs[0])) is None:
+        return False
+    output = int(op.outputs[0])
+    early = add_activation_like(sg, output, static_shape(sg, int(source.inputs[0])), SUFFIX)
+    op.inputs, op.outputs = [int(source.inputs[0])], [early]
+    after = new_operator(model, "TRANSPOSE", [early, int(source.inputs[1])], [output], _transpose_options())
+    sg.operators.insert(next(i for i, o in enumerate(sg.operators) if o is op) + 1, after)
+    _drop_unread(sg, [source])
+    return True
 
 
 def _transpose_feeding(model: Any, sg: Any, op: Any, producers: dict[int, Any]) -> tuple[Any, np.ndarray] | None:
