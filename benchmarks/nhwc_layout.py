@@ -7,7 +7,7 @@ saves each as a ``.pt2``, and exports it with each edge-export tree given (``PYT
 that tree, one CLI process per export): ``--channels-last`` in float (cpu) and ``--target micro``
 (int8). For each export it prints the operator count, the TRANSPOSE count, the host latency of the
 written model (LiteRT + XNNPACK, one thread, median of ``--runs`` after warm-up, both trees' models
-timed interleaved in this process) and, for micro, the tensor arena TFLite Micro's host
+timed interleaved in this process, the order alternating) and, for micro, the tensor arena TFLite Micro's host
 interpreter measured (the report's figure). A model that fails to export is listed with its exit
 code.
 """
@@ -103,10 +103,11 @@ def _latency_ms(paths: list[str], runs: int) -> list[float]:
         it.invoke()
         interpreters.append(it)
     times: list[list[float]] = [[] for _ in paths]
-    for _ in range(runs):
-        for k, it in enumerate(interpreters):
+    for round_ in range(runs):
+        order = list(range(len(paths)))
+        for k in order if round_ % 2 == 0 else order[::-1]:  # alternate who goes first
             start = time.perf_counter()
-            it.invoke()
+            interpreters[k].invoke()
             times[k].append((time.perf_counter() - start) * 1000)
     return [statistics.median(t) for t in times]
 
