@@ -32,8 +32,9 @@ def _number(value: Any) -> float | None:
 
 
 def _print_transposes(transposes: Any, out: Console) -> None:
-    """The TRANSPOSE operators left, inner ones (a copy of an activation each) named by module."""
-    if transposes is None or not transposes.count:
+    """The TRANSPOSE operators left inside the graph (a copy of an activation each), named by
+    module; boundary ones alone (NCHW I/O, a choice the export states) print nothing."""
+    if transposes is None or not transposes.inner:
         return
     inner = [s for s in transposes.sites if not s.boundary]
     where = f"; inside the graph: {', '.join(s.describe() for s in inner[:3])}" + (", …" if transposes.inner > 3 else "") if inner else ""

@@ -487,8 +487,15 @@ def test_summary_names_the_module_of_each_transpose_left():
         "  layout: 2 TRANSPOSE (1 inside the graph, 1 at the inputs/outputs (NCHW I/O: --channels-last removes them)); "
         "inside the graph: #3 [1, 8, 8, 16] perm 0,3,1,2 in stem (Sequential)"
     )
-    # a model without TRANSPOSE (or a report that did not look) prints no layout line
+    # a model without TRANSPOSE inside the graph (or a report that did not look) prints no layout line
     assert not any(line.startswith("  layout:") for line in _summary(full_report())[0].splitlines())
+    from edge_export.transpose_report import TransposeReport
+
+    report = _with_transposes(full_report())
+    boundary_only = dataclasses.replace(report.flatbuffer.transposes, count=1, inner=0, sites=report.flatbuffer.transposes.sites[1:])
+    assert isinstance(boundary_only, TransposeReport)
+    quiet = dataclasses.replace(report, flatbuffer=dataclasses.replace(report.flatbuffer, transposes=boundary_only))
+    assert not any(line.startswith("  layout:") for line in _summary(quiet)[0].splitlines())
 
 
 def test_markdown_lists_the_transposes_left_with_their_modules():
