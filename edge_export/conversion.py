@@ -137,12 +137,16 @@ def convert_module(
             edge_model = litert_torch.convert(
                 module, tuple(example_inputs), strict_export=strict, quant_config=quant_config
             )
-            return fold_layout_transposes(bytes(edge_model.model_content()))
+            converted = bytes(edge_model.model_content())
         except Exception as exc:  # boundary: conversion runs the user's forward() and litert-torch's passes
             # (mapped here by hand, not with map_exceptions: the failing node is located first)
             tracing = is_trace_failure(exc)
             loc = locate_failure(exc, _trace_for_diagnosis(module, tuple(example_inputs), strict))
             failure = exc
+        else:
+            failure = None
+    if failure is None:  # our own rewrite, outside the boundary: a bug in it is not the model's failure
+        return fold_layout_transposes(converted)
     stage = "Tracing the model with torch.export" if tracing else "Converting the traced graph to LiteRT"
     where = loc.describe()
     message = f"{stage} failed" + (f" {where}" if where else "") + f". PyTorch says: {loc.reason}"
