@@ -62,16 +62,16 @@ def wrap_channels_last(module: Any, plan: ChannelsLastPlan) -> Any:
 
 def fold_layout_transposes(model_bytes: bytes) -> bytes:
     """The converter's model with the TRANSPOSEs its layout pass leaves inside a NHWC graph
-    removed (``rewrite_reduction_axes_pass``, ``fold_layout_chains_pass``: exact rewrites), or the
+    removed (``passes.flatbuffer.LAYOUT_PASSES``: exact rewrites), or the
     same bytes when it has no TRANSPOSE. Every conversion goes through here, so the float model,
     both quantization backends and every target start from the same graph."""
     if not _has_transpose(model_bytes):  # read without unpacking: a large model costs nothing
         return model_bytes
     from .flatbuffer_packing import pack_model, read_model
-    from .passes.flatbuffer import fold_layout_chains_pass, rewrite_reduction_axes_pass
+    from .passes.flatbuffer import LAYOUT_PASSES
 
     model = read_model(model_bytes)
-    changed = [p(model) for p in (rewrite_reduction_axes_pass, fold_layout_chains_pass)]
+    changed = [p(model) for p in LAYOUT_PASSES]
     return pack_model(model, source=model_bytes) if any(changed) else model_bytes
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .attach_metadata_pass import attach_metadata_pass
 from .fold_layout_chains_pass import fold_layout_chains_pass
+from .permute_fully_connected_weights_pass import permute_fully_connected_weights_pass
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
 from .rename_signature_pass import rename_signature_pass
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
@@ -21,12 +22,19 @@ from .split_weights_pass import split_weights_pass
 from .strip_tensor_names_pass import strip_tensor_names_pass
 from .strip_unread_fields_pass import strip_unread_fields_pass
 
+# What the conversion stage runs on every converter output (conversion.fold_layout_transposes), in
+# this order: reductions first (a TRANSPOSE they no longer read may then fold away), then flattens
+# into fully connected layers, then what is left of each chain of layout operators.
+LAYOUT_PASSES = (rewrite_reduction_axes_pass, permute_fully_connected_weights_pass, fold_layout_chains_pass)
+
 __all__ = [
     "FlatbufferPass",
+    "LAYOUT_PASSES",
     "attach_metadata_pass",
     "fold_layout_chains_pass",
     "PassPipelineResult",
     "pass_name",
+    "permute_fully_connected_weights_pass",
     "rename_signature_pass",
     "reorder_operators_for_edgetpu_pass",
     "restore_tensor_names_pass",
