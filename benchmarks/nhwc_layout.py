@@ -1,8 +1,11 @@
 """TRANSPOSE operators inside NHWC models, before and after the layout passes (issue 24, item 3).
 
-    .venv/bin/python benchmarks/nhwc_layout.py --before /work/main --after . [--models mobilenet_v2,resnet,efficientnet,mobilevit]
+    .venv/bin/python benchmarks/nhwc_layout.py --before BASE_TREE --after . [--models mobilenet_v2,resnet,efficientnet,mobilevit,digits_cnn,digits_mobilenetv2] [--modes float,micro]
 
-Builds Hugging Face image classifiers from their configs (random weights, nothing downloaded),
+``BASE_TREE`` is a checkout of the commit before the change (``git archive <commit> | tar -x -C DIR``).
+
+Builds Hugging Face image classifiers from their configs (random weights, nothing downloaded)
+and the digits example's two networks (``digits_cnn``, ``digits_mobilenetv2``, random weights),
 saves each as a ``.pt2``, and exports it with each edge-export tree given (``PYTHONPATH`` set to
 that tree, one CLI process per export): ``--channels-last`` in float (cpu) and ``--target micro``
 (int8). For each export it prints the operator count, the TRANSPOSE count, the host latency of the
@@ -26,6 +29,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGE_EXPORT = [sys.executable, "-c", "import sys; from edge_export.cli import main; sys.argv[0] = 'edge-export'; main()"]
+
+
+def _digits_model(arch: str):
+    """The digits example's networks (examples/digits), random weights: a CNN flattening its
+    whole feature map into a Linear, and a MobileNetV2-style one pooling with mean(dim=(2, 3))."""
+    sys.path.insert(0, str(ROOT / "examples" / "digits"))
+    from digits_example import INPUT_SIZE, build_model
+
+    size = INPUT_SIZE[arch]
+    return build_model(arch).eval(), (1, 1, size, size)
+
+
+def _model(name: str, size: int):
+    """The module and its input shape."""
+    if name.startswith("digits_"):
+        return _digits_model(name.removeprefix("digits_"))
+    return _hf_model(name, size), (1, 3, size, size)
 
 
 def _hf_model(name: str, size: int):
@@ -61,9 +81,9 @@ def _save(name: str, size: int, folder: Path) -> Path:
     import torch
 
     torch.manual_seed(0)
-    module = _hf_model(name, size)
+    module, shape = _model(name, size)
     path = folder / f"{name}.pt2"
-    torch.export.save(torch.export.export(module, (torch.randn(1, 3, size, size),)), path)
+    torch.export.save(torch.export.export(module, (torch.randn(shape),)), path)
     return path
 
 
