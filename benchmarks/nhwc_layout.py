@@ -27,8 +27,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 EDGE_EXPORT = [sys.executable, "-c", "import sys; from edge_export.cli import main; sys.argv[0] = 'edge-export'; main()"]
+
+
+class Logits(torch.nn.Module):
+    """A Hugging Face classifier's logits. Defined at module level: the class's qualified name is
+    the root of every tensor name, and provenance reads no module below a class defined inside a
+    function (``<locals>``, as torch.export's own wrapper is)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.model = inner
+
+    def forward(self, pixel_values):
+        return self.model(pixel_values=pixel_values).logits
 
 
 def _digits_model(arch: str):
@@ -65,14 +80,6 @@ def _hf_model(name: str, size: int):
         ))
     else:
         raise SystemExit(f"unknown model {name}")
-
-    class Logits(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.model = inner
-
-        def forward(self, pixel_values):
-            return self.model(pixel_values=pixel_values).logits
 
     return Logits(model).eval()
 
