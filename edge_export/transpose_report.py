@@ -4,8 +4,8 @@ A TRANSPOSE inside an image model is a copy of an activation (RAM and time on a 
 and a cut in NPU and GPU partitions. The converter and edge-export's layout passes
 (``rewrite_reduction_axes_pass``, ``fold_layout_chains_pass``) remove those a NHWC graph does not
 need; what is left is reported under ``flatbuffer.transposes``: each one's operator index, the shape
-it permutes, its permutation, whether it sits at the model's boundary (reads an input or writes an
-output: NCHW I/O, which ``--channels-last`` removes) and the module ``provenance`` reads from its
+it permutes, its permutation, whether it is the NCHW/NHWC adapter at a 4-D model input or output
+(NCHW I/O, which ``--channels-last`` removes) and the module ``provenance`` reads from its
 tensor names (the names the checks ran on, so a model written with ``--strip-names`` still names
 them).
 """
@@ -13,7 +13,7 @@ them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .flatbuffer import FlatbufferModel
@@ -28,7 +28,7 @@ class TransposeSite:
     operator_index: int
     shape: tuple[int, ...]  # the tensor it permutes
     perm: tuple[int, ...] | None  # None: not a constant
-    boundary: bool  # reads a model input or writes a model output
+    boundary: bool  # the NCHW/NHWC adapter at a 4-D model input or output (--channels-last removes it)
     module: str | None  # the module path ("" the root module), None when its names name none
     module_type: str | None
 
@@ -41,8 +41,8 @@ class TransposeSite:
 @dataclass(frozen=True)
 class TransposeReport:
     """``flatbuffer.transposes``: how many TRANSPOSE operators the model has (``count``), how many
-    of those are inside the graph (``inner``: neither reading an input nor writing an output), and
-    the first ``LISTED`` of them, inner ones first."""
+    of those are inside the graph (``inner``: all but the NCHW/NHWC adapters at 4-D model inputs
+    and outputs), and the first ``LISTED`` of them, inner ones first."""
 
     count: int
     inner: int
@@ -53,11 +53,39 @@ class TransposeReport:
         return self.count - self.inner
 
 
+_ADAPTERS = ((0, 2, 3, 1), (0, 3, 1, 2))  # NCHW -> NHWC after an input, NHWC -> NCHW before an output
+
+
+def _is_io_adapter(op, perm, boundary_tensors: set[int]) -> bool:
+    at_io = op.inputs[0] in boundary_tensors or op.outputs[0] in boundary_tensors
+    return at_io and perm is not None and tuple(int(p) for p in perm.ravel()) in _ADAPTERS
+
+
+def _module_near(names: FlatbufferModel, op) -> Any:
+    """The module the TRANSPOSE's output or input names; for a model output (named after the
+    signature), the first module named by what its input was computed from (a few steps back)."""
+    from .provenance import operator_module
+
+    for index in (op.outputs[0], op.inputs[0]):
+        where = operator_module(names.tensors[index].name, "TRANSPOSE")
+        if where is not None:
+            return where
+    tensor = op.inputs[0]
+    for _ in range(4):
+        producer = names.producer_of(tensor)
+        if producer is None or not producer.inputs:
+            return None
+        for index in producer.inputs:
+            where = operator_module(names.tensors[index].name, producer.opcode) if index >= 0 else None
+            if where is not None:
+                return where
+        tensor = producer.inputs[0]
+    return None
+
+
 def find_transposes(model: FlatbufferModel, named: FlatbufferModel | None = None) -> TransposeReport:
     """The TRANSPOSEs of ``model``'s main subgraph; module names are read from ``named`` (the same
     operators with their tensor names, e.g. before ``--strip-names``) when given."""
-    from .provenance import operator_module
-
     names = named if named is not None and len(named.operators) == len(model.operators) else model
     boundary_tensors = {*model.inputs, *model.outputs}
     sites = []
@@ -65,16 +93,12 @@ def find_transposes(model: FlatbufferModel, named: FlatbufferModel | None = None
         if op.opcode != "TRANSPOSE":
             continue
         perm = model.constant(op.inputs[1]) if len(op.inputs) > 1 and model.data else None
-        where = None
-        for tensor in (op.outputs[0], op.inputs[0]):
-            where = operator_module(names.tensors[tensor].name, "TRANSPOSE")
-            if where is not None:
-                break
+        where = _module_near(names, op)
         sites.append(TransposeSite(
             operator_index=op.index,
             shape=tuple(model.tensors[op.inputs[0]].shape),
             perm=None if perm is None else tuple(int(p) for p in perm.ravel()),
-            boundary=op.inputs[0] in boundary_tensors or op.outputs[0] in boundary_tensors,
+            boundary=_is_io_adapter(op, perm, boundary_tensors),
             module=None if where is None else where.path,
             module_type=None if where is None else where.type_name,
         ))

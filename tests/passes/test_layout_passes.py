@@ -122,6 +122,14 @@ def test_reductions_read_the_nhwc_feature_map_over_nhwc_axes(models, kind):
     (left,) = _transposes(after)
     assert after.tensors[left.inputs[0]].shape == (1, 8, 8) and after.constant(left.inputs[1]).tolist() == [0, 2, 1]
     assert after.producer_of(left.inputs[0]).opcode == "SUM"
+    # ... and the report names it, inside the graph, in the model's own forward()
+    from edge_export.transpose_report import find_transposes
+
+    report = find_transposes(after)
+    assert (report.count, report.inner) == (1, 1)
+    # (it writes a model output, named after the signature: the module is read from what it reduces,
+    # the ReLU'd conv output of the root's forward())
+    assert (report.sites[0].operator_index, report.sites[0].module, report.sites[0].module_type) == (left.index, "", "NCHWHeads")
     # the patches are a RESHAPE of the NHWC feature map; keep_dims' [N, 1, 1, C] is reshaped, not transposed
     assert after.op_counts.get("RESHAPE", 0) >= 1
     # the classifier flattens the NHWC map as it lies, its weight columns permuted to match
