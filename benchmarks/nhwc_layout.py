@@ -7,8 +7,8 @@
 Builds Hugging Face image classifiers from their configs (random weights, nothing downloaded)
 and the digits example's two networks (``digits_cnn``, ``digits_mobilenetv2``, random weights),
 saves each as a ``.pt2``, and exports it with each edge-export tree given (``PYTHONPATH`` set to
-that tree, one CLI process per export): ``--channels-last`` in float (cpu) and ``--target micro``
-(int8). For each export it prints the operator count, the TRANSPOSE count, the host latency of the
+that tree, one CLI process per export): ``--channels-last`` in float (cpu), ``--target micro``
+(int8) and ``--target ethos-u55-128`` (``--modes``). For each export it prints the operator count, the TRANSPOSE count, the host latency of the
 written model (LiteRT + XNNPACK, one thread, median of ``--runs`` after warm-up, both trees' models
 timed interleaved in this process, the order alternating) and, for micro, the tensor arena TFLite Micro's host
 interpreter measured (the report's figure). A model that fails to export is listed with its exit
@@ -58,6 +58,11 @@ def _digits_model(arch: str):
 
 def _model(name: str, size: int):
     """The module and its input shape."""
+    if name in ("mean_cnn", "flatten_cnn"):  # issue 24's two small CNNs (testing_models.py)
+        sys.path.insert(0, str(ROOT))
+        import testing_models
+
+        return {"mean_cnn": testing_models.MeanPoolCNN, "flatten_cnn": testing_models.FlattenPoolCNN}[name]().eval(), (1, 3, 32, 32)
     if name.startswith("digits_"):
         return _digits_model(name.removeprefix("digits_"))
     return _hf_model(name, size), (1, 3, size, size)
@@ -104,6 +109,7 @@ def _export(tree: Path, source: Path, out: Path, args: list[str]) -> dict:
         return {"exit": proc.returncode, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""], "seconds": seconds}
     report = json.loads(report_path.read_text())
     micro = (report.get("target") or {}).get("micro") or {}
+    ethos = (report.get("target") or {}).get("ethos_u")
     validation = report.get("validation") or {}
     return {
         "exit": proc.returncode,
@@ -113,6 +119,9 @@ def _export(tree: Path, source: Path, out: Path, args: list[str]) -> dict:
         "transposes": report["flatbuffer"]["op_counts"].get("TRANSPOSE", 0),
         "reshapes": report["flatbuffer"]["op_counts"].get("RESHAPE", 0),
         "arena": micro.get("arena_bytes"),
+        "npu": None if ethos is None else f"{ethos['npu_operators']}/{ethos['operators']}",
+        "vela_sram": None if ethos is None else ethos["summary"]["sram_bytes"],
+        "vela_cycles": None if ethos is None else ethos["summary"]["cycles"],
         "tflite": str(out),
     }
 
@@ -155,6 +164,7 @@ def main() -> None:
     modes = {
         "float": ["--channels-last"],
         "micro": ["--target", "micro", "--quant-backend", "flatbuffer", "--calibration-samples", "16", "--no-emit-c", "--no-validate"],
+        "ethos-u55-128": ["--target", "ethos-u55-128", "--quant-backend", "flatbuffer", "--calibration-samples", "16", "--no-emit-c", "--no-validate"],
     }
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,14 +188,16 @@ def main() -> None:
                 rows.append((name, mode, results))
                 print(json.dumps({"model": name, "mode": mode, **{k: {kk: vv for kk, vv in v.items() if kk != "tflite"} for k, v in results.items()}}), flush=True)
     print()
-    print("| model | export | operators before -> after | TRANSPOSE before -> after | RESHAPE before -> after | host latency ms before -> after | micro arena bytes before -> after |")
+    print("| model | export | operators before -> after | TRANSPOSE before -> after | RESHAPE before -> after | host latency ms before -> after | micro arena bytes (Ethos-U: Vela) before -> after |")
     print("|---|---|---|---|---|---|---|")
     for name, mode, r in rows:
         b, a = r["before"], r["after"]
         if "tflite" not in b or "tflite" not in a:
             print(f"| {name} | {mode} | exit {b['exit']} -> exit {a['exit']}: {a.get('error', [''])[0][:80]} | | | | |")
             continue
-        arena = f"{b['arena']} -> {a['arena']}" if mode == "micro" else ""
+        arena = f"{b['arena']} -> {a['arena']}" if b["arena"] is not None else ""
+        if b.get("npu") is not None:
+            arena += f"; NPU {b['npu']} -> {a['npu']}, Vela SRAM {b['vela_sram']} -> {a['vela_sram']}, cycles {b['vela_cycles']} -> {a['vela_cycles']}"
         print(f"| {name} | {mode} | {b['operators']} -> {a['operators']} | {b['transposes']} -> {a['transposes']} | {b['reshapes']} -> {a['reshapes']} | {b['latency_ms']} -> {a['latency_ms']} | {arena} |")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_harness import read_report
-from torch import nn
+from testing_models import FlattenPoolCNN, MeanPoolCNN
 
 from edge_export.flatbuffer import load_flatbuffer
 
@@ -19,25 +19,6 @@ pytestmark = pytest.mark.slow  # four int8 exports, two through Vela
 
 SHAPE = (1, 3, 16, 16)
 TARGETS = ("micro", "ethos-u55-128")
-
-
-class MeanPoolCNN(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU())
-        self.fc = nn.Linear(16, 10)
-
-    def forward(self, x):
-        return self.fc(self.stem(x).mean((2, 3)))
-
-
-class FlattenPoolCNN(MeanPoolCNN):
-    def __init__(self) -> None:
-        super().__init__()
-        self.pool = nn.AdaptiveAvgPool2d(1)
-
-    def forward(self, x):
-        return self.fc(torch.flatten(self.pool(self.stem(x)), 1))
 
 
 MODELS = {"mean": MeanPoolCNN, "flatten": FlattenPoolCNN}
