@@ -102,7 +102,8 @@ def _save(name: str, size: int, folder: Path) -> Path:
 def _export(tree: Path, source: Path, out: Path, args: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     start = time.perf_counter()
-    proc = subprocess.run([*EDGE_EXPORT, str(source), "-o", str(out), "--quiet", *args], env=env, capture_output=True, text=True)
+    # cwd: ``python -c`` puts the working folder first on sys.path, before PYTHONPATH
+    proc = subprocess.run([*EDGE_EXPORT, str(source), "-o", str(out), "--quiet", *args], env=env, cwd=tree, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     report_path = Path(str(out.with_suffix("")) + ".report.json")
     if not report_path.exists():
