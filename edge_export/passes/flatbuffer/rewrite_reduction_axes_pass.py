@@ -49,7 +49,10 @@ __all__ = ["REDUCTION_OPCODES", "rewrite_reduction_axes_pass"]
 
 REDUCTION_OPCODES = frozenset({"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY", "REDUCE_ALL"})
 # Elementwise operators of one input: they commute with a TRANSPOSE.
-ELEMENTWISE_OPCODES = frozenset({"DEQUANTIZE", "QUANTIZE", "RELU", "RELU6", "LOGISTIC", "TANH", "ABS", "NEG", "EXP", "LOG", "SQRT", "SQUARE", "HARD_SWISH", "LEAKY_RELU", "GELU"})
+ELEMENTWISE_OPCODES = frozenset({
+    "DEQUANTIZE", "QUANTIZE", "RELU", "RELU6", "LOGISTIC", "TANH", "ABS", "NEG", "EXP", "LOG", "SQRT", "SQUARE",
+    "HARD_SWISH", "LEAKY_RELU", "GELU",
+})
 SUFFIX = ";nhwc"  # the reduction's result before the permutation left over (names no module)
 
 
@@ -80,7 +83,11 @@ def _hoist_above_transpose(model: Any, sg: Any, op: Any) -> bool:
     if source is None or opcode_name(model, source) != "TRANSPOSE" or len(source.inputs) < 2:
         return False
     readers = consumers_of(sg).get(int(op.outputs[0]), [])
-    if not readers or any(opcode_name(model, r) not in REDUCTION_OPCODES for r in readers) or int(op.outputs[0]) in set(sg.outputs or ()):
+    if not readers or int(op.outputs[0]) in set(sg.outputs or ()):
+        return False
+    # only when every reader is a reduction the rewrite below takes (constant axes), else the
+    # TRANSPOSE would be doubled, not removed
+    if any(opcode_name(model, r) not in REDUCTION_OPCODES or len(r.inputs) < 2 or constant_values(model, sg, int(r.inputs[1])) is None for r in readers):
         return False
     if not same_quantization(sg, int(source.inputs[0]), int(source.outputs[0])) or static_shape(sg, int(source.inputs[0])) is None:
         return False
