@@ -37,6 +37,8 @@ __all__ = [
     "transformer_encoder_like",
     "gated_ratio_cnn",
     "float16_overflow_cnn",
+    "MeanPoolCNN",
+    "FlattenPoolCNN",
 ]
 
 
@@ -277,3 +279,28 @@ def random_batchnorm_stats(module, seed: int = 0):
             m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
             m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
     return module
+
+
+class MeanPoolCNN(nn.Module):
+    """Issue 24's NHWC case: a CNN pooling with ``x.mean((2, 3))``, how most hand-written CNNs pool
+    (the converter reduced it through a TRANSPOSE to NCHW; tests/targets/test_targets_nhwc.py,
+    benchmarks/nhwc_layout.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU())
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.stem(x).mean((2, 3)))
+
+
+class FlattenPoolCNN(MeanPoolCNN):
+    """The same CNN pooling with an adaptive average pool and ``torch.flatten``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.stem(x)), 1))

@@ -776,7 +776,7 @@ def _run_export(
             str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None,
             {a.key: str(a.path) for a in (*checked.artifacts, *run_artifacts)},
         ),
-        flatbuffer=_flatbuffer_section(fb),
+        flatbuffer=_flatbuffer_section(fb, named=named_fb),
         stages=tuple(stages.times),
         validation=_validation_section(parity),
         runtimes=runtimes,
@@ -1086,7 +1086,9 @@ def _example_for_loading(options: ExportOptions, example_inputs: tuple | None) -
     return None
 
 
-def _flatbuffer_section(fb: FlatbufferModel) -> FlatbufferSection:
+def _flatbuffer_section(fb: FlatbufferModel, named: FlatbufferModel | None = None) -> FlatbufferSection:
+    from .transpose_report import find_transposes
+
     return FlatbufferSection(
         size_bytes=fb.size_bytes,
         sha256=hashlib.sha256(fb.data).hexdigest(),
@@ -1098,6 +1100,7 @@ def _flatbuffer_section(fb: FlatbufferModel) -> FlatbufferSection:
         inputs=tuple(fb.input_tensors),
         outputs=tuple(fb.output_tensors),
         fully_integer=fb.is_fully_integer,
+        transposes=find_transposes(fb, named),
     )
 
 

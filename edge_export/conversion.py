@@ -15,7 +15,15 @@ from .diagnosis import FailureLocation, is_trace_failure, locate_failure
 from .errors import ConversionError, TraceError
 from .library_output import quiet_libraries
 
-__all__ = ["ChannelsLastPlan", "plan_channels_last", "wrap_channels_last", "convert_module", "check_converted_model", "fp16_quant_config"]
+__all__ = [
+    "ChannelsLastPlan",
+    "plan_channels_last",
+    "wrap_channels_last",
+    "convert_module",
+    "check_converted_model",
+    "fold_layout_transposes",
+    "fp16_quant_config",
+]
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,29 @@ def wrap_channels_last(module: Any, plan: ChannelsLastPlan) -> Any:
     import litert_torch
 
     return litert_torch.to_channel_last_io(module, args=list(plan.inputs), outputs=list(plan.outputs))
+
+
+def fold_layout_transposes(model_bytes: bytes) -> bytes:
+    """The converter's model with the TRANSPOSEs its layout pass leaves inside a NHWC graph
+    removed (``passes.flatbuffer.LAYOUT_PASSES``: exact rewrites), or the
+    same bytes when it has no TRANSPOSE. Every conversion goes through here, so the float model,
+    both quantization backends and every target start from the same graph."""
+    if not _has_transpose(model_bytes):  # read without unpacking: a large model costs nothing
+        return model_bytes
+    from .flatbuffer_packing import pack_model, read_model
+    from .passes.flatbuffer import LAYOUT_PASSES
+
+    model = read_model(model_bytes)
+    changed = [p(model) for p in LAYOUT_PASSES]
+    return pack_model(model, source=model_bytes) if any(changed) else model_bytes
+
+
+def _has_transpose(model_bytes: bytes) -> bool:
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(model_bytes, 0)
+    codes = (model.OperatorCodes(i) for i in range(model.OperatorCodesLength()))
+    return any(max(c.BuiltinCode(), c.DeprecatedBuiltinCode()) == schema.BuiltinOperator.TRANSPOSE for c in codes)
 
 
 def fp16_quant_config() -> Any:
@@ -135,15 +166,17 @@ def convert_module(
             edge_model = litert_torch.convert(
                 module, tuple(example_inputs), strict_export=strict, quant_config=quant_config
             )
-            model_bytes = bytes(edge_model.model_content())
+            converted = bytes(edge_model.model_content())
         except Exception as exc:  # boundary: conversion runs the user's forward() and litert-torch's passes
             # (mapped here by hand, not with map_exceptions: the failing node is located first)
             tracing = is_trace_failure(exc)
             loc = locate_failure(exc, _trace_for_diagnosis(module, tuple(example_inputs), strict))
             failure = exc
         else:
-            check_converted_model(model_bytes)  # outside the handler: its errors are already ours
-            return model_bytes
+            check_converted_model(converted)  # outside the handler: its errors are already ours
+            failure = None
+    if failure is None:  # our own rewrite, outside the boundary: a bug in it is not the model's failure
+        return fold_layout_transposes(converted)
     stage = "Tracing the model with torch.export" if tracing else "Converting the traced graph to LiteRT"
     where = loc.describe()
     message = f"{stage} failed" + (f" {where}" if where else "") + f". PyTorch says: {loc.reason}"

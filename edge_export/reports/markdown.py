@@ -148,6 +148,7 @@ def render_markdown(report: RunReport) -> str:
     for op, n in fb.op_counts.items():
         lines.append(f"| {_e(op)} | {_e(_plain(n))} |")
     lines.append("")
+    lines.extend(_transposes_section(fb.transposes))
     if report.stages:
         lines.append("## Stages")
         lines.append("")
@@ -604,6 +605,28 @@ _KOTLIN_IO = {
     "int32": ("writeInt", "IntArray", "readInt"),
     "bool": ("writeBoolean", "BooleanArray", "readBoolean"),
 }
+
+
+def _transposes_section(transposes) -> list[str]:
+    """The TRANSPOSE operators left (flatbuffer.transposes), each with its module."""
+    if transposes is None or not transposes.count:
+        return []
+    out = [
+        f"TRANSPOSE operators: {transposes.count} ({transposes.inner} inside the graph, "
+        f"{transposes.boundary} at the model's inputs or outputs). Each copies an activation; "
+        "one at an input or output goes with --channels-last.",
+        "",
+        "| operator | shape | perm | where | module |",
+        "|---|---|---|---|---|",
+    ]
+    for site in transposes.sites:
+        module = "" if site.module is None else _code(site.module or "<root>") + (f" ({_e(site.module_type)})" if site.module_type else "")
+        perm = "" if site.perm is None else _e(",".join(map(str, site.perm)))
+        out.append(f"| {site.operator_index} | {_e(_plain(list(site.shape)))} | {perm} | {'boundary' if site.boundary else 'inside'} | {module} |")
+    if len(transposes.sites) < transposes.count:
+        out.append(f"| … | {transposes.count - len(transposes.sites)} more | | | |")
+    out.append("")
+    return out
 
 
 def _elements(shape) -> int:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ..targets.budgets import BudgetsSection
     from ..targets.cmsis_nn import CmsisNNReport
     from ..targets.ethosu import EthosUReport
+    from ..transpose_report import TransposeReport
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
     from ..validators.runtimes import RuntimeComparison
@@ -175,6 +176,8 @@ class FlatbufferSection:
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     fully_integer: bool
+    # The TRANSPOSE operators left and the module of each (transpose_report.py); None: not looked at.
+    transposes: TransposeReport | None = json_field(default=None, omit_none=True)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,17 @@ def _db(value: Any) -> str:
     return "not measured (NaN)" if number is None else f"{number:.1f} dB"
 
 
+def _print_transposes(transposes: Any, out: Console) -> None:
+    """The TRANSPOSE operators left inside the graph (a copy of an activation each), named by
+    module; boundary ones alone (NCHW I/O, a choice the export states) print nothing."""
+    if transposes is None or not transposes.inner:
+        return
+    inner = [s for s in transposes.sites if not s.boundary]
+    where = f"; inside the graph: {', '.join(s.describe() for s in inner[:3])}" + (", …" if transposes.inner > 3 else "") if inner else ""
+    edges = f", {transposes.boundary} at the inputs/outputs (NCHW I/O: --channels-last removes them)" if transposes.boundary else ""
+    _plain(out, f"  layout: {transposes.count} TRANSPOSE ({transposes.inner} inside the graph{edges}){where}")
+
+
 def print_summary(report: RunReport, out: Console, err: Console) -> None:
     """The verdict line, then one line per section the run has; warnings go to ``err``."""
     fb = report.flatbuffer
@@ -47,6 +58,7 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
     ops = ", ".join(f"{k}×{v}" for k, v in list(op_counts.items())[:8])
     more = "" if len(op_counts) <= 8 else f", … ({len(op_counts)} kinds)"
     _plain(out, f"  size {fb.size_bytes / 1024:.1f} KiB · {fb.num_operators} ops: {ops}{more}")
+    _print_transposes(fb.transposes, out)
     worst = None if val.passed is None else val.worst()
     if val.passed is None:
         _plain(out, f"  parity: not checked ({val.reason})")

@@ -44,6 +44,7 @@ def hostile_report() -> RunReport:
     from edge_export.targets.edgetpu_compiler import CompilerResult
     from edge_export.targets.edgetpu_rewrites import AppliedRewrite
     from edge_export.targets.micro import MicroReport
+    from edge_export.transpose_report import TransposeReport, TransposeSite
     from edge_export.validators.layers import LayerParity
     from edge_export.validators.parity import Check, OutputParity, ParityResult
 
@@ -74,6 +75,7 @@ def hostile_report() -> RunReport:
             inputs=tuple(TensorInfo(i, name, (1,), (1,), "float32", False, None) for i, name in enumerate(names)),
             outputs=(),
             op_counts={f"CUSTOM:{name}": 1 for name in names},
+            transposes=TransposeReport(len(names), len(names), tuple(TransposeSite(i, (1, 2, 2, 3), (0, 3, 1, 2), False, name, name) for i, name in enumerate(names))),
         ),
         validation=ParityResult(2, Thresholds(min_sqnr_db=30.0), outputs, names[6], notes=names),
         per_layer=dataclasses.replace(report.per_layer, layers=layers, first_jump=layers[3], worst=layers[0], min_sqnr_db=30.0),

@@ -52,6 +52,7 @@ _TYPE_MODULES = (
     "edge_export.validators.runtimes",
     "edge_export.reports.baseline",
     "edge_export.reports.model",
+    "edge_export.transpose_report",
     "edge_export.config",
 )
 

@@ -466,3 +466,51 @@ def test_renderers_do_not_warn_when_the_quantized_model_is_faster():
     md = render_markdown(report)
     assert "## Host latency" in md and "**Warning:**" not in md
     assert to_json_value(report)["host_latency"]["note"] is None
+
+
+def _with_transposes(report):
+    """The full report's model with one TRANSPOSE inside the graph (module ``stem``) and one at
+    its input."""
+    from edge_export.transpose_report import TransposeReport, TransposeSite
+
+    sites = (
+        TransposeSite(3, (1, 8, 8, 16), (0, 3, 1, 2), False, "stem", "Sequential"),
+        TransposeSite(0, (1, 3, 32, 32), (0, 2, 3, 1), True, None, None),
+    )
+    return dataclasses.replace(report, flatbuffer=dataclasses.replace(report.flatbuffer, transposes=TransposeReport(2, 1, sites)))
+
+
+def test_summary_names_the_module_of_each_transpose_left():
+    out, _ = _summary(_with_transposes(full_report()))
+    line = next(line for line in out.splitlines() if line.startswith("  layout:"))
+    assert line == (
+        "  layout: 2 TRANSPOSE (1 inside the graph, 1 at the inputs/outputs (NCHW I/O: --channels-last removes them)); "
+        "inside the graph: #3 [1, 8, 8, 16] perm 0,3,1,2 in stem (Sequential)"
+    )
+    # a model without TRANSPOSE inside the graph (or a report that did not look) prints no layout line
+    assert not any(line.startswith("  layout:") for line in _summary(full_report())[0].splitlines())
+    from edge_export.transpose_report import TransposeReport
+
+    report = _with_transposes(full_report())
+    boundary_only = dataclasses.replace(report.flatbuffer.transposes, count=1, inner=0, sites=report.flatbuffer.transposes.sites[1:])
+    assert isinstance(boundary_only, TransposeReport)
+    quiet = dataclasses.replace(report, flatbuffer=dataclasses.replace(report.flatbuffer, transposes=boundary_only))
+    assert not any(line.startswith("  layout:") for line in _summary(quiet)[0].splitlines())
+
+
+def test_markdown_lists_the_transposes_left_with_their_modules():
+    md = render_markdown(_with_transposes(full_report()))
+    assert "TRANSPOSE operators: 2 (1 inside the graph, 1 at the model's inputs or outputs)" in md
+    assert "| 3 | \\[1, 8, 8, 16\\] | 0,3,1,2 | inside | <code>stem</code> (Sequential) |" in md
+    assert "| 0 | \\[1, 3, 32, 32\\] | 0,2,3,1 | boundary |  |" in md
+    assert "TRANSPOSE operators" not in render_markdown(full_report())
+
+
+def test_transposes_reach_the_json_report():
+    from cli_harness import validate_report
+
+    data = validate_report(to_json_value(_with_transposes(full_report())))
+    assert data["flatbuffer"]["transposes"]["count"] == 2
+    assert data["flatbuffer"]["transposes"]["sites"][0] == {
+        "operator_index": 3, "shape": [1, 8, 8, 16], "perm": [0, 3, 1, 2], "boundary": False, "module": "stem", "module_type": "Sequential",
+    }

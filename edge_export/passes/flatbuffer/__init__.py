@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from .attach_metadata_pass import attach_metadata_pass
 from .fold_constant_operators_pass import fold_constant_operators_pass
+from .fold_layout_chains_pass import fold_layout_chains_pass
+from .permute_fully_connected_weights_pass import permute_fully_connected_weights_pass
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
 from .remove_noop_operators_pass import remove_noop_operators_pass
 from .rename_signature_pass import rename_signature_pass
@@ -18,23 +20,33 @@ from .saturate_infinite_constants_pass import saturate_infinite_constants_pass
 from .round_to_float16_pass import round_to_float16_pass
 from .reorder_operators_for_edgetpu_pass import reorder_operators_for_edgetpu_pass
 from .restore_tensor_names_pass import restore_tensor_names_pass
+from .rewrite_reduction_axes_pass import rewrite_reduction_axes_pass
 from .set_io_dtype_pass import set_io_dtype_pass
 from .share_quantization_vectors_pass import share_quantization_vectors_pass
 from .split_weights_pass import split_weights_pass
 from .strip_tensor_names_pass import strip_tensor_names_pass
 from .strip_unread_fields_pass import strip_unread_fields_pass
 
+# What the conversion stage runs on every converter output (conversion.fold_layout_transposes), in
+# this order: reductions first (a TRANSPOSE they no longer read may then fold away), then flattens
+# into fully connected layers, then what is left of each chain of layout operators.
+LAYOUT_PASSES = (rewrite_reduction_axes_pass, permute_fully_connected_weights_pass, fold_layout_chains_pass)
+
 __all__ = [
-    "FlatbufferPass",
     "attach_metadata_pass",
+    "FlatbufferPass",
     "fold_constant_operators_pass",
-    "PassPipelineResult",
+    "fold_layout_chains_pass",
+    "LAYOUT_PASSES",
     "pass_name",
+    "PassPipelineResult",
+    "permute_fully_connected_weights_pass",
     "remove_noop_operators_pass",
     "rename_signature_pass",
-    "repair_signature_outputs_pass",
     "reorder_operators_for_edgetpu_pass",
+    "repair_signature_outputs_pass",
     "restore_tensor_names_pass",
+    "rewrite_reduction_axes_pass",
     "round_to_float16_pass",
     "run_flatbuffer_passes",
     "saturate_infinite_constants_pass",
