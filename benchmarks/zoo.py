@@ -5,12 +5,15 @@ Builds the models of benchmarks/zoo_models.py (`transformers` configs, random we
 default init, BatchNorm statistics measured on seeded image-like batches; nothing is downloaded) and
 exports each through the Python API (`edge_export.export`) in its own subprocess with a timeout, one
 model at a time, so that a hang or a crash is a row (`timeout`, `crash`), not the end of the sweep.
-Per model, five jobs:
+Per model, these jobs (`--jobs`; the default is int8,static,fp32):
 
-    fp32     --target gpu                       fp32 parity (SQNR), GPU delegate share, TRANSPOSE count
-    int8     --quantize int8                    wall time per stage, SQNR, fully integer, backend kept
-    micro    --target micro  (2 parity samples, no C bundle)   TFLite Micro viability
-    edgetpu  --target edgetpu                   predicted Edge TPU share
+    int8     --quantize int8                    wall and CPU time, time per stage, SQNR, fully integer, backend kept
+    static   the Edge TPU and TFLite Micro checkers (edge_export.targets) on the int8 job's model: predicted
+             Edge TPU share and where the graph is cut, operators TFLite Micro has no kernel for (no
+             second quantization; the model has float I/O and no Edge TPU rewrites)
+    fp32     --target gpu (2 parity samples)    fp32 parity (SQNR), GPU delegate share, TRANSPOSE count
+    micro    --target micro  (2 parity samples, no C bundle)   TFLite Micro viability, end to end
+    edgetpu  --target edgetpu                   predicted Edge TPU share after its rewrites
     mixed    --quantize int8 --min-sqnr 30 --no-latency   the default mixed precision (auto: float on cpu);
              skipped when the int8 model is already fully integer at >= 30 dB
 
@@ -18,23 +21,27 @@ Image models export with --channels-last (what an app feeding camera pixels does
 judged as `regression` (random-weight logits make top-1 meaningless), so SQNR is what counts. The
 int8 calibration is the tool's default: synthetic, 128 samples.
 
-    python benchmarks/zoo.py run [--models a,b] [--jobs fp32,int8,micro,edgetpu,mixed] [--deadline 20:25]
+    python benchmarks/zoo.py run [--models a,b] [--jobs int8,static,fp32,micro,edgetpu,mixed] [--deadline 20:25]
                                  [--work /tmp/zoo] [--out benchmarks/results]
     python benchmarks/zoo.py table [--work /tmp/zoo] [--out benchmarks/results]
     python benchmarks/zoo.py list
 
-`run` goes job by job over all models (every model's fp32 and int8 before any target run), skips
-(model, job) pairs already in --work (so a stopped sweep resumes), stops starting jobs at --deadline
-(UTC), and rewrites the table after every job: <out>/zoo.md (Markdown) and <out>/zoo.json (one
-summary per model and job, with the machine's load average when the job started). The full reports
-stay in --work/raw. Run it with `nice -n 10` on a shared machine.
+`run` takes the models in the order given, one worker process per model (built once, its jobs in
+turn, one intra-op thread), skips (model, job) pairs already in --work (so a stopped sweep
+resumes), stops at --deadline (UTC), and rewrites the table after every model: <out>/zoo.md
+(Markdown) and <out>/zoo.json (one summary per model and job, with the load average when the job
+started). The full reports stay in --work/raw. A job is stopped when its worker has used
+CPU_LIMIT_SECONDS of CPU time (the wall time on a loaded machine says little) or 30 minutes of wall
+time. Run it with `nice -n 10` on a shared machine.
 
 Needs only the project's environment (`transformers` comes with litert-torch). timm's families
 (GhostNet, MnasNet, RepVGG/MobileOne, FastViT, MobileNetV3/V4, EfficientNetV2) are not included:
 timm needs torchvision, which for torch 2.13 (0.28.x) is published only as a CUDA build, and that
-build does not import on the CPU torch (`torchvision::nms does not exist`: its native library needs
-CUDA's torch). With a CPU torchvision installed (`pip install timm torchvision`), timm models could be
-added to zoo_models.MODELS the same way.
+build does not import on the CPU torch (`RuntimeError: operator torchvision::nms does not exist`: its
+`_C.so` links libc10_cuda.so and libtorch_cuda.so, which the CPU torch does not ship). Where a CPU
+torchvision exists for the installed torch (`pip install timm torchvision`; never a project
+dependency), timm models can be added to zoo_models.MODELS the same way. EfficientFormer is not in
+transformers 5.x (removed with its deprecated models), so it is missing too.
 """
 
 from __future__ import annotations
@@ -182,8 +189,11 @@ def _start_worker(name: str, jobs: list[str], work: Path) -> subprocess.Popen:
     command = [sys.executable, str(Path(__file__).resolve()), "_worker", name, ",".join(jobs), "--work", str(work)]
     log = work / "logs" / f"{name}.{jobs[0]}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    # One intra-op thread: on a shared, oversubscribed machine a second OpenMP thread mostly spins
+    # waiting for the first, inflating the CPU time the limits and the table read.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(log, "ab") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
 
 def _group_cpu_seconds(pgid: int) -> float:
