@@ -26,6 +26,7 @@ int8 calibration is the tool's default: synthetic, 128 samples.
 
     python benchmarks/zoo.py run [--models a,b] [--jobs int8fb,static,fp32,int8,micro,edgetpu,mixed] [--deadline 20:25]
                                  [--work /tmp/zoo] [--out benchmarks/results]
+                                 [--init pytorch|transformers]
     python benchmarks/zoo.py table [--work /tmp/zoo] [--out benchmarks/results]
     python benchmarks/zoo.py list
 
@@ -140,13 +141,13 @@ def _static_job(name: str, work: Path) -> dict:
                       "float_tensors": len(micro.float_tensors), "arena_estimate_bytes": micro.arena_estimate_bytes}}
 
 
-def run_worker(name: str, jobs: list[str], work: Path) -> int:
+def run_worker(name: str, jobs: list[str], work: Path, init: str = "pytorch") -> int:
     """Build one model once, run its jobs in order, write work/raw/<name>.<job>.json after each."""
     start = time.perf_counter()
     try:
         from zoo_models import build
 
-        model, example = build(name)
+        model, example = build(name, init=init)
         built = round(time.perf_counter() - start, 2)
     except Exception as exc:
         for job in jobs:
@@ -154,7 +155,7 @@ def run_worker(name: str, jobs: list[str], work: Path) -> int:
                                                 "error": f"building the model: {exc}", "traceback": traceback.format_exc()[-3000:]})
         return 0
     for job in jobs:
-        record: dict[str, Any] = {"model": name, "job": job, "load_average": os.getloadavg(), "build_seconds": built}
+        record: dict[str, Any] = {"model": name, "job": job, "init": init, "load_average": os.getloadavg(), "build_seconds": built}
         job_start, cpu_start = time.perf_counter(), _cpu_seconds()
         try:
             record.update(_static_job(name, work) if job == "static" else _export_job(name, job, model, example, work))
@@ -189,8 +190,8 @@ def _write_json(path: Path, value: Any) -> None:
 # --- the sweep -------------------------------------------------------------------------------------
 
 
-def _start_worker(name: str, jobs: list[str], work: Path) -> subprocess.Popen:
-    command = [sys.executable, str(Path(__file__).resolve()), "_worker", name, ",".join(jobs), "--work", str(work)]
+def _start_worker(name: str, jobs: list[str], work: Path, init: str) -> subprocess.Popen:
+    command = [sys.executable, str(Path(__file__).resolve()), "_worker", name, ",".join(jobs), "--work", str(work), "--init", init]
     log = work / "logs" / f"{name}.{jobs[0]}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     # One intra-op thread: on a shared, oversubscribed machine a second OpenMP thread mostly spins
@@ -235,14 +236,14 @@ class _JobClock:
         return late or self.wall() > WALL_LIMIT_SECONDS or self.cpu() > CPU_LIMIT_SECONDS[job] + self.extra_cpu
 
 
-def _run_model(name: str, jobs: list[str], work: Path, deadline: dt.datetime | None) -> None:
+def _run_model(name: str, jobs: list[str], work: Path, deadline: dt.datetime | None, init: str) -> None:
     """One worker for the model's jobs; a job past its CPU or wall limit (the first one's includes the
     build), or one the worker died in, becomes a `timeout` or `crash` record, and a new worker takes
     the rest."""
     remaining = [j for j in jobs if not _raw(work, name, j).exists()]
     while remaining:
         load = os.getloadavg()
-        process = _start_worker(name, remaining, work)
+        process = _start_worker(name, remaining, work, init)
         clock = _JobClock(process.pid, BUILD_CPU_SECONDS)
         while True:
             code = process.poll()
@@ -281,7 +282,7 @@ def _skip_mixed(name: str, work: Path) -> str | None:
     return None
 
 
-def run_sweep(models: list[str], jobs: list[str], work: Path, out: Path, deadline: dt.datetime | None) -> None:
+def run_sweep(models: list[str], jobs: list[str], work: Path, out: Path, deadline: dt.datetime | None, init: str = "pytorch") -> None:
     for name in models:
         if deadline is not None and (deadline - dt.datetime.now(dt.timezone.utc)).total_seconds() < 60:
             print(f"deadline reached: {name} and later models not run", flush=True)
@@ -293,7 +294,7 @@ def run_sweep(models: list[str], jobs: list[str], work: Path, out: Path, deadlin
             else:
                 wanted.append(job)
         print(f"{dt.datetime.now(dt.timezone.utc):%H:%M:%S} {name} {','.join(wanted)} (load {os.getloadavg()[0]:.1f})", flush=True)
-        _run_model(name, wanted, work, deadline)
+        _run_model(name, wanted, work, deadline, init)
         write_table(work, out, models)
 
 
@@ -556,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", default=",".join(DEFAULT_JOBS))
     parser.add_argument("--deadline", help="HH:MM UTC: start no job after it")
     parser.add_argument("--work", type=Path, default=Path("/tmp/zoo"))
+    parser.add_argument("--init", choices=("pytorch", "transformers"), default="pytorch",
+                        help="weights: PyTorch's default init of every layer, or transformers' own (use another --work)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
@@ -563,14 +566,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown model or job: {', '.join(unknown)}")
     if args.command == "_worker":
-        return run_worker(args.args[0], args.args[1].split(","), args.work)
+        return run_worker(args.args[0], args.args[1].split(","), args.work, args.init)
     if args.command == "list":
         for m in MODELS.values():
             print(f"{m.name:24} {m.kind:10} {m.family}: {m.note}")
     elif args.command == "table":
         write_table(args.work, args.out, models)
     else:
-        run_sweep(models, args.jobs.split(","), args.work, args.out, _deadline(args.deadline))
+        run_sweep(models, args.jobs.split(","), args.work, args.out, _deadline(args.deadline), args.init)
     return 0
 
 

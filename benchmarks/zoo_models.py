@@ -4,9 +4,10 @@ Each builder returns ``(module, example_inputs)``; ``tiny=True`` gives a few-lay
 variant of the same architecture (the test in tests/test_zoo_builders.py runs those so the builders do
 not rot). Nothing is downloaded: configs are written here, models come from ``from_config`` / the
 model classes, and weights are PyTorch's default init (``reset_parameters`` of every layer that has
-one, after transformers' own init). BatchNorm running statistics are measured on seeded image-like
-inputs (``measure_batch_norm_statistics``) so that the outputs carry signal rather than the
-mean-0/var-1 placeholders a fresh BatchNorm holds.
+one, after transformers' own init; ``build(..., init="transformers")`` keeps transformers' init).
+BatchNorm running statistics are measured on seeded image-like inputs
+(``measure_batch_norm_statistics``) so that the outputs carry signal rather than the mean-0/var-1
+placeholders a fresh BatchNorm holds.
 """
 
 from __future__ import annotations
@@ -99,8 +100,13 @@ def measure_batch_norm_statistics(model: Any, make_batch: Callable[[Any], tuple]
     return len(norms)
 
 
+INITS = ("pytorch", "transformers")
+_init = ["pytorch"]  # build() sets it for the builder it calls
+
+
 def _finish(model: Any, example: tuple, outputs: tuple[str, ...], make_batch: Callable[[Any], tuple]) -> tuple[Any, tuple]:
-    pytorch_default_init(model)
+    if _init[0] == "pytorch":
+        pytorch_default_init(model)
     measure_batch_norm_statistics(model, make_batch)
     return _wrap(model, outputs), example
 
@@ -471,9 +477,17 @@ MODELS: dict[str, ZooModel] = {
 }
 
 
-def build(name: str, tiny: bool = False) -> tuple[Any, tuple]:
-    """The named zoo model in eval mode and its example inputs (batch 1)."""
+def build(name: str, tiny: bool = False, init: str = "pytorch") -> tuple[Any, tuple]:
+    """The named zoo model in eval mode and its example inputs (batch 1). ``init``: ``pytorch`` (every
+    layer's reset_parameters) or ``transformers`` (the model's own _init_weights, mostly N(0, 0.02)
+    weights): the int8 parity of the same architecture differs a lot between them (docs/BENCHMARKS.md)."""
     import torch
 
+    if init not in INITS:
+        raise ValueError(f"init {init!r} is not one of {', '.join(INITS)}")
     torch.manual_seed(0)  # the default init draws from the global generator
-    return MODELS[name].build(tiny)
+    _init[0] = init
+    try:
+        return MODELS[name].build(tiny)
+    finally:
+        _init[0] = "pytorch"

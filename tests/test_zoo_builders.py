@@ -73,3 +73,19 @@ def test_failure_lines_escape_model_text():
     table = zoo.markdown_table({"vit_4l": jobs}, ["vit_4l"])
     assert "ConversionError" in table
     assert "<b>" not in table and "](" not in table and " | op" not in table
+
+
+def test_init_choice_changes_the_weights_not_the_architecture():
+    pytorch_model, example = zoo_models.build("resnet18", tiny=True)
+    hf_model, _ = zoo_models.build("resnet18", tiny=True, init="transformers")
+    pytorch_params = dict(pytorch_model.named_parameters())
+    hf_params = dict(hf_model.named_parameters())
+    assert pytorch_params.keys() == hf_params.keys()
+    assert any(not pytorch_params[k].equal(hf_params[k]) for k in pytorch_params)
+    for out in _outputs(hf_model, example):
+        assert out.isfinite().all()
+
+
+def test_unknown_init_is_refused():
+    with pytest.raises(ValueError, match="init"):
+        zoo_models.build("resnet18", tiny=True, init="xavier")
