@@ -13,8 +13,6 @@ Per model, these jobs (`--jobs`; the default is int8fb,static,fp32; a second swe
              Edge TPU share and where the graph is cut, operators TFLite Micro has no kernel for (no
              second quantization; the model has float I/O and no Edge TPU rewrites)
     fp32     --target gpu (2 parity samples)    fp32 parity (SQNR), GPU delegate share, TRANSPOSE count
-    int8img  int8fb with --mean/--std (ImageNet's) on image models: synthetic calibration from
-             natural-image-like pictures instead of white noise
     int8     --quantize int8 (the defaults: auto backend)   wall and CPU time, time per stage, SQNR, fully
              integer, backend kept
     micro    --target micro  (2 parity samples, no C bundle)   TFLite Micro viability, end to end
@@ -56,6 +54,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,17 +67,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-JOBS = ("int8fb", "static", "fp32", "int8img", "int8", "micro", "edgetpu", "mixed")
+JOBS = ("int8fb", "static", "fp32", "int8", "micro", "edgetpu", "mixed")
 DEFAULT_JOBS = ("int8fb", "static", "fp32")
 # A job is stopped when its worker has used this much CPU time (user + system, the worker and its
 # forked children): on a machine shared with other jobs the wall time says little, and CPU time is
 # about what the job would take alone. int8: 300 s is 3.3x the issue's 90 s target.
-CPU_LIMIT_SECONDS = {"int8fb": 200, "int8img": 200, "static": 60, "fp32": 150, "int8": 300, "micro": 300, "edgetpu": 300, "mixed": 450}
+CPU_LIMIT_SECONDS = {"int8fb": 200, "static": 60, "fp32": 150, "int8": 300, "micro": 300, "edgetpu": 300, "mixed": 450}
 BUILD_CPU_SECONDS = 60  # added to the first job's limit: imports and the BatchNorm passes
 WALL_LIMIT_SECONDS = 1800  # and whatever the load, no job runs longer than this
 MIN_SQNR_DB = 30.0
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_KINDS = ("image", "detection")
 
 
@@ -89,12 +86,9 @@ def job_options(job: str, kind: str) -> dict:
     """The export options of one job (edge_export.export keyword arguments)."""
     common = {"output_kinds": "regression", "quiet_libraries": True}
     nhwc = {"channels_last": True} if kind in IMAGE_KINDS else {}
-    # the preprocessing's mean and std: synthetic calibration then draws natural-image-like pictures
-    image_statistics = {"mean": IMAGENET_MEAN, "std": IMAGENET_STD} if kind in IMAGE_KINDS else {}
     return {
         "int8": {**common, **nhwc, "quantize": "int8"},
         "int8fb": {**common, **nhwc, "quantize": "int8", "quant_backend": "flatbuffer"},
-        "int8img": {**common, **nhwc, "quantize": "int8", "quant_backend": "flatbuffer", **image_statistics},
         "fp32": {**common, **nhwc, "target": "gpu", "samples": 2},
         "micro": {**common, "target": "micro", "samples": 2, "no_emit_c": True},
         "edgetpu": {**common, "target": "edgetpu"},
@@ -369,10 +363,11 @@ def _target_summary(key: str, section: dict) -> dict:
             "arena_bytes": section.get("arena_bytes"), "fully_integer": section.get("fully_integer")}
 
 
-def _one_line(text: Any, limit: int = 300) -> str | None:
+def _one_line(text: Any, limit: int = 420) -> str | None:
+    """One line, without the site-packages prefix of library paths, cut at ``limit`` characters."""
     if not text:
         return None
-    line = " ".join(str(text).split())
+    line = re.sub(r"/\S*/site-packages/", "", " ".join(str(text).split()))
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -401,8 +396,8 @@ def markdown_table(summaries: dict[str, dict[str, dict]], models: list[str]) -> 
     from edge_export.reports.markdown import escape_markdown as esc
 
     head = ("| model | family | fp32 SQNR dB | TRANSPOSE fp32 / int8 | int8, flatbuffer backend: wall, CPU, SQNR (on calibration inputs) | "
-            "same, --mean/--std | int8 (defaults) s (largest stages) | "
-            "int8 SQNR dB | fully int | backend | mixed, >= 30 dB | Edge TPU share | GPU share (ops / MACs) | micro |\n|" + "---|" * 14 + "\n")
+            "int8 (defaults) s (largest stages) | "
+            "int8 SQNR dB | fully int | backend | mixed, >= 30 dB | Edge TPU share | GPU share (ops / MACs) | micro |\n|" + "---|" * 13 + "\n")
     rows, failures = [], []
     for name in models:
         jobs = summaries.get(name, {})
@@ -445,8 +440,6 @@ def _cells(jobs: dict[str, dict]) -> list[str]:
     cells = [_status_cell(fp32) or _db(fp32.get("sqnr_db"))]
     cells.append(f"{_transposes(fp32)} / {_transposes(int8 or flat)}")
     cells.append(_status_cell(flat) or _flatbuffer_text(flat))
-    img = jobs.get("int8img")
-    cells.append("not run" if img is None else _status_cell(img) or _flatbuffer_text(img))
     cells.append(_status_cell(int8) or _stages_text(int8))
     cells.append(_status_cell(int8) or _db(int8.get("sqnr_db")))
     cells.append(_status_cell(int8) or ("yes" if int8.get("fully_integer") else "no"))
@@ -522,7 +515,7 @@ def failure_reasons(jobs: dict[str, dict]) -> list[str]:
 
 def _shortfalls(job_name: str, job: dict) -> list[str]:
     out = []
-    if job_name in ("int8", "int8fb", "int8img"):
+    if job_name in ("int8", "int8fb"):
         if not job.get("fully_integer"):
             out.append(f"not fully integer: {job.get('float_summary')}")
         if (job.get("sqnr_db") or 0) < MIN_SQNR_DB:
