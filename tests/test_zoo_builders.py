@@ -14,6 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import zoo  # noqa: E402
 import zoo_models  # noqa: E402
 
+# slow: the first test pays for importing transformers' models (about 10 s of CPU here; the file
+# takes 20 CPU s in all); CI still runs it
+pytestmark = pytest.mark.slow
+
 TINY_CASES = ("mobilenet_v2", "vit_4l", "bert_4l_256")
 
 
