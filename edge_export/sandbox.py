@@ -359,9 +359,11 @@ class RestrictedUnpickler(pickle.Unpickler):
             value = super().find_class(module, name)
             if _is_result_type(value):
                 return value
-        if module == "ai_edge_litert.schema_py_generated" and name.endswith("T") and name.isidentifier():
-            value = super().find_class(module, name)  # the flatbuffer's object API: plain attribute holders
-            if isinstance(value, type) and "__setstate__" not in vars(value) and "__reduce__" not in vars(value):
+        if (module == "ai_edge_litert.schema_py_generated" or (module, name) == ("flatbuffers.table", "Table")) and name.isidentifier():
+            # the flatbuffer's generated classes (object API and accessors over bytes): plain
+            # attribute holders, built without running any of their code
+            value = super().find_class(module, name)
+            if isinstance(value, type) and not {"__setstate__", "__reduce__", "__reduce_ex__", "__new__"} & set(vars(value)):
                 return value
         raise pickle.UnpicklingError(f"the confined run's result names {module}.{name}, which a result never holds")
 
