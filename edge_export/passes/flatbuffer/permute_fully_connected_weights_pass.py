@@ -118,6 +118,9 @@ def _rewrite(model: Any, sg: Any, reshape: Any, readers: dict, producers: dict) 
     for fc, w in zip(fcs, weights):
         fc.inputs = [int(fc.inputs[0]), _permuted_copy(model, sg, int(fc.inputs[1]), np.ascontiguousarray(w[:, order])), *fc.inputs[2:]]
     reshape.inputs = [int(transpose.inputs[0]), *reshape.inputs[1:]]
+    # The flattened tensor now holds the NHWC order, not PyTorch's NCHW one: it keeps no module's
+    # name, so per-layer parity does not compare it with the module's output (the Linear after it is).
+    sg.tensors[out].name = f"nhwc_flatten_{out}{SUFFIX}"
     return transpose
 
 

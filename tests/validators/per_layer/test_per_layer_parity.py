@@ -215,7 +215,8 @@ DEEP_COMPARED = [
     "layers.0.1",
     "layers.1.0",
     "layers.1.1",
-    "head.0",
+    # head.0 (the Flatten) is not compared: permute_fully_connected_weights_pass flattens the NHWC map
+    # as it lies and permutes the Linear's columns instead, so that tensor's order is not PyTorch's
     "head.1",
     "head.2",
 ]
@@ -236,7 +237,7 @@ def test_nested_sequentials_and_module_list_fp32(deep_and_example):
     assert rows["features.2"].also_outputs_of == ("features",)
     assert rows["head.2"].also_outputs_of == ("head", "<model>")
     assert report.modules_total == 20  # the ModuleList itself is never called
-    assert report.match_fraction == pytest.approx(18 / 20)
+    assert report.match_fraction == pytest.approx(17 / 20)  # the Flatten (head.0) is not compared: see DEEP_COMPARED
 
 
 def test_pt2e_folded_batch_norm_is_compared_after_the_fold(deep_and_example):
