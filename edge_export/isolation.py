@@ -167,6 +167,15 @@ def _read_result(read_fd: int, progress_fd: int | None, progress: Callable[[str,
     return chunks
 
 
+def flush_std_streams() -> None:
+    """Before a fork: what Python buffered for stdout/stderr is written once, not by both processes."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
 def run_isolated(
     fn: Callable[..., T],
     *args: Any,
@@ -190,11 +199,7 @@ def run_isolated(
             importlib.import_module(name)
         except ImportError:
             pass  # the child reports it the way the function does
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    flush_std_streams()
     read_fd, write_fd = os.pipe()
     progress_read, progress_write = os.pipe() if progress is not None else (None, None)
     log = tempfile.TemporaryFile()

@@ -237,12 +237,10 @@ def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], N
                  on_progress: Callable[[str, int, int], None] | None = None) -> tuple[Any, SandboxStatus]:
     """``fn(*args, emit_stage)`` in a confined child: its result and how the child was confined.
     The child's EdgeExportError is raised here; any other exception becomes a RuntimeError with its text."""
+    from .isolation import flush_std_streams
+
     private_dir = tempfile.mkdtemp(prefix="edge-export-sandbox-")
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    flush_std_streams()
     read_fd, write_fd = os.pipe()
     # torch imported here may have started OpenMP's threads, which the child would not have
     torch_threads_unsafe = "torch" in sys.modules
