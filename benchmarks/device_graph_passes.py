@@ -61,7 +61,7 @@ def _models():
 
 
 def _summary(model) -> str:
-    from edge_export.targets.gpu import check_gpu
+    from edge_export.targets.gpu.target import check_gpu
 
     gpu = check_gpu(model)
     counts = model.op_counts

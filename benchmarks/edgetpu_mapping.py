@@ -45,7 +45,7 @@ def _cases(size: int, small_only: bool):
 def _plain_row(module, x) -> dict:
     from edgetpu_helpers import export_int8
 
-    from edge_export.targets.edgetpu import check_edgetpu_bytes
+    from edge_export.targets.edgetpu.checks import check_edgetpu_bytes
 
     r = check_edgetpu_bytes(export_int8(module, (x,), channels_last=x.dim() == 4))
     return {

@@ -7,7 +7,7 @@ For each model (built in code, random weights, seeded; nothing downloaded):
    Micro arena measured by the host interpreter and the bundle's ``<name>_arena_size`` (arena plus
    margin), and Vela's placement and figures for ethos-u55-128;
 2. ``--target micro --keep-names``: the same model with its tensor names, for the cost of names;
-3. Vela (``edge_export.targets.ethosu.run_vela``, the function the targets call) on the int8 file
+3. Vela (``edge_export.targets.micro.ethosu.run_vela``, the function the targets call) on the int8 file
    of (1) for the other configurations in ``--configs``: what ``--target <config>`` reports.
 
 Parity is skipped (``validate=False``): sizes and Vela's estimates do not depend on it. Vela's
@@ -71,9 +71,9 @@ def measure(name: str, configs: list[str], folder: Path) -> dict:
 
     import edge_export
     from edge_export.flatbuffer import load_flatbuffer
-    from edge_export.reports.serialize import to_json_value
-    from edge_export.targets.ethosu import EthosUTarget, run_vela
-    from edge_export.targets.micro_bundle import arena_with_margin
+    from edge_export.serialize import to_json_value
+    from edge_export.targets.micro.ethosu import EthosUTarget, run_vela
+    from edge_export.targets.micro.bundle import arena_with_margin
 
     model, shape = _model(name)
     example = (torch.randn(*shape, generator=torch.Generator().manual_seed(0)),)

@@ -46,7 +46,7 @@ def main() -> None:
 
     import edge_export
     from edge_export.runtime import CompiledModelRunner, TFLiteRunner
-    from edge_export.targets.gpu import check_gpu, run_gpu_analyzer
+    from edge_export.targets.gpu.target import check_gpu, run_gpu_analyzer
     from testing_models import mobilenet_v2_like, small_cnn, transformer_encoder_like
 
     for name, module, example in (

@@ -33,7 +33,7 @@ def main() -> None:
     import edge_export
     import testing_models
     from edge_export.flatbuffer import load_flatbuffer
-    from edge_export.targets.gpu_precision import check_gpu_precision
+    from edge_export.targets.gpu.precision import check_gpu_precision
 
     with tempfile.TemporaryDirectory() as tmp:
         for name, shape in MODELS:

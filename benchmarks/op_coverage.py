@@ -111,7 +111,7 @@ def _attempts(report: dict) -> list[str]:
 def _micro(model: Any, example: Sequence[Any], reference: Sequence[Any]) -> dict:
     from edge_export.errors import EdgeExportError, first_line
     from edge_export.isolation import run_isolated
-    from edge_export.targets.micro import MicroRunner
+    from edge_export.targets.micro.target import MicroRunner
     from edge_export.validators.metrics import sqnr_db
 
     def run():
@@ -129,7 +129,7 @@ def _micro(model: Any, example: Sequence[Any], reference: Sequence[Any]) -> dict
 
 def _targets(result: dict, model: Any, mode: str, example: Sequence[Any], reference: Sequence[Any]) -> None:
     if mode == "int8":
-        from edge_export.targets.edgetpu import check_edgetpu
+        from edge_export.targets.edgetpu.checks import check_edgetpu
 
         tpu = check_edgetpu(model)
         cut = tpu.first_unmapped
@@ -141,7 +141,7 @@ def _targets(result: dict, model: Any, mode: str, example: Sequence[Any], refere
             "first_unmapped": None if cut is None else f"{cut.opcode}: {cut.reason}",
         }
     else:
-        from edge_export.targets.gpu import check_gpu
+        from edge_export.targets.gpu.target import check_gpu
 
         gpu = check_gpu(model)
         first = gpu.first_unsupported

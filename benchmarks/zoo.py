@@ -127,8 +127,8 @@ def _static_job(name: str, work: Path) -> dict:
     """The Edge TPU and TFLite Micro static checks on the int8 job's model (no Edge TPU rewrites, float
     I/O: what --target edgetpu/micro would start from), without another quantization."""
     from edge_export.flatbuffer import load_flatbuffer
-    from edge_export.targets.edgetpu import check_edgetpu
-    from edge_export.targets.micro import check_micro
+    from edge_export.targets.edgetpu.checks import check_edgetpu
+    from edge_export.targets.micro.target import check_micro
 
     path = next((p for p in (_artifact(work, name, j) for j in ("int8", "int8fb")) if p.exists()), None)
     if path is None:

@@ -114,7 +114,7 @@ class ExportOptions:
     require_compiler: bool = False
     delegate: str | None = None  # "edgetpu": run parity through libedgetpu when present
     emit_op_resolver: str | None = None  # micro: write the C++ op-resolver lines here
-    max_flash: int | str | None = None  # micro: flash budget in bytes ("256KiB" parsed; targets/budgets.py)
+    max_flash: int | str | None = None  # micro: flash budget in bytes ("256KiB" parsed; targets/micro/budgets.py)
     max_ram: int | str | None = None  # micro: RAM (tensor arena) budget in bytes
     emit_c: str | None = None  # micro: the C bundle's folder (default <stem>_micro beside the .tflite)
     no_emit_c: bool = False  # micro: write no C bundle
@@ -133,7 +133,7 @@ class ExportOptions:
             raise UsageError(f"--delegate {self.delegate} is not known.", "Use --delegate edgetpu.")
         if self.gpu_precision not in ("fp16", "fp32"):
             raise UsageError(f"--gpu-precision {self.gpu_precision} is not known.", "Use --gpu-precision fp16 (the delegate's default) or fp32.")
-        from .targets.budgets import parse_size
+        from .targets.micro.budgets import parse_size
 
         for option, flag in (("max_flash", "--max-flash"), ("max_ram", "--max-ram")):
             if getattr(self, option) is not None:  # a size that does not parse fails now, before any work
@@ -226,7 +226,7 @@ class ExportResult:
     @functools.cached_property
     def report(self) -> dict:
         """The report as written to ``report_json_path`` (the published JSON schema)."""
-        from .reports.serialize import to_json_value
+        from .serialize import to_json_value
 
         return to_json_value(self.run_report)
 

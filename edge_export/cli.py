@@ -365,7 +365,7 @@ def inspect_command(
         import json
 
         from .inspection import inspect_flatbuffer, render_inspection
-        from .reports.serialize import to_json_value
+        from .serialize import to_json_value
 
         report = inspect_flatbuffer(tflite)
         if as_json:
@@ -395,7 +395,7 @@ def bench_command(
 
         from .flatbuffer import load_flatbuffer
         from .latency import benchmark_latency, render_latency
-        from .reports.serialize import to_json_value
+        from .serialize import to_json_value
 
         report = benchmark_latency(load_flatbuffer(tflite), threads=threads, runs=runs, warmup=warmup)
         if as_json:

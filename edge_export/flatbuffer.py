@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FlatbufferError, InternalError
-from .reports.serialize import json_field
+from .serialize import json_field
 
 __all__ = [
     "QuantParams",

@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import RuntimeRunError, map_exceptions
 from .flatbuffer import FlatbufferModel, read_flatbuffer
-from .reports.serialize import json_field
+from .serialize import json_field
 
 __all__ = [
     "Resolver",

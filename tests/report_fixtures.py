@@ -35,10 +35,10 @@ from edge_export.reports.model import (
     TargetSection,
     ToolSection,
 )
-from edge_export.targets.edgetpu import EdgeTPUReport, OpMapping, OpStatus, TableRow, UnmappedOp
-from edge_export.targets.edgetpu_compiler import CompilerOutput, CompilerResult
-from edge_export.targets.edgetpu_rewrites import AppliedRewrite
-from edge_export.targets.micro import MicroReport
+from edge_export.targets.edgetpu.checks import EdgeTPUReport, OpMapping, OpStatus, TableRow, UnmappedOp
+from edge_export.targets.edgetpu.compiler import CompilerOutput, CompilerResult
+from edge_export.targets.edgetpu.rewrites import AppliedRewrite
+from edge_export.targets.micro.target import MicroReport
 from edge_export.validators.layers import LayerParity, LayerParityReport, UnmatchedModule, UnmatchedReason
 from edge_export.validators.output_kinds import KindDecision, KindSource, LabelsFile
 from edge_export.validators.parity import Check, OutputParity, ParityResult

@@ -11,7 +11,7 @@ from edge_export.errors import FlatbufferError
 from edge_export.inspection import inspect_flatbuffer, render_inspection
 from edge_export.runtime import TFLiteRunner
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
-from edge_export.reports.serialize import to_json_value
+from edge_export.serialize import to_json_value
 
 
 def rendered(report) -> str:

@@ -11,7 +11,7 @@ from edge_export.errors import FlatbufferError, UsageError
 from edge_export.latency import LatencyStats, benchmark_latency, random_inputs, render_latency
 from edge_export.runtime import IOTensor, Resolver
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
-from edge_export.reports.serialize import to_json_value
+from edge_export.serialize import to_json_value
 
 
 def test_stats_from_known_samples():

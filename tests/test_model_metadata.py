@@ -204,7 +204,7 @@ def test_edgetpu_reattach_restores_metadata_the_compiler_dropped(exported):
     from ai_edge_litert.tools import flatbuffer_utils
 
     from edge_export.model_metadata import model_has_metadata, read_model_metadata, read_model_metadata_bundle
-    from edge_export.targets.edgetpu_compiler import reattach_metadata
+    from edge_export.targets.edgetpu.compiler import reattach_metadata
 
     result, _, labels = exported
     data = result.tflite_path.read_bytes()

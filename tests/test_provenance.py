@@ -11,7 +11,7 @@ from torch import nn
 
 from edge_export.provenance import ModuleRef, clean_module_path, node_module, node_user_source, tensor_module, tensor_scopes
 from edge_export.quantization import module_path_for
-from edge_export.targets.edgetpu import module_path_from_tensor_name
+from edge_export.targets.edgetpu.checks import module_path_from_tensor_name
 
 CNN = "model_zoo.SmallCNN"
 SEQ = f"{CNN}/torch.nn.modules.container.Sequential_features"

@@ -30,7 +30,7 @@ from ..passes.flatbuffer import (
     set_io_dtype_pass,
     share_quantization_vectors_pass,
 )
-from ..reports.serialize import json_field
+from ..serialize import json_field
 from .budget import BudgetSection, TimeBudget, TimeBudgetSpent
 from .calibration import (
     DEFAULT_CALIBRATION_SAMPLES,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..errors import QuantizationError
-from ..reports.serialize import json_field
+from ..serialize import json_field
 
 __all__ = ["DEFAULT_TIME_BUDGET_S", "SLOW_STEP_ENV", "BudgetSection", "TimeBudget", "TimeBudgetSpent", "check_time_budget"]
 

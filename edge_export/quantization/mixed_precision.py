@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import QuantizationError, UsageError, first_line
-from ..reports.serialize import json_field
+from ..serialize import json_field
 from .budget import TimeBudget
 from .sensitivity import (
     SENSITIVITY_METHOD,

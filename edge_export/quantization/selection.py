@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..flatbuffer import FlatbufferModel
-from ..reports.serialize import json_field
+from ..serialize import json_field
 
 __all__ = [
     "FULL_INTEGER_PREFERENCE_DB",

@@ -41,7 +41,7 @@ from ..errors import QuantizationError, first_line
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..library_output import quiet_libraries
 from ..provenance import operator_module
-from ..reports.serialize import json_field
+from ..serialize import json_field
 from .budget import TimeBudget
 from .calibration import CalibrationSet
 
@@ -254,7 +254,7 @@ def source_line(module: Any, module_path: str) -> str | None:
     """``file:line`` of the user's code for a module: the exported graph's stack trace when the
     model is a graph, else where the innermost user-defined class on the path is defined (a
     library class such as nn.Conv2d says nothing about the user's code, its parent block does)."""
-    from ..targets.edgetpu import _source_of
+    from ..targets.edgetpu.checks import _source_of
 
     path = module_path
     while True:

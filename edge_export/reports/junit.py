@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
 from .model import SkippedValidation
-from .serialize import json_keys, to_json_value
+from ..serialize import json_keys, to_json_value
 
 if TYPE_CHECKING:
     from ..validators.layers import LayerParity

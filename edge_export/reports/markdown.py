@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .model import SkippedValidation
-from .serialize import to_json_value as _plain
+from ..serialize import to_json_value as _plain
 
 if TYPE_CHECKING:
     from ..constraints import PinnedSetCheck
@@ -482,7 +482,7 @@ def _gpu_precision_section(t: TargetSection) -> list[str]:
     check = t.gpu_precision
     if check is None:
         return []
-    from ..targets.gpu_precision import KOTLIN_FORCE_FP32
+    from ..targets.gpu.precision import KOTLIN_FORCE_FP32
 
     out = ["### GPU precision (float16, the delegate's default)", "", _e(check.summary()), ""]
     if check.skipped is None:

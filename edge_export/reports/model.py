@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
 from ..errors import exit_code_for_verdict
-from .serialize import json_field
+from ..serialize import json_field
 
 if TYPE_CHECKING:
     from ..constraints import PinnedSetCheck
@@ -35,15 +35,15 @@ if TYPE_CHECKING:
     from ..quantization import QuantizationResult
     from ..quantization.mixed_precision import MixedPrecisionReport
     from ..quantization.sensitivity import SensitivityReport
-    from ..targets.edgetpu import EdgeTPUReport
-    from ..targets.edgetpu_compiler import CompilerResult
-    from ..targets.edgetpu_rewrites import AppliedRewrite
-    from ..targets.gpu import GpuReport
-    from ..targets.gpu_precision import GpuPrecisionReport
-    from ..targets.micro import MicroReport
-    from ..targets.budgets import BudgetsSection
-    from ..targets.cmsis_nn import CmsisNNReport
-    from ..targets.ethosu import EthosUReport
+    from ..targets.edgetpu.checks import EdgeTPUReport
+    from ..targets.edgetpu.compiler import CompilerResult
+    from ..targets.edgetpu.rewrites import AppliedRewrite
+    from ..targets.gpu.target import GpuReport
+    from ..targets.gpu.precision import GpuPrecisionReport
+    from ..targets.micro.target import MicroReport
+    from ..targets.micro.budgets import BudgetsSection
+    from ..targets.micro.cmsis_nn import CmsisNNReport
+    from ..targets.micro.ethosu import EthosUReport
     from ..transpose_report import TransposeReport
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
@@ -241,7 +241,7 @@ class MicroSection:
 
 @dataclass(frozen=True)
 class CBundleSection:
-    """The firmware bundle written for the micro target (targets/micro_bundle.py)."""
+    """The firmware bundle written for the micro target (targets/micro/bundle.py)."""
 
     folder: str
     name: str  # the C identifier prefixing every file and symbol

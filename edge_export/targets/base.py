@@ -224,7 +224,7 @@ class TargetPlugin:
         prepared = self.prepare_module(graph.module, example)
         if not graph.rewrites:
             return prepared
-        from .edgetpu_rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
+        from .edgetpu.rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
 
         applied = tuple(AppliedRewrite(r.module_path or "<root>", r.kind, r.why) for r in graph.rewrites)
         return PreparedModule(prepared.module, {**prepared.report, "rewrites": (*applied, *prepared.report.get("rewrites", ()))})

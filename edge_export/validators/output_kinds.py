@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 
 from ..config import OutputKind
 from ..errors import UsageError
-from ..reports.serialize import json_field
+from ..serialize import json_field
 
 __all__ = [
     "KindSource",

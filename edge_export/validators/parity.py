@@ -15,7 +15,7 @@ import numpy as np
 
 from ..config import OutputKind, Thresholds
 from . import metrics
-from ..reports.serialize import json_field
+from ..serialize import json_field
 from .output_kinds import KindDecision, KindSource
 
 __all__ = ["Check", "OutputParity", "ParityResult", "WorstOutput", "compare_outputs"]

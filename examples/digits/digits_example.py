@@ -183,7 +183,7 @@ def run(
     from edge_export.config import QuantBackend, QuantizeMode
     from edge_export.conversion import convert_module
     from edge_export.quantization import CalibrationSet, quantize_model
-    from edge_export.reports.serialize import to_json_value
+    from edge_export.serialize import to_json_value
     from edge_export.validators.metrics import cosine_similarity, sqnr_db
 
     if arch not in ARCHS:

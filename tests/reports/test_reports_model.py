@@ -22,7 +22,7 @@ from cli_harness import validate_report
 from report_fixtures import full_report, skipped_report
 
 from edge_export.reports.model import REPORT_SCHEMA_VERSION, RunReport, SkippedValidation, verdict_of
-from edge_export.reports.serialize import json_field, json_keys, to_json_value
+from edge_export.serialize import json_field, json_keys, to_json_value
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "edge_export" / "reports" / "report.schema.json").read_text())
 
@@ -37,15 +37,15 @@ _TYPE_MODULES = (
     "edge_export.quantization.selection",
     "edge_export.quantization.sensitivity",
     "edge_export.quantization.mixed_precision",
-    "edge_export.targets.edgetpu",
-    "edge_export.targets.edgetpu_compiler",
-    "edge_export.targets.edgetpu_rewrites",
-    "edge_export.targets.gpu",
-    "edge_export.targets.gpu_precision",
-    "edge_export.targets.micro",
-    "edge_export.targets.budgets",
-    "edge_export.targets.cmsis_nn",
-    "edge_export.targets.ethosu",
+    "edge_export.targets.edgetpu.checks",
+    "edge_export.targets.edgetpu.compiler",
+    "edge_export.targets.edgetpu.rewrites",
+    "edge_export.targets.gpu.target",
+    "edge_export.targets.gpu.precision",
+    "edge_export.targets.micro.target",
+    "edge_export.targets.micro.budgets",
+    "edge_export.targets.micro.cmsis_nn",
+    "edge_export.targets.micro.ethosu",
     "edge_export.validators.layers",
     "edge_export.validators.output_kinds",
     "edge_export.validators.parity",

@@ -19,7 +19,7 @@ from edge_export.reports.baseline import EarlierOutput, compare_with_baseline, e
 from edge_export.reports.junit import render_junit
 from edge_export.reports.markdown import render_markdown
 from edge_export.reports.model import BaselineSection, TargetSection
-from edge_export.reports.serialize import to_json_value
+from edge_export.serialize import to_json_value
 from edge_export.reports.summary import print_summary
 from edge_export.validators.parity import Check, OutputParity
 
@@ -239,7 +239,7 @@ def test_markdown_of_a_target_section_from_a_plugin():
 
 def test_markdown_of_a_compiled_edgetpu_model_and_of_a_target_without_compiler_run():
     from edge_export.reports.model import CompilerSection, DelegateSection
-    from edge_export.targets.edgetpu_compiler import CompilerResult
+    from edge_export.targets.edgetpu.compiler import CompilerResult
 
     report = full_report()
     compiled = dataclasses.replace(

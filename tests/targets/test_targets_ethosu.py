@@ -16,7 +16,7 @@ from cli_harness import _cli_command, validate_report
 
 from edge_export.errors import UsageError
 from edge_export.flatbuffer import load_flatbuffer
-from edge_export.targets.ethosu import (
+from edge_export.targets.micro.ethosu import (
     ETHOS_U_CONFIGS,
     VELA_INSTALL,
     CpuOperator,
@@ -112,7 +112,7 @@ def test_the_bundle_embeds_the_compiled_model(gated_export):
     array = bytes(int(h, 16) for h in re.findall(r"0x([0-9a-f]{2})", source.split("{", 1)[1]))
     assert array == Path(report["artifacts"]["vela_tflite"]).read_bytes()
     # Its arena constant holds Vela's SRAM plus the CPU division's tensors (the RAM budget's figure).
-    from edge_export.targets.micro_bundle import arena_with_margin
+    from edge_export.targets.micro.bundle import arena_with_margin
 
     assert bundle["arena_size"] == arena_with_margin(report["target"]["budgets"]["ram"]["used_bytes"]) > bundle["arena_measured_bytes"]
     resolver = (folder / f"{bundle['name']}_op_resolver.h").read_text()
@@ -199,7 +199,7 @@ def test_vela_failures_are_exit_3_with_its_message(tmp_path):
     crash of the process (a truncated flatbuffer segfaults it) is a native crash, both exit 3."""
     from edge_export.errors import ConversionError
     from edge_export.isolation import NativeCrashError
-    from edge_export.targets.ethosu import run_vela
+    from edge_export.targets.micro.ethosu import run_vela
 
     with pytest.raises(ConversionError, match="Vela could not compile the model for ethos-u55-128 .*Compilation failed") as refused:
         run_vela(b"not a model at all", "ethos-u55-128")

@@ -12,7 +12,7 @@ from torch import nn
 import edge_export
 from cli_harness import read_report
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.targets.gpu import (
+from edge_export.targets.gpu.target import (
     GPU_MAX_VERSIONS,
     GPU_RULES,
     AnalyzerCrossCheck,
@@ -188,7 +188,7 @@ def test_fp16_weights_stay_on_the_gpu(tmp_path, models):
 
 def test_an_analyzer_that_crashes_is_reported_not_raised(models, monkeypatch):
     from edge_export.isolation import CRASH_HOOK_ENV
-    from edge_export.targets.gpu import run_gpu_analyzer
+    from edge_export.targets.gpu.target import run_gpu_analyzer
 
     _, model = models["cumsum"]
     monkeypatch.setenv(CRASH_HOOK_ENV, "GPU analyzer cross-check")

@@ -11,7 +11,7 @@ import torch
 import edge_export
 from cli_harness import read_report
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.targets.gpu_precision import FLOAT16_MAX, check_gpu_precision
+from edge_export.targets.gpu.precision import FLOAT16_MAX, check_gpu_precision
 from testing_models import float16_overflow_cnn, small_cnn
 
 pytestmark = pytest.mark.slow

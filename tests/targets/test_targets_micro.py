@@ -6,7 +6,7 @@ import pytest
 from edge_export.errors import RuntimeRunError, TargetError
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.runtime import TFLiteRunner
-from edge_export.targets.micro import (
+from edge_export.targets.micro.target import (
     TFLM_SUPPORTED_OPS,
     MicroRunner,
     check_micro,
@@ -16,7 +16,7 @@ from edge_export.targets.micro import (
 )
 from edge_export.validators.metrics import sqnr_db
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
-from edge_export.reports.serialize import to_json_value
+from edge_export.serialize import to_json_value
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from cli_harness import validate_report
 
 from edge_export.errors import UsageError
-from edge_export.targets.budgets import (
+from edge_export.targets.micro.budgets import (
     check_budgets,
     largest_activations,
     largest_constants,
@@ -135,7 +135,7 @@ def test_budgets_are_accepted_by_a_target_derived_from_micro():
     """The Ethos-U targets build on micro and inherit the budget options."""
     from edge_export.api import ExportOptions, resolve_target_options
     from edge_export.targets.base import register_target, unregister_target
-    from edge_export.targets.micro import MicroTarget
+    from edge_export.targets.micro.target import MicroTarget
 
     class DerivedMicroTarget(MicroTarget):
         name = "derived-micro-budgets"

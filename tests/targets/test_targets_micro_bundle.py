@@ -20,12 +20,12 @@ from cli_harness import read_report
 from model_zoo import small_cnn
 
 from edge_export.errors import UsageError
-from edge_export.targets.micro import (
+from edge_export.targets.micro.target import (
     TFLM_CUSTOM_OP_METHODS,
     TFLM_OP_RESOLVER_METHODS,
     MicroRunner,
 )
-from edge_export.targets.micro_bundle import (
+from edge_export.targets.micro.bundle import (
     ARENA_MARGIN_MIN_BYTES,
     BUNDLE_SUFFIXES,
     arena_with_margin,
@@ -319,7 +319,7 @@ def test_renderers_name_the_bundle():
 
     from edge_export.reports.markdown import render_markdown
     from edge_export.reports.model import CBundleSection
-    from edge_export.reports.serialize import to_json_value
+    from edge_export.serialize import to_json_value
     from edge_export.reports.summary import print_summary
 
     report = skipped_report()

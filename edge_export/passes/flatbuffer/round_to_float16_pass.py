@@ -1,5 +1,5 @@
 """Round a float model's weights and every operator's activations to float16, the way the GPU delegate
-stores them by default (``--target gpu``'s precision check, ``targets/gpu_precision.py``).
+stores them by default (``--target gpu``'s precision check, ``targets/gpu/precision.py``).
 
 The delegate, unless an app forces float32, keeps weights and activations in float16: each operator
 reads float16 tensors and writes a float16 tensor. This pass makes the CPU interpreter see the same

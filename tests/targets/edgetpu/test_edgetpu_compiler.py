@@ -10,9 +10,9 @@ import pytest
 from edgetpu_helpers import FAKE_COMPILER_PROLOGUE, write_fake_compiler
 
 from edge_export.errors import ConversionError, TargetError
-from edge_export.targets.edgetpu import check_edgetpu_bytes
-from edge_export.reports.serialize import to_json_value
-from edge_export.targets.edgetpu_compiler import (
+from edge_export.targets.edgetpu.checks import check_edgetpu_bytes
+from edge_export.serialize import to_json_value
+from edge_export.targets.edgetpu.compiler import (
     compare_with_prediction,
     compile_for_edgetpu,
     find_compiler,
@@ -151,7 +151,7 @@ def test_run_fake_compiler_end_to_end(tmp_path, fake_compiler_dir, small_cnn_int
 
 def test_compare_reports_disagreements(tmp_path, small_cnn_int8):
     report = check_edgetpu_bytes(small_cnn_int8)
-    from edge_export.targets.edgetpu_compiler import CompilerResult
+    from edge_export.targets.edgetpu.compiler import CompilerResult
 
     result = CompilerResult(compiled=True, reason="", output=parse_compiler_output(PARTIAL_STDOUT))
     found = compare_with_prediction(report, result)

@@ -17,7 +17,7 @@ from edge_export.quantization.flatbuffer_recipes import MIN_SCALE, floor_ranges,
 from edge_export.quantization.pt2e import make_pt2e_quantizer, quantize_pt2e
 from edge_export.quantization.selection import check_integer
 from edge_export.runtime import Resolver, TFLiteRunner
-from edge_export.targets.edgetpu import check_edgetpu_bytes
+from edge_export.targets.edgetpu.checks import check_edgetpu_bytes
 
 
 class _Residual(nn.Module):

@@ -30,8 +30,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..flatbuffer import FlatbufferModel
-from ..reports.serialize import json_field
+from ...flatbuffer import FlatbufferModel
+from ...serialize import json_field
 
 __all__ = [
     "AppliedRewrite",
@@ -163,7 +163,7 @@ def prepare_module_for_edgetpu(module: Any, example_inputs: tuple | None = None)
     import torch
     from torch import nn
 
-    from ..passes.fx.rewrite_ops_for_edgetpu_pass import rewrite_ops_for_edgetpu_pass
+    from ...passes.fx.rewrite_ops_for_edgetpu_pass import rewrite_ops_for_edgetpu_pass
 
     if isinstance(module, torch.fx.GraphModule):
         return rewrite_ops_for_edgetpu_pass(module)
@@ -237,8 +237,8 @@ def reorder_for_edgetpu(model: FlatbufferModel) -> tuple[FlatbufferModel, bool]:
     """
     from functools import partial
 
-    from ..passes.flatbuffer import reorder_operators_for_edgetpu_pass, run_flatbuffer_passes
-    from .edgetpu import check_edgetpu
+    from ...passes.flatbuffer import reorder_operators_for_edgetpu_pass, run_flatbuffer_passes
+    from .checks import check_edgetpu
 
     report = check_edgetpu(model)
     if report.first_unmapped is None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConversionError, TargetError, first_line
-from .edgetpu import EdgeTPUReport, OpStatus, TableRow
+from ...errors import ConversionError, TargetError, first_line
+from .checks import EdgeTPUReport, OpStatus, TableRow
 
 __all__ = [
     "COMPILER_NAME",
@@ -311,7 +311,7 @@ def reattach_metadata(compiled: bytes, metadata: Any) -> bytes:
     the aligned writer (what MediaPipe's populator, the documented way for compiled models, also
     does with a plain writer); the edgetpu-custom operator's data is copied as it is.
     """
-    from ..model_metadata import attach_metadata
+    from ...model_metadata import attach_metadata
 
     return attach_metadata(bytes(compiled), metadata, origin=f"the {COMPILER_NAME} output with metadata").data
 

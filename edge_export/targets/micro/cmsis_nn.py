@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..flatbuffer import FlatbufferModel, OperatorInfo
+    from ...flatbuffer import FlatbufferModel, OperatorInfo
 
 __all__ = ["MAY_DIFFER", "REFERENCE_KERNEL", "CmsisNNReport", "KernelRuleViolation", "check_cmsis_nn"]
 
@@ -78,7 +78,7 @@ class CmsisNNReport:
 
 
 def _module_of(model: FlatbufferModel, op: OperatorInfo) -> str | None:
-    from ..provenance import operator_module
+    from ...provenance import operator_module
 
     # The output names the op's own module (for a fused op, the module that computes the opcode); then its weights (owned by the layer, and named after
     # it even when the output is a graph output); then the activations it reads.

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..config import IODtype
-from ..errors import RuntimeRunError, TargetError, UsageError, first_line
-from ..flatbuffer import FlatbufferModel, read_flatbuffer
-from ..runtime import IOTensor, from_model_outputs, to_model_inputs
+from ...config import IODtype
+from ...errors import RuntimeRunError, TargetError, UsageError, first_line
+from ...flatbuffer import FlatbufferModel, read_flatbuffer
+from ...runtime import IOTensor, from_model_outputs, to_model_inputs
 from .budgets import BUDGET_OPTIONS
-from .base import (
+from ..base import (
     FinishedRun,
     FinishedTarget,
     TargetArtifact,
@@ -46,7 +46,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..api import ExportOptions
+    from ...api import ExportOptions
 
 __all__ = [
     "TFLM_OP_RESOLVER_METHODS",
@@ -394,7 +394,7 @@ class MicroRunner:
         """(interpreter or None, TFLM's log text)."""
         from tflite_micro import runtime
 
-        from ..library_output import quiet_libraries
+        from ...library_output import quiet_libraries
 
         with quiet_libraries() as captured:
             try:
@@ -443,7 +443,7 @@ class MicroRunner:
             if _MISSING_OP.search(log) or _FAILED_NODE.search(log) or arena >= _MAX_ARENA_BYTES:
                 raise self._rejection(log, arena)
             arena = min(arena * 4, _MAX_ARENA_BYTES)
-        from ..library_output import quiet_libraries
+        from ...library_output import quiet_libraries
 
         with quiet_libraries() as captured:
             interp.print_allocations()
@@ -467,7 +467,7 @@ class MicroRunner:
         up to 16 bytes below the smallest that allocates, TFLM (the pinned tflite-micro) writes past
         the arena and segfaults instead of failing (measured on a Linear-ReLU-Linear model, where the
         search lands in that window). A probe that crashes is a size that does not allocate."""
-        from ..isolation import NativeCrashError, run_isolated
+        from ...isolation import NativeCrashError, run_isolated
 
         try:
             return run_isolated(
@@ -511,7 +511,7 @@ class MicroRunner:
         """Arrays already in the model's input dtypes, in forward() order; outputs as stored."""
         if len(arrays) != len(self.inputs):
             raise RuntimeRunError(f"The flatbuffer has {len(self.inputs)} inputs but {len(arrays)} arrays were given.")
-        from ..library_output import quiet_libraries
+        from ...library_output import quiet_libraries
 
         with quiet_libraries() as captured:
             try:
@@ -594,7 +594,7 @@ class MicroTarget(TargetPlugin):
         return options, implied
 
     def output_paths(self, options: ExportOptions, tflite_path: Path) -> list[tuple[str, Path]]:
-        from ..tensor_names import tensor_names_path
+        from ...tensor_names import tensor_names_path
 
         paths = [("--emit-op-resolver", Path(options.emit_op_resolver))] if options.emit_op_resolver else []
         if options.strip_names:
@@ -612,14 +612,14 @@ class MicroTarget(TargetPlugin):
                     f"--emit-c {folder} is the path of the .tflite itself.",
                     "Pass --emit-c a folder of its own (e.g. the default, <stem>_micro/ beside the .tflite).",
                 )
-            from .micro_bundle import bundle_paths
+            from .bundle import bundle_paths
 
             label = f"the firmware bundle ({'--emit-c' if options.emit_c else f'implied by --target {self.name}; --no-emit-c skips it'})"
             paths += [(label, p) for p in bundle_paths(folder, name)]
         return paths
 
     def check(self, context: TargetContext) -> TargetCheck:
-        from ..errors import ConversionError
+        from ...errors import ConversionError
 
         report = check_micro(context.model)
         if report.unsupported_ops:
@@ -629,7 +629,7 @@ class MicroTarget(TargetPlugin):
                 + ". " + " ".join(report.problems),
                 "Replace those operators in the model (or pick --target cpu).",
             )
-        from ..isolation import run_isolated
+        from ...isolation import run_isolated
 
         model = context.model
 
@@ -639,7 +639,7 @@ class MicroTarget(TargetPlugin):
 
         # TFLM runs in a child process (as every native run of a candidate model): a crash is exit 3.
         arena, micro_report = run_isolated(measure, stage="TFLite Micro arena measurement", backend="the TFLite Micro interpreter")
-        from ..reports.model import MicroSection
+        from ...reports.model import MicroSection
 
         artifacts = ()
         resolver_path = context.options.emit_op_resolver
@@ -648,8 +648,8 @@ class MicroTarget(TargetPlugin):
         bundle = _bundle_layout(context.options, context.tflite_path)
         c_bundle = None
         if bundle is not None:
-            from ..reports.model import CBundleSection
-            from .micro_bundle import TEST_TOLERANCE_STEPS, TEST_VECTOR_COUNT, arena_with_margin, bundle_paths
+            from ...reports.model import CBundleSection
+            from .bundle import TEST_TOLERANCE_STEPS, TEST_VECTOR_COUNT, arena_with_margin, bundle_paths
 
             folder, name = bundle
             c_bundle = CBundleSection(
@@ -677,7 +677,7 @@ class MicroTarget(TargetPlugin):
         expected outputs come from the host interpreter running that model."""
         artifacts: tuple[TargetArtifact, ...] = ()
         if run.options.strip_names:
-            from ..tensor_names import build_tensor_name_map, tensor_names_path
+            from ...tensor_names import build_tensor_name_map, tensor_names_path
 
             artifacts += (
                 TargetArtifact("tensor_names", tensor_names_path(run.tflite_path), build_tensor_name_map(run.named_model, run.model)),
@@ -687,9 +687,9 @@ class MicroTarget(TargetPlugin):
         bundle = getattr(section, "c_bundle", None)
         if bundle is None:
             return FinishedTarget(entries, artifacts)
-        from .. import __version__
-        from ..isolation import run_isolated
-        from . import micro_bundle as cb
+        from ... import __version__
+        from ...isolation import run_isolated
+        from . import bundle as cb
 
         model, seed = run.model, run.options.seed
         vectors = run_isolated(
@@ -744,7 +744,7 @@ def make_test_vectors(model: FlatbufferModel, arena_bytes: int, count: int, seed
     """``count`` seeded inputs in the model's own input dtypes and shapes (quantized inputs over
     their whole integer range; unquantized integer inputs, such as indices, 0 or 1) and the outputs
     the TFLite Micro host interpreter returns for them, as stored (int8 for a micro export)."""
-    from .micro_bundle import TestVectors
+    from .bundle import TestVectors
 
     runner = MicroRunner(model, arena_size=arena_bytes)
     rng = np.random.default_rng(seed)
@@ -780,7 +780,7 @@ def _bundle_layout(options: ExportOptions, tflite_path: Path) -> tuple[Path, str
     """(folder, C name) of the firmware bundle, or None with --no-emit-c."""
     if options.no_emit_c:
         return None
-    from .micro_bundle import c_identifier
+    from .bundle import c_identifier
 
     folder = Path(options.emit_c) if options.emit_c else tflite_path.with_name(f"{tflite_path.stem}_micro")
     return folder, c_identifier(tflite_path.stem)

@@ -17,8 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
-from ..config import IODtype
-from .base import (
+from ...config import IODtype
+from ..base import (
     PreparedModule,
     RewrittenFlatbuffer,
     TargetArtifact,
@@ -33,9 +33,9 @@ from .base import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..api import ExportOptions
-    from ..flatbuffer import FlatbufferModel
-    from ..runtime import IOTensor
+    from ...api import ExportOptions
+    from ...flatbuffer import FlatbufferModel
+    from ...runtime import IOTensor
 
 __all__ = ["EdgeTPUTarget", "EdgeTPUDelegateRunner"]
 
@@ -47,7 +47,7 @@ class EdgeTPUDelegateRunner:
     name = "ai-edge-litert interpreter with the Edge TPU delegate"
 
     def __init__(self, model: FlatbufferModel | bytes, delegate: Any) -> None:
-        from ..runtime import TFLiteRunner
+        from ...runtime import TFLiteRunner
 
         self._runner = TFLiteRunner(model, delegates=[delegate])
         self.inputs: list[IOTensor] = self._runner.inputs
@@ -84,12 +84,12 @@ class EdgeTPUTarget(TargetPlugin):
         return [("the Edge TPU compiled model", model), ("the Edge TPU compiler log", log)]
 
     def check_inputs(self, specs: Sequence[Any]) -> None:
-        from .edgetpu import check_edgetpu_inputs
+        from .checks import check_edgetpu_inputs
 
         check_edgetpu_inputs(specs)
 
     def prepare_module(self, module: Any, example: tuple) -> PreparedModule:
-        from .edgetpu_rewrites import prepare_module_for_edgetpu
+        from .rewrites import prepare_module_for_edgetpu
 
         prep = prepare_module_for_edgetpu(module, example)
         return PreparedModule(prep.module, {"rewrites": prep.rewrites})
@@ -97,15 +97,15 @@ class EdgeTPUTarget(TargetPlugin):
     def rewrite_flatbuffer(self, model: FlatbufferModel) -> RewrittenFlatbuffer:
         # FLATBUFFER PASS: the Edge TPU operator reorder. The one place the Edge TPU target runs a
         # flatbuffer pass; the pass pipeline (issue 9, item 3) may take it over from here.
-        from .edgetpu_rewrites import reorder_for_edgetpu
+        from .rewrites import reorder_for_edgetpu
 
         model, reordered = reorder_for_edgetpu(model)
         return RewrittenFlatbuffer(model, {"reordered_operators": reordered})
 
     def check(self, context: TargetContext) -> TargetCheck:
-        from ..errors import TargetError
-        from .edgetpu import check_edgetpu
-        from .edgetpu_compiler import (
+        from ...errors import TargetError
+        from .checks import check_edgetpu
+        from .compiler import (
             compare_with_prediction,
             compile_for_edgetpu,
             load_edgetpu_delegate,
@@ -115,7 +115,7 @@ class EdgeTPUTarget(TargetPlugin):
 
         options, tflite_path = context.options, context.tflite_path
         mapping = check_edgetpu(context.model, source_module=context.source_module)
-        from ..reports.model import CompilerSection, DelegateSection
+        from ...reports.model import CompilerSection, DelegateSection
 
         report: dict[str, Any] = {"edgetpu": mapping}
         artifacts: list[TargetArtifact] = []

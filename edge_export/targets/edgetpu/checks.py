@@ -18,10 +18,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..errors import TargetError
-from ..flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, read_flatbuffer
-from ..reports.serialize import json_field
-from .operator_rules import OperatorRules
+from ...errors import TargetError
+from ...flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, read_flatbuffer
+from ...serialize import json_field
+from ..operator_rules import OperatorRules
 
 __all__ = [
     "OpStatus",
@@ -149,7 +149,7 @@ class UnmappedOp:
     ops_before: int  # operators that precede it (the share the TPU gets)
 
     def describe(self) -> str:
-        from ..provenance import describe_location
+        from ...provenance import describe_location
 
         where = describe_location(self.module_path, self.module_type, self.source)
         return f"operator #{self.index} {self.opcode}{where}: {self.reason}"
@@ -218,7 +218,7 @@ def module_path_from_tensor_name(name: str, opcode: str | None = None) -> tuple[
     """``(module_path, module_type)`` of the module a flatbuffer tensor came from (see
     edge_export.provenance; for a fused operator ``opcode``, the module that computes it), or None
     when its name names none."""
-    from ..provenance import operator_module
+    from ...provenance import operator_module
 
     found = operator_module(name, opcode)
     return None if found is None else (found.path, found.type_name)
@@ -241,7 +241,7 @@ def _module_of(op: OperatorInfo, model: FlatbufferModel) -> tuple[str, str | Non
 def _source_from_graph(graph_module: Any, module_path: str) -> str | None:
     """The user's source line of the first graph node that ran inside ``module_path`` (an exported
     graph keeps each node's nn_module_stack and stack trace)."""
-    from ..provenance import node_module, node_user_source
+    from ...provenance import node_module, node_user_source
 
     for node in graph_module.graph.nodes:
         found = node_module(node)

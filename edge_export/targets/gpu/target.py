@@ -65,13 +65,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ..errors import UsageError
-from .base import FinishedRun, FinishedTarget, TargetCheck, TargetContext, TargetPlugin, register_target
-from .operator_rules import OperatorRules
+from ...errors import UsageError
+from ..base import FinishedRun, FinishedTarget, TargetCheck, TargetContext, TargetPlugin, register_target
+from ..operator_rules import OperatorRules
 
 if TYPE_CHECKING:
-    from ..api import ExportOptions
-    from ..flatbuffer import FlatbufferModel, OperatorInfo
+    from ...api import ExportOptions
+    from ...flatbuffer import FlatbufferModel, OperatorInfo
 
 __all__ = [
     "GPU_MAX_VERSIONS",
@@ -244,7 +244,7 @@ class GpuUnsupportedOp:
     ops_before: int
 
     def describe(self) -> str:
-        from ..provenance import describe_location
+        from ...provenance import describe_location
 
         where = describe_location(self.module_path, self.module_type, self.source)
         return f"operator #{self.index} {self.opcode}{where}: {self.reason}"
@@ -413,7 +413,7 @@ def _model_problems(model: FlatbufferModel) -> list[str]:
 
 def check_gpu(model: FlatbufferModel, *, source_module: Any = None, analyzer: AnalyzerCrossCheck | None = None) -> GpuReport:
     """Predict which operators of ``model``'s main subgraph the GPU delegate runs, and how it partitions."""
-    from .edgetpu import _module_of, _source_of
+    from ..edgetpu.checks import _module_of, _source_of
 
     versions = _op_versions(model)
     ops: list[GpuOp] = []
@@ -499,8 +499,8 @@ def _analyze_in_child(data: bytes) -> str:
 
 def run_gpu_analyzer(model: FlatbufferModel) -> AnalyzerCrossCheck:
     """Run the analyzer in the isolation child; any failure is reported, never raised."""
-    from ..errors import EdgeExportError
-    from ..isolation import run_isolated
+    from ...errors import EdgeExportError
+    from ...isolation import run_isolated
 
     try:
         text = run_isolated(_analyze_in_child, model.data, stage="GPU analyzer cross-check", backend="ai-edge-litert's model analyzer")
@@ -548,7 +548,7 @@ class GpuTarget(TargetPlugin):
     def finish(self, run: FinishedRun) -> FinishedTarget:
         """The float16 precision check (``gpu_precision.py``) on parity's samples: after parity, so
         it compares against the same PyTorch outputs, on the model with its tensor names."""
-        from .gpu_precision import check_gpu_precision, skipped_gpu_precision
+        from .precision import check_gpu_precision, skipped_gpu_precision
 
         precision = run.options.gpu_precision
         if run.samples is None:

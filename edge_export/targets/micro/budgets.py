@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 if TYPE_CHECKING:
-    from ..flatbuffer import FlatbufferModel
+    from ...flatbuffer import FlatbufferModel
 
 __all__ = [
     "BUDGET_OPTIONS",
@@ -178,7 +178,7 @@ def check_budgets(
 
 def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
     """Bytes of a tensor's data as stored (constants) or allocated (activations), unpadded."""
-    from ..flatbuffer import (
+    from ...flatbuffer import (
         _DTYPE_BITS,  # bits per element of each tensor type (int4 packed)
     )
 
@@ -192,7 +192,7 @@ def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
 def _module_of(model: FlatbufferModel, index: int, opcode: str | None = None) -> str | None:
     """The module a tensor's name points to for ``opcode`` (the operator that reads or writes it):
     a fused conv's weights belong to the conv, not to the ReLU its name also names."""
-    from ..provenance import operator_module
+    from ...provenance import operator_module
 
     found = operator_module(model.tensors[index].name, opcode)
     if found is None:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..text_safety import for_c_comment  # model-supplied text (output names, paths) in // comments
+from ...text_safety import for_c_comment  # model-supplied text (output names, paths) in // comments
 
 __all__ = [
     "ARENA_MARGIN_FRACTION",
@@ -324,7 +324,7 @@ def _c_type(array: np.ndarray, what: str) -> str:
     try:
         return _C_TYPES[array.dtype.name]
     except KeyError:
-        from ..errors import TargetError
+        from ...errors import TargetError
 
         raise TargetError(
             f"The C bundle cannot hold the model's {what} of type {array.dtype.name}.",

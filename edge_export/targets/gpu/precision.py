@@ -33,11 +33,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..config import Thresholds
+from ...config import Thresholds
 
 if TYPE_CHECKING:
-    from ..flatbuffer import FlatbufferModel
-    from ..validators.parity import ParityResult
+    from ...flatbuffer import FlatbufferModel
+    from ...validators.parity import ParityResult
 
 __all__ = [
     "FLOAT16_MAX",
@@ -83,7 +83,7 @@ class Float16Layer:
     max_abs_float32: float | None  # the largest magnitude the float32 run holds there
 
     def describe(self) -> str:
-        from ..provenance import describe_location
+        from ...provenance import describe_location
 
         where = describe_location(self.module_path, self.module_type, self.source)
         return f"operator #{self.operator} {self.opcode}{where}"
@@ -187,7 +187,7 @@ def _measure(model: FlatbufferModel, rounded: FlatbufferModel, feeds: Sequence[S
     signal and float16 noise energies, the float32 peak and whether float16 made Inf or NaN."""
     import numpy as np
 
-    from ..runtime import Resolver, TFLiteRunner
+    from ...runtime import Resolver, TFLiteRunner
 
     exact = TFLiteRunner(model, resolver=Resolver.BUILTIN, preserve_all_tensors=True)
     half = TFLiteRunner(rounded, resolver=Resolver.BUILTIN, preserve_all_tensors=True)
@@ -220,7 +220,7 @@ def _sqnr(signal: float, noise: float) -> float:
 
 
 def _layer(index: int, op: Any, model: FlatbufferModel, source_module: Any, stat: Sequence[Any]) -> Float16Layer:
-    from .edgetpu import _module_of, _source_of
+    from ..edgetpu.checks import _module_of, _source_of
 
     found = _module_of(op, model)
     path = found[0] if found else None
@@ -251,10 +251,10 @@ def check_gpu_precision(
     ``references`` PyTorch's outputs) and compare it with PyTorch and with its own float32 run."""
     import numpy as np
 
-    from ..isolation import run_isolated
-    from ..passes.flatbuffer import run_flatbuffer_passes, round_to_float16_pass
-    from ..validators.parity import compare_outputs
-    from ..validators.per_layer.measurement import first_jump_index
+    from ...isolation import run_isolated
+    from ...passes.flatbuffer import run_flatbuffer_passes, round_to_float16_pass
+    from ...validators.parity import compare_outputs
+    from ...validators.per_layer.measurement import first_jump_index
 
     rounded = run_flatbuffer_passes(model, [round_to_float16_pass], origin="the model rounded to float16").model
     order = _activation_order(model)

@@ -32,9 +32,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from ..errors import ConversionError, RuntimeRunError, TargetError
-from ..reports.serialize import json_field
-from .base import (
+from ...errors import ConversionError, RuntimeRunError, TargetError
+from ...serialize import json_field
+from ..base import (
     FinishedRun,
     FinishedTarget,
     TargetArtifact,
@@ -42,11 +42,11 @@ from .base import (
     TargetContext,
     register_target,
 )
-from .micro import MicroTarget
+from .target import MicroTarget
 
 if TYPE_CHECKING:
-    from ..api import ExportOptions
-    from ..flatbuffer import FlatbufferModel
+    from ...api import ExportOptions
+    from ...flatbuffer import FlatbufferModel
 
 __all__ = [
     "ETHOS_U_CONFIGS",
@@ -217,7 +217,7 @@ def _vela_message(text: str) -> str:
 def run_vela(data: bytes, accelerator: str, timeout_s: float = VELA_TIMEOUT_S) -> VelaRun:
     """Compile ``data`` (an int8 .tflite) for ``accelerator`` with Vela in a subprocess, in a
     temporary folder; Vela's default system configuration and memory mode."""
-    from ..isolation import NativeCrashError, _signal_name
+    from ...isolation import NativeCrashError, _signal_name
 
     with tempfile.TemporaryDirectory(prefix="edge-export-vela-") as tmp:
         folder = Path(tmp)
@@ -257,7 +257,7 @@ def cpu_operators(compiled: FlatbufferModel, named: FlatbufferModel) -> tuple[Cp
     """The operators Vela left outside its ``ethos-u`` operators, matched to the int8 model's
     operators by their output tensor's name (Vela keeps the names of the tensors it does not fold)
     and blamed on the PyTorch module that name points to."""
-    from ..provenance import operator_module
+    from ...provenance import operator_module
     from .cmsis_nn import _module_of
 
     by_output = {}
@@ -314,8 +314,8 @@ class EthosUTarget(MicroTarget):
         compiled = run_vela(context.model.data, self.name)
         report = self._report(compiled, context.model, context.model.data, context.tflite_path)
         # --emit-op-resolver: the operators of the compiled model (ethos-u and what stays on the CPU)
-        from ..flatbuffer import read_flatbuffer
-        from .micro import emit_op_resolver
+        from ...flatbuffer import read_flatbuffer
+        from .target import emit_op_resolver
 
         ops = read_flatbuffer(compiled.data, origin="the Vela-compiled model").op_counts
         artifacts = tuple(
@@ -325,14 +325,14 @@ class EthosUTarget(MicroTarget):
         if micro.c_bundle is not None:
             # The bundle's arena constant must also hold what Vela plans in SRAM (with CPU operators:
             # plus their tensors), whichever is larger than the int8 model's measured arena.
-            from .micro_bundle import arena_with_margin
+            from .bundle import arena_with_margin
 
             need = max(micro.c_bundle.arena_measured_bytes, ram_bytes(report, micro.report.arena_bytes))
             micro = replace(micro, c_bundle=replace(micro.c_bundle, arena_size=arena_with_margin(need)))
         return replace(checked, report={**checked.report, "micro": micro, "ethos_u": report}, artifacts=artifacts)
 
     def _report(self, compiled: VelaRun, named: FlatbufferModel, source: bytes, tflite_path: Path) -> EthosUReport:
-        from ..flatbuffer import read_flatbuffer
+        from ...flatbuffer import read_flatbuffer
 
         model = read_flatbuffer(compiled.data, origin="the Vela-compiled model")
         return EthosUReport(
@@ -369,7 +369,7 @@ class EthosUTarget(MicroTarget):
     def _bundle_model(self, run: FinishedRun) -> tuple[bytes, str, tuple[str, ...]]:
         """Firmware with an Ethos-U runs the Vela-compiled model: its bytes and operators (the
         ethos-u custom operator and what stays on the CPU)."""
-        from ..flatbuffer import read_flatbuffer
+        from ...flatbuffer import read_flatbuffer
 
         section: EthosUReport = run.checked.report["ethos_u"]
         model = read_flatbuffer(section.compiled, origin="the Vela-compiled model")

@@ -1,0 +1,6 @@
+"""Microcontroller targets: TFLite Micro (``target``), its firmware bundle (``bundle``), flash/RAM
+budgets (``budgets``), the CMSIS-NN rules (``cmsis_nn``) and the Arm Ethos-U NPUs built on them
+(``ethosu``)."""
+
+from . import ethosu as _ethosu  # noqa: F401  (registers the Ethos-U plugins)
+from . import target as _target  # noqa: F401  (registers the micro plugin)
