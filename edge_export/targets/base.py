@@ -42,7 +42,7 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..api import ExportOptions
+    from ..options import ExportOptions
     from ..flatbuffer import FlatbufferModel
     from ..reports.model import RunReport
     from ..runtime import IOTensor
@@ -354,7 +354,7 @@ def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None
     --delegate apply to --target edgetpu only."), so one message covers them, and only them: micro
     owns several options, and a message about --max-flash need not list the op resolver.
     """
-    from ..api import ExportOptions
+    from ..options import ExportOptions
 
     defaults = ExportOptions.__dataclass_fields__
     owners: dict[str, tuple[str, ...]] = {}

@@ -112,7 +112,8 @@ def test_bad_kind_options_are_usage_errors(tmp_path):
 
 
 def test_export_options_parse_and_check_kind_options_early(tmp_path):
-    from edge_export.api import ExportOptions, _check_side_outputs
+    from edge_export.api import ExportOptions
+    from edge_export.stages.paths import check_side_outputs as _check_side_outputs
 
     options = ExportOptions(output_kinds=("embedding", "logits=classification"), min_top5=0.9)
     assert options.output_kinds == ((None, E), ("logits", C))
@@ -294,7 +295,7 @@ def test_pytorch_side_output_names_come_from_dict_keys_and_attributes():
 
     import torch
 
-    from edge_export.api import _output_keys
+    from edge_export.stages.load import output_keys as _output_keys
 
     t = torch.zeros(1)
     Out = namedtuple("Out", ["logits", "pooler_output"])

@@ -33,7 +33,7 @@ from ..base import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from ...api import ExportOptions
+    from ...options import ExportOptions
     from ...flatbuffer import FlatbufferModel
     from ...runtime import IOTensor
 

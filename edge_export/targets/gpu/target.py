@@ -70,7 +70,7 @@ from ..base import FinishedRun, FinishedTarget, TargetCheck, TargetContext, Targ
 from ..operator_rules import OperatorRules
 
 if TYPE_CHECKING:
-    from ...api import ExportOptions
+    from ...options import ExportOptions
     from ...flatbuffer import FlatbufferModel, OperatorInfo
 
 __all__ = [

@@ -45,7 +45,7 @@ from ..base import (
 from .target import MicroTarget
 
 if TYPE_CHECKING:
-    from ...api import ExportOptions
+    from ...options import ExportOptions
     from ...flatbuffer import FlatbufferModel
 
 __all__ = [

@@ -46,7 +46,7 @@ from ..base import (
 )
 
 if TYPE_CHECKING:
-    from ...api import ExportOptions
+    from ...options import ExportOptions
 
 __all__ = [
     "TFLM_OP_RESOLVER_METHODS",

@@ -1,0 +1,169 @@
+"""The convert stage: the prepared module to a verified flatbuffer, in float, fp16 or a quantized
+mode (with the sensitivity ranking and mixed-precision search when asked for), its signature named
+after the model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..config import InputSpec, IODtype, QuantizeMode
+from ..options import ExportOptions
+from .clock import StageClock
+from .prepare import PreparedRun
+from .samples import calibration_in_layout, calibration_sets, heldout_in_layout, parity_samples
+from .target_options import mixed_precision_plan, times_host_latency
+
+if TYPE_CHECKING:
+    from ..flatbuffer import FlatbufferModel
+
+__all__ = ["ConvertedRun", "convert_stage", "name_signature"]
+
+
+@dataclass(frozen=True)
+class ConvertedRun:
+    prepared: PreparedRun
+    model: FlatbufferModel  # verified, aligned, its signature named after the model
+    quantization: Any = None  # QuantizationResult (integer modes)
+    float_bytes: bytes | None = None  # the float flatbuffer, when a quantized export converted one
+    calibration: Any = None  # the CalibrationSet (integer modes)
+    heldout: list[tuple] | None = None  # real held-out samples for parity (None: seeded random ones)
+    sensitivity: Any = None
+    mixed_precision: Any = None
+
+
+def convert_stage(prepared: PreparedRun, options: ExportOptions, target: Any, clock: StageClock) -> ConvertedRun:
+    if options.quantize.is_integer:
+        converted = _quantize(prepared, options, target, clock)
+    else:
+        converted = ConvertedRun(prepared, _convert(prepared, options, clock))
+    with clock.run("inspect", "Reading the flatbuffer"):
+        loaded = prepared.loaded
+        fb = name_signature(converted.model, loaded.specs, loaded.returned_keys, options)
+        quantization = converted.quantization
+        if quantization is not None:  # its I/O table names what the written file names
+            from ..quantization import describe_io
+
+            quantization = replace(quantization, model=fb, io=describe_io(fb))
+    return replace(converted, model=fb, quantization=quantization)
+
+
+def _convert(prepared: PreparedRun, options: ExportOptions, clock: StageClock) -> FlatbufferModel:
+    """Float or fp16: one conversion, read and verified here (the converter's bytes are the edge)."""
+    from ..conversion import convert_module, fp16_quant_config
+    from ..flatbuffer import read_flatbuffer
+    from ..flatbuffer_packing import align_buffers
+
+    with clock.run("convert", "Tracing and converting with litert-torch"):
+        quant_config = fp16_quant_config() if options.quantize is QuantizeMode.FP16 else None
+        model_bytes = convert_module(prepared.module, prepared.example, strict=options.strict, quant_config=quant_config, verbose=options.verbose)
+    # The converter ignores the schema's 16-byte alignment of buffer data; every check below runs
+    # on, and every file is written from, the aligned model (later rewrites re-pack it aligned).
+    return read_flatbuffer(align_buffers(model_bytes), origin="the converted model")
+
+
+def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock: StageClock) -> ConvertedRun:
+    from ..conversion import convert_module
+    from ..quantization.budget import TimeBudget
+
+    calibration, heldout = calibration_sets(options, prepared.loaded.specs)
+    search_mode, promote_to = mixed_precision_plan(options, target)
+    if search_mode or options.sensitivity:  # per-operator recipes start from the float model
+        with clock.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
+            float_bytes = convert_module(prepared.module, prepared.example, strict=options.strict, verbose=options.verbose)
+    else:  # converted once here: the flatbuffer backend, the latency stage and the Edge TPU's explanation share it
+        float_bytes = float_model_for_flatbuffer_backend(prepared.module, prepared.example, options, clock)
+    # one budget for the whole quantization stage: backends, sensitivity, mixed precision
+    budget = TimeBudget(options.time_budget, on_progress=clock.on_progress)
+    result = _run_quantizer(prepared, options, target, calibration, float_bytes, budget, clock)
+    sensitivity = mixed = None
+    if search_mode or options.sensitivity:
+        label = "Ranking operators by sensitivity" + (" and searching for mixed precision" if search_mode else "")
+        with clock.run("mixed_precision" if search_mode else "sensitivity", label):
+            result, sensitivity, mixed = _sensitivity_and_search(
+                prepared, options, target, result, float_bytes, calibration, heldout, (search_mode, promote_to), budget
+            )
+        if not options.sensitivity and mixed is None:
+            sensitivity = None  # measured for a search that was not needed: not asked for
+    result = replace(result, time_budget=budget.section())
+    return ConvertedRun(prepared, result.model, result, float_bytes, calibration, heldout, sensitivity, mixed)
+
+
+def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, calibration: Any, float_bytes: bytes | None, budget: Any, clock: StageClock) -> Any:
+    from ..quantization import ParityTarget, quantize_model
+    from ..quantization.ranges import observers_for
+
+    with clock.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
+        gates = options.thresholds()
+        return quantize_model(
+            prepared.module,
+            prepared.example,
+            options.quantize,
+            calibration=calibration_in_layout(calibration, prepared.plan.inputs),
+            backend=options.quant_backend,
+            **observers_for(options.range_algorithm),
+            io_dtype=options.io_dtype or IODtype.FLOAT32,
+            require_full_integer=target.requires_full_integer,
+            strict=options.strict,
+            verbose=options.verbose,
+            # auto keeps the first fully integer result that meets the export's own gates
+            target=ParityTarget(gates.min_sqnr_db, gates.min_cosine),
+            float_model_bytes=float_bytes,
+            budget=budget,
+        )
+
+
+def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, target: Any, result: Any, float_bytes: bytes | None,
+                            calibration: Any, heldout: list[tuple] | None, plan: tuple[str | None, str], budget: Any) -> tuple:
+    from ..quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
+
+    loaded = prepared.loaded
+    samples = heldout if heldout is not None else parity_samples(loaded.specs, options, loaded.example)
+    search_mode, promote_to = plan
+    return run_sensitivity_and_mixed_precision(
+        result,
+        float_bytes=float_bytes,
+        export_module=prepared.module,
+        calibration=calibration_in_layout(calibration, prepared.plan.inputs),
+        heldout=heldout_in_layout(samples, prepared.plan.inputs),
+        want_sensitivity=options.sensitivity,
+        search_mode=search_mode,
+        precision=promote_to,
+        target=AccuracyTarget(options.thresholds().min_sqnr_db, options.min_cosine, options.min_top1),
+        io_dtype=options.io_dtype or IODtype.FLOAT32,
+        source_module=loaded.module,
+        verbose=options.verbose,
+        measure_latency=times_host_latency(options, target),  # each promotion's latency: cpu, not --no-latency
+        budget=budget,
+    )
+
+
+def float_model_for_flatbuffer_backend(module: Any, example: tuple, options: ExportOptions, clock: StageClock) -> bytes | None:
+    """The float flatbuffer the flatbuffer backend quantizes, converted here rather than inside
+    quantize_model so that the latency stage can time it and a failed Edge TPU parity can rank
+    operators on it: no conversion more than before. None when only PT2E runs (it converts no float
+    model; timing would cost one). A conversion that fails raises (quantize_model's precondition)."""
+    from ..conversion import convert_module
+    from ..quantization import backends_for
+
+    if "flatbuffer" not in backends_for(options.quantize, options.quant_backend):
+        return None
+    with clock.run("convert", "Tracing and converting with litert-torch (float: the flatbuffer backend's input)"):
+        # A failure is the export's (exit 3, now): PT2E lowers through the same converter, so no
+        # backend could do better, and calibrating first would only delay the same error (issue 21).
+        return convert_module(module, example, strict=options.strict, verbose=options.verbose)
+
+
+def name_signature(fb: FlatbufferModel, specs: Sequence[InputSpec], returned_keys: Sequence[str | None], options: ExportOptions) -> FlatbufferModel:
+    """The converter's signature (``args_0``..., ``output_0``...) renamed after the model."""
+    import functools
+
+    from ..io_names import resolve_names
+    from ..passes.flatbuffer import rename_signature_pass, run_flatbuffer_passes
+
+    inputs = resolve_names((), [s.name for s in specs], fb.input_names)
+    outputs = resolve_names(options.output_names, returned_keys, fb.output_names)
+    rename = functools.partial(
+        rename_signature_pass, input_names=inputs, output_names=outputs, signature_key=options.signature_key
+    )
+    return run_flatbuffer_passes(fb, [rename], origin="the model with named inputs and outputs").model

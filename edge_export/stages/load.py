@@ -1,0 +1,133 @@
+"""The load stage: the model loaded (loading.py's safety rules), its inputs settled and named, and one
+eager run whose outputs are the reference every later stage compares with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import InputSpec
+from ..errors import InputSpecError
+from ..options import ExportOptions
+
+
+def flatten_outputs(out: Any) -> list:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    leaves = pytree.tree_leaves(out)
+    bad = [type(x).__name__ for x in leaves if not isinstance(x, torch.Tensor)]
+    if bad or not leaves:
+        raise InputSpecError(
+            f"The model's forward() returns {', '.join(bad) or 'no tensors'}; edge-export needs tensor outputs "
+            "(a tensor, or a tuple/list/dict of tensors).",
+            "Wrap the model so that forward() returns only tensors.",
+        )
+    return leaves
+
+
+def resolve_inputs(loaded: Any, options: ExportOptions, example_inputs: tuple | None) -> tuple[list[InputSpec], tuple]:
+    from ..inputs import example_tensors, specs_from_options, specs_from_tensors
+
+    if options.input_shapes:
+        specs = specs_from_options(options.input_shapes, options.input_dtypes)
+        if example_inputs is not None and len(example_inputs) == len(specs):
+            example = tuple(example_inputs)
+        else:
+            example = example_tensors(specs, options.seed)
+        return specs, example
+    if example_inputs is not None:
+        return specs_from_tensors(example_inputs), tuple(example_inputs)
+    if loaded.example_inputs is not None:
+        return specs_from_tensors(loaded.example_inputs), tuple(loaded.example_inputs)
+    raise InputSpecError(
+        f"The input shapes of {loaded.source} are unknown: a {loaded.kind.value.replace('_', ' ')} does not record them.",
+        "Pass --input-shape once per forward() argument, in order, e.g. --input-shape 1,3,224,224.",
+    )
+
+
+def load_with_inputs(
+    model: Any, options: ExportOptions, example_inputs: tuple | None
+) -> tuple[Any, list[InputSpec], tuple, list, list[str | None]]:
+    """Load the model, settle its input specs (named) and example, and run it once eagerly: its
+    flattened outputs and the key each was returned under."""
+    from ..inputs import check_model_accepts
+    from ..loading import load_model
+
+    loaded = load_model(
+        model,
+        example_inputs=example_for_loading(options, example_inputs),
+        weights=options.weights,
+        trust_pickle=options.trust_pickle,
+    )
+    specs, example = resolve_inputs(loaded, options, example_inputs)
+    returned = check_model_accepts(loaded.module, example, specs)
+    outputs = flatten_outputs(returned)
+    specs = named_specs(loaded, specs, options)
+    check_output_names(options, len(outputs))
+    return loaded, specs, example, outputs, output_keys(returned)
+
+
+def named_specs(loaded: Any, specs: list[InputSpec], options: ExportOptions) -> list[InputSpec]:
+    """The specs named after --input-names or forward()'s parameters: every file a user hands in
+    (calibration archives) is keyed by the same names as the signature."""
+    from dataclasses import replace
+
+    from ..io_names import check_count, forward_parameter_names, resolve_names
+
+    check_count(options.input_names, len(specs), "--input-names", "input")
+    from_model = list(loaded.input_names or ())[: len(specs)] or forward_parameter_names(loaded.module, len(specs))
+    names = resolve_names(options.input_names, from_model, [f"args_{i}" for i in range(len(specs))])
+    return [replace(spec, name=name) for spec, name in zip(specs, names)]
+
+
+def check_output_names(options: ExportOptions, count: int) -> None:
+    from ..io_names import check_count
+
+    check_count(options.output_names, count, "--output-names", "output")
+
+
+def example_for_loading(options: ExportOptions, example_inputs: tuple | None) -> tuple | None:
+    """TorchScript conversion needs example inputs at load time."""
+    if example_inputs is not None:
+        return tuple(example_inputs)
+    if options.input_shapes:
+        from ..inputs import example_tensors, specs_from_options
+
+        return example_tensors(specs_from_options(options.input_shapes, options.input_dtypes), options.seed)
+    return None
+
+
+def output_keys(returned: Any) -> list[str | None]:
+    """Per flattened output, the dict key or attribute PyTorch returned it under (None for a
+    tuple/list position or a bare tensor): names such as ``logits`` or ``pooler_output``."""
+    from torch.utils import _pytree as pytree
+
+    keys: list[str | None] = []
+    for path, _ in pytree.tree_flatten_with_path(returned)[0]:
+        last = path[-1] if path else None
+        key = getattr(last, "key", None)
+        if key is None:
+            key = getattr(last, "name", None)
+        keys.append(key if isinstance(key, str) else None)
+    return keys
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """The load stage's result: the model and what one eager run of it returned."""
+
+    loaded: Any  # loading.LoadedModel
+    specs: list[InputSpec]  # named after --input-names or forward()'s parameters
+    example: tuple  # the example inputs, in PyTorch's layout
+    reference_out: list  # the eager run's flattened outputs
+    returned_keys: list[str | None]  # the key each output was returned under
+
+    @property
+    def module(self) -> Any:
+        return self.loaded.module
+
+
+def load_stage(model: Any, options: ExportOptions, example_inputs: tuple | None, clock: Any) -> LoadedRun:
+    with clock.run("load", "Loading the model"):
+        return LoadedRun(*load_with_inputs(model, options, example_inputs))

@@ -1,0 +1,266 @@
+"""The parity stage: PyTorch and the converted model on the same samples, output by output (and
+layer by layer with --per-layer), through the runtime the target names."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+
+from ..config import InputSpec, IODtype
+from ..errors import InputSpecError, UsageError, first_line
+from ..options import ExportOptions
+from .clock import StageClock
+from .load import flatten_outputs, output_keys
+from .samples import calibration_in_layout, heldout_in_layout, parity_samples, to_layout
+
+if TYPE_CHECKING:
+    from ..flatbuffer import FlatbufferModel
+
+
+def check_parity(
+    module: Any,
+    example: tuple,
+    specs: list[InputSpec],
+    options: ExportOptions,
+    fb: FlatbufferModel,
+    plan: Any,
+    stages: StageClock,
+    *,
+    samples: list[tuple] | None = None,
+    runner_factory: Callable[[FlatbufferModel], Any] | None = None,
+) -> tuple[Any, Any, Any, Any]:
+    """Output parity, then (with --per-layer) the layer-by-layer comparison on the same samples;
+    with --runtime compiled-model or both, each runtime's parity and their differences too. Also
+    returns the samples checked: the float feeds in the model's layout and PyTorch's outputs."""
+    from ..inputs import make_samples
+
+    if samples is None:
+        samples = make_samples(specs, options.samples, options.seed, example)
+    with stages.run("validate", f"Checking parity on {len(samples)} samples"):
+        parity, runtimes, checked = run_parity(module, samples, options, fb, plan, runner_factory)
+    layers = None
+    if options.per_layer:
+        from ..validators.layers import per_layer_parity
+
+        with stages.run("per_layer", "Comparing every layer with PyTorch (reference kernels)"):
+            from ..isolation import run_isolated
+
+            layers = run_isolated(
+                per_layer_parity,
+                module,
+                tuple(example),
+                fb,
+                samples=[tuple(t.numpy() for t in sample) for sample in samples],
+                channels_last_inputs=tuple(plan.inputs),
+                min_sqnr_db=options.per_layer_min_sqnr,
+                stage="per-layer comparison",
+                backend="the LiteRT reference kernels",
+            )
+    return parity, layers, runtimes, checked
+
+
+def run_parity(
+    module: Any,
+    samples: list[tuple],
+    options: ExportOptions,
+    fb: FlatbufferModel,
+    plan: Any,
+    runner_factory: Callable[[FlatbufferModel], Any] | None = None,
+):
+    import torch
+
+    from ..isolation import run_isolated
+    from ..targets.base import litert_runner
+    from ..validators.parity import compare_outputs
+
+    references, feeds = [], []
+    torch_names: list[str | None] = []
+    with torch.no_grad():
+        for number, sample in enumerate(samples):
+            try:
+                outputs = module(*sample)
+            except (Exception, SystemExit) as exc:  # the model's own error: the user's, not ours
+                first = first_line(exc)
+                raise InputSpecError(
+                    f"The PyTorch model raised {type(exc).__name__} on parity sample {number + 1} of "
+                    f"{len(samples)} (seeded random inputs shaped like the example): {first[:300]}",
+                    "Pass --samples 1 to check only the example inputs, or make forward() accept such inputs.",
+                ) from exc
+            if not torch_names:
+                torch_names = output_keys(outputs)
+            references.append([t.detach().float().numpy() for t in flatten_outputs(outputs)])
+            feeds.append(to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True))
+
+    from ..runtime import CompiledModelRunner
+
+    # --runtime: the target's runner (the LiteRT interpreter unless the target brings its own),
+    # LiteRT 2.x's CompiledModel, or both on the same samples.
+    interpreter = runner_factory or litert_runner
+    factories = {"interpreter": [interpreter], "compiled-model": [CompiledModelRunner], "both": [interpreter, CompiledModelRunner]}[options.runtime]
+
+    def run_candidate():
+        runs = []
+        for factory in factories:
+            runner = factory(fb)
+            outs = [to_layout(runner.run(feed), plan.outputs, nhwc=False) for feed in feeds]
+            runs.append((outs, [o.name for o in runner.outputs], [o.scale for o in runner.outputs], runner.name))
+        return runs
+
+    # The flatbuffer runs in a child process: a native crash becomes exit 3 naming this stage.
+    backend = backend_label(runner_factory) if options.runtime == "interpreter" else (
+        "LiteRT's CompiledModel (CPU)" if options.runtime == "compiled-model" else backend_label(runner_factory) + " or LiteRT's CompiledModel (CPU)"
+    )
+    runs = run_isolated(run_candidate, stage="parity check", backend=backend)
+    candidates, names, scales, runtime = runs[0]
+    if len(names) != len(references[0]):
+        raise UsageError(
+            f"The flatbuffer has {len(names)} outputs but the PyTorch model returns {len(references[0])}.",
+            "This can happen when outputs are constants or duplicates; run with --no-validate to export anyway.",
+        )
+    order = outputs_by_name(torch_names, names)
+    if order is not None:  # both sides name their outputs: pair by name, not by position
+        references = [[ref[i] for i in order] for ref in references]
+        torch_names = [torch_names[i] for i in order]
+    kinds = output_kinds(names, torch_names, [tuple(r.shape) for r in references[0]], options)
+    unnamed = [n for n, d in zip(names, kinds) if d.source.value == "default"]
+    notes = (
+        [
+            f"{', '.join(unnamed)} judged as regression (no option, name or labels says what "
+            f"{'it is' if len(unnamed) == 1 else 'they are'}): --output-kind NAME=classification adds "
+            "top-1/top-5, NAME=embedding worst-sample cosine and neighbours"
+        ]
+        if unnamed
+        else []
+    )
+    results = [
+        compare_outputs(
+            references,
+            run_outputs,
+            names=names,
+            thresholds=options.thresholds(),
+            runtime=run_runtime,
+            output_scales=scales,
+            notes=notes,
+            kinds=kinds,
+        )
+        for run_outputs, _, _, run_runtime in runs
+    ]
+    checked = (feeds, references)
+    if options.runtime == "interpreter":
+        return results[0], None, checked
+    from ..validators.runtimes import RuntimeComparison, compare_runtimes
+
+    differences = compare_runtimes(names, runs[0][0], runs[1][0], scales) if len(runs) == 2 else ()
+    return results[0], RuntimeComparison(options.runtime, tuple(results), differences), checked
+
+
+def outputs_by_name(torch_names: Sequence[str | None], names: Sequence[str]) -> list[int] | None:
+    """For each flatbuffer output (``names``), the index of the PyTorch output of the same name;
+    None (pair by position) unless every output on both sides is named and the names are the same."""
+    if len(torch_names) != len(names) or set(torch_names) != set(names) or len(set(names)) != len(names):
+        return None
+    index = {n: i for i, n in enumerate(torch_names)}
+    return [index[n] for n in names]
+
+
+def output_kinds(names: Sequence[str], torch_names: Sequence[str | None], shapes: Sequence[tuple[int, ...]], options: ExportOptions) -> list:
+    """What each output is (classification, embedding, regression) and how that was decided."""
+    from ..validators.output_kinds import OutputIdentity, resolve_output_kinds
+
+    identities = []
+    for i, (name, shape) in enumerate(zip(names, shapes)):
+        torch_name = torch_names[i] if i < len(torch_names) else None
+        identities.append(OutputIdentity(i, tuple(dict.fromkeys(n for n in (name, torch_name) if n)), shape))
+    return resolve_output_kinds(identities, options.output_kinds, options.labels)
+
+
+def parity_runner_factory(target: Any, checked: Any) -> Any:
+    factory = functools.partial(target.parity_runner, checked=checked)
+    factory.backend_label = checked.runner_label  # type: ignore[attr-defined]
+    return factory
+
+
+def backend_label(runner_factory: Any) -> str:
+    """The runtime parity runs through, named in the message when it crashes natively."""
+    return getattr(runner_factory, "backend_label", None) or "the LiteRT interpreter (XNNPACK)"
+
+
+@dataclass(frozen=True)
+class ParityRun:
+    """The parity stage's result (all None with --no-validate)."""
+
+    parity: Any = None  # ParityResult
+    layers: Any = None  # LayerParityReport (--per-layer)
+    runtimes: Any = None  # RuntimeComparison (--runtime compiled-model or both)
+    samples: tuple | None = None  # (feeds in the model's layout, PyTorch's outputs)
+    sensitivity: Any = None  # the convert stage's ranking, or the one explaining a failed parity
+
+
+def parity_stage(checked: Any, options: ExportOptions, target: Any, clock: StageClock) -> ParityRun:
+    """Parity of the checked model through the target's runner; on a target with nothing to promote
+    a layer to, a failed int8 parity is explained by the sensitivity ranking."""
+    converted = checked.converted
+    loaded = converted.prepared.loaded
+    if not options.validate:
+        return ParityRun(sensitivity=converted.sensitivity)
+    parity, layers, runtimes, samples = check_parity(
+        loaded.module, loaded.example, loaded.specs, options, checked.model, converted.prepared.plan, clock,
+        samples=converted.heldout, runner_factory=parity_runner_factory(target, checked.checked),
+    )
+    sensitivity = converted.sensitivity
+    if parity.passed is False and converted.quantization is not None and sensitivity is None and not target.mixed_precision_promotions:
+        with clock.run("sensitivity", "Ranking operators by sensitivity (parity failed)"):
+            sensitivity = limiting_layers(converted, options, target)
+    return ParityRun(parity, layers, runtimes, samples, sensitivity)
+
+
+def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:
+    """On a target with nothing to promote a layer to (the Edge TPU), a failed int8 parity is
+    explained instead: the sensitivity ranking, with a note naming the layers that limit accuracy."""
+    from dataclasses import replace
+
+    from ..conversion import convert_module
+    from ..quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
+
+    prepared, loaded = converted.prepared, converted.prepared.loaded
+    float_bytes = converted.float_bytes
+    if float_bytes is None:  # only PT2E ran: no float model was converted yet
+        float_bytes = convert_module(prepared.module, prepared.example, strict=options.strict, verbose=options.verbose)
+    heldout = converted.heldout if converted.heldout is not None else parity_samples(loaded.specs, options, loaded.example)
+    _, sensitivity, _ = run_sensitivity_and_mixed_precision(
+        converted.quantization, float_bytes=float_bytes, export_module=prepared.module,
+        calibration=calibration_in_layout(converted.calibration, prepared.plan.inputs),
+        heldout=heldout_in_layout(heldout, prepared.plan.inputs),
+        want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
+        source_module=loaded.module, verbose=options.verbose,
+    )
+    top = ", ".join(layer.label for layer in sensitivity.layers[:3])
+    note = (
+        f"Parity failed, and --target {target.name} has no int16 or float kernels to raise a layer to. "
+        f"The layers that limit accuracy most (sensitivity ranks 1-3): {top}. Real --calibration-data "
+        "(ranges from the inputs the model will see) or a rewrite of those layers (bounded activations "
+        "such as ReLU6, no outlier channels) is what helps there."
+    )
+    return replace(sensitivity, notes=(note, *sensitivity.notes))
+
+
+def validate_sensitivity(module: Any, example: tuple, specs: list[InputSpec], options: ExportOptions, plan: Any) -> Any:
+    """validate --sensitivity: the ranking of the reference converted to float (in the validated
+    file's layout) with synthetic calibration; keyed by the float model's tensor names, which a
+    file from the flatbuffer backend shares (the overlay keeps the names the file has)."""
+    from ..conversion import convert_module, wrap_channels_last
+    from ..quantization import DEFAULT_SYNTHETIC_SAMPLES, synthetic_calibration
+    from ..quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
+
+    export_module = wrap_channels_last(module, plan) if plan.active else module
+    export_example = tuple(t.permute(0, 2, 3, 1).contiguous() if i in plan.inputs else t for i, t in enumerate(example))
+    float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
+    calibration = calibration_in_layout(synthetic_calibration(specs, DEFAULT_SYNTHETIC_SAMPLES, seed=options.seed + 1_000_003), plan.inputs)
+    _, sensitivity, _ = run_sensitivity_and_mixed_precision(
+        None, float_bytes=float_bytes, export_module=export_module, calibration=calibration, heldout=[],
+        want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
+        source_module=module, verbose=options.verbose,
+    )
+    return sensitivity

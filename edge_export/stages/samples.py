@@ -1,0 +1,78 @@
+"""The samples the stages share: calibration sets, held-out parity inputs, and both moved to the
+layout the converted model takes (NHWC for --channels-last inputs)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..config import InputSpec
+from ..errors import UsageError
+from ..options import ExportOptions
+
+
+def to_layout(arrays: Sequence[np.ndarray], indices: Sequence[int], nhwc: bool) -> list[np.ndarray]:
+    out = list(arrays)
+    for i in indices:
+        out[i] = np.transpose(out[i], (0, 2, 3, 1) if nhwc else (0, 3, 1, 2))
+    return out
+
+
+def parity_samples(specs: list[InputSpec], options: ExportOptions, example: tuple) -> list[tuple]:
+    """The inputs parity runs on when no real held-out data was given (as check_parity makes them)."""
+    from ..inputs import make_samples
+
+    return make_samples(specs, options.samples, options.seed, example)
+
+
+def calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:
+    """Calibration samples, and held-out real samples for parity (None: parity uses seeded random
+    inputs, which are never the calibration inputs)."""
+    import torch
+
+    from ..quantization import DEFAULT_CALIBRATION_SAMPLES, load_calibration_data, synthetic_calibration
+
+    if options.calibration_data:
+        data = load_calibration_data(
+            options.calibration_data,
+            specs,
+            image_size=options.image_size,
+            mean=options.mean,
+            std=options.std,
+            layout=options.image_layout,
+        )
+        if len(data) < 2:
+            raise UsageError(
+                f"The calibration data {options.calibration_data} holds {len(data)} sample; at least 2 are needed "
+                "(some are held out to check parity on inputs the model was not calibrated on).",
+                "Add more samples.",
+            )
+        holdout_n = min(options.samples, max(1, len(data) // 4))
+        calibration, holdout = data.split(holdout_n)
+        calibration = calibration.limit(options.calibration_samples)
+        parity = [tuple(torch.from_numpy(np_array_copy(a)) for a in sample) for sample in holdout.samples]
+        return calibration, parity
+    n = options.calibration_samples or DEFAULT_CALIBRATION_SAMPLES
+    # a seed apart from the parity inputs' seed, so parity never runs on calibration inputs
+    return synthetic_calibration(specs, n, seed=options.seed + 1_000_003), None
+
+
+def np_array_copy(a: Any) -> Any:
+    return np.ascontiguousarray(np.array(a, copy=True))
+
+
+def calibration_in_layout(calibration: Any, nhwc_inputs: Sequence[int]) -> Any:
+    """The wrapped module takes NHWC for the channels-last inputs: move the samples there too."""
+    if not nhwc_inputs:
+        return calibration
+    from ..quantization import CalibrationSet
+
+    moved = tuple(tuple(to_layout(list(sample), nhwc_inputs, nhwc=True)) for sample in calibration.samples)
+    moved = tuple(tuple(np.ascontiguousarray(a) for a in sample) for sample in moved)
+    return CalibrationSet(moved, calibration.source, calibration.real_data)
+
+
+def heldout_in_layout(samples: Sequence[tuple], nhwc_inputs: Sequence[int]) -> list[tuple]:
+    """Held-out torch samples as contiguous numpy arrays in the converted model's layout."""
+    return [tuple(np.ascontiguousarray(a) for a in to_layout([t.numpy() for t in sample], nhwc_inputs, nhwc=True)) for sample in samples]

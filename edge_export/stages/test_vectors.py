@@ -1,0 +1,206 @@
+"""``validate MODEL.tflite --test-vectors FILE``: the model on stored inputs, judged against stored
+outputs, thresholds and output kinds; no PyTorch runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from .. import __version__
+from ..atomic_files import check_outputs_apart, check_writable_folder, remove_created_folders
+from ..config import Thresholds
+from ..errors import UsageError
+from ..options import ExportOptions
+from ..reports.model import ArtifactsSection, InputSection, ModelSection, RunReport, ToolSection, ValidateSection
+from .assemble import app_section, flatbuffer_section, library_fields, with_baseline
+from .clock import StageClock
+from .precision import infer_precision
+from .paths import check_side_outputs, input_paths, side_outputs
+from .samples import to_layout
+from .write import ExportResult, write_run
+
+if TYPE_CHECKING:
+    from ..flatbuffer import FlatbufferModel
+
+
+# Options that only mean something with a PyTorch reference: refused beside --test-vectors, whose
+# file fixes the inputs, their layout, the output kinds and the thresholds' defaults.
+_REFERENCE_ONLY_OPTIONS = (
+    ("input_shapes", "--input-shape"), ("input_dtypes", "--input-dtype"), ("samples", "--samples"), ("seed", "--seed"),
+    ("channels_last", "--channels-last"), ("per_layer", "--per-layer"), ("per_layer_min_sqnr", "--per-layer-min-sqnr"),
+    ("per_layer_plot", "--per-layer-plot"), ("weights", "--weights"), ("trust_pickle", "--trust-pickle"),
+    ("output_kinds", "--output-kind"), ("labels", "--labels"),
+)
+
+
+def validate_with_test_vectors(
+    tflite_path: Path,
+    vectors_path: Path,
+    reference: Any,
+    example_inputs: tuple | None,
+    report_prefix: str | Path | None,
+    options: ExportOptions,
+    on_stage: Callable[[str], None] | None,
+    tensor_names: str | Path | None,
+    explicit_quantize: bool,
+) -> ExportResult:
+    """``validate MODEL.tflite --test-vectors FILE``: the model on the stored inputs, judged against
+    the stored outputs, thresholds and kinds (``--atol`` and the other threshold options tighten or
+    loosen them; ``--runtime`` picks the runtimes)."""
+    defaults = ExportOptions()
+    given = [flag for name, flag in _REFERENCE_ONLY_OPTIONS if getattr(options, name) != getattr(defaults, name)]
+    given += [flag for flag, value in (("--reference", reference), ("example_inputs", example_inputs),
+                                       ("--tensor-names", tensor_names)) if value is not None]
+    if explicit_quantize:
+        given.append("quantize")
+    if given:
+        raise UsageError(
+            f"--test-vectors and {', '.join(given)} contradict each other: the test-vector file holds the inputs "
+            "(their shapes, dtypes and layout), PyTorch's outputs, the output kinds and the thresholds, and no "
+            "PyTorch model runs.",
+            f"Drop {', '.join(given)}, or drop --test-vectors and check against --reference.",
+        )
+    prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
+    json_path, md_path = Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
+    check_outputs_apart(
+        [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *side_outputs(options)],
+        [("the flatbuffer to validate", tflite_path), ("the test vectors (--test-vectors)", vectors_path), *input_paths(None, options)],
+    )
+    created: list[Path] = []
+    try:
+        from ..flatbuffer import load_flatbuffer
+        from ..testdata import check_vectors_fit_model, load_reference_vectors
+
+        stages = StageClock(on_stage)
+        with stages.run("load", "Reading the model and the test vectors"):
+            fb = load_flatbuffer(tflite_path)
+            vectors = load_reference_vectors(vectors_path)
+            check_vectors_fit_model(vectors, fb, vectors_path, tflite_path)
+        check_writable_folder(json_path, created)
+        check_side_outputs(options, created)
+        from ..library_output import quiet_libraries
+
+        with quiet_libraries(options.verbose or not options.quiet_libraries):
+            with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
+                parity, runtimes = parity_on_vectors(fb, vectors, options)
+        nhwc_in = tuple(i for i, t in enumerate(vectors.input_tensors) if t.layout == "NHWC")
+        nhwc_out = tuple(k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC")
+        from ..targets.base import get_target
+
+        report = RunReport(
+            tool=ToolSection(__version__),
+            **library_fields(),
+            created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            model=ModelSection(str(vectors_path), "test_vectors", vectors.model_class),
+            inputs=tuple(
+                InputSection(t.name, (t.shape[0], t.shape[3], t.shape[1], t.shape[2]) if i in nhwc_in else t.shape, t.dtype,
+                             "NHWC" if i in nhwc_in else None)
+                for i, t in enumerate(vectors.input_tensors)
+            ),
+            export=ValidateSection(
+                quantize=infer_precision(fb).value,
+                target=get_target(options.target).name,
+                channels_last=bool(nhwc_in or nhwc_out),
+                channels_last_inputs=nhwc_in,
+                channels_last_outputs=nhwc_out,
+                strict=False,
+                test_vectors=str(vectors_path),
+            ),
+            artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
+            flatbuffer=flatbuffer_section(fb),
+            stages=tuple(stages.times),
+            validation=parity,
+            runtimes=runtimes,
+            app=app_section(fb, nhwc_in, nhwc_out),
+        )
+        report = with_baseline(report, options.baseline)
+        return write_run(report, [], options, stages)
+    except BaseException:
+        remove_created_folders(created)
+        raise
+
+
+def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions) -> tuple[Any, Any]:
+    """Each runtime --runtime names on the stored inputs (integer inputs fed as stored: the runners
+    pass integer arrays through unchanged), compared output by output with the stored outputs,
+    thresholds and kinds, in PyTorch's layout like the export's own parity check."""
+    import hashlib
+    from dataclasses import replace
+
+    from ..config import OutputKind
+    from ..isolation import run_isolated
+    from ..runtime import CompiledModelRunner
+    from ..targets.base import litert_runner
+    from ..validators.output_kinds import KindDecision, KindSource
+    from ..validators.parity import ParityResult, compare_outputs
+
+    factories = {"interpreter": [litert_runner], "compiled-model": [CompiledModelRunner], "both": [litert_runner, CompiledModelRunner]}[options.runtime]
+    samples = [[a[s] for a in vectors.inputs] for s in range(vectors.count)]
+
+    def run_all():
+        runs = []
+        for factory in factories:
+            runner = factory(fb)
+            outs = [runner.run(feed) for feed in samples]
+            runs.append((outs, [o.scale for o in runner.outputs], runner.name))
+        return runs
+
+    backend = {"interpreter": "the LiteRT interpreter (XNNPACK)", "compiled-model": "LiteRT's CompiledModel (CPU)"}.get(
+        options.runtime, "the LiteRT interpreter (XNNPACK) or LiteRT's CompiledModel (CPU)"
+    )
+    runs = run_isolated(run_all, stage="parity check", backend=backend)
+    nhwc_out = [k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC"]
+
+    def torch_layout(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return to_layout([np.asarray(a) for a in arrays], nhwc_out, nhwc=False)
+
+    expected = [torch_layout([e[s] for e in vectors.expected]) for s in range(vectors.count)]
+    names = [t.name for t in vectors.output_tensors]
+    overrides = dict(
+        atol=options.atol, min_sqnr_db=options.min_sqnr, min_cosine=options.min_cosine, min_top1=options.min_top1,
+        min_top5=options.min_top5, min_neighbour_agreement=options.min_neighbour_agreement,
+        max_rel_l2=options.max_rel_l2, max_error_steps=options.max_error_steps,
+    )
+    thresholds = [t.override(**overrides) for t in vectors.thresholds]
+    merged: dict = {}
+    for t in thresholds:
+        for key, value in vars(t).items():
+            if value is not None:
+                merged.setdefault(key, value)
+    notes = []
+    if hashlib.sha256(fb.data).hexdigest() != vectors.model_sha256:
+        notes.append("the model is not the file the test vectors were written with (its sha256 differs): parity says whether it still computes the same")
+    for t, model_tensor in zip(vectors.input_tensors, fb.input_tensors):
+        q = model_tensor.quant
+        scale = float(q.scales[0]) if q is not None and len(q.scales) == 1 else None
+        if t.scale is not None and scale is not None and (t.scale != scale or t.zero_point != int(q.zero_points[0])):
+            notes.append(
+                f"input {t.name}: the test vectors were quantized with scale {t.scale:g} and zero point {t.zero_point}, the model "
+                f"takes scale {scale:g} and zero point {int(q.zero_points[0])}: the same stored integers mean other values to it"
+            )
+    results = []
+    for outs, scales, runtime in runs:
+        candidate = [torch_layout(o) for o in outs]
+        per_output = []
+        for k, name in enumerate(names):
+            decision = KindDecision(OutputKind(vectors.kinds[k]), KindSource(vectors.kind_sources[k]))
+            per_output.append(compare_outputs(
+                [[e[k]] for e in expected], [[c[k]] for c in candidate], names=[name], thresholds=thresholds[k],
+                runtime=runtime, output_scales=[scales[k]], kinds=[decision],
+            ))
+        results.append(ParityResult(
+            samples=vectors.count,
+            thresholds=Thresholds(**merged),
+            outputs=tuple(replace(r.outputs[0], index=k) for k, r in enumerate(per_output)),
+            runtime=runtime,
+            notes=tuple(notes) + tuple(n for r in per_output for n in r.notes),
+        ))
+    if options.runtime == "interpreter":
+        return results[0], None
+    from ..validators.runtimes import RuntimeComparison, compare_runtimes
+
+    differences = compare_runtimes(names, runs[0][0], runs[1][0], runs[0][1]) if len(runs) == 2 else ()
+    return results[0], RuntimeComparison(options.runtime, tuple(results), differences)

@@ -1,0 +1,85 @@
+"""The write stage: every artifact of a run committed together (atomic_files.ArtifactSet), or none."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..atomic_files import ArtifactSet, check_writable_folder
+from ..errors import EXIT_OK
+from ..options import ExportOptions
+from ..reports.model import RunReport
+from .clock import StageClock
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    tflite_path: Path
+    report_json_path: Path
+    report_md_path: Path
+    run_report: RunReport = field(repr=False)  # the typed report; ``report`` is its JSON form
+
+    @functools.cached_property
+    def report(self) -> dict:
+        """The report as written to ``report_json_path`` (the published JSON schema)."""
+        from ..serialize import to_json_value
+
+        return to_json_value(self.run_report)
+
+    @property
+    def verdict(self) -> str:
+        return self.run_report.verdict
+
+    @property
+    def exit_code(self) -> int:
+        """What the CLI exits with: 1 when a check failed, else 0 (errors.exit_code_for_verdict)."""
+        return self.run_report.exit_code
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+    @property
+    def parity(self) -> dict | None:
+        return self.report.get("validation")
+
+
+def write_run(report: RunReport, files: Sequence[tuple[Path, bytes]], options: ExportOptions, stages: StageClock) -> ExportResult:
+    """The atomic write of every artifact: the model files given, then the renderings of the report
+    (at the paths its artifacts section names)."""
+    from ..reports.json_report import render_json
+    from ..reports.markdown import render_markdown
+
+    paths = report.artifacts
+    json_path, md_path = Path(paths.report_json), Path(paths.report_markdown)
+    result = ExportResult(Path(paths.tflite), json_path, md_path, report)
+    layers = report.per_layer
+    data = result.report  # the JSON form, computed once: written and returned
+    with stages.run("write", "Writing artifacts"):
+        with ArtifactSet() as artifacts:
+            for path, content in files:
+                artifacts.add(path, content)
+            artifacts.add(json_path, render_json(data))
+            artifacts.add(md_path, render_markdown(report))
+            if layers is not None and options.per_layer_plot:
+                artifacts.add(options.per_layer_plot, plot_bytes(layers, report.sensitivity))
+            if options.junit:
+                from ..reports.junit import render_junit
+
+                check_writable_folder(Path(options.junit))
+                artifacts.add(options.junit, render_junit(report))
+            artifacts.commit()
+    return result
+
+
+def plot_bytes(layers: Any, sensitivity: Any = None) -> bytes:
+    import tempfile
+
+    from ..validators.layer_plot import plot_layer_sqnr
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "layers.png"
+        plot_layer_sqnr(layers, path, sensitivity)
+        return path.read_bytes()
