@@ -188,6 +188,57 @@ def _with_checking_options(command):
     return with_options
 
 
+def _target_parameters() -> list:
+    """One typer option per option the registered targets declare (targets/registry.py), in the
+    targets' order: a target's option is its declaration, nothing here names it."""
+    import inspect
+
+    from .targets.registry import declared_target_options
+
+    params = []
+    for option in declared_target_options().values():
+        if option.type is bool:
+            annotation, default = bool, typer.Option(False, option.flag, help=option.help)
+        else:
+            annotation, default = Optional[option.type], typer.Option(None, option.flag, help=option.help, metavar=option.metavar)
+        params.append(inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+    return params
+
+
+def _with_target_options(command):
+    """Give ``command`` the registered targets' options, received as ``target_values``. The
+    signature typer reads is rebuilt by ``refresh_target_options`` (``main`` calls it), so a target
+    registered after this module was imported has its options too."""
+    import functools
+    import inspect
+
+    own = [p for p in inspect.signature(command).parameters.values() if p.name != "target_values"]
+
+    @functools.wraps(command)
+    def with_options(**values):
+        names = set(inspect.signature(with_options).parameters) - {p.name for p in own}
+        return command(**{k: v for k, v in values.items() if k not in names}, target_values={k: values[k] for k in names})
+
+    def refresh() -> None:
+        params = own + _target_parameters()
+        with_options.__signature__ = inspect.Signature(params)
+        with_options.__annotations__ = {p.name: p.annotation for p in params}
+
+    with_options.refresh_target_options = refresh
+    return with_options
+
+
+def _given_target_options(values: dict | None) -> dict:
+    """The target options the user gave (a flag left out is not passed: given with a target that
+    does not declare it, an option is refused, so nothing is passed for it by default)."""
+    given = {}
+    for name, value in (values or {}).items():
+        if value is None or value is False:
+            continue
+        given[name] = str(value) if isinstance(value, Path) else value
+    return given
+
+
 def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
     """Run an export or validate call with stage progress, print its summary or its error, and exit
     with its code. The only place that exits; the session owns the streams until the last line."""
@@ -212,6 +263,7 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
 
 
 @app.command("export", help="Export MODEL to a LiteRT flatbuffer, check parity and write reports.\n\n" + EXIT_CODES_HELP)
+@_with_target_options
 @_with_checking_options
 def export_command(
     model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
@@ -231,16 +283,6 @@ def export_command(
     mean: Optional[str] = typer.Option(None, "--mean", help="Per-channel mean of the image input on a 0..1 scale, e.g. 0.485,0.456,0.406: normalizes calibration images and is written as the input's normalization metadata (x255)."),
     std: Optional[str] = typer.Option(None, "--std", help="Per-channel std of the image input on a 0..1 scale, e.g. 0.229,0.224,0.225 (calibration images and normalization metadata, like --mean)."),
     image_layout: str = typer.Option("nchw", "--image-layout", help="Layout the PyTorch model takes images in: nchw or nhwc."),
-    edgetpu_compiler: Optional[str] = typer.Option(None, "--edgetpu-compiler", help="Path of edgetpu_compiler (default: found on PATH)."),
-    compiler_timeout: float = typer.Option(180.0, "--compiler-timeout", help="Seconds before edgetpu_compiler is stopped."),
-    require_compiler: bool = typer.Option(False, "--require-compiler", help="Fail when edgetpu_compiler is absent or fails (default: report it and go on)."),
-    delegate: Optional[str] = typer.Option(None, "--delegate", help="edgetpu: run parity through the Edge TPU delegate (libedgetpu) when present."),
-    emit_op_resolver: Optional[Path] = typer.Option(None, "--emit-op-resolver", help="micro: write the C++ MicroMutableOpResolver lines for the model's operators here."),
-    max_flash: Optional[str] = typer.Option(None, "--max-flash", metavar="SIZE", help="micro and ethos-u*: flash budget for the model, e.g. 256KiB, 1MiB, 1.5MB or 300000 (bytes); over it: exit 1 naming the largest weights."),
-    max_ram: Optional[str] = typer.Option(None, "--max-ram", metavar="SIZE", help="micro and ethos-u*: RAM budget for the tensor arena TFLite Micro measures, e.g. 64KiB; over it: exit 1 naming the largest activations."),
-    emit_c: Optional[Path] = typer.Option(None, "--emit-c", metavar="DIR", help="micro: write the firmware bundle (model array, op resolver, arena size, test vectors) into DIR (default with --target micro: <stem>_micro/ beside the .tflite)."),
-    no_emit_c: bool = typer.Option(False, "--no-emit-c", help="micro: write no firmware bundle."),
-    gpu_precision: str = typer.Option("fp16", "--gpu-precision", metavar="PRECISION", help="gpu: the precision the app runs the GPU delegate at: fp16 (the delegate's default; a failed float16 precision check is exit 1) or fp32 (the app forces float32; the check is reported only)."),
     channels_last: bool = typer.Option(False, "--channels-last/--no-channels-last", help="NHWC inputs/outputs for 4-D image tensors (no boundary TRANSPOSE ops)."),
     strip_names: bool = typer.Option(False, "--strip-names", help="Drop inner tensor names from the written .tflite (smaller; same computation; the default with --target micro, which writes their map to <stem>.tensors.json). The report keeps the module paths; later `validate --per-layer` on the file needs that map."),
     keep_names: bool = typer.Option(False, "--keep-names", help="Keep inner tensor names where the target strips them by default (--target micro); no tensor-name map is written."),
@@ -258,6 +300,7 @@ def export_command(
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
     host_latency: bool = typer.Option(True, "--latency/--no-latency", help="Quantized exports on --target cpu: time the model against its float one on this CPU and flag it when slower (reported, never a gate)."),
  checking: dict = None,
+ target_values: dict = None,
 ) -> None:
     def call(on_stage, on_progress):
         from .api import ExportOptions, export
@@ -276,16 +319,6 @@ def export_command(
             mean=_parse_floats(mean, "--mean"),
             std=_parse_floats(std, "--std"),
             image_layout=image_layout,
-            edgetpu_compiler=edgetpu_compiler,
-            compiler_timeout=compiler_timeout,
-            require_compiler=require_compiler,
-            delegate=delegate,
-            emit_op_resolver=str(emit_op_resolver) if emit_op_resolver else None,
-            max_flash=max_flash,
-            max_ram=max_ram,
-            emit_c=str(emit_c) if emit_c else None,
-            no_emit_c=no_emit_c,
-            gpu_precision=gpu_precision,
             strip_names=strip_names,
             keep_names=keep_names,
             input_names=input_names or (),
@@ -303,6 +336,7 @@ def export_command(
             host_latency=host_latency,
             channels_last=channels_last,
             **_checking_fields(checking),
+            **_given_target_options(target_values),
         )
         return export(model, output=output, options=options, on_stage=on_stage, on_progress=on_progress)
 
@@ -458,6 +492,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
     except ValueError:  # not the main thread: leave signals to the host program
         previous_sigterm = None
+    export_command.refresh_target_options()
     try:
         app(args=args, prog_name="edge-export", standalone_mode=True)
     except SystemExit as exc:

@@ -4,8 +4,8 @@ before any work), and the thresholds it implies."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from .config import IODtype, QuantBackend, QuantizeMode, Target, Thresholds, default_thresholds
 from .errors import UsageError
@@ -75,17 +75,11 @@ class ExportOptions:
     time_budget: float | None = 300.0  # budget.DEFAULT_TIME_BUDGET_S (not imported: options stay light)
     host_latency: bool = True  # quantized exports on cpu: time the model against its float one here (latency.py)
     io_dtype: IODtype | None = None  # None: float32, or the target's default
-    # targets
-    edgetpu_compiler: str | None = None
-    compiler_timeout: float = 180.0
-    require_compiler: bool = False
-    delegate: str | None = None  # "edgetpu": run parity through libedgetpu when present
-    emit_op_resolver: str | None = None  # micro: write the C++ op-resolver lines here
-    max_flash: int | str | None = None  # micro: flash budget in bytes ("256KiB" parsed; targets/micro/budgets.py)
-    max_ram: int | str | None = None  # micro: RAM (tensor arena) budget in bytes
-    emit_c: str | None = None  # micro: the C bundle's folder (default <stem>_micro beside the .tflite)
-    no_emit_c: bool = False  # micro: write no C bundle
-    gpu_precision: str = "fp16"  # gpu: the precision the app runs the delegate at (fp32: it forces float32)
+    # The options targets declare (TargetPlugin.options: --max-flash, --gpu-precision, ...), as given:
+    # passed as keywords like any other (ExportOptions(max_flash="256KiB")), read as attributes
+    # (options.max_flash: the given value, else the declaration's default). Only what was given is
+    # here, so an option given with a target that does not own it is refused (targets/base.py).
+    target_options: Mapping[str, Any] = field(default_factory=dict)
     # <stem>.testdata.npz: parity inputs as the model takes them, PyTorch's outputs, the thresholds
     emit_test_vectors: bool = False
     test_vectors_count: int = 4
@@ -96,15 +90,7 @@ class ExportOptions:
         object.__setattr__(self, "quant_backend", QuantBackend(self.quant_backend))
         if self.io_dtype is not None:
             object.__setattr__(self, "io_dtype", IODtype(self.io_dtype))
-        if self.delegate not in (None, "edgetpu"):
-            raise UsageError(f"--delegate {self.delegate} is not known.", "Use --delegate edgetpu.")
-        if self.gpu_precision not in ("fp16", "fp32"):
-            raise UsageError(f"--gpu-precision {self.gpu_precision} is not known.", "Use --gpu-precision fp16 (the delegate's default) or fp32.")
-        from .targets.micro.budgets import parse_size
-
-        for option, flag in (("max_flash", "--max-flash"), ("max_ram", "--max-ram")):
-            if getattr(self, option) is not None:  # a size that does not parse fails now, before any work
-                object.__setattr__(self, option, parse_size(getattr(self, option), flag))
+        object.__setattr__(self, "target_options", _checked_target_options(self.target_options))
         if self.range_algorithm is not None:  # the name now; whether the mode calibrates once targets imply it
             from .quantization.ranges import check_range_algorithm
 
@@ -178,6 +164,56 @@ def _target_option(value: Target | str) -> Target | str:
         return Target(value)
     except ValueError:
         pass
-    from .targets.base import get_target
+    from .targets.registry import get_target
 
     return get_target(value).name  # UsageError naming the known targets when it is none
+
+
+def _checked_target_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The target options given, each checked and normalized by its declaration (a size that does
+    not parse fails now, before any work)."""
+    from .targets.registry import declared_target_options
+
+    declared = declared_target_options()
+    checked = {}
+    for name, value in given.items():
+        option = declared.get(name)
+        if option is None:
+            raise UsageError(f"{name} is not an option of any target.", f"Use one of: {', '.join(sorted(declared))}.")
+        checked[name] = option.check(value) if option.check is not None else value
+    return checked
+
+
+_dataclass_init = ExportOptions.__init__
+
+
+def _init(self: ExportOptions, **values: Any) -> None:
+    """Keywords that name a target's declared option go to ``target_options``."""
+    from .targets.registry import declared_target_options
+
+    declared = declared_target_options()
+    own = dict(values.pop("target_options", None) or {})
+    for name in [k for k in values if k in declared]:
+        own[name] = values.pop(name)
+    _dataclass_init(self, **values, target_options=own)
+
+
+def _target_option_value(self: ExportOptions, name: str) -> Any:
+    """``options.max_flash``: a declared target option's given value, else its default."""
+    if name.startswith("__") or name == "target_options":
+        raise AttributeError(name)
+    from .targets.registry import declared_target_options
+
+    option = declared_target_options().get(name)
+    if option is None:
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    return self.target_options.get(name, option.default)
+
+
+def _hash(self: ExportOptions) -> int:
+    return hash(tuple((f, repr(getattr(self, f))) for f in self.__dataclass_fields__))
+
+
+ExportOptions.__init__ = _init  # type: ignore[method-assign]
+ExportOptions.__getattr__ = _target_option_value  # type: ignore[attr-defined]
+ExportOptions.__hash__ = _hash  # type: ignore[method-assign]

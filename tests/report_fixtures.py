@@ -22,12 +22,9 @@ from edge_export.reports.model import (
     AppTensor,
     ArtifactsSection,
     BaselineSection,
-    CompilerSection,
-    DelegateSection,
     ExportSection,
     FlatbufferSection,
     InputSection,
-    MicroSection,
     ModelSection,
     RunReport,
     SkippedValidation,
@@ -38,7 +35,8 @@ from edge_export.reports.model import (
 from edge_export.targets.edgetpu.checks import EdgeTPUReport, OpMapping, OpStatus, TableRow, UnmappedOp
 from edge_export.targets.edgetpu.compiler import CompilerOutput, CompilerResult
 from edge_export.targets.edgetpu.rewrites import AppliedRewrite
-from edge_export.targets.micro.target import MicroReport
+from edge_export.targets.edgetpu.report import CompilerSection, DelegateSection
+from edge_export.targets.micro.report import MicroReport, MicroSection
 from edge_export.validators.layers import LayerParity, LayerParityReport, UnmatchedModule, UnmatchedReason
 from edge_export.validators.output_kinds import KindDecision, KindSource, LabelsFile
 from edge_export.validators.parity import Check, OutputParity, ParityResult

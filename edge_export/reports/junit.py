@@ -33,6 +33,22 @@ def _fmt(v: Any) -> str:
     return "n/a" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
 
 
+def _target_cases(report: RunReport) -> list[tuple]:
+    """The test cases of the target's sections (``ReportSection.junit``: a flash budget, the GPU
+    float16 check), in the target's order."""
+    target = report.target
+    if target is None:
+        return []
+    from ..targets.registry import report_sections_of
+
+    cases = []
+    for section in report_sections_of(target.name):
+        value = target.sections.get(section.key)
+        if value is not None and section.junit is not None:
+            cases += section.junit(value)
+    return cases
+
+
 def _case(suite: ET.Element, classname: str, name: str, failure: str | None, details: str, skipped: str | None = None) -> None:
     case = ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
     if skipped is not None:
@@ -88,14 +104,8 @@ def render_junit(report: RunReport) -> str:
         _case(suite, "edge_export.parity.layers", f"{i:03d} {name}", failure, _layer_details(layer))
     for reg in report.baseline.regressions if report.baseline is not None else ():
         _case(suite, "edge_export.baseline", f"{reg.output} {reg.metric}", reg.message, reg.message)
-    budgets = report.target.budgets if report.target is not None else None
-    for check in budgets.checks if budgets is not None else ():
-        if check.budget_bytes is not None:  # a case per budget given, so CI shows which one failed
-            _case(suite, "edge_export.budgets", check.resource, check.message() if check.exceeded else None, check.summary())
-    precision = report.target.gpu_precision if report.target is not None else None
-    if precision is not None:
-        failure = ("; ".join(precision.findings()) or precision.summary()) if precision.failed else None
-        _case(suite, "edge_export.gpu", "float16 precision", failure, precision.summary(), skipped=precision.skipped)
+    for classname, name, failure, details, skipped in _target_cases(report):
+        _case(suite, classname, name, failure, details, skipped=skipped)
     cases = suite.findall("testcase")
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..validators.runtimes import RuntimeComparison
     from .model import AppSection, ArtifactsSection, MetadataSection, RunReport, TargetSection
 
-__all__ = ["render_markdown", "escape_markdown", "kotlin_string"]
+__all__ = ["render_markdown", "escape_markdown", "code_span", "kotlin_string"]
 
 _ICON = {"passed": "✅ PASSED", "failed": "❌ FAILED", "exported-unvalidated": "⚠️ EXPORTED, NOT VALIDATED"}
 
@@ -48,9 +48,12 @@ def escape_markdown(value) -> str:
     return _MD_PUNCTUATION.sub(r"\\\1", text)
 
 
-def _code(value) -> str:
+def code_span(value) -> str:
     """A model-supplied name shown as code, escaped."""
     return f"<code>{escape_markdown(value)}</code>"
+
+
+_code = code_span
 
 
 _e = escape_markdown
@@ -390,128 +393,19 @@ def _host_latency_section(h: HostLatency) -> list[str]:
 
 
 def _target_section(t: TargetSection, artifacts: ArtifactsSection) -> list[str]:
+    """What the target implied and rewrote, then each of its sections as its declaration renders it
+    (``ReportSection.markdown``); sections without a renderer are in the JSON only."""
+    from ..targets.registry import report_sections_of
+
     out = [f"## Target: {_e(t.name)}", ""]
     for note in t.implied:
         out.append(f"- {_e(note)}")
     for r in t.rewrites or ():
         out.append(f"- rewrite {_code(r.module_path)}: {_e(r.kind)} ({_e(r.why)})")
-    tpu = t.edgetpu
-    if tpu is not None:
-        out.append("")
-        out.append(f"**Edge TPU mapping (predicted):** {_e(tpu.summary())}")
-        out.append("")
-        out.append("| Operator | Count | Status |")
-        out.append("|---|---|---|")
-        for row in tpu.table:
-            out.append(f"| {_e(row.operator)} | {_e(row.count)} | {_e(row.status)} |")
-        out.append("")
-        comp = t.compiler
-        if comp is not None and comp.result.compiled:
-            out.append(f"Compiled with edgetpu_compiler: {_code(artifacts.get('edgetpu_tflite'))}.")
-        else:
-            out.append(f"Not compiled: {_e(comp.result.reason if comp is not None else None)}")
-        for d in comp.disagreements if comp is not None else ():
-            out.append(f"- compiler disagrees with the prediction: {_e(d)}")
-        if t.delegate is not None:
-            out.append(f"- delegate edgetpu used for parity: {_e(t.delegate.used)} {_e(t.delegate.reason or '')}")
-        out.append("")
-    micro = t.micro
-    if micro is not None:
-        out.append("")
-        out.append(f"**TFLite Micro:** tensor arena {_e(micro.report.arena_bytes)} bytes; operators: {_e(', '.join(micro.report.ops))}.")
-        if micro.op_resolver:
-            out.append(f"Op resolver lines written to {_code(micro.op_resolver)}.")
-        if micro.c_bundle is not None:
-            b = micro.c_bundle
-            out.append(
-                f"Firmware bundle in {_code(b.folder)}: {_e(', '.join(b.files))}; {_code(b.name + '_arena_size')} = "
-                f"{_e(b.arena_size)} bytes ({_e(b.arena_measured_bytes)} measured plus the margin); "
-                f"{_e(b.test_vectors)} test vectors, tolerance {_e(b.tolerance_steps)} step."
-            )
-        out.append("")
-    gpu = t.gpu
-    if gpu is not None:
-        out.append("")
-        out.append(f"**GPU delegate (predicted):** {_e(gpu.summary())}")
-        out.append("")
-        for opcode, count in gpu.unsupported_ops().items():
-            out.append(f"- left on the CPU: {_e(opcode)} × {_e(count)}")
-        analyzer = gpu.analyzer
-        if analyzer is not None:
-            verdict = analyzer.verdict if analyzer.available else f"not run ({analyzer.note})"
-            out.append(f"- ai-edge-litert's GPU analyzer: {_e(verdict)}")
-        for d in gpu.disagreements:
-            out.append(f"- analyzer disagrees with the prediction: {_e(d)}")
-        out.append("")
-    out += _gpu_precision_section(t)
-    out += _ethos_u_section(t)
-    out += _budgets_section(t)
-    out += _cmsis_nn_section(t)
-    return out
-
-
-def _ethos_u_section(t: TargetSection) -> list[str]:
-    """Vela's placement (NPU or CPU, each CPU operator with its module) and its figures."""
-    ethos = t.ethos_u
-    if ethos is None:
-        return []
-    s = ethos.summary
-    out = [
-        f"### Ethos-U ({_e(ethos.accelerator)}, Vela {_e(ethos.vela_version)})", "",
-        f"{_e(ethos.npu_operators)} of {_e(ethos.operators)} operators on the NPU ({_e(ethos.npu_subgraphs)} ethos-u "
-        f"operator(s)), {_e(ethos.cpu_operators)} on the CPU; compiled model {_code(ethos.vela_model)} "
-        f"({_e(ethos.vela_model_bytes)} bytes).", "",
-        "| SRAM | flash | DRAM | cycles | inferences/s | MACs | system config | memory mode |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| {_e(s.sram_bytes)} bytes | {_e(s.flash_bytes)} bytes | {_e(s.dram_bytes)} bytes | {_e(s.cycles)} | {_e(f'{s.inferences_per_second:.0f}')} "
-        f"| {_e(s.macs)} | {_e(s.system_config)} | {_e(s.memory_mode)} |",
-        "",
-    ]
-    if ethos.cpu:
-        out += ["| on the CPU | module | output tensor |", "|---|---|---|"]
-        for op in ethos.cpu:
-            where = f" #{op.operator_index}" if op.operator_index is not None else ""
-            out.append(f"| {_e(op.opcode)}{where} | {_code(op.module) if op.module else ''} | {_code(op.tensor) if op.tensor else ''} |")
-        out.append("")
-    out += [f"*{_e(ethos.parity_note)}*", ""]
-    return out
-
-
-def _gpu_precision_section(t: TargetSection) -> list[str]:
-    """The float16 check: its verdict, what broke where, and the Kotlin option that avoids it."""
-    check = t.gpu_precision
-    if check is None:
-        return []
-    from ..targets.gpu.precision import KOTLIN_FORCE_FP32
-
-    out = ["### GPU precision (float16, the delegate's default)", "", _e(check.summary()), ""]
-    if check.skipped is None:
-        out += [f"*Method: {_e(check.method)}; {_e(check.samples)} parity samples, app precision {_e(check.precision)}.*", ""]
-    for finding in check.findings():
-        out.append(f"- {_e(finding)}")
-    if check.findings():
-        out.append("")
-    advice = check.recommendation()
-    if advice is not None:
-        out += [f"**Recommendation:** {_e(advice)}", "", "```kotlin", KOTLIN_FORCE_FP32, "```", ""]
-    return out
-
-
-def _budgets_section(t: TargetSection) -> list[str]:
-    """Flash and RAM against --max-flash/--max-ram, and the largest consumers of an exceeded one."""
-    budgets = t.budgets
-    if budgets is None:
-        return []
-    out = ["### Flash and RAM budgets", "", "| resource | measured | bytes | budget | margin |", "|---|---|---|---|---|"]
-    for c in budgets.checks:
-        state = "" if c.budget_bytes is None else (" **exceeded**" if c.exceeded else "")
-        out.append(f"| {c.resource} | {_e(c.measured)} | {c.used_bytes} | {_e(c.budget_bytes)} | {_e(c.margin_bytes)}{state} |")
-    out.append("")
-    for c in budgets.checks:
-        if c.exceeded:
-            out.append(f"- {_e(c.message())}")
-    if budgets.exceeded:
-        out.append("")
+    for section in report_sections_of(t.name):
+        value = t.sections.get(section.key)
+        if value is not None and section.markdown is not None:
+            out += section.markdown(value, t, artifacts)
     return out
 
 
@@ -526,22 +420,6 @@ def _runtimes_section(runtimes: RuntimeComparison) -> list[str]:
         out.append(f"- output {_code(d.output)} between the runtimes: {_e(same)}")
     for finding in runtimes.findings():
         out.append(f"- **finding:** {_e(finding)}")
-    out.append("")
-    return out
-
-
-def _cmsis_nn_section(t: TargetSection) -> list[str]:
-    rules = t.cmsis_nn
-    if rules is None:
-        return []
-    out = ["### CMSIS-NN kernel rules", "", _e(rules.note)]
-    if rules.violations:
-        out += ["", "| operator | tensor | module | found | CMSIS-NN assumes | consequence |", "|---|---|---|---|---|---|"]
-        for v in rules.violations:
-            out.append(
-                f"| {_e(v.opcode)} #{v.operator_index} | {_code(v.tensor) if v.tensor else ''} | {_code(v.module) if v.module else ''} "
-                f"| {_e(v.found)} | {_e(v.rule)} | {_e(v.consequence)} |"
-            )
     out.append("")
     return out
 

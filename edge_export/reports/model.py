@@ -20,8 +20,6 @@ readers and type checkers only.
 
 from __future__ import annotations
 
-import dataclasses
-
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
@@ -35,15 +33,7 @@ if TYPE_CHECKING:
     from ..quantization import QuantizationResult
     from ..quantization.mixed_precision import MixedPrecisionReport
     from ..quantization.sensitivity import SensitivityReport
-    from ..targets.edgetpu.checks import EdgeTPUReport
-    from ..targets.edgetpu.compiler import CompilerResult
-    from ..targets.edgetpu.rewrites import AppliedRewrite
-    from ..targets.gpu.target import GpuReport
-    from ..targets.gpu.precision import GpuPrecisionReport
-    from ..targets.micro.target import MicroReport
-    from ..targets.micro.budgets import BudgetsSection
-    from ..targets.micro.cmsis_nn import CmsisNNReport
-    from ..targets.micro.ethosu import EthosUReport
+    from ..applied_rewrites import AppliedRewrite
     from ..transpose_report import TransposeReport
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
@@ -63,10 +53,6 @@ __all__ = [
     "StageTiming",
     "SkippedValidation",
     "TargetSection",
-    "CompilerSection",
-    "DelegateSection",
-    "MicroSection",
-    "CBundleSection",
     "AppSection",
     "AppTensor",
     "BaselineSection",
@@ -217,81 +203,71 @@ class SkippedValidation:
     passed = None  # neither passed nor failed
 
 
-@dataclass(frozen=True)
-class CompilerSection:
-    """The Edge TPU compiler's run, and where it disagrees with the predicted mapping."""
-
-    result: CompilerResult = json_field(flatten=True)
-    disagreements: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class DelegateSection:
-    requested: str
-    used: bool
-    reason: str
-
-
-@dataclass(frozen=True)
-class MicroSection:
-    report: MicroReport = json_field(flatten=True)
-    op_resolver: str | None = json_field(default=None, omit_none=True)  # --emit-op-resolver path
-    c_bundle: CBundleSection | None = json_field(default=None, omit_none=True)  # --emit-c (absent with --no-emit-c)
-
-
-@dataclass(frozen=True)
-class CBundleSection:
-    """The firmware bundle written for the micro target (targets/micro/bundle.py)."""
-
-    folder: str
-    name: str  # the C identifier prefixing every file and symbol
-    files: tuple[str, ...]
-    arena_measured_bytes: int  # the host interpreter's figure
-    arena_size: int  # <name>_arena_size: measured plus the margin
-    test_vectors: int
-    tolerance_steps: int
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class TargetSection:
-    """What a target implied and what its checks found (absent for --target cpu)."""
+    """What a target implied and what its checks found (absent for --target cpu).
+
+    The target's own typed sections (``TargetPlugin.report_sections``: the Edge TPU mapping, the
+    micro budgets...) are in ``sections``, written beside the keys below in the order the targets
+    declare them, and read as attributes (``target.budgets``: None when absent). Entries a hook
+    returned under a key no target declares are written as they are, in the JSON only.
+    """
 
     name: str
     implied: tuple[str, ...]
     rewrites: tuple[AppliedRewrite, ...] | None = json_field(default=None, omit_none=True)
     reordered_operators: bool | None = json_field(default=None, omit_none=True)
-    edgetpu: EdgeTPUReport | None = json_field(default=None, omit_none=True)
-    compiler: CompilerSection | None = json_field(default=None, omit_none=True)
-    delegate: DelegateSection | None = json_field(default=None, omit_none=True)
-    micro: MicroSection | None = json_field(default=None, omit_none=True)
-    budgets: BudgetsSection | None = json_field(default=None, omit_none=True)  # --max-flash/--max-ram
-    cmsis_nn: CmsisNNReport | None = json_field(default=None, omit_none=True)  # CMSIS-NN rule check
-    gpu: GpuReport | None = json_field(default=None, omit_none=True)  # --target gpu
-    gpu_precision: GpuPrecisionReport | None = json_field(default=None, omit_none=True)  # --target gpu: float16 check
-    ethos_u: EthosUReport | None = json_field(default=None, omit_none=True)  # --target ethos-u*: Vela's placement and figures
-    # sections of targets defined outside this package (a plugin's own keys), written as they are
-    extra: Mapping[str, Any] = json_field(default_factory=dict, flatten=True)
+    sections: Mapping[str, Any] = json_field(default_factory=dict, flatten=True)
+
+    def __init__(self, name: str, implied: tuple[str, ...], rewrites: Any = None, reordered_operators: bool | None = None,
+                 sections: Mapping[str, Any] | None = None, **more: Any) -> None:
+        from ..targets.registry import declared_report_sections
+
+        given = {k: v for k, v in {**(sections or {}), **more}.items() if v is not None}
+        order = list(declared_report_sections())
+        ordered = {k: given[k] for k in order if k in given} | {k: v for k, v in given.items() if k not in order}
+        for attribute, value in (("name", name), ("implied", tuple(implied)), ("rewrites", rewrites),
+                                 ("reordered_operators", reordered_operators), ("sections", ordered)):
+            object.__setattr__(self, attribute, value)
+
+    def __getattr__(self, key: str) -> Any:
+        """A declared section by its key (``target.micro``), None when this run has none."""
+        if key.startswith("__") or key == "sections":
+            raise AttributeError(key)
+        from ..targets.registry import declared_report_sections
+
+        if key in self.sections:
+            return self.sections[key]
+        if key in declared_report_sections():
+            return None
+        raise AttributeError(f"TargetSection has no section {key!r}")
 
     @classmethod
-    def from_hooks(cls, sections: Mapping[str, Any]) -> "TargetSection":
-        """The section from what a target's hooks returned: known keys typed, the rest in ``extra``."""
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        return cls(**{k: v for k, v in sections.items() if k in known}, extra={k: v for k, v in sections.items() if k not in known})
+    def from_hooks(cls, entries: Mapping[str, Any]) -> "TargetSection":
+        """The section from what a target's hooks returned (see ``__init__``)."""
+        return cls(**entries)
 
     def as_hooks(self) -> dict[str, Any]:
         """The inverse of ``from_hooks``: the entries this section was built from."""
-        entries = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return {**{k: v for k, v in entries.items() if v is not None}, **self.extra}
+        generic = {"name": self.name, "implied": self.implied, "rewrites": self.rewrites, "reordered_operators": self.reordered_operators}
+        return {**{k: v for k, v in generic.items() if v is not None}, **self.sections}
 
     @property
-    def failed_budgets(self) -> tuple[str, ...]:
-        """The budgets exceeded ("flash", "ram"): any fails the verdict."""
-        return self.budgets.exceeded if self.budgets is not None else ()
+    def extra(self) -> dict[str, Any]:
+        """The entries no target declares (a plugin's free-form keys): in the JSON only."""
+        from ..targets.registry import declared_report_sections
+
+        declared = declared_report_sections()
+        return {k: v for k, v in self.sections.items() if k not in declared}
 
     @property
-    def failed_gpu_precision(self) -> bool:
-        """The GPU float16 precision check failed and gates the verdict (--gpu-precision fp16)."""
-        return self.gpu_precision is not None and self.gpu_precision.failed
+    def failed_sections(self) -> tuple[str, ...]:
+        """The keys of the sections that fail the verdict (an exceeded budget, a failed GPU float16
+        check): each declaration's ``failed`` hook decides."""
+        from ..targets.registry import declared_report_sections
+
+        declared = declared_report_sections()
+        return tuple(k for k, v in self.sections.items() if k in declared and declared[k].failed is not None and declared[k].failed(v))
 
 
 @dataclass(frozen=True)
@@ -364,7 +340,7 @@ def verdict_of(
         return Verdict.FAILED
     if baseline is not None and baseline.regressions:
         return Verdict.FAILED
-    if target is not None and (target.failed_budgets or target.failed_gpu_precision):
+    if target is not None and target.failed_sections:
         return Verdict.FAILED
     if per_layer is not None and per_layer.passed is False:
         return Verdict.FAILED

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from .model import RunReport
 
-__all__ = ["print_summary"]
+__all__ = ["print_summary", "SummaryLines"]
 
 
 def _plain(out: Console, text: str) -> None:
@@ -45,6 +45,35 @@ def _print_transposes(transposes: Any, out: Console) -> None:
     where = f"; inside the graph: {', '.join(s.describe() for s in inner[:3])}" + (", …" if transposes.inner > 3 else "") if inner else ""
     edges = f", {transposes.boundary} at the inputs/outputs (NCHW I/O: --channels-last removes them)" if transposes.boundary else ""
     _plain(out, f"  layout: {transposes.count} TRANSPOSE ({transposes.inner} inside the graph{edges}){where}")
+
+
+class SummaryLines:
+    """What a target's summary hook (``ReportSection.summary``) writes through: plain lines to the
+    summary, alerts to the error stream. Both print model-supplied text literally."""
+
+    def __init__(self, out: Console, err: Console) -> None:
+        self._out, self._err = out, err
+
+    def plain(self, text: str) -> None:
+        _plain(self._out, text)
+
+    def alert(self, label: str, text: str) -> None:
+        """A failed gate: ``label`` in bold red, then ``text`` (escaped)."""
+        self._err.print(f"[bold red]{escape(label)}:[/bold red] {escape(text)}")
+
+
+def _print_target(report: RunReport, out: Console, err: Console) -> None:
+    """Each of the target's sections as its declaration prints it (``ReportSection.summary``)."""
+    target = report.target
+    if target is None:
+        return
+    from ..targets.registry import report_sections_of
+
+    lines = SummaryLines(out, err)
+    for section in report_sections_of(target.name):
+        value = target.sections.get(section.key)
+        if value is not None and section.summary is not None:
+            section.summary(value, target, report, lines)
 
 
 def print_summary(report: RunReport, out: Console, err: Console) -> None:
@@ -95,55 +124,7 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
                 f"[yellow]warning:[/yellow] the time budget ({budget.seconds:g} s) was spent; kept the best model "
                 f"found before it; not tried: {escape('; '.join(budget.skipped))}"
             )
-    target = report.target
-    if target is not None:
-        if target.edgetpu is not None:
-            _plain(out, f"  edge tpu: {target.edgetpu.summary()}")
-            comp = target.compiler
-            if comp is not None and comp.result.compiled:
-                _plain(out, f"  edgetpu_compiler: compiled -> {report.artifacts.get('edgetpu_tflite')}")
-            else:
-                _plain(out, f"  edgetpu_compiler: not compiled: {comp.result.reason if comp else None}")
-            for d in comp.disagreements if comp else ():
-                _plain(out, f"    disagreement: {d}")
-        if target.micro is not None:
-            m = target.micro.report
-            _plain(out, f"  tflite micro: arena {m.arena_bytes} bytes; ops {', '.join(m.ops)}")
-            bundle = target.micro.c_bundle
-            if bundle is not None:
-                _plain(out, f"  firmware bundle: {bundle.folder}/ ({bundle.name}_*; arena {bundle.arena_size} bytes with margin)")
-        if target.ethos_u is not None:
-            e = target.ethos_u
-            dram = f"DRAM {e.summary.dram_bytes} bytes, " if e.summary.dram_bytes else ""
-            _plain(out, f"  {e.accelerator} (Vela {e.vela_version}): {e.npu_operators} of {e.operators} ops on the NPU, "
-                        f"{e.cpu_operators} on the CPU; SRAM {e.summary.sram_bytes} bytes, flash {e.summary.flash_bytes} bytes, {dram}"
-                        f"{e.summary.cycles} cycles ({e.summary.inferences_per_second:.0f} inferences/s) -> {e.vela_model}")
-            for op in e.cpu[:10]:
-                _plain(out, f"    cpu: {op.describe()}")
-        if target.budgets is not None:
-            _plain(out, "  budgets: " + "; ".join(c.summary() for c in target.budgets.checks))
-            for c in target.budgets.checks:
-                if c.exceeded:
-                    err.print(f"[bold red]budget exceeded:[/bold red] {escape(c.message())}")
-        if target.cmsis_nn is not None and target.cmsis_nn.violations:
-            rules = target.cmsis_nn
-            _plain(out, f"  cmsis-nn: {len(rules.violations)} rule violation(s): {rules.note}")
-            for v in rules.violations[:10]:
-                _plain(out, f"    - {v.describe()}")
-        if target.gpu is not None:
-            _plain(out, f"  gpu delegate: {target.gpu.summary()}")
-            analyzer = target.gpu.analyzer
-            if analyzer is not None:
-                _plain(out, f"  gpu analyzer: {analyzer.verdict if analyzer.available else 'not run: ' + analyzer.note}")
-            for d in target.gpu.disagreements:
-                _plain(out, f"    disagreement: {d}")
-        if target.gpu_precision is not None:
-            check = target.gpu_precision
-            _plain(out, f"  gpu precision: {check.summary()}")
-            advice = check.recommendation()
-            if advice is not None:
-                label = "gpu float16 check failed" if check.gates_verdict else "gpu float16 check (reported only)"
-                err.print(f"[bold red]{label}:[/bold red] {escape(advice)}")
+    _print_target(report, out, err)
     runtimes = report.runtimes
     if runtimes is not None:
         _plain(out, "  runtimes: " + "; ".join(f"{r.runtime} {r.status}" for r in runtimes.results) + (

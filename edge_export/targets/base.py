@@ -20,9 +20,6 @@ module of the ``edge_export.targets`` package once, so a new target is one new m
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import (
@@ -36,8 +33,19 @@ from typing import (
     runtime_checkable,
 )
 
-from ..config import IODtype, QuantizeMode, Target
+from ..config import IODtype, QuantizeMode
 from ..errors import UsageError
+from .registry import (  # noqa: F401  (the registry's names, importable from here as before)
+    TARGET_NAME_PATTERN,
+    ReportSection,
+    TargetOption,
+    declared_target_options,
+    get_target,
+    register_target,
+    registered_targets,
+    target_name,
+    unregister_target,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -175,9 +183,11 @@ class TargetPlugin:
     """One deployment target. Subclasses set ``name`` and override the hooks they need."""
 
     name: str = ""
-    # ExportOptions fields that only this target (and targets derived from it) accept, with their
-    # flags in the order an error names them. Given with another target, they are refused.
-    own_options: ClassVar[Mapping[str, str]] = {}
+    # The options only this target (and targets derived from it) accepts: each becomes an ExportOptions
+    # keyword and a command-line flag, and is refused with any other target (TargetOption).
+    options: ClassVar[tuple[TargetOption, ...]] = ()
+    # The typed sections this target adds under the report's "target", with their renderers (ReportSection).
+    report_sections: ClassVar[tuple[ReportSection, ...]] = ()
     # The quantizer must leave no float operator (the target has no float kernels).
     requires_full_integer: bool = False
     # What --mixed-precision may raise an int8 operator to ("int16": int16x8 kernels, "float": float
@@ -198,6 +208,11 @@ class TargetPlugin:
     # The name prefix a family of targets shares, one plugin per hardware configuration (e.g.
     # "ethos-u"): errors name the family once, and an unknown name with its prefix lists the family.
     family: ClassVar[str | None] = None
+
+    @property
+    def own_options(self) -> dict[str, str]:
+        """This target's options as {name: flag}."""
+        return {option.name: option.flag for option in self.options}
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
         """Options the target implies, each with a note for the report; raise UsageError for a
@@ -224,7 +239,7 @@ class TargetPlugin:
         prepared = self.prepare_module(graph.module, example)
         if not graph.rewrites:
             return prepared
-        from .edgetpu.rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
+        from ..applied_rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
 
         applied = tuple(AppliedRewrite(r.module_path or "<root>", r.kind, r.why) for r in graph.rewrites)
         return PreparedModule(prepared.module, {**prepared.report, "rewrites": (*applied, *prepared.report.get("rewrites", ()))})
@@ -274,79 +289,6 @@ def imply_io_dtype(options: ExportOptions, name: str, io_dtype: IODtype, why: st
     return replace(options, io_dtype=io_dtype), [note]
 
 
-# ---- the registry -------------------------------------------------------------------------------
-
-_REGISTRY: dict[str, TargetPlugin] = {}
-_discovered = False
-
-# What a target may be called: a command-line value and a file-name part. The report schema's
-# "target_name" has the same pattern, so a plugin target's report validates (a test checks they agree).
-TARGET_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
-
-
-def register_target(plugin: TargetPlugin) -> TargetPlugin:
-    """Make ``plugin`` available as ``--target plugin.name`` in the API; returns it."""
-    if not plugin.name:
-        raise ValueError(f"{type(plugin).__name__} has no name")
-    if not re.fullmatch(TARGET_NAME_PATTERN, plugin.name):
-        raise ValueError(
-            f"{type(plugin).__name__}.name {plugin.name!r} is not a target name: use lower-case letters, digits,"
-            " '.', '_' and '-', starting with a letter or digit (the report schema's target_name pattern)"
-        )
-    existing = _REGISTRY.get(plugin.name)
-    if existing is not None and type(existing) is not type(plugin):
-        raise ValueError(f"target {plugin.name!r} is already registered by {type(existing).__name__}")
-    _REGISTRY[plugin.name] = plugin
-    return plugin
-
-
-def unregister_target(name: str) -> None:
-    _REGISTRY.pop(name, None)
-
-
-def _discover() -> None:
-    """Import every module of this package once: each target module registers its plugin."""
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
-    package = importlib.import_module(__package__)
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{__package__}.{info.name}")
-
-
-def target_name(target: Target | str) -> str:
-    return target.value if isinstance(target, Target) else str(target)
-
-
-def registered_targets() -> dict[str, TargetPlugin]:
-    """Every target by name: the CLI's (the Target enum's order) first, then the others by name,
-    whatever order their modules were imported in (errors list them in this order)."""
-    _discover()
-    builtin = {t.value: i for i, t in enumerate(Target)}
-    return dict(sorted(_REGISTRY.items(), key=lambda item: (builtin.get(item[0], len(builtin)), item[0])))
-
-
-def get_target(target: Target | str) -> TargetPlugin:
-    name = target_name(target)
-    plugin = _REGISTRY.get(name)
-    if plugin is None:
-        _discover()
-        plugin = _REGISTRY.get(name)
-    if plugin is None:
-        known = registered_targets()
-        family = [n for n, p in known.items() if p.family and name.startswith(p.family)]
-        # natural order: ethos-u55-32 before ethos-u55-128
-        family.sort(key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)])
-        if family:
-            raise UsageError(
-                f"--target {name} is not a known {known[family[0]].family} configuration.",
-                f"Use one of: {', '.join(family)}.",
-            )
-        raise UsageError(f"--target {name} is not known.", f"Use one of: {', '.join(known)}.")
-    return plugin
-
-
 def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None:
     """Options that belong to other targets are refused, never silently ignored.
 
@@ -354,23 +296,28 @@ def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None
     --delegate apply to --target edgetpu only."), so one message covers them, and only them: micro
     owns several options, and a message about --max-flash need not list the op resolver.
     """
-    from ..options import ExportOptions
-
-    defaults = ExportOptions.__dataclass_fields__
-    owners: dict[str, tuple[str, ...]] = {}
-    flags: dict[str, str] = {}
-    for other in registered_targets().values():
-        # A family is named once, by its first member ("--target ethos-u55-32 (any ethos-u target)").
-        label = f"{other.name} (any {other.family} target)" if other.family else other.name
-        for option, flag in other.own_options.items():
-            if label not in owners.get(option, ()) and not (other.family and any(n.startswith(other.family) for n in owners.get(option, ()))):
-                owners[option] = (*owners.get(option, ()), label)
-            flags[option] = flag
+    given = options.target_options  # only the options given, so a default is never refused
+    owners, flags = _option_owners()
     for option, names in owners.items():
-        if option in plugin.own_options or getattr(options, option) == defaults[option].default:
+        if option in plugin.own_options or option not in given:
             continue
-        group = [flags[o] for o, n in owners.items() if n == names and getattr(options, o) != defaults[o].default]
+        group = [flags[o] for o, n in owners.items() if n == names and o in given]
         joined = group[0] if len(group) == 1 else ", ".join(group[:-1]) + " and " + group[-1]
         verb = "applies" if len(group) == 1 else "apply"
         targets = " or ".join(f"--target {name}" for name in names)
         raise UsageError(f"{joined} {verb} to {targets} only.", f"Add --target {names[0]}.")
+
+
+def _option_owners() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """Each declared option's owning targets (a family named once, by its first member: "--target
+    ethos-u55-32 (any ethos-u target)"), and its flag."""
+    owners: dict[str, tuple[str, ...]] = {}
+    flags: dict[str, str] = {}
+    for other in registered_targets().values():
+        label = f"{other.name} (any {other.family} target)" if other.family else other.name
+        for option, flag in other.own_options.items():
+            named = owners.get(option, ())
+            if label not in named and not (other.family and any(n.startswith(other.family) for n in named)):
+                owners[option] = (*named, label)
+            flags[option] = flag
+    return owners, flags

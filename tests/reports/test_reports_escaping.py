@@ -38,12 +38,14 @@ def hostile_report() -> RunReport:
     from edge_export.quantization.io_types import IOQuantInfo
     from edge_export.quantization.selection import BackendAttempt, FloatTensorEntry, IntegerCheck, QuantOpEntry
     from edge_export.reports.baseline import Regression
-    from edge_export.reports.model import BaselineSection, CompilerSection, DelegateSection, MicroSection, ModelSection
+    from edge_export.reports.model import BaselineSection, ModelSection
+    from edge_export.targets.edgetpu.report import CompilerSection, DelegateSection
+    from edge_export.targets.micro.report import MicroSection
     from edge_export.reports.model import AppSection, AppTensor
     from edge_export.targets.edgetpu.checks import TableRow
     from edge_export.targets.edgetpu.compiler import CompilerResult
     from edge_export.targets.edgetpu.rewrites import AppliedRewrite
-    from edge_export.targets.micro.target import MicroReport
+    from edge_export.targets.micro.report import MicroReport
     from edge_export.transpose_report import TransposeReport, TransposeSite
     from edge_export.validators.layers import LayerParity
     from edge_export.validators.parity import Check, OutputParity, ParityResult

@@ -238,7 +238,7 @@ def test_markdown_of_a_target_section_from_a_plugin():
 
 
 def test_markdown_of_a_compiled_edgetpu_model_and_of_a_target_without_compiler_run():
-    from edge_export.reports.model import CompilerSection, DelegateSection
+    from edge_export.targets.edgetpu.report import CompilerSection, DelegateSection
     from edge_export.targets.edgetpu.compiler import CompilerResult
 
     report = full_report()

@@ -318,7 +318,7 @@ def test_renderers_name_the_bundle():
     from rich.console import Console
 
     from edge_export.reports.markdown import render_markdown
-    from edge_export.reports.model import CBundleSection
+    from edge_export.targets.micro.report import CBundleSection
     from edge_export.serialize import to_json_value
     from edge_export.reports.summary import print_summary
 

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ...applied_rewrites import AppliedRewrite
 from ...flatbuffer import FlatbufferModel
 from ...serialize import json_field
 
@@ -39,13 +40,6 @@ __all__ = [
     "prepare_module_for_edgetpu",
     "reorder_for_edgetpu",
 ]
-
-
-@dataclass(frozen=True)
-class AppliedRewrite:
-    module_path: str
-    kind: str
-    why: str
 
 
 @dataclass(frozen=True)

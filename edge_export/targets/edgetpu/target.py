@@ -12,18 +12,22 @@
 from __future__ import annotations
 
 import functools
+import math
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from ...config import IODtype
+from ...errors import UsageError
+from .report import EDGETPU_REPORT_SECTIONS, CompilerSection, DelegateSection
 from ..base import (
     PreparedModule,
     RewrittenFlatbuffer,
     TargetArtifact,
     TargetCheck,
     TargetContext,
+    TargetOption,
     TargetPlugin,
     imply_full_integer_int8,
     imply_io_dtype,
@@ -64,9 +68,28 @@ def _compiled_paths(tflite_path: Path) -> tuple[Path, Path]:
     )
 
 
+def _check_timeout(value: Any) -> float:
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"--compiler-timeout {value} is not a positive number of seconds.", "Give e.g. --compiler-timeout 180 (the default).")
+    return seconds
+
+
+def _check_delegate(value: Any) -> str:
+    if value != "edgetpu":
+        raise UsageError(f"--delegate {value} is not known.", "Use --delegate edgetpu.")
+    return value
+
+
 class EdgeTPUTarget(TargetPlugin):
     name = "edgetpu"
-    own_options: ClassVar[Mapping[str, str]] = {"edgetpu_compiler": "--edgetpu-compiler", "require_compiler": "--require-compiler", "delegate": "--delegate"}
+    report_sections = EDGETPU_REPORT_SECTIONS
+    options: ClassVar[tuple[TargetOption, ...]] = (
+        TargetOption("edgetpu_compiler", "--edgetpu-compiler", "Path of edgetpu_compiler (default: found on PATH).", metavar="PATH"),
+        TargetOption("compiler_timeout", "--compiler-timeout", "Seconds before edgetpu_compiler is stopped (default 180).", float, 180.0, "SECONDS", _check_timeout),
+        TargetOption("require_compiler", "--require-compiler", "Fail when edgetpu_compiler is absent or fails (default: report it and go on).", bool, False),
+        TargetOption("delegate", "--delegate", "edgetpu: run parity through the Edge TPU delegate (libedgetpu) when present.", metavar="edgetpu", check=_check_delegate),
+    )
     requires_full_integer = True
     mixed_precision_promotions = ()  # int8 only: no int16 or float kernels on the TPU
     check_label = "Checking the Edge TPU mapping"
@@ -115,7 +138,6 @@ class EdgeTPUTarget(TargetPlugin):
 
         options, tflite_path = context.options, context.tflite_path
         mapping = check_edgetpu(context.model, source_module=context.source_module)
-        from ...reports.model import CompilerSection, DelegateSection
 
         report: dict[str, Any] = {"edgetpu": mapping}
         artifacts: list[TargetArtifact] = []

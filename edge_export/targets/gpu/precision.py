@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ...config import Thresholds
+from ..registry import ReportSection
 
 if TYPE_CHECKING:
     from ...flatbuffer import FlatbufferModel
@@ -280,3 +281,36 @@ def check_gpu_precision(
         METHOD, precision, len(feeds), parity, overflow=first(3), nan=first(4), collapsed_outputs=collapsed,
         first_jump=None if jump is None else _layer(*order[jump], model, source_module, stats[order[jump][0]]),
     )
+
+
+def _markdown(check: GpuPrecisionReport, target: object, artifacts: object) -> list[str]:
+    """The float16 check: its verdict, what broke where, and the Kotlin option that avoids it."""
+    from ...reports.markdown import escape_markdown as _e
+
+    out = ["### GPU precision (float16, the delegate's default)", "", _e(check.summary()), ""]
+    if check.skipped is None:
+        out += [f"*Method: {_e(check.method)}; {_e(check.samples)} parity samples, app precision {_e(check.precision)}.*", ""]
+    for finding in check.findings():
+        out.append(f"- {_e(finding)}")
+    if check.findings():
+        out.append("")
+    advice = check.recommendation()
+    if advice is not None:
+        out += [f"**Recommendation:** {_e(advice)}", "", "```kotlin", KOTLIN_FORCE_FP32, "```", ""]
+    return out
+
+
+def _summary(check: GpuPrecisionReport, target: object, report: object, lines: object) -> None:
+    lines.plain(f"  gpu precision: {check.summary()}")
+    advice = check.recommendation()
+    if advice is not None:
+        lines.alert("gpu float16 check failed" if check.gates_verdict else "gpu float16 check (reported only)", advice)
+
+
+def _junit(check: GpuPrecisionReport) -> list[tuple]:
+    failure = ("; ".join(check.findings()) or check.summary()) if check.failed else None
+    return [("edge_export.gpu", "float16 precision", failure, check.summary(), check.skipped)]
+
+
+# A failed check gates the verdict unless the app forces float32 (--gpu-precision fp32).
+GPU_PRECISION_REPORT_SECTION = ReportSection("gpu_precision", GpuPrecisionReport, _markdown, _summary, _junit, failed=lambda check: bool(check.failed))

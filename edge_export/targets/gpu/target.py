@@ -63,11 +63,13 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from ...errors import UsageError
-from ..base import FinishedRun, FinishedTarget, TargetCheck, TargetContext, TargetPlugin, register_target
+from ..base import FinishedRun, FinishedTarget, TargetCheck, TargetContext, TargetOption, TargetPlugin, register_target
 from ..operator_rules import OperatorRules
+from ..registry import ReportSection
+from .precision import GPU_PRECISION_REPORT_SECTION
 
 if TYPE_CHECKING:
     from ...options import ExportOptions
@@ -516,10 +518,52 @@ def run_gpu_analyzer(model: FlatbufferModel) -> AnalyzerCrossCheck:
 # ---- the target ---------------------------------------------------------------------------------
 
 
+def _check_gpu_precision(value: Any) -> str:
+    if value not in ("fp16", "fp32"):
+        raise UsageError(f"--gpu-precision {value} is not known.", "Use --gpu-precision fp16 (the delegate's default) or fp32.")
+    return value
+
+
+def _markdown(gpu: GpuReport, target: object, artifacts: object) -> list[str]:
+    from ...reports.markdown import escape_markdown as _e
+
+    out = ["", f"**GPU delegate (predicted):** {_e(gpu.summary())}", ""]
+    for opcode, count in gpu.unsupported_ops().items():
+        out.append(f"- left on the CPU: {_e(opcode)} × {_e(count)}")
+    analyzer = gpu.analyzer
+    if analyzer is not None:
+        verdict = analyzer.verdict if analyzer.available else f"not run ({analyzer.note})"
+        out.append(f"- ai-edge-litert's GPU analyzer: {_e(verdict)}")
+    for d in gpu.disagreements:
+        out.append(f"- analyzer disagrees with the prediction: {_e(d)}")
+    out.append("")
+    return out
+
+
+def _summary(gpu: GpuReport, target: object, report: object, lines: object) -> None:
+    lines.plain(f"  gpu delegate: {gpu.summary()}")
+    analyzer = gpu.analyzer
+    if analyzer is not None:
+        lines.plain(f"  gpu analyzer: {analyzer.verdict if analyzer.available else 'not run: ' + analyzer.note}")
+    for d in gpu.disagreements:
+        lines.plain(f"    disagreement: {d}")
+
+
+GPU_REPORT_SECTION = ReportSection("gpu", GpuReport, _markdown, _summary)
+
+
 class GpuTarget(TargetPlugin):
     name = "gpu"
     check_label = "Predicting the GPU delegate's partitions"
-    own_options = {"gpu_precision": "--gpu-precision"}
+    report_sections = (GPU_REPORT_SECTION, GPU_PRECISION_REPORT_SECTION)
+    options: ClassVar[tuple[TargetOption, ...]] = (
+        TargetOption(
+            "gpu_precision", "--gpu-precision",
+            "gpu: the precision the app runs the GPU delegate at: fp16 (the delegate's default; a failed float16 "
+            "precision check is exit 1) or fp32 (the app forces float32; the check is reported only).",
+            str, "fp16", "PRECISION", _check_gpu_precision,
+        ),
+    )
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
         # The delegate computes in float16/float32, so the integer modes are refused (issue 10):

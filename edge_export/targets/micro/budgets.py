@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ...errors import UsageError
+from ..registry import ReportSection, TargetOption
 
 if TYPE_CHECKING:
     from ...flatbuffer import FlatbufferModel
@@ -33,8 +34,21 @@ __all__ = [
     "parse_size",
 ]
 
-# ExportOptions field -> flag, for the targets that accept budgets (TargetPlugin.own_options).
-BUDGET_OPTIONS = {"max_flash": "--max-flash", "max_ram": "--max-ram"}
+# The budget options of the targets that accept budgets (TargetPlugin.options): micro, Ethos-U.
+BUDGET_OPTIONS = (
+    TargetOption(
+        "max_flash", "--max-flash",
+        "micro and ethos-u*: flash budget for the model, e.g. 256KiB, 1MiB, 1.5MB or 300000 (bytes); over it: "
+        "exit 1 naming the largest weights.",
+        str, None, "SIZE", lambda value: parse_size(value, "--max-flash"),
+    ),
+    TargetOption(
+        "max_ram", "--max-ram",
+        "micro and ethos-u*: RAM budget for the tensor arena TFLite Micro measures, e.g. 64KiB; over it: exit 1 "
+        "naming the largest activations.",
+        str, None, "SIZE", lambda value: parse_size(value, "--max-ram"),
+    ),
+)
 
 # Binary units (KiB) are what linker scripts and datasheets size memories in; decimal units (kB, MB)
 # are accepted too, as written. "K"/"M" alone are binary, as in a linker script's LENGTH = 256K.
@@ -236,3 +250,37 @@ def largest_activations(model: FlatbufferModel, limit: int = _LARGEST) -> tuple[
     """The activation tensors (inputs, outputs and intermediates of the main subgraph) that take
     the most arena RAM, largest first, with the operators that write and read them."""
     return _largest(model, False, limit)
+
+
+def _markdown(budgets: BudgetsSection, target: object, artifacts: object) -> list[str]:
+    """Flash and RAM against --max-flash/--max-ram, and the largest consumers of an exceeded one."""
+    from ...reports.markdown import escape_markdown as _e
+
+    out = ["### Flash and RAM budgets", "", "| resource | measured | bytes | budget | margin |", "|---|---|---|---|---|"]
+    for c in budgets.checks:
+        state = "" if c.budget_bytes is None else (" **exceeded**" if c.exceeded else "")
+        out.append(f"| {c.resource} | {_e(c.measured)} | {c.used_bytes} | {_e(c.budget_bytes)} | {_e(c.margin_bytes)}{state} |")
+    out.append("")
+    for c in budgets.checks:
+        if c.exceeded:
+            out.append(f"- {_e(c.message())}")
+    if budgets.exceeded:
+        out.append("")
+    return out
+
+
+def _summary(budgets: BudgetsSection, target: object, report: object, lines: object) -> None:
+    lines.plain("  budgets: " + "; ".join(c.summary() for c in budgets.checks))
+    for c in budgets.checks:
+        if c.exceeded:
+            lines.alert("budget exceeded", c.message())
+
+
+def _junit(budgets: BudgetsSection) -> list[tuple]:
+    """A case per budget given, so CI shows which one failed."""
+    return [("edge_export.budgets", c.resource, c.message() if c.exceeded else None, c.summary(), None)
+            for c in budgets.checks if c.budget_bytes is not None]
+
+
+# Any exceeded budget fails the verdict (exit 1).
+BUDGETS_REPORT_SECTION = ReportSection("budgets", BudgetsSection, _markdown, _summary, _junit, failed=lambda budgets: bool(budgets.exceeded))

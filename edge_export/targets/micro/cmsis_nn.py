@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..registry import ReportSection
+
 if TYPE_CHECKING:
     from ...flatbuffer import FlatbufferModel, OperatorInfo
 
@@ -144,3 +146,30 @@ def check_cmsis_nn(model: FlatbufferModel) -> CmsisNNReport:
             if bias.dtype != expected:
                 add(op.inputs[2], f"{expected} bias with {act_dtype} activations", f"{bias.dtype} bias", MAY_DIFFER)
     return CmsisNNReport(len(model.operators), tuple(found))
+
+
+def _markdown(rules: CmsisNNReport, target: object, artifacts: object) -> list[str]:
+    from ...reports.markdown import code_span as _code
+    from ...reports.markdown import escape_markdown as _e
+
+    out = ["### CMSIS-NN kernel rules", "", _e(rules.note)]
+    if rules.violations:
+        out += ["", "| operator | tensor | module | found | CMSIS-NN assumes | consequence |", "|---|---|---|---|---|---|"]
+        for v in rules.violations:
+            out.append(
+                f"| {_e(v.opcode)} #{v.operator_index} | {_code(v.tensor) if v.tensor else ''} | {_code(v.module) if v.module else ''} "
+                f"| {_e(v.found)} | {_e(v.rule)} | {_e(v.consequence)} |"
+            )
+    out.append("")
+    return out
+
+
+def _summary(rules: CmsisNNReport, target: object, report: object, lines: object) -> None:
+    if not rules.violations:
+        return
+    lines.plain(f"  cmsis-nn: {len(rules.violations)} rule violation(s): {rules.note}")
+    for v in rules.violations[:10]:
+        lines.plain(f"    - {v.describe()}")
+
+
+CMSIS_NN_REPORT_SECTION = ReportSection("cmsis_nn", CmsisNNReport, _markdown, _summary)

@@ -42,6 +42,10 @@ from ..base import (
     TargetContext,
     register_target,
 )
+from ..registry import ReportSection
+from .budgets import BUDGETS_REPORT_SECTION
+from .cmsis_nn import CMSIS_NN_REPORT_SECTION
+from .report import MICRO_REPORT_SECTION
 from .target import MicroTarget
 
 if TYPE_CHECKING:
@@ -293,10 +297,50 @@ def ram_bytes(section: EthosUReport, int8_arena: int) -> int:
     return section.summary.sram_bytes + (int8_arena if section.cpu else 0)
 
 
+def _markdown(ethos: EthosUReport, target: object, artifacts: object) -> list[str]:
+    """Vela's placement (NPU or CPU, each CPU operator with its module) and its figures."""
+    from ...reports.markdown import code_span as _code
+    from ...reports.markdown import escape_markdown as _e
+
+    s = ethos.summary
+    out = [
+        f"### Ethos-U ({_e(ethos.accelerator)}, Vela {_e(ethos.vela_version)})", "",
+        f"{_e(ethos.npu_operators)} of {_e(ethos.operators)} operators on the NPU ({_e(ethos.npu_subgraphs)} ethos-u "
+        f"operator(s)), {_e(ethos.cpu_operators)} on the CPU; compiled model {_code(ethos.vela_model)} "
+        f"({_e(ethos.vela_model_bytes)} bytes).", "",
+        "| SRAM | flash | DRAM | cycles | inferences/s | MACs | system config | memory mode |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {_e(s.sram_bytes)} bytes | {_e(s.flash_bytes)} bytes | {_e(s.dram_bytes)} bytes | {_e(s.cycles)} | {_e(f'{s.inferences_per_second:.0f}')} "
+        f"| {_e(s.macs)} | {_e(s.system_config)} | {_e(s.memory_mode)} |",
+        "",
+    ]
+    if ethos.cpu:
+        out += ["| on the CPU | module | output tensor |", "|---|---|---|"]
+        for op in ethos.cpu:
+            where = f" #{op.operator_index}" if op.operator_index is not None else ""
+            out.append(f"| {_e(op.opcode)}{where} | {_code(op.module) if op.module else ''} | {_code(op.tensor) if op.tensor else ''} |")
+        out.append("")
+    out += [f"*{_e(ethos.parity_note)}*", ""]
+    return out
+
+
+def _summary(e: EthosUReport, target: object, report: object, lines: object) -> None:
+    dram = f"DRAM {e.summary.dram_bytes} bytes, " if e.summary.dram_bytes else ""
+    lines.plain(f"  {e.accelerator} (Vela {e.vela_version}): {e.npu_operators} of {e.operators} ops on the NPU, "
+                f"{e.cpu_operators} on the CPU; SRAM {e.summary.sram_bytes} bytes, flash {e.summary.flash_bytes} bytes, {dram}"
+                f"{e.summary.cycles} cycles ({e.summary.inferences_per_second:.0f} inferences/s) -> {e.vela_model}")
+    for op in e.cpu[:10]:
+        lines.plain(f"    cpu: {op.describe()}")
+
+
+ETHOS_U_REPORT_SECTION = ReportSection("ethos_u", EthosUReport, _markdown, _summary)
+
+
 class EthosUTarget(MicroTarget):
     """``--target ethos-u55-128`` etc.: micro's rules, then Vela; its plugin per configuration."""
 
     family: ClassVar[str] = "ethos-u"
+    report_sections = (MICRO_REPORT_SECTION, ETHOS_U_REPORT_SECTION, BUDGETS_REPORT_SECTION, CMSIS_NN_REPORT_SECTION)
     check_label = "Checking TFLite Micro support and compiling with Vela"
 
     def __init__(self, accelerator: str) -> None:

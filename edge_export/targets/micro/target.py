@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar, Iterable, Sequence
 
 import numpy as np
 
@@ -32,7 +32,10 @@ from ...config import IODtype
 from ...errors import RuntimeRunError, TargetError, UsageError, first_line
 from ...flatbuffer import FlatbufferModel, read_flatbuffer
 from ...runtime import IOTensor, from_model_outputs, to_model_inputs
-from .budgets import BUDGET_OPTIONS
+from .budgets import BUDGET_OPTIONS, BUDGETS_REPORT_SECTION
+from .cmsis_nn import CMSIS_NN_REPORT_SECTION
+from .report import MICRO_REPORT_SECTION, CBundleSection, MicroReport, MicroSection
+from ..base import TargetOption
 from ..base import (
     FinishedRun,
     FinishedTarget,
@@ -175,7 +178,6 @@ TFLM_CUSTOM_OP_METHODS: dict[str, str] = {
     "ethos-u": "AddEthosU",
 }
 
-_INTEGER_IO = ("int8",)  # what TFLM applications feed (TFLM dropped most uint8 kernels)
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "int32": 4, "int64": 8, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 # Bookkeeping TFLM keeps in the arena besides activations, measured on the host interpreter's
 # RecordingMicroAllocator: a TfLiteEvalTensor (24 bytes) per tensor, a NodeAndRegistration
@@ -211,56 +213,6 @@ def installed_tflm_kernels() -> frozenset[str]:
     names = set(re.findall(rb"Register_([A-Z0-9_]+?)Ev", Path(spec.origin).read_bytes()))
     builtins = {k for k in vars(schema.BuiltinOperator) if not k.startswith("_")}
     return frozenset(n.decode() for n in names) & builtins
-
-
-@dataclass(frozen=True)
-class MicroReport:
-    ops: tuple[str, ...]  # distinct operators, in first-use order (the resolver needs each once)
-    unsupported_ops: tuple[str, ...]
-    input_dtypes: tuple[str, ...]
-    output_dtypes: tuple[str, ...]
-    fully_integer: bool
-    float_tensors: tuple[str, ...]
-    arena_estimate_bytes: int  # static estimate from tensor lifetimes
-    arena_bytes: int | None = None  # measured by the TFLM host interpreter, when it ran
-
-    JSON_KEYS = (
-        "ok", "ops", "unsupported_ops", "input_dtypes", "output_dtypes", "integer_io", "fully_integer",
-        "float_tensors", "arena_estimate_bytes", "arena_bytes", "problems",
-    )
-
-    @property
-    def integer_io(self) -> bool:
-        return all(d in _INTEGER_IO for d in (*self.input_dtypes, *self.output_dtypes))
-
-    @property
-    def problems(self) -> tuple[str, ...]:
-        found = []
-        if self.unsupported_ops:
-            found.append(
-                f"TFLite Micro has no kernel for {', '.join(self.unsupported_ops)}; replace the layer(s) "
-                "that produce it or write a custom TFLM kernel."
-            )
-        if not self.integer_io:
-            found.append(
-                f"the model's inputs/outputs are {', '.join(sorted(set(self.input_dtypes + self.output_dtypes)))}, "
-                "not int8: export with --quantize int8 --io-dtype int8."
-            )
-        if not self.fully_integer:
-            found.append(
-                f"{len(self.float_tensors)} tensors inside the graph are float; microcontrollers without an "
-                "FPU run them slowly or not at all: use full-integer --quantize int8."
-            )
-        return tuple(found)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def with_arena(self, arena_bytes: int) -> MicroReport:
-        from dataclasses import replace
-
-        return replace(self, arena_bytes=arena_bytes)
 
 
 def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
@@ -553,12 +505,18 @@ class MicroTarget(TargetPlugin):
     measured in its host interpreter, and the op resolver lines on request."""
 
     name = "micro"
-    own_options: ClassVar[Mapping[str, str]] = {
-        "emit_op_resolver": "--emit-op-resolver",
-        "emit_c": "--emit-c",
-        "no_emit_c": "--no-emit-c",
-        **BUDGET_OPTIONS,
-    }
+    report_sections = (MICRO_REPORT_SECTION, BUDGETS_REPORT_SECTION, CMSIS_NN_REPORT_SECTION)
+    options: ClassVar[tuple[TargetOption, ...]] = (
+        TargetOption("emit_op_resolver", "--emit-op-resolver", "micro: write the C++ MicroMutableOpResolver lines for the model's operators here.", Path, check=str),
+        *BUDGET_OPTIONS,
+        TargetOption(
+            "emit_c", "--emit-c",
+            "micro: write the firmware bundle (model array, op resolver, arena size, test vectors) into DIR "
+            "(default with --target micro: <stem>_micro/ beside the .tflite).",
+            Path, metavar="DIR", check=str,
+        ),
+        TargetOption("no_emit_c", "--no-emit-c", "micro: write no firmware bundle.", bool, False),
+    )
     requires_full_integer = True
     # TFLite Micro ignores metadata: it would only cost flash (--labels stays a parity option).
     carries_metadata = False
@@ -639,7 +597,6 @@ class MicroTarget(TargetPlugin):
 
         # TFLM runs in a child process (as every native run of a candidate model): a crash is exit 3.
         arena, micro_report = run_isolated(measure, stage="TFLite Micro arena measurement", backend="the TFLite Micro interpreter")
-        from ...reports.model import MicroSection
 
         artifacts = ()
         resolver_path = context.options.emit_op_resolver
@@ -648,7 +605,6 @@ class MicroTarget(TargetPlugin):
         bundle = _bundle_layout(context.options, context.tflite_path)
         c_bundle = None
         if bundle is not None:
-            from ...reports.model import CBundleSection
             from .bundle import TEST_TOLERANCE_STEPS, TEST_VECTOR_COUNT, arena_with_margin, bundle_paths
 
             folder, name = bundle
