@@ -45,7 +45,7 @@ def _version_callback(value: bool) -> None:
     """The version, the versions of the libraries that decide the result (read from their installed
     metadata: nothing is imported) and, when one is not the tested version, a warning."""
     if value:
-        from . import __version__
+        from .version import __version__
         from .constraints import check_pinned_set, library_versions
 
         versions = library_versions()

@@ -8,9 +8,9 @@ with ``diagnosis.locate_failure``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
+from .channels_last import ChannelsLastPlan, plan_channels_last  # noqa: F401  (re-exported)
 from .diagnosis import FailureLocation, is_trace_failure, locate_failure
 from .errors import ConversionError, TraceError
 from .library_output import quiet_libraries
@@ -24,25 +24,6 @@ __all__ = [
     "fold_layout_transposes",
     "fp16_quant_config",
 ]
-
-
-@dataclass(frozen=True)
-class ChannelsLastPlan:
-    """Which inputs and outputs are 4-D image tensors that move to NHWC."""
-
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-
-    @property
-    def active(self) -> bool:
-        return bool(self.inputs or self.outputs)
-
-
-def plan_channels_last(input_ranks: Sequence[int], output_ranks: Sequence[int]) -> ChannelsLastPlan:
-    return ChannelsLastPlan(
-        inputs=tuple(i for i, r in enumerate(input_ranks) if r == 4),
-        outputs=tuple(i for i, r in enumerate(output_ranks) if r == 4),
-    )
 
 
 def wrap_channels_last(module: Any, plan: ChannelsLastPlan) -> Any:

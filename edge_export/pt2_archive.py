@@ -39,28 +39,19 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelLoadError
+from .pt2_refusals import DOTTED_NAME, RATIO_ENV, UnsafeArchiveMember, refusal  # noqa: F401  (re-exported)
 
 __all__ = ["ArchiveLimits", "CheckedArchive", "UnsafeArchiveMember", "read_checked_archive", "DISABLE_CHECKS_ENV"]
 
 # Test hook: with this set, the allow-list reader is skipped (tests/test_sandbox.py shows the sandbox
 # alone keeps payloads inert). Never set in normal use.
 DISABLE_CHECKS_ENV = "EDGE_EXPORT_TEST_DISABLE_ARCHIVE_CHECKS"
-RATIO_ENV = "EDGE_EXPORT_ARCHIVE_INFLATE_RATIO"
 
-_TRUST_HINT = (
-    "Export the model again with torch.export.save (torch 2.8 or later) from a module whose weights, "
-    "buffers and example inputs are plain tensors; if you trust the file's author, pass --trust-pickle."
-)
 _MEMBER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(/[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127}){1,4}")
 _MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _PAYLOAD_NAME = {"data/weights/": re.compile(r"weight_[0-9]{1,9}"), "data/constants/": re.compile(r"tensor_[0-9]{1,9}")}
-DOTTED_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,127}|[0-9]{1,9})(\.([A-Za-z_][A-Za-z0-9_]{0,127}|[0-9]{1,9})){0,63}")  # a module path: nn.Sequential's children are 0, 1, ...
 _FORMAT_FILES = {"archive_format": b"pt2", "archive_version": b"0", "byteorder": b"little"}
 _FREE_FORMAT_FILES = {".data/version": re.compile(rb"[0-9]{1,4}"), ".data/serialization_id": re.compile(rb"[0-9]{1,64}")}
-
-
-class UnsafeArchiveMember(ModelLoadError):
-    """An archive member outside what the format allows; refused without --trust-pickle (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -105,21 +96,6 @@ class CheckedArchive:
             for tail, data in self.members.items():
                 zf.writestr(f"{self.root}/{tail}", data)
         return buf.getvalue()
-
-
-def refusal(path: Path | str, member: str, what: str, *, size: bool = False) -> UnsafeArchiveMember:
-    if size:
-        return UnsafeArchiveMember(
-            f"{path} is an ExportedProgram archive whose member {member} {what}; an archive that claims "
-            "more than its model needs is refused before it is read.",
-            f"If the archive is genuine, raise the limit with {RATIO_ENV} (default 10), or export the model "
-            "again with torch.export.save.",
-        )
-    return UnsafeArchiveMember(
-        f"{path} is an ExportedProgram archive whose member {member} {what}; loading it could run "
-        "arbitrary code, so it is refused by default.",
-        _TRUST_HINT,
-    )
 
 
 def read_checked_archive(path: Path, limits: ArchiveLimits | None = None) -> CheckedArchive:

@@ -19,7 +19,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from .pt2_archive import DOTTED_NAME, refusal
+from .pt2_refusals import DOTTED_NAME, refusal
 from .symbolic_expressions import ExpressionError, parse_expression
 
 __all__ = ["check_program", "payload_bytes", "user_input_bytes"]

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..serialize import to_json_value
 
+from .model import Regression
+
 if TYPE_CHECKING:
     from .model import RunReport
 
@@ -42,15 +44,6 @@ class BaselineTolerance:
     neighbour_agreement: float = 0.01  # absolute drop allowed
     error_ratio: float = 0.10  # errors may grow by 10 %
     error_floor: float = 1e-6  # ...or by this much in absolute terms (fp32 noise)
-
-
-@dataclass(frozen=True)
-class Regression:
-    output: str
-    metric: str
-    baseline: float | None
-    current: float | None
-    message: str
 
 
 _HIGHER = ("sqnr_db", "cosine", "top1_agreement", "top5_agreement", "worst_sample_cosine", "neighbour_agreement")

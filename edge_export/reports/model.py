@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
     from ..validators.runtimes import RuntimeComparison
-    from .baseline import Regression
 
 __all__ = [
     "REPORT_SCHEMA_VERSION",
@@ -268,6 +267,17 @@ class TargetSection:
 
         declared = declared_report_sections()
         return tuple(k for k, v in self.sections.items() if k in declared and declared[k].failed is not None and declared[k].failed(v))
+
+
+@dataclass(frozen=True)
+class Regression:
+    """One metric that got worse than the baseline report's beyond tolerance (reports/baseline.py)."""
+
+    output: str
+    metric: str
+    baseline: float | None
+    current: float | None
+    message: str
 
 
 @dataclass(frozen=True)

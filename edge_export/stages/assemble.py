@@ -7,7 +7,7 @@ import hashlib
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .. import __version__
+from ..version import __version__
 from ..config import InputSpec
 from ..options import ExportOptions
 from ..reports.model import BaselineSection, FlatbufferSection, InputSection, ModelSection, RunReport, SkippedValidation, ToolSection

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
+from ..version import __version__
 from ..options import ExportOptions
 from .check import CheckedRun
 from .clock import StageClock

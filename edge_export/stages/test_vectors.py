@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..atomic_files import check_outputs_apart, check_writable_folder, remove_created_folders
 from ..config import Thresholds
 from ..errors import UsageError

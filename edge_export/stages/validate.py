@@ -155,7 +155,7 @@ def validate_against_reference(
     """Load the reference, check parity and build the report; ``validate`` writes it."""
     from ..targets.base import get_target
 
-    from ..conversion import ChannelsLastPlan
+    from ..channels_last import ChannelsLastPlan
 
     from ..loading import ModelKind, detect_kind, is_module_reference
 

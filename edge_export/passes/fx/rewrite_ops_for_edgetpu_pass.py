@@ -13,7 +13,7 @@ import copy
 import math
 from typing import Any
 
-from ...targets.edgetpu.rewrites import AppliedRewrite, EdgeTPUPreparation
+from ...applied_rewrites import AppliedRewrite, EdgeTPUPreparation
 
 __all__ = ["rewrite_ops_for_edgetpu_pass"]
 

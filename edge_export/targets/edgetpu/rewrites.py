@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 from typing import Any
 
-from ...applied_rewrites import AppliedRewrite
+from ...applied_rewrites import AppliedRewrite, EdgeTPUPreparation
 from ...flatbuffer import FlatbufferModel
-from ...serialize import json_field
 
 __all__ = [
     "AppliedRewrite",
@@ -40,12 +38,6 @@ __all__ = [
     "prepare_module_for_edgetpu",
     "reorder_for_edgetpu",
 ]
-
-
-@dataclass(frozen=True)
-class EdgeTPUPreparation:
-    module: Any = json_field(skip=True)  # the rewritten copy; the caller's module is not changed
-    rewrites: tuple[AppliedRewrite, ...]
 
 
 def _replacement_classes() -> dict[str, type]:

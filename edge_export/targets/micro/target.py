@@ -643,7 +643,7 @@ class MicroTarget(TargetPlugin):
         bundle = getattr(section, "c_bundle", None)
         if bundle is None:
             return FinishedTarget(entries, artifacts)
-        from ... import __version__
+        from ...version import __version__
         from ...isolation import run_isolated
         from . import bundle as cb
 
