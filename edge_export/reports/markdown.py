@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
     from ..validators.runtimes import RuntimeComparison
-    from .model import AppSection, ArtifactsSection, MetadataSection, RunReport, TargetSection
+    from .model import AppSection, ArtifactsSection, FlatbufferSection, MetadataSection, RunReport, TargetSection
 
 __all__ = ["render_markdown", "escape_markdown", "code_span", "kotlin_string"]
 
@@ -80,20 +80,44 @@ def _size(n: int) -> str:
 
 def render_markdown(report: RunReport) -> str:
     """The report as Markdown: the verdict, the outputs, then one section per stage result the run has."""
-    lines: list[str] = []
-    verdict = report.verdict
-    model = report.model
-    exp = report.export
-    fb = report.flatbuffer
+    lines = _headline(report)
     val = report.validation
-    lines.append(f"# edge-export: {_ICON.get(verdict, _e(verdict))}")
-    lines.append("")
+    if not isinstance(val, SkippedValidation) and val.outputs:
+        lines.extend(_outputs_section(val))
+    sections = (
+        (report.runtimes, _runtimes_section), (report.per_layer, _layer_section), (report.quantization, _quant_section),
+        (report.sensitivity, _sensitivity_section), (report.mixed_precision, _mixed_precision_section),
+        (report.host_latency, _host_latency_section),
+    )
+    for value, render in sections:
+        if value is not None:
+            lines.extend(render(value))
+    if report.target is not None:
+        lines.extend(_target_section(report.target, report.artifacts))
+    if report.metadata is not None:
+        lines.extend(_metadata_section(report.metadata))
+    if report.app is not None:
+        lines.extend(_app_section(report.app, report.artifacts.tflite))
+    lines.extend(_flatbuffer_lines(report.flatbuffer))
+    if report.stages:
+        lines += ["## Stages", "", " · ".join(f"{_e(s.name)} {s.seconds:.2f} s" for s in report.stages), ""]
     lines.append(
+        f"<sub>edge-export {_e(report.tool.version)} · "
+        + " · ".join(f"{_e(k)} {_e(v)}" for k, v in report.libraries.items() if v)
+        + f" · report schema {_e(report.schema_version)}</sub>"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _headline(report: RunReport) -> list[str]:
+    """The verdict, what was exported how, the worst output and the baseline's outcome."""
+    model, exp, fb, val = report.model, report.export, report.flatbuffer, report.validation
+    lines = [
+        f"# edge-export: {_ICON.get(report.verdict, _e(report.verdict))}", "",
         f"{_code(model.source)} ({_e(model.kind)}) → {_code(report.artifacts.tflite)} · "
         f"quantize **{_e(exp.quantize)}** · target **{_e(exp.target)}** · "
-        f"{_size(fb.size_bytes)} · {fb.num_operators} ops · exit code {report.exit_code}"
-    )
-    lines.append("")
+        f"{_size(fb.size_bytes)} · {fb.num_operators} ops · exit code {report.exit_code}", "",
+    ]
     lines.extend(_pinned_set_lines(report.pinned_set))
     if isinstance(val, SkippedValidation):
         lines.append(f"Parity was not checked: {_e(val.reason)}.")
@@ -110,59 +134,27 @@ def render_markdown(report: RunReport) -> str:
     base = report.baseline
     if base is not None:
         if base.regressions:
-            lines.append(f"**Regressed against the baseline** {_code(base.path)}:")
-            lines.append("")
+            lines += [f"**Regressed against the baseline** {_code(base.path)}:", ""]
             lines.extend(f"- {_e(r.message)}" for r in base.regressions)
         else:
             lines.append(f"No regression against the baseline {_code(base.path)}.")
         lines.append("")
-    if not isinstance(val, SkippedValidation) and val.outputs:
-        lines.extend(_outputs_section(val))
-    if report.runtimes is not None:
-        lines.extend(_runtimes_section(report.runtimes))
-    if report.per_layer is not None:
-        lines.extend(_layer_section(report.per_layer))
-    if report.quantization is not None:
-        lines.extend(_quant_section(report.quantization))
-    if report.sensitivity is not None:
-        lines.extend(_sensitivity_section(report.sensitivity))
-    if report.mixed_precision is not None:
-        lines.extend(_mixed_precision_section(report.mixed_precision))
-    if report.host_latency is not None:
-        lines.extend(_host_latency_section(report.host_latency))
-    if report.target is not None:
-        lines.extend(_target_section(report.target, report.artifacts))
-    if report.metadata is not None:
-        lines.extend(_metadata_section(report.metadata))
-    if report.app is not None:
-        lines.extend(_app_section(report.app, report.artifacts.tflite))
-    lines.append("## Flatbuffer")
-    lines.append("")
-    lines.append(f"- size: {_size(fb.size_bytes)} ({fb.size_bytes} bytes), sha256 `{(fb.sha256 or '')[:16]}…`")
-    lines.append(f"- fully integer: {fb.fully_integer}")
+    return lines
+
+
+def _flatbuffer_lines(fb: FlatbufferSection) -> list[str]:
+    lines = ["## Flatbuffer", "", f"- size: {_size(fb.size_bytes)} ({fb.size_bytes} bytes), sha256 `{(fb.sha256 or '')[:16]}…`", f"- fully integer: {fb.fully_integer}"]
     for kind, tensors in (("input", fb.inputs), ("output", fb.outputs)):
         for t in tensors:
             q = t.quant
             qs = f", scale {_plain(q.scales[0])}, zero point {_plain(q.zero_points[0])}" if q is not None and not q.per_channel else ""
             lines.append(f"- {kind} {_code(t.name)}: {_e(t.dtype)} {_e(_plain(t.shape))}{_e(qs)}")
-    lines.append("")
-    lines.append("| operator | count |")
-    lines.append("|---|---|")
+    lines += ["", "| operator | count |", "|---|---|"]
     for op, n in fb.op_counts.items():
         lines.append(f"| {_e(op)} | {_e(_plain(n))} |")
     lines.append("")
     lines.extend(_transposes_section(fb.transposes))
-    if report.stages:
-        lines.append("## Stages")
-        lines.append("")
-        lines.append(" · ".join(f"{_e(s.name)} {s.seconds:.2f} s" for s in report.stages))
-        lines.append("")
-    lines.append(
-        f"<sub>edge-export {_e(report.tool.version)} · "
-        + " · ".join(f"{_e(k)} {_e(v)}" for k, v in report.libraries.items() if v)
-        + f" · report schema {_e(report.schema_version)}</sub>"
-    )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _pinned_set_lines(pinned: PinnedSetCheck | None) -> list[str]:

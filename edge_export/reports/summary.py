@@ -78,6 +78,12 @@ def _print_target(report: RunReport, out: Console, err: Console) -> None:
 
 def print_summary(report: RunReport, out: Console, err: Console) -> None:
     """The verdict line, then one line per section the run has; warnings go to ``err``."""
+    for part in (_print_headline, _print_quantization, _print_target, _print_checks, _print_extras, _print_artifacts):
+        part(report, out, err)
+
+
+def _print_headline(report: RunReport, out: Console, err: Console) -> None:
+    """The verdict, the model's size and operators, and the worst output's parity."""
     fb = report.flatbuffer
     val = report.validation
     verdict = report.verdict
@@ -105,6 +111,10 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
         )
         for note in val.notes:
             _plain(out, f"  note: {note}")
+
+
+def _print_quantization(report: RunReport, out: Console, err: Console) -> None:
+    """A library off the tested set, then how the model was quantized."""
     warning = report.pinned_set.warning() if report.pinned_set is not None else None
     if warning:
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
@@ -124,7 +134,10 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
                 f"[yellow]warning:[/yellow] the time budget ({budget.seconds:g} s) was spent; kept the best model "
                 f"found before it; not tried: {escape('; '.join(budget.skipped))}"
             )
-    _print_target(report, out, err)
+
+
+def _print_checks(report: RunReport, out: Console, err: Console) -> None:
+    """Runtimes, per-layer parity, the sensitivity ranking and the mixed-precision search."""
     runtimes = report.runtimes
     if runtimes is not None:
         _plain(out, "  runtimes: " + "; ".join(f"{r.runtime} {r.status}" for r in runtimes.results) + (
@@ -156,6 +169,10 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
             f"{_split_note(mixed)}, "
             f"SQNR {mixed.int8_sqnr_db} -> {mixed.sqnr_db} dB, target {'met' if mixed.met else 'NOT met'}",
         )
+
+
+def _print_extras(report: RunReport, out: Console, err: Console) -> None:
+    """Host latency, the baseline and the model metadata."""
     latency = report.host_latency
     if latency is not None:
         _plain(
@@ -180,6 +197,10 @@ def print_summary(report: RunReport, out: Console, err: Console) -> None:
         _plain(out, f"  metadata: {'; '.join(what)} (+{metadata.added_bytes} bytes)")
         for note in metadata.notes:
             _plain(out, f"    note: {note}")
+
+
+def _print_artifacts(report: RunReport, out: Console, err: Console) -> None:
+    """Where the reports and other artifacts were written."""
     _plain(out, f"  reports: {report.artifacts.report_json}  {report.artifacts.report_markdown}")
     if report.artifacts.junit:
         _plain(out, f"  junit: {report.artifacts.junit}")

@@ -69,11 +69,34 @@ def run_parity(
     plan: Any,
     runner_factory: Callable[[FlatbufferModel], Any] | None = None,
 ):
-    import torch
+    """PyTorch and the flatbuffer on ``samples``: (the parity result, the runtime comparison with
+    --runtime compiled-model or both, (feeds, references))."""
+    references, feeds, torch_names = _reference_outputs(module, samples, plan)
+    runs = _run_candidates(fb, feeds, plan, options.runtime, runner_factory)
+    _, names, scales, _ = runs[0]
+    if len(names) != len(references[0]):
+        raise UsageError(
+            f"The flatbuffer has {len(names)} outputs but the PyTorch model returns {len(references[0])}.",
+            "This can happen when outputs are constants or duplicates; run with --no-validate to export anyway.",
+        )
+    order = outputs_by_name(torch_names, names)
+    if order is not None:  # both sides name their outputs: pair by name, not by position
+        references = [[ref[i] for i in order] for ref in references]
+        torch_names = [torch_names[i] for i in order]
+    results = _compare_runs(references, runs, names, torch_names, scales, options)
+    checked = (feeds, references)
+    if options.runtime == "interpreter":
+        return results[0], None, checked
+    from ..validators.runtimes import RuntimeComparison, compare_runtimes
 
-    from ..isolation import run_isolated
-    from ..targets.base import litert_runner
-    from ..validators.parity import compare_outputs
+    differences = compare_runtimes(names, runs[0][0], runs[1][0], scales) if len(runs) == 2 else ()
+    return results[0], RuntimeComparison(options.runtime, tuple(results), differences), checked
+
+
+def _reference_outputs(module: Any, samples: list[tuple], plan: Any) -> tuple[list, list, list[str | None]]:
+    """PyTorch's outputs on every sample (float numpy), the feeds in the model's layout, and the
+    key each output was returned under. The model's own error is the user's (exit 2)."""
+    import torch
 
     references, feeds = [], []
     torch_names: list[str | None] = []
@@ -92,13 +115,19 @@ def run_parity(
                 torch_names = output_keys(outputs)
             references.append([t.detach().float().numpy() for t in flatten_outputs(outputs)])
             feeds.append(to_layout([t.numpy() for t in sample], plan.inputs, nhwc=True))
+    return references, feeds, torch_names
 
+
+def _run_candidates(fb: FlatbufferModel, feeds: list, plan: Any, runtime: str, runner_factory: Any) -> list[tuple]:
+    """The flatbuffer on every feed through each runtime --runtime names (the target's runner, the
+    LiteRT interpreter unless the target brings its own; LiteRT 2.x's CompiledModel; or both), in a
+    child process: a native crash becomes exit 3 naming this stage."""
+    from ..isolation import run_isolated
     from ..runtime import CompiledModelRunner
+    from ..targets.base import litert_runner
 
-    # --runtime: the target's runner (the LiteRT interpreter unless the target brings its own),
-    # LiteRT 2.x's CompiledModel, or both on the same samples.
     interpreter = runner_factory or litert_runner
-    factories = {"interpreter": [interpreter], "compiled-model": [CompiledModelRunner], "both": [interpreter, CompiledModelRunner]}[options.runtime]
+    factories = {"interpreter": [interpreter], "compiled-model": [CompiledModelRunner], "both": [interpreter, CompiledModelRunner]}[runtime]
 
     def run_candidate():
         runs = []
@@ -108,21 +137,15 @@ def run_parity(
             runs.append((outs, [o.name for o in runner.outputs], [o.scale for o in runner.outputs], runner.name))
         return runs
 
-    # The flatbuffer runs in a child process: a native crash becomes exit 3 naming this stage.
-    backend = backend_label(runner_factory) if options.runtime == "interpreter" else (
-        "LiteRT's CompiledModel (CPU)" if options.runtime == "compiled-model" else backend_label(runner_factory) + " or LiteRT's CompiledModel (CPU)"
-    )
-    runs = run_isolated(run_candidate, stage="parity check", backend=backend)
-    candidates, names, scales, runtime = runs[0]
-    if len(names) != len(references[0]):
-        raise UsageError(
-            f"The flatbuffer has {len(names)} outputs but the PyTorch model returns {len(references[0])}.",
-            "This can happen when outputs are constants or duplicates; run with --no-validate to export anyway.",
-        )
-    order = outputs_by_name(torch_names, names)
-    if order is not None:  # both sides name their outputs: pair by name, not by position
-        references = [[ref[i] for i in order] for ref in references]
-        torch_names = [torch_names[i] for i in order]
+    compiled = "LiteRT's CompiledModel (CPU)"
+    backend = {"interpreter": backend_label(runner_factory), "compiled-model": compiled}.get(runtime, backend_label(runner_factory) + " or " + compiled)
+    return run_isolated(run_candidate, stage="parity check", backend=backend)
+
+
+def _compare_runs(references: list, runs: list[tuple], names: list[str], torch_names: list[str | None], scales: list, options: ExportOptions) -> list:
+    """One ParityResult per runtime, each output judged by its kind."""
+    from ..validators.parity import compare_outputs
+
     kinds = output_kinds(names, torch_names, [tuple(r.shape) for r in references[0]], options)
     unnamed = [n for n, d in zip(names, kinds) if d.source.value == "default"]
     notes = (
@@ -134,26 +157,11 @@ def run_parity(
         if unnamed
         else []
     )
-    results = [
-        compare_outputs(
-            references,
-            run_outputs,
-            names=names,
-            thresholds=options.thresholds(),
-            runtime=run_runtime,
-            output_scales=scales,
-            notes=notes,
-            kinds=kinds,
-        )
+    return [
+        compare_outputs(references, run_outputs, names=names, thresholds=options.thresholds(), runtime=run_runtime,
+                        output_scales=scales, notes=notes, kinds=kinds)
         for run_outputs, _, _, run_runtime in runs
     ]
-    checked = (feeds, references)
-    if options.runtime == "interpreter":
-        return results[0], None, checked
-    from ..validators.runtimes import RuntimeComparison, compare_runtimes
-
-    differences = compare_runtimes(names, runs[0][0], runs[1][0], scales) if len(runs) == 2 else ()
-    return results[0], RuntimeComparison(options.runtime, tuple(results), differences), checked
 
 
 def outputs_by_name(torch_names: Sequence[str | None], names: Sequence[str]) -> list[int] | None:

@@ -86,72 +86,50 @@ def validate_with_test_vectors(
         with quiet_libraries(options.verbose or not options.quiet_libraries):
             with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
                 parity, runtimes = parity_on_vectors(fb, vectors, options)
-        nhwc_in = tuple(i for i, t in enumerate(vectors.input_tensors) if t.layout == "NHWC")
-        nhwc_out = tuple(k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC")
-        from ..targets.base import get_target
-
-        report = RunReport(
-            tool=ToolSection(__version__),
-            **library_fields(),
-            created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            model=ModelSection(str(vectors_path), "test_vectors", vectors.model_class),
-            inputs=tuple(
-                InputSection(t.name, (t.shape[0], t.shape[3], t.shape[1], t.shape[2]) if i in nhwc_in else t.shape, t.dtype,
-                             "NHWC" if i in nhwc_in else None)
-                for i, t in enumerate(vectors.input_tensors)
-            ),
-            export=ValidateSection(
-                quantize=infer_precision(fb).value,
-                target=get_target(options.target).name,
-                channels_last=bool(nhwc_in or nhwc_out),
-                channels_last_inputs=nhwc_in,
-                channels_last_outputs=nhwc_out,
-                strict=False,
-                test_vectors=str(vectors_path),
-            ),
-            artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
-            flatbuffer=flatbuffer_section(fb),
-            stages=tuple(stages.times),
-            validation=parity,
-            runtimes=runtimes,
-            app=app_section(fb, nhwc_in, nhwc_out),
-        )
-        report = with_baseline(report, options.baseline)
-        return write_run(report, [], options, stages)
+        report = _vectors_report(fb, vectors, vectors_path, parity, runtimes, options, (tflite_path, json_path, md_path), stages)
+        return write_run(with_baseline(report, options.baseline), [], options, stages)
     except BaseException:
         remove_created_folders(created)
         raise
+
+
+def _vectors_report(fb: FlatbufferModel, vectors: Any, vectors_path: Path, parity: Any, runtimes: Any, options: ExportOptions,
+                    paths: tuple[Path, Path, Path], stages: StageClock) -> RunReport:
+    """The validate report of a test-vector run: the model described by the vectors' metadata."""
+    from ..targets.registry import get_target
+
+    tflite_path, json_path, md_path = paths
+    nhwc_in = tuple(i for i, t in enumerate(vectors.input_tensors) if t.layout == "NHWC")
+    nhwc_out = tuple(k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC")
+    inputs = tuple(
+        InputSection(t.name, (t.shape[0], t.shape[3], t.shape[1], t.shape[2]) if i in nhwc_in else t.shape, t.dtype, "NHWC" if i in nhwc_in else None)
+        for i, t in enumerate(vectors.input_tensors)
+    )
+    export = ValidateSection(
+        quantize=infer_precision(fb).value, target=get_target(options.target).name, channels_last=bool(nhwc_in or nhwc_out),
+        channels_last_inputs=nhwc_in, channels_last_outputs=nhwc_out, strict=False, test_vectors=str(vectors_path),
+    )
+    return RunReport(
+        tool=ToolSection(__version__),
+        **library_fields(),
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        model=ModelSection(str(vectors_path), "test_vectors", vectors.model_class),
+        inputs=inputs,
+        export=export,
+        artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
+        flatbuffer=flatbuffer_section(fb),
+        stages=tuple(stages.times),
+        validation=parity,
+        runtimes=runtimes,
+        app=app_section(fb, nhwc_in, nhwc_out),
+    )
 
 
 def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions) -> tuple[Any, Any]:
     """Each runtime --runtime names on the stored inputs (integer inputs fed as stored: the runners
     pass integer arrays through unchanged), compared output by output with the stored outputs,
     thresholds and kinds, in PyTorch's layout like the export's own parity check."""
-    import hashlib
-    from dataclasses import replace
-
-    from ..config import OutputKind
-    from ..isolation import run_isolated
-    from ..runtime import CompiledModelRunner
-    from ..targets.base import litert_runner
-    from ..validators.output_kinds import KindDecision, KindSource
-    from ..validators.parity import ParityResult, compare_outputs
-
-    factories = {"interpreter": [litert_runner], "compiled-model": [CompiledModelRunner], "both": [litert_runner, CompiledModelRunner]}[options.runtime]
-    samples = [[a[s] for a in vectors.inputs] for s in range(vectors.count)]
-
-    def run_all():
-        runs = []
-        for factory in factories:
-            runner = factory(fb)
-            outs = [runner.run(feed) for feed in samples]
-            runs.append((outs, [o.scale for o in runner.outputs], runner.name))
-        return runs
-
-    backend = {"interpreter": "the LiteRT interpreter (XNNPACK)", "compiled-model": "LiteRT's CompiledModel (CPU)"}.get(
-        options.runtime, "the LiteRT interpreter (XNNPACK) or LiteRT's CompiledModel (CPU)"
-    )
-    runs = run_isolated(run_all, stage="parity check", backend=backend)
+    runs = _run_vectors(fb, vectors, options.runtime)
     nhwc_out = [k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC"]
 
     def torch_layout(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -165,11 +143,44 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
         max_rel_l2=options.max_rel_l2, max_error_steps=options.max_error_steps,
     )
     thresholds = [t.override(**overrides) for t in vectors.thresholds]
-    merged: dict = {}
-    for t in thresholds:
-        for key, value in vars(t).items():
-            if value is not None:
-                merged.setdefault(key, value)
+    notes = _vector_notes(fb, vectors)
+    results = [_judge_run(vectors, names, expected, [torch_layout(o) for o in outs], thresholds, scales, runtime, notes)
+               for outs, scales, runtime in runs]
+    if options.runtime == "interpreter":
+        return results[0], None
+    from ..validators.runtimes import RuntimeComparison, compare_runtimes
+
+    differences = compare_runtimes(names, runs[0][0], runs[1][0], runs[0][1]) if len(runs) == 2 else ()
+    return results[0], RuntimeComparison(options.runtime, tuple(results), differences)
+
+
+def _run_vectors(fb: FlatbufferModel, vectors: Any, runtime: str) -> list[tuple]:
+    """(outputs per sample, output scales, runtime name) per runtime, in a child process."""
+    from ..isolation import run_isolated
+    from ..runtime import CompiledModelRunner
+    from ..targets.base import litert_runner
+
+    factories = {"interpreter": [litert_runner], "compiled-model": [CompiledModelRunner], "both": [litert_runner, CompiledModelRunner]}[runtime]
+    samples = [[a[s] for a in vectors.inputs] for s in range(vectors.count)]
+
+    def run_all():
+        runs = []
+        for factory in factories:
+            runner = factory(fb)
+            outs = [runner.run(feed) for feed in samples]
+            runs.append((outs, [o.scale for o in runner.outputs], runner.name))
+        return runs
+
+    backend = {"interpreter": "the LiteRT interpreter (XNNPACK)", "compiled-model": "LiteRT's CompiledModel (CPU)"}.get(
+        runtime, "the LiteRT interpreter (XNNPACK) or LiteRT's CompiledModel (CPU)"
+    )
+    return run_isolated(run_all, stage="parity check", backend=backend)
+
+
+def _vector_notes(fb: FlatbufferModel, vectors: Any) -> list[str]:
+    """What differs between the model and the one the vectors were written with."""
+    import hashlib
+
     notes = []
     if hashlib.sha256(fb.data).hexdigest() != vectors.model_sha256:
         notes.append("the model is not the file the test vectors were written with (its sha256 differs): parity says whether it still computes the same")
@@ -181,26 +192,33 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
                 f"input {t.name}: the test vectors were quantized with scale {t.scale:g} and zero point {t.zero_point}, the model "
                 f"takes scale {scale:g} and zero point {int(q.zero_points[0])}: the same stored integers mean other values to it"
             )
-    results = []
-    for outs, scales, runtime in runs:
-        candidate = [torch_layout(o) for o in outs]
-        per_output = []
-        for k, name in enumerate(names):
-            decision = KindDecision(OutputKind(vectors.kinds[k]), KindSource(vectors.kind_sources[k]))
-            per_output.append(compare_outputs(
-                [[e[k]] for e in expected], [[c[k]] for c in candidate], names=[name], thresholds=thresholds[k],
-                runtime=runtime, output_scales=[scales[k]], kinds=[decision],
-            ))
-        results.append(ParityResult(
-            samples=vectors.count,
-            thresholds=Thresholds(**merged),
-            outputs=tuple(replace(r.outputs[0], index=k) for k, r in enumerate(per_output)),
-            runtime=runtime,
-            notes=tuple(notes) + tuple(n for r in per_output for n in r.notes),
-        ))
-    if options.runtime == "interpreter":
-        return results[0], None
-    from ..validators.runtimes import RuntimeComparison, compare_runtimes
+    return notes
 
-    differences = compare_runtimes(names, runs[0][0], runs[1][0], runs[0][1]) if len(runs) == 2 else ()
-    return results[0], RuntimeComparison(options.runtime, tuple(results), differences)
+
+def _judge_run(vectors: Any, names: list[str], expected: list, candidate: list, thresholds: list, scales: list, runtime: str, notes: list[str]) -> Any:
+    """One runtime's ParityResult: each output judged with its stored kind and thresholds."""
+    from dataclasses import replace
+
+    from ..config import OutputKind
+    from ..validators.output_kinds import KindDecision, KindSource
+    from ..validators.parity import ParityResult, compare_outputs
+
+    merged: dict = {}
+    for t in thresholds:
+        for key, value in vars(t).items():
+            if value is not None:
+                merged.setdefault(key, value)
+    per_output = []
+    for k, name in enumerate(names):
+        decision = KindDecision(OutputKind(vectors.kinds[k]), KindSource(vectors.kind_sources[k]))
+        per_output.append(compare_outputs(
+            [[e[k]] for e in expected], [[c[k]] for c in candidate], names=[name], thresholds=thresholds[k],
+            runtime=runtime, output_scales=[scales[k]], kinds=[decision],
+        ))
+    return ParityResult(
+        samples=vectors.count,
+        thresholds=Thresholds(**merged),
+        outputs=tuple(replace(r.outputs[0], index=k) for k, r in enumerate(per_output)),
+        runtime=runtime,
+        notes=tuple(notes) + tuple(n for r in per_output for n in r.notes),
+    )
