@@ -268,3 +268,18 @@ def test_no_hand_written_to_dict_is_left():
     package = Path(__file__).resolve().parents[2] / "edge_export"
     found = [str(p.relative_to(package)) for p in package.rglob("*.py") if "def to_dict" in p.read_text()]
     assert found == []
+
+
+def test_every_declared_target_section_has_the_keys_of_its_schema():
+    """The target section is open (targets declare their sections, ReportSection): each declared
+    section's type is walked against the published schema's entry under target, like the rest."""
+    from edge_export.targets.registry import declared_report_sections
+
+    target_props = SCHEMA["properties"]["target"]["properties"]
+    problems: list[str] = []
+    declared = declared_report_sections()
+    assert {"edgetpu", "compiler", "delegate", "micro", "budgets", "cmsis_nn", "ethos_u", "gpu", "gpu_precision"} <= set(declared)
+    for key, section in declared.items():
+        assert key in target_props, f"target.{key} is declared by a built-in target but not in report.schema.json"
+        _walk(section.type, target_props[key], f"report.target.{key}", problems)
+    assert not problems, "\n".join(problems)
