@@ -146,16 +146,20 @@ class ExportOptions:
             )
 
     def thresholds(self) -> Thresholds:
-        return default_thresholds(self.quantize).override(
-            atol=self.atol,
-            min_sqnr_db=self.min_sqnr,
-            min_cosine=self.min_cosine,
-            min_top1=self.min_top1,
-            min_top5=self.min_top5,
-            min_neighbour_agreement=self.min_neighbour_agreement,
-            max_rel_l2=self.max_rel_l2,
-            max_error_steps=self.max_error_steps,
-        )
+        return default_thresholds(self.quantize).override(**self.threshold_overrides())
+
+    def threshold_overrides(self) -> dict[str, float | None]:
+        """The thresholds given as options (None: the default of the precision, or of the file)."""
+        return {
+            "atol": self.atol,
+            "min_sqnr_db": self.min_sqnr,
+            "min_cosine": self.min_cosine,
+            "min_top1": self.min_top1,
+            "min_top5": self.min_top5,
+            "min_neighbour_agreement": self.min_neighbour_agreement,
+            "max_rel_l2": self.max_rel_l2,
+            "max_error_steps": self.max_error_steps,
+        }
 
 
 def _target_option(value: Target | str) -> Target | str:

@@ -24,12 +24,15 @@ def library_fields() -> dict:
     return {"libraries": versions, "pinned_set": check_pinned_set(versions)}
 
 
+def tool_header() -> dict:
+    """The RunReport fields every report starts with: the tool, the libraries and the time."""
+    return {"tool": ToolSection(__version__), **library_fields(), "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
 def run_header(loaded: Any, specs: list[InputSpec], plan: Any) -> dict:
     """The RunReport fields that say what ran on what: tool, libraries, time, model and inputs."""
     return {
-        "tool": ToolSection(__version__),
-        **library_fields(),
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **tool_header(),
         "model": ModelSection(loaded.source, loaded.kind.value, loaded.class_name),
         "inputs": tuple(
             InputSection(s.name, tuple(s.shape), s.dtype, "NHWC" if i in plan.inputs else None) for i, s in enumerate(specs)

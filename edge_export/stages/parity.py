@@ -123,11 +123,8 @@ def _run_candidates(fb: FlatbufferModel, feeds: list, plan: Any, runtime: str, r
     LiteRT interpreter unless the target brings its own; LiteRT 2.x's CompiledModel; or both), in a
     child process: a native crash becomes exit 3 naming this stage."""
     from ..isolation import run_isolated
-    from ..runtime import CompiledModelRunner
-    from ..targets.base import litert_runner
 
-    interpreter = runner_factory or litert_runner
-    factories = {"interpreter": [interpreter], "compiled-model": [CompiledModelRunner], "both": [interpreter, CompiledModelRunner]}[runtime]
+    factories, backend = runtime_runners(runtime, runner_factory)
 
     def run_candidate():
         runs = []
@@ -137,9 +134,21 @@ def _run_candidates(fb: FlatbufferModel, feeds: list, plan: Any, runtime: str, r
             runs.append((outs, [o.name for o in runner.outputs], [o.scale for o in runner.outputs], runner.name))
         return runs
 
+    return run_isolated(run_candidate, stage="parity check", backend=backend)
+
+
+def runtime_runners(runtime: str, runner_factory: Any = None) -> tuple[list, str]:
+    """The runner factories --runtime names (the target's runner, the LiteRT interpreter unless the
+    target brings its own; LiteRT 2.x's CompiledModel; or both), and the runtime a native crash
+    is blamed on."""
+    from ..runtime import CompiledModelRunner
+    from ..targets.base import litert_runner
+
+    interpreter = runner_factory or litert_runner
+    factories = {"interpreter": [interpreter], "compiled-model": [CompiledModelRunner], "both": [interpreter, CompiledModelRunner]}[runtime]
     compiled = "LiteRT's CompiledModel (CPU)"
     backend = {"interpreter": backend_label(runner_factory), "compiled-model": compiled}.get(runtime, backend_label(runner_factory) + " or " + compiled)
-    return run_isolated(run_candidate, stage="parity check", backend=backend)
+    return factories, backend
 
 
 def _compare_runs(references: list, runs: list[tuple], names: list[str], torch_names: list[str | None], scales: list, options: ExportOptions) -> list:

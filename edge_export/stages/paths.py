@@ -22,6 +22,13 @@ def default_output_path(source: str) -> Path:
     return Path.cwd() / f"{name}.tflite"
 
 
+def validate_report_paths(tflite_path: Path, report_prefix: str | Path | None) -> tuple[Path, Path, Path]:
+    """``validate``'s (prefix, JSON report, Markdown report): ``<stem>.validate.report.*`` beside the
+    flatbuffer, or at ``--report PREFIX``."""
+    prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
+    return prefix, Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
+
+
 def report_paths(tflite_path: Path) -> tuple[Path, Path]:
     stem = tflite_path.with_suffix("")
     return Path(f"{stem}.report.json"), Path(f"{stem}.report.md")

@@ -3,22 +3,20 @@ outputs, thresholds and output kinds; no PyTorch runs."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..version import __version__
 from ..atomic_files import check_outputs_apart, check_writable_folder, remove_created_folders
 from ..config import Thresholds
 from ..errors import UsageError
 from ..options import ExportOptions
-from ..reports.model import ArtifactsSection, InputSection, ModelSection, RunReport, ToolSection, ValidateSection
-from .assemble import app_section, flatbuffer_section, library_fields, with_baseline
+from ..reports.model import ArtifactsSection, InputSection, ModelSection, RunReport, ValidateSection
+from .assemble import app_section, flatbuffer_section, tool_header, with_baseline
 from .clock import StageClock
 from .precision import infer_precision
-from .paths import check_side_outputs, input_paths, side_outputs
+from .paths import check_side_outputs, input_paths, side_outputs, validate_report_paths
 from .samples import to_layout
 from .write import ExportResult, write_run
 
@@ -63,8 +61,7 @@ def validate_with_test_vectors(
             "PyTorch model runs.",
             f"Drop {', '.join(given)}, or drop --test-vectors and check against --reference.",
         )
-    prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
-    json_path, md_path = Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
+    prefix, json_path, md_path = validate_report_paths(tflite_path, report_prefix)
     check_outputs_apart(
         [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *side_outputs(options)],
         [("the flatbuffer to validate", tflite_path), ("the test vectors (--test-vectors)", vectors_path), *input_paths(None, options)],
@@ -110,9 +107,7 @@ def _vectors_report(fb: FlatbufferModel, vectors: Any, vectors_path: Path, parit
         channels_last_inputs=nhwc_in, channels_last_outputs=nhwc_out, strict=False, test_vectors=str(vectors_path),
     )
     return RunReport(
-        tool=ToolSection(__version__),
-        **library_fields(),
-        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **tool_header(),
         model=ModelSection(str(vectors_path), "test_vectors", vectors.model_class),
         inputs=inputs,
         export=export,
@@ -157,10 +152,9 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
 def _run_vectors(fb: FlatbufferModel, vectors: Any, runtime: str) -> list[tuple]:
     """(outputs per sample, output scales, runtime name) per runtime, in a child process."""
     from ..isolation import run_isolated
-    from ..runtime import CompiledModelRunner
-    from ..targets.base import litert_runner
+    from .parity import runtime_runners
 
-    factories = {"interpreter": [litert_runner], "compiled-model": [CompiledModelRunner], "both": [litert_runner, CompiledModelRunner]}[runtime]
+    factories, backend = runtime_runners(runtime)
     samples = [[a[s] for a in vectors.inputs] for s in range(vectors.count)]
 
     def run_all():
@@ -171,9 +165,6 @@ def _run_vectors(fb: FlatbufferModel, vectors: Any, runtime: str) -> list[tuple]
             runs.append((outs, [o.scale for o in runner.outputs], runner.name))
         return runs
 
-    backend = {"interpreter": "the LiteRT interpreter (XNNPACK)", "compiled-model": "LiteRT's CompiledModel (CPU)"}.get(
-        runtime, "the LiteRT interpreter (XNNPACK) or LiteRT's CompiledModel (CPU)"
-    )
     return run_isolated(run_all, stage="parity check", backend=backend)
 
 

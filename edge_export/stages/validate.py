@@ -17,7 +17,7 @@ from .load import load_with_inputs
 from .finish import overlay_artifacts
 from .parity import check_parity, validate_sensitivity
 from .precision import infer_precision
-from .paths import check_side_outputs, input_paths, side_outputs
+from .paths import check_side_outputs, input_paths, side_outputs, validate_report_paths
 from .write import ExportResult, write_run
 
 if TYPE_CHECKING:
@@ -63,8 +63,7 @@ def validate(
             "Add --reference MODEL or --test-vectors FILE.",
         )
     tflite_path = Path(tflite)
-    prefix = Path(report_prefix) if report_prefix else Path(str(tflite_path.with_suffix("")) + ".validate")
-    json_path, md_path = Path(f"{prefix}.report.json"), Path(f"{prefix}.report.md")
+    prefix, json_path, md_path = validate_report_paths(tflite_path, report_prefix)
     from ..tensor_names import tensor_names_path
 
     names_path = Path(tensor_names) if tensor_names else tensor_names_path(tflite_path)
