@@ -670,7 +670,7 @@ def _run_export(
             # then on. The converter ignores the schema's 16-byte alignment of buffer data; every
             # check below runs on, and every file is written from, the aligned model (later
             # rewrites re-pack it aligned).
-            from .flatbuffer_packing import align_buffers
+            from .flatbuffer.pack import align_buffers
 
             fb = read_flatbuffer(align_buffers(model_bytes), origin="the converted model")
         fb = _name_signature(fb, specs, returned_keys, options)
@@ -683,7 +683,7 @@ def _run_export(
     host_latency = None
     if quant_result is not None and float_bytes is not None and _times_host_latency(options, target):
         with stages.run("latency", "Timing the quantized and float models on this CPU (LiteRT + XNNPACK)"):
-            from .flatbuffer_packing import align_buffers
+            from .flatbuffer.pack import align_buffers
             from .latency import measure_host_latency
 
             float_fb = read_flatbuffer(align_buffers(float_bytes), origin="the float model")

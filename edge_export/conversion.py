@@ -68,7 +68,7 @@ def fold_layout_transposes(model_bytes: bytes) -> bytes:
     both quantization backends and every target start from the same graph."""
     if not _has_transpose(model_bytes):  # read without unpacking: a large model costs nothing
         return model_bytes
-    from .flatbuffer_packing import pack_model, read_model
+    from .flatbuffer import pack_model, read_model
     from .passes.flatbuffer import LAYOUT_PASSES
 
     model = read_model(model_bytes)

@@ -321,7 +321,7 @@ def _flatbuffer_only(data: bytes) -> bytes:
     """The bytes without an appended zip (a packed model never has one; a model read from a file may)."""
     if not _zip_names(data):
         return data
-    from .flatbuffer_packing import pack_model, read_model
+    from .flatbuffer import pack_model, read_model
 
     return pack_model(read_model(data), source=data)
 

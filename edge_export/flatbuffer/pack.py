@@ -47,7 +47,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .errors import ConversionError, FlatbufferError, InternalError
+from ..errors import ConversionError, FlatbufferError, InternalError
+from .schema_reader import model_table
 
 __all__ = [
     "BUFFER_ALIGNMENT",
@@ -386,10 +387,7 @@ def read_model(model_bytes: bytes) -> Any:
 def misaligned_buffers(model_bytes: bytes) -> list[tuple[int, int]]:
     """``(buffer index, byte offset)`` of every non-empty buffer whose data does not start at a
     multiple of 16 from the file start. Reads only the buffer table, not the whole model."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    data = bytes(model_bytes)
-    model = schema.Model.GetRootAs(data, 0)
+    model = model_table(bytes(model_bytes))
     found = []
     for index in range(model.BuffersLength()):
         buf = model.Buffers(index)

@@ -73,13 +73,13 @@ def payload_bytes(model: Any) -> dict[str, int]:
 
 class _Walker:
     def __init__(self, data: bytes, model: Any) -> None:
-        from .flatbuffer import _schema_layout
+        from .schema_layout import schema_layout
 
         self.data = data
         # Each byte's category as an index into ``categories`` (0: not reached yet).
         self.owner = bytearray(len(data))
         self.categories: list[str] = ["alignment padding"]
-        self.layout = _schema_layout()
+        self.layout = schema_layout()
         self.buffer_kinds, self.payload_tensors = _constant_kinds(model)
         self.seen_tables: set[int] = set()
         self.current_tensor: int | None = None
@@ -190,7 +190,7 @@ def byte_accounting(data: bytes) -> dict[str, int]:
     Data stored after the flatbuffer (``Buffer.offset``: the converter's layout for models over
     2 GB, which edge-export's writer never keeps) is reached by no object and counts as padding.
     """
-    from .flatbuffer_packing import read_model
+    from .pack import read_model
 
     data = bytes(data)
     walker = _Walker(data, read_model(data))
@@ -205,7 +205,7 @@ def schema_floor(data: bytes) -> dict[str, int]:
     (see the module docstring for what it counts), by category; ``total`` is the sum."""
     import numpy as np
 
-    from .flatbuffer_packing import read_model
+    from .pack import read_model
 
     model = read_model(bytes(data))
     floor: Counter = Counter()
