@@ -1,6 +1,6 @@
 """Where the bytes of a .tflite file go, and the fewest bytes the LiteRT schema lets a model take.
 
-``byte_accounting(data)`` walks the flatbuffer from its root with the verifier's schema layout and
+``byte_accounting(data)`` walks the flatbuffer from its root with the verifier's schema walker and
 gives every byte of the file one category (the first object that reaches a shared byte owns it;
 bytes no object reaches are alignment padding), so the categories add up to the file size exactly.
 
@@ -20,9 +20,11 @@ Used by ``benchmarks/int8_payload.py`` and the compaction tests.
 
 from __future__ import annotations
 
-import struct
 from collections import Counter
 from typing import Any
+
+from .schema_layout import FieldSpec
+from .schema_walk import SchemaWalker
 
 __all__ = ["PAYLOAD_CATEGORIES", "byte_accounting", "payload_bytes", "schema_floor"]
 
@@ -71,21 +73,19 @@ def payload_bytes(model: Any) -> dict[str, int]:
     return parts
 
 
-class _Walker:
-    def __init__(self, data: bytes, model: Any) -> None:
-        from .schema_layout import schema_layout
+class _ByteOwners(SchemaWalker):
+    """Gives each byte the category of the first object the schema walk reaches it from. The walk's
+    state is ``(category, context)``: the category a field's contents count under, and where the
+    walk is (``index``: the position of the current table in its vector)."""
 
-        self.data = data
+    def __init__(self, data: bytes, model: Any) -> None:
+        super().__init__(data)
         # Each byte's category as an index into ``categories`` (0: not reached yet).
         self.owner = bytearray(len(data))
         self.categories: list[str] = ["alignment padding"]
-        self.layout = schema_layout()
         self.buffer_kinds, self.payload_tensors = _constant_kinds(model)
         self.seen_tables: set[int] = set()
         self.current_tensor: int | None = None
-
-    def u32(self, pos: int) -> int:
-        return struct.unpack_from("<I", self.data, pos)[0]
 
     def claim(self, start: int, length: int, category: str) -> None:
         if category not in self.categories:
@@ -101,46 +101,37 @@ class _Walker:
             if self.owner[p] == 0:
                 self.owner[p] = code
 
-    def deref(self, field_pos: int) -> int:
-        return field_pos + self.u32(field_pos)
-
-    def vector(self, pos: int, elem_size: int, category: str, header: str | None = None) -> int:
-        n = self.u32(pos)
-        self.claim(pos, 4, header or category)
-        self.claim(pos + 4, n * elem_size, category)
-        return n
-
-    def table(self, pos: int, cls: str, category: str, context: dict | None = None) -> None:
-        if pos in self.seen_tables:
+    # ---- the walker's hooks ------------------------------------------------------------------
+    def table(self, pos: int, cls: str, state: Any) -> None:
+        if pos in self.seen_tables:  # a table shared by several owners counts once
             return
         self.seen_tables.add(pos)
-        vtable = pos - struct.unpack_from("<i", self.data, pos)[0]
-        vsize, tsize = struct.unpack_from("<HH", self.data, vtable)
-        self.claim(vtable, vsize, category)
-        self.claim(pos, tsize, category)
-        for spec in self.layout.tables[cls]:
-            voff = struct.unpack_from("<H", self.data, vtable + spec.slot)[0] if spec.slot < vsize else 0
-            if voff == 0 or spec.kind == "scalar":
-                continue
-            field = pos + voff
-            sub = self.field_category(cls, spec.slot, category, context)
-            if spec.kind == "string":
-                target = self.deref(field)
-                self.claim(target, 4 + self.u32(target) + 1, sub)
-            elif spec.kind == "table":
-                self.table(self.deref(field), spec.target, sub, context)
-            elif spec.kind == "scalar_vector":
-                self.vector(self.deref(field), spec.size, sub, self.vector_header(sub))
-            elif spec.kind == "table_vector":
-                start = self.deref(field)
-                n = self.vector(start, 4, sub)
-                for i in range(n):
-                    self.table(self.deref(start + 4 + 4 * i), spec.target, sub, {**(context or {}), "index": i, "cls": spec.target})
-            elif spec.kind == "union":
-                tvoff = struct.unpack_from("<H", self.data, vtable + spec.type_slot)[0] if spec.type_slot < vsize else 0
-                member = self.layout.unions[spec.target].get(self.data[pos + tvoff]) if tvoff else None
-                if member is not None:
-                    self.table(self.deref(field), member, sub, context)
+        vtable = self.vtable_of(pos)
+        vsize, tsize = self.u16(vtable), self.u16(vtable + 2)
+        self.claim(vtable, vsize, state[0])
+        self.claim(pos, tsize, state[0])
+        self.walk_fields(pos, cls, vtable, vsize, state, cls)
+
+    def string(self, pos: int, what: str, state: Any) -> None:
+        self.claim(pos, 4 + self.u32(pos) + 1, state[0])
+
+    def vector(self, pos: int, spec: FieldSpec, what: str, state: Any) -> int:
+        category = state[0]
+        header = self.vector_header(category) if spec.kind == "scalar_vector" else None
+        n = self.u32(pos)
+        self.claim(pos, 4, header or category)
+        self.claim(pos + 4, n * spec.size, category)
+        return n
+
+    def field_state(self, cls: str, spec: FieldSpec, state: Any) -> Any:
+        category, context = state
+        return self.field_category(cls, spec.slot, category, context), context
+
+    def child_state(self, state: Any, cls: str, index: int | None) -> Any:
+        if index is None:
+            return state
+        category, context = state
+        return category, {**(context or {}), "index": index, "cls": cls}
 
     @staticmethod
     def vector_header(category: str) -> str | None:
@@ -193,9 +184,9 @@ def byte_accounting(data: bytes) -> dict[str, int]:
     from .pack import read_model
 
     data = bytes(data)
-    walker = _Walker(data, read_model(data))
+    walker = _ByteOwners(data, read_model(data))
     walker.claim(0, 8, "header")
-    walker.table(walker.deref(0), "Model", "header")
+    walker.walk(("header", None))
     counts = {name: walker.owner.count(code) for code, name in enumerate(walker.categories)}
     return {name: n for name, n in counts.items() if n}
 
