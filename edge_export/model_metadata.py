@@ -335,7 +335,7 @@ def read_model_metadata(model: FlatbufferModel) -> MetadataSection | None:
     _, metadata_fb, _ = _metadata_modules()
     if raw[4:8] != _METADATA_FILE_IDENTIFIER:
         return None
-    meta = metadata_fb.ModelMetadataT.InitFromObj(metadata_fb.ModelMetadata.GetRootAs(raw, 0))
+    meta = metadata_fb.ModelMetadataT.InitFromPackedBuf(raw, 0)  # MediaPipe's object API: the whole table
     files: dict[str, bytes] = {}
     try:
         with zipfile.ZipFile(io.BytesIO(model.data)) as archive:
@@ -411,14 +411,7 @@ def model_has_metadata(data: bytes) -> bool:
 
 def _metadata_buffer(data: bytes) -> bytes | None:
     """The data of the buffer the ``TFLITE_METADATA`` entry names (None: no such entry)."""
-    from ai_edge_litert import schema_py_generated as schema
-
+    from .flatbuffer import metadata_buffer
     from .passes.flatbuffer.attach_metadata_pass import METADATA_BUFFER_NAME
 
-    root = schema.Model.GetRootAs(data, 0)
-    for i in range(root.MetadataLength()):
-        entry = root.Metadata(i)
-        if entry.Name() == METADATA_BUFFER_NAME:
-            buffer = root.Buffers(entry.Buffer())
-            return bytes(buffer.DataAsNumpy()) if buffer.DataLength() else None
-    return None
+    return metadata_buffer(data, METADATA_BUFFER_NAME)
