@@ -9,24 +9,25 @@ found it (benchmarks/flatbuffer_fuzz.py and the mutation tests in tests/flatbuff
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from .malformed import malformed
-from .model import OperatorInfo, TensorInfo
+from .malformed import OversizedTensorError, malformed
+from .model import DTYPE_BITS, FLOAT_DTYPES, OperatorInfo, QuantParams, TensorInfo
 
 __all__ = [
-    "FLOAT32_MIN_NORMAL",
-    "MAX_TENSOR_BYTES",
-    "OPERATOR_OPTIONS",
-    "ZERO_POINT_RANGES",
     "check_dataflow",
+    "check_tensor_size",
     "inputs_problem",
+    "operator_problem",
     "options_problem",
+    "quantization_params",
+    "tensor_shapes",
 ]
 
-FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
-MAX_TENSOR_BYTES = 2**31 - 1  # LiteRT sizes tensors in int32 arithmetic in places
-ZERO_POINT_RANGES = {
+_FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
+_MAX_TENSOR_BYTES = 2**31 - 1  # LiteRT sizes tensors in int32 arithmetic in places
+_ZERO_POINT_RANGES = {
     "int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
     "int4": (-8, 7), "int32": (-(2**31), 2**31 - 1),
 }
@@ -86,7 +87,7 @@ _OPERATOR_INPUTS: dict[str, tuple[int, frozenset[int]]] = {
 # The options table each kernel reads its parameters from. A file that gives an operator another
 # operator's table (a SPLIT carrying Conv2DOptions) makes the kernel read fields that are not there:
 # found by benchmarks/flatbuffer_fuzz.py as a segfault. Only operators whose kernels read options.
-OPERATOR_OPTIONS = {
+_OPERATOR_OPTIONS = {
     **dict.fromkeys(("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D"), "Pool2DOptions"),
     **dict.fromkeys(("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY"), "ReducerOptions"),
     "ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions", "DIV": "DivOptions",
@@ -120,6 +121,76 @@ _INDEX_INPUTS: dict[str, tuple[int, ...]] = {
 _INDEX_DTYPES = frozenset({"int16", "int32", "int64"})
 
 
+def tensor_shapes(where: str, tensor: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shape and shape signature of a schema ``TensorT``: no negative dimension, and a
+    signature (-1 for a dynamic dimension) of the shape's rank."""
+    shape = tuple(int(d) for d in (tensor.shape if tensor.shape is not None else ()))
+    sig = tuple(int(d) for d in tensor.shapeSignature) if tensor.shapeSignature is not None else shape
+    if any(d < 0 for d in shape):
+        raise malformed(f"{where} has a negative dimension in its shape {list(shape)}")
+    if len(sig) != len(shape) or any(d < -1 for d in sig):
+        raise malformed(f"{where} has a shape signature {list(sig)} that does not fit its shape")
+    return shape, sig
+
+
+def quantization_params(where: str, q: Any, dtype: str, shape: tuple[int, ...]) -> QuantParams | None:
+    """The quantization of a tensor (None without scales): as many zero points as scales, one
+    scale per channel of the quantized dimension, scales a kernel can divide by, zero points in
+    the range of the tensor's type."""
+    if q is None or q.scale is None or len(q.scale) == 0:
+        return None
+    if q.zeroPoint is not None and len(q.zeroPoint) not in (0, len(q.scale)):
+        raise malformed(f"{where} has {len(q.scale)} scales but {len(q.zeroPoint)} zero points")
+    qdim = int(q.quantizedDimension or 0)
+    if len(q.scale) > 1 and not (0 <= qdim < len(shape) and shape[qdim] == len(q.scale)):
+        raise malformed(f"{where} has {len(q.scale)} per-channel scales that do not fit its shape")
+    # XNNPACK crashes on zero or subnormal scales of integer tensors; quantizers never
+    # write them (ai-edge-quantizer clamps at 1e-9). On float tensors they are ignored.
+    allowed_zero = dtype in FLOAT_DTYPES
+    if not all((allowed_zero and float(x) == 0.0) or _FLOAT32_MIN_NORMAL <= float(x) < math.inf for x in q.scale):
+        raise malformed(f"{where} has a zero, negative, subnormal or non-finite quantization scale")
+    lo, hi = _ZERO_POINT_RANGES.get(dtype, (-(2**63), 2**63 - 1))
+    if q.zeroPoint is not None and any(not lo <= int(z) <= hi for z in q.zeroPoint):
+        raise malformed(f"{where} has a zero point outside the range of {dtype}")
+    has_zero_points = q.zeroPoint is not None and len(q.zeroPoint)
+    return QuantParams(
+        scales=tuple(float(s) for s in q.scale),
+        zero_points=tuple(int(z) for z in q.zeroPoint) if has_zero_points else (0,) * len(q.scale),
+        quantized_dimension=qdim,
+    )
+
+
+def check_tensor_size(where: str, name: str, dtype: str, shape: tuple[int, ...], nbytes: int, sparse: bool) -> None:
+    """A tensor LiteRT can allocate (under 2 GB), and a constant buffer (``nbytes``, 0 for an
+    activation) that holds exactly the bytes its type and shape need (int4 packed or one a byte)."""
+    bits = DTYPE_BITS.get(dtype)
+    if bits and math.prod(max(d, 1) for d in shape) * bits // 8 > _MAX_TENSOR_BYTES:
+        raise OversizedTensorError(
+            f"The model cannot run in LiteRT: {where} has shape {list(shape)}, larger than a LiteRT "
+            "tensor can be (2 GB).",
+            "Re-export the model with smaller shapes.",
+            name, list(shape), math.prod(max(d, 1) for d in shape) * bits // 8,
+        )
+    if nbytes and bits and not sparse:
+        needed = (math.prod(shape) * bits + 7) // 8
+        # int4 weights may also be stored one value per byte (unpacked).
+        allowed = {needed, math.prod(shape)} if dtype == "int4" else {needed}
+        if nbytes < needed:
+            raise malformed(f"{where} needs {needed} bytes of constant data but its buffer holds {nbytes}")
+        if nbytes not in allowed:
+            raise malformed(f"{where} is {dtype} {list(shape)} ({needed} bytes) but its constant buffer holds {nbytes} bytes")
+
+
+def operator_problem(opcode: str, inputs: tuple[int, ...], tensors: list[TensorInfo], options_type: str | None) -> str | None:
+    """Why an operator's inputs or the options table it carries (``options_type``) would make its
+    kernel read what is not there, or None."""
+    problem = inputs_problem(opcode, inputs, tensors)
+    expected = _OPERATOR_OPTIONS.get(opcode)
+    if expected and options_type and options_type != expected:
+        problem = f"carries {options_type}; its kernel reads {expected}"
+    return problem
+
+
 def inputs_problem(opcode: str, inputs: tuple[int, ...], tensors: list[TensorInfo] | None = None) -> str | None:
     """Why an operator's input list would make its kernel read a missing tensor, or None."""
     needed, optional = _OPERATOR_INPUTS.get(opcode, (0, frozenset()))
@@ -145,8 +216,6 @@ def check_dataflow(
     """Operators run in file order: no tensor may be written twice, or over a subgraph input or a
     constant, or read before the operator that writes it. A mutated output index that broke this
     (a RESHAPE writing over a CONV_2D's output) segfaulted XNNPACK."""
-    import math
-
     constant = {t.index for t in tensors if t.is_constant or math.prod(t.shape) == 0}
     writer: dict[int, int] = {}
     for op in ops:

@@ -13,21 +13,21 @@ shows which mutated files used to crash the XNNPACK delegate.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import FlatbufferError, InternalError
 from .kernel_checks import (
-    FLOAT32_MIN_NORMAL,
-    MAX_TENSOR_BYTES,
-    OPERATOR_OPTIONS,
-    ZERO_POINT_RANGES,
     check_dataflow,
-    inputs_problem,
+    check_tensor_size,
+    operator_problem,
     options_problem,
+    quantization_params,
+    tensor_shapes,
 )
-from .malformed import OversizedTensorError, malformed
-from .model import DTYPE_BITS, FLOAT_DTYPES, FlatbufferModel, OperatorInfo, QuantParams, TensorInfo
+from .malformed import malformed
+from .model import FlatbufferModel, OperatorInfo, TensorInfo
 from .schema_reader import dtype_names, model_table, opcode_names, options_names
 from .verify import verify_structure
 
@@ -112,207 +112,166 @@ def load_flatbuffer(path: str | Path) -> FlatbufferModel:
 
 
 def _parse(data: bytes) -> FlatbufferModel:
-    import math
-
-    import numpy as np
+    """The typed model of verified ``data``, every piece checked for what the kernels trust."""
     from ai_edge_litert import schema_py_generated as schema
-
-    dtype_name_of = dtype_names()
-    opcode_name_of = opcode_names()
-    options_name_of = options_names()
 
     model_t = schema.ModelT.InitFromObj(model_table(data))
     if not model_t.subgraphs:
         raise malformed("it has no subgraphs")
-    buffers = model_t.buffers or []
-    opcodes = model_t.operatorCodes or []
-    num_subgraphs = len(model_t.subgraphs)
+    reader = _ModelReader(data, model_t)
+    subgraphs = [reader.subgraph(sg_index, sg) for sg_index, sg in enumerate(model_t.subgraphs)]
+    signatures = reader.signatures()
+    min_runtime = reader.min_runtime_version()
+    main = subgraphs[0]
+    return FlatbufferModel(
+        size_bytes=len(data),
+        num_subgraphs=len(subgraphs),
+        tensors=main.tensors,
+        operators=main.operators,
+        inputs=main.inputs,
+        outputs=main.outputs,
+        signatures=signatures,
+        min_runtime_version=min_runtime,
+        description=_decode(model_t.description) or None,
+        subgraph_operators=tuple(sg.operators for sg in subgraphs),
+        data=data,
+    )
 
-    def buffer_bytes(buffer_index: int) -> int:
-        if buffer_index <= 0 or buffer_index >= len(buffers):
+
+@dataclass(frozen=True)
+class _Subgraph:
+    tensors: tuple[TensorInfo, ...]
+    operators: tuple[OperatorInfo, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+def _indices(values: Any) -> tuple[int, ...]:
+    return tuple(int(i) for i in (values if values is not None else ()))
+
+
+class _ModelReader:
+    """Reads the pieces of one file's ``ModelT`` into typed objects, checking each as it goes."""
+
+    def __init__(self, data: bytes, model_t: Any) -> None:
+        from ai_edge_litert import schema_py_generated as schema
+
+        self.data, self.model_t = data, model_t
+        self.buffers = model_t.buffers or []
+        self.opcodes = model_t.operatorCodes or []
+        self.num_subgraphs = len(model_t.subgraphs)
+        self.dtype_name_of, self.opcode_name_of, self.options_name_of = dtype_names(), opcode_names(), options_names()
+        self.custom_code = schema.BuiltinOperator.CUSTOM
+        for oc_index, oc in enumerate(self.opcodes):
+            if (oc.deprecatedBuiltinCode or 0) < 0 or (oc.builtinCode or 0) < 0:
+                raise malformed(f"operator code {oc_index} has a negative builtin code")
+
+    def buffer_bytes(self, buffer_index: int) -> int:
+        """The bytes of constant data buffer ``buffer_index`` holds (0: none; buffer 0 is "no data")."""
+        if buffer_index <= 0 or buffer_index >= len(self.buffers):
             return 0
-        buf = buffers[buffer_index]
+        buf = self.buffers[buffer_index]
         if buf.offset or buf.size:
             # Data stored after the flatbuffer (models > 2 GB): offset and size must stay in the file.
-            if buf.offset <= 1 or buf.offset + buf.size > len(data):
+            if buf.offset <= 1 or buf.offset + buf.size > len(self.data):
                 raise malformed(f"buffer {buffer_index} points outside the file")
             return int(buf.size)
         return len(buf.data) if buf.data is not None else 0
 
-    for oc_index, oc in enumerate(opcodes):
-        if (oc.deprecatedBuiltinCode or 0) < 0 or (oc.builtinCode or 0) < 0:
-            raise malformed(f"operator code {oc_index} has a negative builtin code")
-
-    def opcode_name(index: int) -> str:
-        if index < 0 or index >= len(opcodes):
+    def opcode_name(self, index: int) -> str:
+        if index < 0 or index >= len(self.opcodes):
             raise malformed(f"operator code index {index} is out of range")
-        oc = opcodes[index]
+        oc = self.opcodes[index]
         code = max(oc.builtinCode or 0, oc.deprecatedBuiltinCode or 0)
-        if code == schema.BuiltinOperator.CUSTOM:
+        if code == self.custom_code:
             return f"CUSTOM:{_decode(oc.customCode)}"
-        return opcode_name_of.get(code, f"UNKNOWN_{code}")
+        return self.opcode_name_of.get(code, f"UNKNOWN_{code}")
 
-    all_ops: list[tuple[OperatorInfo, ...]] = []
-    main_tensors: tuple[TensorInfo, ...] = ()
-    main_inputs: tuple[int, ...] = ()
-    main_outputs: tuple[int, ...] = ()
-    for sg_index, sg in enumerate(model_t.subgraphs):
-        tensors = []
-        for t_index, t in enumerate(sg.tensors or []):
-            where = f"tensor {t_index} of subgraph {sg_index}"
-            shape = tuple(int(d) for d in (t.shape if t.shape is not None else ()))
-            sig = tuple(int(d) for d in t.shapeSignature) if t.shapeSignature is not None else shape
-            if any(d < 0 for d in shape):
-                raise malformed(f"{where} has a negative dimension in its shape {list(shape)}")
-            if len(sig) != len(shape) or any(d < -1 for d in sig):
-                raise malformed(f"{where} has a shape signature {list(sig)} that does not fit its shape")
-            dtype = dtype_name_of.get(t.type)
-            if dtype is None:
-                raise malformed(f"{where} has an unknown element type {t.type}")
-            q = t.quantization
-            quant = None
-            if q is not None and q.scale is not None and len(q.scale) > 0:
-                if q.zeroPoint is not None and len(q.zeroPoint) not in (0, len(q.scale)):
-                    raise malformed(f"{where} has {len(q.scale)} scales but {len(q.zeroPoint)} zero points")
-                qdim = int(q.quantizedDimension or 0)
-                if len(q.scale) > 1 and not (0 <= qdim < len(shape) and shape[qdim] == len(q.scale)):
-                    raise malformed(f"{where} has {len(q.scale)} per-channel scales that do not fit its shape")
-                # XNNPACK crashes on zero or subnormal scales of integer tensors; quantizers never
-                # write them (ai-edge-quantizer clamps at 1e-9). On float tensors they are ignored.
-                allowed_zero = dtype in FLOAT_DTYPES
-                if not all((allowed_zero and float(x) == 0.0) or FLOAT32_MIN_NORMAL <= float(x) < math.inf for x in q.scale):
-                    raise malformed(f"{where} has a zero, negative, subnormal or non-finite quantization scale")
-                lo, hi = ZERO_POINT_RANGES.get(dtype, (-(2**63), 2**63 - 1))
-                if q.zeroPoint is not None and any(not lo <= int(z) <= hi for z in q.zeroPoint):
-                    raise malformed(f"{where} has a zero point outside the range of {dtype}")
-                zps = q.zeroPoint if q.zeroPoint is not None and len(q.zeroPoint) else np.zeros(len(q.scale), dtype=np.int64)
-                quant = QuantParams(
-                    scales=tuple(float(s) for s in q.scale),
-                    zero_points=tuple(int(z) for z in zps),
-                    quantized_dimension=qdim,
-                )
-            buffer_index = int(t.buffer or 0)
-            if buffer_index >= max(len(buffers), 1):
-                raise malformed(f"{where} refers to buffer {buffer_index}, which does not exist")
-            nbytes = buffer_bytes(buffer_index)
-            bits = DTYPE_BITS.get(dtype)
-            if bits and math.prod(max(d, 1) for d in shape) * bits // 8 > MAX_TENSOR_BYTES:
-                raise OversizedTensorError(
-                    f"The model cannot run in LiteRT: {where} has shape {list(shape)}, larger than a LiteRT "
-                    "tensor can be (2 GB).",
-                    "Re-export the model with smaller shapes.",
-                    _decode(t.name), list(shape), math.prod(max(d, 1) for d in shape) * bits // 8,
-                )
-            if nbytes and bits and t.sparsity is None:
-                needed = (math.prod(shape) * bits + 7) // 8
-                # int4 weights may also be stored one value per byte (unpacked).
-                allowed = {needed, math.prod(shape)} if dtype == "int4" else {needed}
-                if nbytes < needed:
-                    raise malformed(f"{where} needs {needed} bytes of constant data but its buffer holds {nbytes}")
-                if nbytes not in allowed:
-                    raise malformed(
-                        f"{where} is {dtype} {list(shape)} ({needed} bytes) but its constant buffer holds {nbytes} bytes"
-                    )
-            tensors.append(
-                TensorInfo(
-                    index=t_index,
-                    name=_decode(t.name),
-                    shape=shape,
-                    shape_signature=sig,
-                    dtype=dtype,
-                    is_constant=nbytes > 0,
-                    quant=quant,
-                )
-            )
-        n = len(tensors)
-        ops = []
-        for o_index, op in enumerate(sg.operators or []):
-            ins = tuple(int(i) for i in (op.inputs if op.inputs is not None else ()))
-            outs = tuple(int(i) for i in (op.outputs if op.outputs is not None else ()))
-            inter = tuple(int(i) for i in (op.intermediates if op.intermediates is not None else ()))
-            for i in (*ins, *outs, *inter):
-                if i < -1 or i >= n:
-                    raise malformed(f"operator {o_index} of subgraph {sg_index} refers to tensor {i}, which does not exist")
-            if any(i < 0 for i in outs):
-                raise malformed(f"operator {o_index} of subgraph {sg_index} has an omitted output")
-            opcode = opcode_name(op.opcodeIndex or 0)
-            problem = inputs_problem(opcode, ins, tensors)
-            expected_options = OPERATOR_OPTIONS.get(opcode)
-            given_options = options_name_of.get(op.builtinOptionsType) if op.builtinOptionsType else None
-            if expected_options and given_options and given_options != expected_options:
-                problem = f"carries {given_options}; its kernel reads {expected_options}"
-            if problem:
-                raise malformed(f"operator {o_index} of subgraph {sg_index} ({opcode}) {problem}")
-            for options in (op.builtinOptions, op.builtinOptions2):
-                problem = options_problem(options, num_subgraphs) if options is not None else None
-                if problem:
-                    raise malformed(f"operator {o_index} of subgraph {sg_index} ({opcode_name(op.opcodeIndex or 0)}) {problem}")
-            ops.append(
-                OperatorInfo(
-                    index=o_index,
-                    opcode=opcode_name(op.opcodeIndex or 0),
-                    inputs=ins,
-                    outputs=outs,
-                    options_type=options_name_of.get(op.builtinOptionsType) if op.builtinOptionsType else None,
-                    options=op.builtinOptions,
-                )
-            )
-        sg_inputs = tuple(int(i) for i in (sg.inputs if sg.inputs is not None else ()))
-        sg_outputs = tuple(int(i) for i in (sg.outputs if sg.outputs is not None else ()))
+    def subgraph(self, sg_index: int, sg: Any) -> _Subgraph:
+        tensors = [self.tensor(f"tensor {t_index} of subgraph {sg_index}", t_index, t) for t_index, t in enumerate(sg.tensors or [])]
+        ops = [self.operator(sg_index, o_index, op, tensors) for o_index, op in enumerate(sg.operators or [])]
+        sg_inputs, sg_outputs = _indices(sg.inputs), _indices(sg.outputs)
         for i in (*sg_inputs, *sg_outputs):
-            if i < 0 or i >= n:
+            if i < 0 or i >= len(tensors):
                 raise malformed(f"subgraph {sg_index} names tensor {i} as an input or output, which does not exist")
         check_dataflow(sg_index, ops, tensors, sg_inputs, {i for i, t in enumerate(sg.tensors or []) if t.isVariable})
-        all_ops.append(tuple(ops))
-        if sg_index == 0:
-            main_tensors = tuple(tensors)
-            main_inputs, main_outputs = sg_inputs, sg_outputs
+        return _Subgraph(tuple(tensors), tuple(ops), sg_inputs, sg_outputs)
 
-    signatures = []
-    for sd in model_t.signatureDefs or []:
+    def tensor(self, where: str, t_index: int, t: Any) -> TensorInfo:
+        shape, sig = tensor_shapes(where, t)
+        dtype = self.dtype_name_of.get(t.type)
+        if dtype is None:
+            raise malformed(f"{where} has an unknown element type {t.type}")
+        quant = quantization_params(where, t.quantization, dtype, shape)
+        buffer_index = int(t.buffer or 0)
+        if buffer_index >= max(len(self.buffers), 1):
+            raise malformed(f"{where} refers to buffer {buffer_index}, which does not exist")
+        nbytes = self.buffer_bytes(buffer_index)
+        check_tensor_size(where, _decode(t.name), dtype, shape, nbytes, sparse=t.sparsity is not None)
+        return TensorInfo(
+            index=t_index,
+            name=_decode(t.name),
+            shape=shape,
+            shape_signature=sig,
+            dtype=dtype,
+            is_constant=nbytes > 0,
+            quant=quant,
+        )
+
+    def operator(self, sg_index: int, o_index: int, op: Any, tensors: list[TensorInfo]) -> OperatorInfo:
+        ins, outs, inter = _indices(op.inputs), _indices(op.outputs), _indices(op.intermediates)
+        for i in (*ins, *outs, *inter):
+            if i < -1 or i >= len(tensors):
+                raise malformed(f"operator {o_index} of subgraph {sg_index} refers to tensor {i}, which does not exist")
+        if any(i < 0 for i in outs):
+            raise malformed(f"operator {o_index} of subgraph {sg_index} has an omitted output")
+        opcode = self.opcode_name(op.opcodeIndex or 0)
+        options_type = self.options_name_of.get(op.builtinOptionsType) if op.builtinOptionsType else None
+        problem = operator_problem(opcode, ins, tensors, options_type)
+        for options in (op.builtinOptions, op.builtinOptions2):
+            if problem is None and options is not None:
+                problem = options_problem(options, self.num_subgraphs)
+        if problem:
+            raise malformed(f"operator {o_index} of subgraph {sg_index} ({opcode}) {problem}")
+        return OperatorInfo(
+            index=o_index, opcode=opcode, inputs=ins, outputs=outs, options_type=options_type, options=op.builtinOptions
+        )
+
+    def signatures(self) -> tuple[dict, ...]:
+        return tuple(self._signature(sd) for sd in self.model_t.signatureDefs or [])
+
+    def _signature(self, sd: Any) -> dict:
+        key = _decode(sd.signatureKey)
         sg_index = int(sd.subgraphIndex or 0)
-        if not 0 <= sg_index < num_subgraphs:
-            raise malformed(f"signature {_decode(sd.signatureKey)!r} names subgraph {sg_index}, which does not exist")
-        sg = model_t.subgraphs[sg_index]
+        if not 0 <= sg_index < self.num_subgraphs:
+            raise malformed(f"signature {key!r} names subgraph {sg_index}, which does not exist")
+        sg = self.model_t.subgraphs[sg_index]
         for kind, maps, allowed in (("input", sd.inputs, sg.inputs), ("output", sd.outputs, sg.outputs)):
-            allowed = {int(i) for i in (allowed if allowed is not None else ())}
+            allowed = set(_indices(allowed))
             for tm in maps or []:
                 if int(tm.tensorIndex or 0) not in allowed:
                     raise malformed(
-                        f"signature {_decode(sd.signatureKey)!r} names tensor {tm.tensorIndex} as an {kind}, "
+                        f"signature {key!r} names tensor {tm.tensorIndex} as an {kind}, "
                         f"but it is not an {kind} of subgraph {sg_index}"
                     )
-        signatures.append(
-            {
-                "key": _decode(sd.signatureKey),
-                "inputs": [_decode(tm.name) for tm in sd.inputs or []],
-                "outputs": [_decode(tm.name) for tm in sd.outputs or []],
-                "subgraph": sg_index,
-                # Tensor indices in signature order (which need not be the subgraph's I/O order).
-                "input_tensors": [int(tm.tensorIndex or 0) for tm in sd.inputs or []],
-                "output_tensors": [int(tm.tensorIndex or 0) for tm in sd.outputs or []],
-            }
-        )
+        return {
+            "key": key,
+            "inputs": [_decode(tm.name) for tm in sd.inputs or []],
+            "outputs": [_decode(tm.name) for tm in sd.outputs or []],
+            "subgraph": sg_index,
+            # Tensor indices in signature order (which need not be the subgraph's I/O order).
+            "input_tensors": [int(tm.tensorIndex or 0) for tm in sd.inputs or []],
+            "output_tensors": [int(tm.tensorIndex or 0) for tm in sd.outputs or []],
+        }
 
-    min_runtime = None
-    for md in model_t.metadata or []:
-        if not 0 <= int(md.buffer or 0) < max(len(buffers), 1):
-            raise malformed(f"metadata {_decode(md.name)!r} refers to buffer {md.buffer}, which does not exist")
-        if _decode(md.name) == "min_runtime_version" and buffer_bytes(md.buffer):
-            buf = buffers[md.buffer]
-            raw = bytes(buf.data) if buf.data is not None else data[buf.offset : buf.offset + buf.size]
-            min_runtime = raw.split(b"\0", 1)[0].decode("ascii", errors="replace") or None
-
-    return FlatbufferModel(
-        size_bytes=len(data),
-        num_subgraphs=num_subgraphs,
-        tensors=main_tensors,
-        operators=all_ops[0],
-        inputs=main_inputs,
-        outputs=main_outputs,
-        signatures=tuple(signatures),
-        min_runtime_version=min_runtime,
-        description=_decode(model_t.description) or None,
-        subgraph_operators=tuple(all_ops),
-        data=data,
-    )
+    def min_runtime_version(self) -> str | None:
+        """The ``min_runtime_version`` metadata entry's text; every entry must name a buffer."""
+        min_runtime = None
+        for md in self.model_t.metadata or []:
+            if not 0 <= int(md.buffer or 0) < max(len(self.buffers), 1):
+                raise malformed(f"metadata {_decode(md.name)!r} refers to buffer {md.buffer}, which does not exist")
+            if _decode(md.name) == "min_runtime_version" and self.buffer_bytes(md.buffer):
+                buf = self.buffers[md.buffer]
+                raw = bytes(buf.data) if buf.data is not None else self.data[buf.offset : buf.offset + buf.size]
+                min_runtime = raw.split(b"\0", 1)[0].decode("ascii", errors="replace") or None
+        return min_runtime
