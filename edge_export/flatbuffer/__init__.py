@@ -30,12 +30,11 @@ from .model import (
     QuantParams,
     TensorInfo,
 )
-from .pack import BUFFER_ALIGNMENT, align_buffers, misaligned_buffers, pack_model, read_model
+from .pack import align_buffers, misaligned_buffers, pack_model, read_model
 from .parse import load_flatbuffer, read_flatbuffer
 from .schema_reader import has_builtin_operator, metadata_buffer, opcode_names
 
 __all__ = [
-    "BUFFER_ALIGNMENT",
     "DTYPE_BITS",
     "FLOAT_DTYPES",
     "INTEGER_ACTIVATION_DTYPES",

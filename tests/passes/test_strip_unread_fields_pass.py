@@ -255,7 +255,7 @@ def test_writer_fills_the_gaps_before_aligned_buffers_with_vectors_the_model_nee
 
 
 def test_gap_fill_closes_a_gap_only_with_fillers_that_fit_unpadded():
-    from edge_export.flatbuffer.pack import _gap_fill
+    from edge_export.flatbuffer.aligned_builder import _gap_fill
 
     # Kinds are (vector size mod 16, int64): a filler vector is its 4-byte length and its data.
     four, eight, twelve, wide_four = (4, False), (8, False), (12, False), (4, True)
