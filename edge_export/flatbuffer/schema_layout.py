@@ -13,6 +13,7 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import InternalError
 
@@ -102,74 +103,96 @@ def _derive_schema_layout() -> SchemaLayout:
     """Map each table of the generated schema to its fields, by reading the generated code."""
     import ast
     import inspect
-    import re
 
     from ai_edge_litert import schema_py_generated as schema
 
     tree = ast.parse(inspect.getsource(schema))
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    creators: dict[str, dict[int, str]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name.endswith("Creator"):
-            mapping = {}
-            for stmt in ast.walk(node):
-                if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare):
-                    member = stmt.test.comparators[0]
-                    ret = stmt.body[0]
-                    if isinstance(member, ast.Attribute) and isinstance(ret, ast.Return):
-                        enum_cls = getattr(schema, member.value.id)
-                        cls_name = ast.unparse(ret.value).split(".", 1)[0]
-                        mapping[int(getattr(enum_cls, member.attr))] = cls_name[:-1]  # FooT -> Foo
-            creators[node.name] = mapping
-
+    creators = {
+        node.name: _union_members(node, schema)
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name.endswith("Creator")
+    }
     layout: dict[str, tuple[FieldSpec, ...]] = {}
     for name, cls in classes.items():
         methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
-        if "Init" not in methods or f"{name}T" not in classes:
-            continue
-        # Union fields: the object API's _UnPack names the creator and the type field.
-        union_creators = {}
-        unpack = next((m for m in classes[f"{name}T"].body if isinstance(m, ast.FunctionDef) and m.name == "_UnPack"), None)
-        if unpack is not None:
-            for m in re.finditer(r"self\.(\w+) = (\w+Creator)\(self\.(\w+),", ast.unparse(unpack)):
-                union_creators[m.group(1)[0].upper() + m.group(1)[1:]] = (m.group(2), m.group(3)[0].upper() + m.group(3)[1:])
-        slots = {}
-        for mname, meth in methods.items():
-            src = ast.unparse(meth)
-            found = re.search(r"self\._tab\.Offset\((\d+)\)", src)
-            if not found:
-                continue
-            slots[mname] = (int(found.group(1)), src)
-        fields = []
-        for mname, (slot, src) in slots.items():
-            if mname.endswith(("Length", "IsNone")):
-                continue
-            if mname.endswith("AsNumpy"):
-                flags = re.search(r"GetVectorAsNumpy\(flatbuffers\.number_types\.(\w+)Flags", src)
-                fields.append(FieldSpec(slot, "scalar_vector", _SCALAR_SIZES[flags.group(1)]))
-                continue
-            if ".Union(" in src:
-                creator, type_method = union_creators[mname]
-                fields.append(FieldSpec(slot, "union", target=creator, type_slot=slots[type_method][0]))
-            elif "Indirect(x)" in src:
-                fields.append(FieldSpec(slot, "table_vector", 4, re.search(r"obj = (\w+)\(\)", src).group(1)))
-            elif "Indirect(o + self._tab.Pos)" in src:
-                fields.append(FieldSpec(slot, "table", target=re.search(r"obj = (\w+)\(\)", src).group(1)))
-            elif "String(o + self._tab.Pos)" in src:
-                fields.append(FieldSpec(slot, "string"))
-            elif "Vector(o)" in src:
-                if f"{mname}AsNumpy" not in methods:  # a vector of strings or structs: not in this schema
-                    raise InternalError(f"The flatbuffer verifier does not know the kind of schema field {name}.{mname}.")
-            else:
-                flags = re.search(r"Get\(flatbuffers\.number_types\.(\w+)Flags, o \+ self\._tab\.Pos\)", src)
-                if flags:
-                    fields.append(FieldSpec(slot, "scalar", _SCALAR_SIZES[flags.group(1)]))
-        layout[name] = tuple(sorted(fields, key=lambda f: f.slot))
+        if "Init" in methods and f"{name}T" in classes:
+            layout[name] = _table_fields(name, methods, classes[f"{name}T"])
     # If a future generated schema changed shape, fail loudly rather than verify nothing.
     model_fields = {f.target for f in layout.get("Model", ()) if f.kind == "table_vector"}
     if not {"SubGraph", "Buffer", "OperatorCode"} <= model_fields or "Conv2DOptions" not in layout:
         raise InternalError("The flatbuffer verifier could not read ai-edge-litert's generated schema.")
     return SchemaLayout(tables=layout, unions=creators)
+
+
+def _union_members(creator: Any, schema: Any) -> dict[int, str]:
+    """{type value: table name} of a union, from its generated ``...Creator`` function."""
+    import ast
+
+    mapping = {}
+    for stmt in ast.walk(creator):
+        if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare):
+            member = stmt.test.comparators[0]
+            ret = stmt.body[0]
+            if isinstance(member, ast.Attribute) and isinstance(ret, ast.Return):
+                enum_cls = getattr(schema, member.value.id)
+                cls_name = ast.unparse(ret.value).split(".", 1)[0]
+                mapping[int(getattr(enum_cls, member.attr))] = cls_name[:-1]  # FooT -> Foo
+    return mapping
+
+
+def _table_fields(name: str, methods: dict[str, Any], object_class: Any) -> tuple[FieldSpec, ...]:
+    """The fields of table ``name``, by slot, from its reader's ``methods`` (each reads one vtable
+    slot) and its object class (``{name}T``, whose ``_UnPack`` names each union's creator)."""
+    import ast
+    import re
+
+    # Union fields: the object API's _UnPack names the creator and the type field.
+    union_creators = {}
+    unpack = next((m for m in object_class.body if isinstance(m, ast.FunctionDef) and m.name == "_UnPack"), None)
+    if unpack is not None:
+        for m in re.finditer(r"self\.(\w+) = (\w+Creator)\(self\.(\w+),", ast.unparse(unpack)):
+            union_creators[m.group(1)[0].upper() + m.group(1)[1:]] = (m.group(2), m.group(3)[0].upper() + m.group(3)[1:])
+    slots = {}
+    for mname, meth in methods.items():
+        src = ast.unparse(meth)
+        found = re.search(r"self\._tab\.Offset\((\d+)\)", src)
+        if found:
+            slots[mname] = (int(found.group(1)), src)
+    fields = []
+    for mname, (slot, src) in slots.items():
+        if not mname.endswith(("Length", "IsNone")):
+            spec = _field_spec(f"{name}.{mname}", slot, src, slots, union_creators.get(mname), f"{mname}AsNumpy" in methods)
+            if spec is not None:
+                fields.append(spec)
+    return tuple(sorted(fields, key=lambda f: f.slot))
+
+
+def _field_spec(
+    where: str, slot: int, src: str, slots: dict[str, tuple[int, str]], union: tuple[str, str] | None, has_numpy: bool
+) -> FieldSpec | None:
+    """The kind of the field a reader method's source ``src`` reads (None: not a field to follow,
+    e.g. the vector accessor whose ``...AsNumpy`` sibling describes it)."""
+    import re
+
+    if where.endswith("AsNumpy"):
+        flags = re.search(r"GetVectorAsNumpy\(flatbuffers\.number_types\.(\w+)Flags", src)
+        return FieldSpec(slot, "scalar_vector", _SCALAR_SIZES[flags.group(1)])
+    if ".Union(" in src:
+        creator, type_method = union
+        return FieldSpec(slot, "union", target=creator, type_slot=slots[type_method][0])
+    if "Indirect(x)" in src:
+        return FieldSpec(slot, "table_vector", 4, re.search(r"obj = (\w+)\(\)", src).group(1))
+    if "Indirect(o + self._tab.Pos)" in src:
+        return FieldSpec(slot, "table", target=re.search(r"obj = (\w+)\(\)", src).group(1))
+    if "String(o + self._tab.Pos)" in src:
+        return FieldSpec(slot, "string")
+    if "Vector(o)" in src:
+        if not has_numpy:  # a vector of strings or structs: not in this schema
+            raise InternalError(f"The flatbuffer verifier does not know the kind of schema field {where}.")
+        return None
+    flags = re.search(r"Get\(flatbuffers\.number_types\.(\w+)Flags, o \+ self\._tab\.Pos\)", src)
+    return FieldSpec(slot, "scalar", _SCALAR_SIZES[flags.group(1)]) if flags else None
 
 
 def main(argv: list[str] | None = None) -> int:
