@@ -188,7 +188,9 @@ class _ModelReader:
         return self.opcode_name_of.get(code, f"UNKNOWN_{code}")
 
     def subgraph(self, sg_index: int, sg: Any) -> _Subgraph:
-        tensors = [self.tensor(f"tensor {t_index} of subgraph {sg_index}", t_index, t) for t_index, t in enumerate(sg.tensors or [])]
+        tensors = [
+            self.tensor(f"tensor {t_index} of subgraph {sg_index}", t_index, t) for t_index, t in enumerate(sg.tensors or [])
+        ]
         ops = [self.operator(sg_index, o_index, op, tensors) for o_index, op in enumerate(sg.operators or [])]
         sg_inputs, sg_outputs = _indices(sg.inputs), _indices(sg.outputs)
         for i in (*sg_inputs, *sg_outputs):
