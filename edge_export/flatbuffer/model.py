@@ -36,6 +36,7 @@ DTYPE_BITS = {
     "int4": 4, "complex64": 64, "complex128": 128,
 }
 
+
 @dataclass(frozen=True)
 class QuantParams:
     scales: tuple[float, ...]

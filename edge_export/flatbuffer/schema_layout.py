@@ -46,6 +46,7 @@ class SchemaLayout:
 # (tests/flatbuffer/test_flatbuffer_schema_layout.py checks the shipped file against the installed schema).
 _SHIPPED_LAYOUT = Path(__file__).with_name("schema_layout.json")
 
+
 def _schema_source_digest() -> str:
     """SHA-256 of the installed generated schema module's source: which schema a layout is for."""
     import hashlib
