@@ -45,7 +45,7 @@ def _naming_cost(module, example) -> str:
     import litert_torch
 
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.flatbuffer_packing import align_buffers
+    from edge_export.flatbuffer import align_buffers
     from edge_export.library_output import quiet_libraries
     from edge_export.passes.flatbuffer import (
         rename_signature_pass,

@@ -73,7 +73,7 @@ def main() -> None:
     from edge_export.conversion import convert_module
     from edge_export.errors import EdgeExportError
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.flatbuffer_packing import align_buffers
+    from edge_export.flatbuffer import align_buffers
     from edge_export.passes.flatbuffer.device_graph import simplify_device_graph
     from edge_export.passes.fx.pipeline import prepare_graph_for_litert
 

@@ -96,7 +96,7 @@ def main() -> None:
             row["memory_ratio"] = row["edge-export"]["peak_rss_mb"] / row["plain"]["peak_rss_mb"]
             # edge-export aligns every buffer to 16 bytes, which the converter does not: the same
             # model means the plain file's bytes once aligned.
-            from edge_export.flatbuffer_packing import align_buffers
+            from edge_export.flatbuffer import align_buffers
 
             plain_bytes = (Path(tmp) / f"{name}_plain.tflite").read_bytes()
             same = align_buffers(plain_bytes) == (Path(tmp) / f"{name}_ee.tflite").read_bytes()

@@ -12,7 +12,7 @@ size does not depend on the backend's calibration, and on the input size only by
 which shapes are equal and shared; so this uses 8 calibration samples, 64x64 images by default and
 no parity check to stay quick) and --strip-names.
 
-Then it accounts for every byte of the file by category (``flatbuffer_accounting.byte_accounting``:
+Then it accounts for every byte of the file by category (``flatbuffer.byte_accounting``:
 each byte belongs to exactly one table, vector or string, or is alignment padding) and prints the
 schema's floor beside it (``schema_floor``: the fewest bytes any file holding the same model can
 take and still load in LiteRT and TFLite Micro), so the reader sees which overhead a writer could
@@ -33,15 +33,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from edge_export.flatbuffer_accounting import PAYLOAD_CATEGORIES  # noqa: E402
+from edge_export.flatbuffer import PAYLOAD_CATEGORIES  # noqa: E402
 
 ALL_MODELS = ("small_cnn", "mobilenetv2_like", "transformer", "resnet18", "mobilenetv2")
 
 
 def payload(data: bytes) -> dict:
     """Bytes of int8 weights, int32 biases and their float32 scales in the model ``data``."""
-    from edge_export.flatbuffer_accounting import payload_bytes
-    from edge_export.flatbuffer_packing import read_model
+    from edge_export.flatbuffer import payload_bytes
+    from edge_export.flatbuffer import read_model
 
     parts = payload_bytes(read_model(data))
     return {"weights": parts["int8 weights"], "biases": parts["int32 biases"], "scales": parts["weight and bias scales"], "total": sum(parts.values())}
@@ -64,7 +64,7 @@ def measure(name: str, size: int) -> dict:
             calibration_samples=8, validate=False, strip_names=True, channels_last=is_image,
         )
         data = out.read_bytes()
-    from edge_export.flatbuffer_accounting import byte_accounting, schema_floor
+    from edge_export.flatbuffer import byte_accounting, schema_floor
 
     parts = payload(data)
     floor = schema_floor(data)

@@ -36,7 +36,7 @@ def main() -> None:
     from edge_export.api import ExportOptions
     from edge_export.conversion import convert_module, plan_channels_last, wrap_channels_last
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.flatbuffer_packing import align_buffers, misaligned_buffers
+    from edge_export.flatbuffer import align_buffers, misaligned_buffers
     from edge_export.library_output import quiet_libraries
     from edge_export.model_metadata import ImageInput, attach_metadata, build_model_metadata
     from edge_export.runtime import TFLiteRunner

@@ -49,7 +49,7 @@ def fold_layout_transposes(model_bytes: bytes) -> bytes:
     both quantization backends and every target start from the same graph."""
     if not _has_transpose(model_bytes):  # read without unpacking: a large model costs nothing
         return model_bytes
-    from .flatbuffer_packing import pack_model, read_model
+    from .flatbuffer import pack_model, read_model
     from .passes.flatbuffer import LAYOUT_PASSES
 
     model = read_model(model_bytes)
@@ -58,11 +58,9 @@ def fold_layout_transposes(model_bytes: bytes) -> bytes:
 
 
 def _has_transpose(model_bytes: bytes) -> bool:
-    from ai_edge_litert import schema_py_generated as schema
+    from .flatbuffer import has_builtin_operator
 
-    model = schema.Model.GetRootAs(model_bytes, 0)
-    codes = (model.OperatorCodes(i) for i in range(model.OperatorCodesLength()))
-    return any(max(c.BuiltinCode(), c.DeprecatedBuiltinCode()) == schema.BuiltinOperator.TRANSPOSE for c in codes)
+    return has_builtin_operator(model_bytes, "TRANSPOSE")
 
 
 def fp16_quant_config() -> Any:

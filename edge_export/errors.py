@@ -7,7 +7,7 @@
     │   ├── InputSpecError       exit 2: the inputs do not fit the model
     │   ├── CalibrationDataError exit 2: calibration data does not match the model
     │   ├── FlatbufferError      exit 2: a .tflite file that is not a valid LiteRT flatbuffer
-    │   │   └── OversizedTensorError exit 2: a tensor over LiteRT's 2 GB (flatbuffer.py; from the converter: exit 3)
+    │   │   └── OversizedTensorError exit 2: a tensor over LiteRT's 2 GB (flatbuffer/; from the converter: exit 3)
     │   └── TargetError          exit 2: the model cannot meet the target's hard rules (e.g. batch > 1)
     ├── ExportFailure            exit 3: the model could not be exported
     │   ├── TraceError           exit 3: torch.export failed

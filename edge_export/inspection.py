@@ -1,7 +1,7 @@
 """`edge-export inspect`: what a .tflite file holds, read from the file itself (no interpreter).
 
 The report is built from ``FlatbufferModel`` (so the file is verified before anything is said about
-it) and rendered either as rich tables or, with ``--json``, through ``reports.serialize.to_json_value``.
+it) and rendered either as rich tables or, with ``--json``, through ``serialize.to_json_value``.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from .reports.model import AssociatedFile, MetadataSection, MetadataTensor
 
 if TYPE_CHECKING:
     from .config import InputSpec
-    from .flatbuffer import FlatbufferModel
+    from .flatbuffer import FlatbufferModel, TensorInfo
     from .validators.output_kinds import KindDecision
 
 __all__ = [
@@ -185,77 +185,116 @@ def build_model_metadata(
     """The metadata of ``model`` (its signature names and I/O types) from the options: ``kinds``
     are the outputs' decisions (the labelled ones carry their labels file, count already checked)."""
     metadata_info, metadata_fb, schema_fb = _metadata_modules()
+    notes: list[str] = []
+    inputs = [
+        _image_entry(name, tensor, options, image.channels, notes)
+        if image is not None and i == image.index
+        else _plain_entry(metadata_info, name)
+        for i, (name, tensor) in enumerate(zip(model.input_names, model.input_tensors))
+    ]
+    file_names = _labels_file_names(kinds, model.output_names)
+    outputs = [
+        _classification_entry(name, tensor, kinds[i], file_names[i])
+        if i < len(kinds) and kinds[i].labels is not None
+        else _plain_entry(metadata_info, name)
+        for i, (name, tensor) in enumerate(zip(model.output_names, model.output_tensors))
+    ]
+    buffer = _metadata_flatbuffer(model, options, [e.md for e in inputs], [e.md for e in outputs])
+    section = MetadataSection(
+        name=options.model_name,
+        version=options.model_version,
+        description=options.description,
+        author=options.author,
+        min_parser_version=MIN_PARSER_VERSION,
+        inputs=tuple(e.row for e in inputs),
+        outputs=tuple(e.row for e in outputs),
+        associated_files=tuple(e.associated for e in outputs if e.associated is not None),
+        metadata_bytes=len(buffer),
+        notes=tuple(notes),
+    )
+    return ModelMetadata(buffer, tuple(e.file for e in outputs if e.file is not None), section)
+
+
+@dataclass(frozen=True)
+class _TensorEntry:
+    """One tensor's metadata: MediaPipe's writer object, the report's row, and the associated file
+    it brings (name and bytes, with the report's description of it)."""
+
+    md: Any
+    row: MetadataTensor
+    file: tuple[str, bytes] | None = None
+    associated: AssociatedFile | None = None
+
+
+def _tensor_type(dtype: str) -> int | None:
+    _, _, schema_fb = _metadata_modules()
+    return getattr(schema_fb.TensorType, dtype.upper(), None)
+
+
+def _plain_entry(metadata_info: Any, name: str) -> _TensorEntry:
+    return _TensorEntry(metadata_info.TensorMd(name=name), MetadataTensor(name, "tensor"))
+
+
+def _image_entry(name: str, tensor: TensorInfo, options: Any, channels: int, notes: list[str]) -> _TensorEntry:
+    """The image input ``--mean``/``--std`` describe (on MediaPipe's 0..255 scale); adds a note
+    when MediaPipe Tasks would refuse or misread it."""
+    metadata_info, metadata_fb, _ = _metadata_modules()
+    # Rounded: 255 * 0.224 is 57.120000000000005 in binary; the schema stores float32 anyway.
+    mean = tuple(round(255.0 * v, 6) for v in (options.mean if options.mean is not None else (0.0,)))
+    std = tuple(round(255.0 * v, 6) for v in (options.std if options.std is not None else (1.0,)))
+    if len(mean) != len(std):  # one given per channel, the other once: spell both out
+        mean, std = (mean * channels)[:channels], (std * channels)[:channels]
+    color = {3: "RGB", 1: "GRAYSCALE"}.get(channels)
+    md = metadata_info.InputImageTensorMd(
+        name=name,
+        description=f"Image input, {tensor.dtype}, shape {list(tensor.shape)}.",
+        norm_mean=list(mean),
+        norm_std=list(std),
+        color_space_type=getattr(metadata_fb.ColorSpaceType, color or "UNKNOWN"),
+        tensor_type=_tensor_type(tensor.dtype),
+    )
+    if len(set(mean)) > 1 or len(set(std)) > 1:
+        # Measured with mediapipe 1.2.2: ImageClassifier.create_from_options refuses the model.
+        notes.append(
+            "Per-channel normalization: the LiteRT support library applies it, but MediaPipe Tasks "
+            "refuses such a model (\"Per-channel image normalization is not available\"); for "
+            "MediaPipe give one --mean and one --std value for all channels."
+        )
+    if len(tensor.shape) == 4 and tensor.shape[-1] != channels:
+        notes.append(
+            f"The image input '{name}' is NCHW {list(tensor.shape)}; MediaPipe Tasks' image tasks "
+            "and the support library's image processor feed NHWC: export with --channels-last."
+        )
+    return _TensorEntry(md, MetadataTensor(name, "image", mean, std, color))
+
+
+def _classification_entry(name: str, tensor: TensorInfo, decision: KindDecision, file_name: str) -> _TensorEntry:
+    """A labelled output: its labels file (the user's bytes, unchanged) as an associated file."""
+    metadata_info, _, _ = _metadata_modules()
+    data = Path(decision.labels.file).read_bytes()
+    md = metadata_info.ClassificationTensorMd(
+        name=name,
+        description=f"Scores of {decision.labels.count} classes, labelled by {file_name}.",
+        label_files=[metadata_info.LabelFileMd(file_name)],
+        tensor_type=_tensor_type(tensor.dtype),
+    )
+    if tensor.dtype == "float32":
+        # The writer records a 0..1 range for float scores (probabilities); a logits output
+        # is not in it, and the export cannot tell which one the model returns: no range.
+        md.min_values = md.max_values = None
+    associated = AssociatedFile(
+        file_name, "TENSOR_AXIS_LABELS", len(data), hashlib.sha256(data).hexdigest(), decision.labels.file
+    )
+    row = MetadataTensor(name, "classification", labels_file=file_name, labels_count=decision.labels.count)
+    return _TensorEntry(md, row, (file_name, data), associated)
+
+
+def _metadata_flatbuffer(model: FlatbufferModel, options: Any, input_md: list[Any], output_md: list[Any]) -> bytes:
+    """The ``ModelMetadata`` flatbuffer (identifier ``M001``): the general info and one subgraph
+    whose tensor entries follow the signature's inputs and outputs."""
     import flatbuffers
 
-    def tensor_type(dtype: str) -> int | None:
-        return getattr(schema_fb.TensorType, dtype.upper(), None)
-
-    notes: list[str] = []
-    input_md, input_rows = [], []
-    for i, (name, tensor) in enumerate(zip(model.input_names, model.input_tensors)):
-        if image is not None and i == image.index:
-            channels = image.channels
-            # Rounded: 255 * 0.224 is 57.120000000000005 in binary; the schema stores float32 anyway.
-            mean = tuple(round(255.0 * v, 6) for v in (options.mean if options.mean is not None else (0.0,)))
-            std = tuple(round(255.0 * v, 6) for v in (options.std if options.std is not None else (1.0,)))
-            if len(mean) != len(std):  # one given per channel, the other once: spell both out
-                mean, std = (mean * channels)[:channels], (std * channels)[:channels]
-            color = {3: "RGB", 1: "GRAYSCALE"}.get(channels)
-            md = metadata_info.InputImageTensorMd(
-                name=name,
-                description=f"Image input, {tensor.dtype}, shape {list(tensor.shape)}.",
-                norm_mean=list(mean),
-                norm_std=list(std),
-                color_space_type=getattr(metadata_fb.ColorSpaceType, color or "UNKNOWN"),
-                tensor_type=tensor_type(tensor.dtype),
-            )
-            input_md.append(md)
-            input_rows.append(MetadataTensor(name, "image", mean, std, color))
-            if len(set(mean)) > 1 or len(set(std)) > 1:
-                # Measured with mediapipe 1.2.2: ImageClassifier.create_from_options refuses the model.
-                notes.append(
-                    "Per-channel normalization: the LiteRT support library applies it, but MediaPipe Tasks "
-                    "refuses such a model (\"Per-channel image normalization is not available\"); for "
-                    "MediaPipe give one --mean and one --std value for all channels."
-                )
-            if len(tensor.shape) == 4 and tensor.shape[-1] != channels:
-                notes.append(
-                    f"The image input '{name}' is NCHW {list(tensor.shape)}; MediaPipe Tasks' image tasks "
-                    "and the support library's image processor feed NHWC: export with --channels-last."
-                )
-        else:
-            input_md.append(metadata_info.TensorMd(name=name))
-            input_rows.append(MetadataTensor(name, "tensor"))
-
-    file_names = _labels_file_names(kinds, model.output_names)
-    files: list[tuple[str, bytes]] = []
-    associated: list[AssociatedFile] = []
-    output_md, output_rows = [], []
-    for i, (name, tensor) in enumerate(zip(model.output_names, model.output_tensors)):
-        decision = kinds[i] if i < len(kinds) else None
-        if decision is not None and decision.labels is not None:
-            file_name = file_names[i]
-            data = Path(decision.labels.file).read_bytes()  # the user's bytes, unchanged
-            md = metadata_info.ClassificationTensorMd(
-                name=name,
-                description=f"Scores of {decision.labels.count} classes, labelled by {file_name}.",
-                label_files=[metadata_info.LabelFileMd(file_name)],
-                tensor_type=tensor_type(tensor.dtype),
-            )
-            if tensor.dtype == "float32":
-                # The writer records a 0..1 range for float scores (probabilities); a logits output
-                # is not in it, and the export cannot tell which one the model returns: no range.
-                md.min_values = md.max_values = None
-            output_md.append(md)
-            files.append((file_name, data))
-            associated.append(AssociatedFile(
-                file_name, "TENSOR_AXIS_LABELS", len(data), hashlib.sha256(data).hexdigest(), decision.labels.file
-            ))
-            output_rows.append(MetadataTensor(name, "classification", labels_file=file_name, labels_count=decision.labels.count))
-        else:
-            output_md.append(metadata_info.TensorMd(name=name))
-            output_rows.append(MetadataTensor(name, "tensor"))
-
+    metadata_info, metadata_fb, _ = _metadata_modules()
     general = metadata_info.GeneralMd(
         name=options.model_name, version=options.model_version, description=options.description, author=options.author
     ).create_metadata()
@@ -267,20 +306,7 @@ def build_model_metadata(
     general.minParserVersion = MIN_PARSER_VERSION
     builder = flatbuffers.Builder(1024)
     builder.Finish(general.Pack(builder), _METADATA_FILE_IDENTIFIER)
-    buffer = bytes(builder.Output())
-    section = MetadataSection(
-        name=options.model_name,
-        version=options.model_version,
-        description=options.description,
-        author=options.author,
-        min_parser_version=MIN_PARSER_VERSION,
-        inputs=tuple(input_rows),
-        outputs=tuple(output_rows),
-        associated_files=tuple(associated),
-        metadata_bytes=len(buffer),
-        notes=tuple(notes),
-    )
-    return ModelMetadata(buffer, tuple(files), section)
+    return bytes(builder.Output())
 
 
 def attach_metadata(model: FlatbufferModel | bytes, metadata: ModelMetadata, origin: str = "the model with metadata") -> FlatbufferModel:
@@ -321,7 +347,7 @@ def _flatbuffer_only(data: bytes) -> bytes:
     """The bytes without an appended zip (a packed model never has one; a model read from a file may)."""
     if not _zip_names(data):
         return data
-    from .flatbuffer_packing import pack_model, read_model
+    from .flatbuffer import pack_model, read_model
 
     return pack_model(read_model(data), source=data)
 
@@ -335,7 +361,7 @@ def read_model_metadata(model: FlatbufferModel) -> MetadataSection | None:
     _, metadata_fb, _ = _metadata_modules()
     if raw[4:8] != _METADATA_FILE_IDENTIFIER:
         return None
-    meta = metadata_fb.ModelMetadataT.InitFromObj(metadata_fb.ModelMetadata.GetRootAs(raw, 0))
+    meta = metadata_fb.ModelMetadataT.InitFromPackedBuf(raw, 0)  # MediaPipe's object API: the whole table
     files: dict[str, bytes] = {}
     try:
         with zipfile.ZipFile(io.BytesIO(model.data)) as archive:
@@ -411,14 +437,7 @@ def model_has_metadata(data: bytes) -> bool:
 
 def _metadata_buffer(data: bytes) -> bytes | None:
     """The data of the buffer the ``TFLITE_METADATA`` entry names (None: no such entry)."""
-    from ai_edge_litert import schema_py_generated as schema
-
+    from .flatbuffer import metadata_buffer
     from .passes.flatbuffer.attach_metadata_pass import METADATA_BUFFER_NAME
 
-    root = schema.Model.GetRootAs(data, 0)
-    for i in range(root.MetadataLength()):
-        entry = root.Metadata(i)
-        if entry.Name() == METADATA_BUFFER_NAME:
-            buffer = root.Buffers(entry.Buffer())
-            return bytes(buffer.DataAsNumpy()) if buffer.DataLength() else None
-    return None
+    return metadata_buffer(data, METADATA_BUFFER_NAME)

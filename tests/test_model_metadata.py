@@ -24,7 +24,7 @@ from model_zoo import small_cnn
 import edge_export
 from edge_export.errors import UsageError
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.flatbuffer_packing import misaligned_buffers
+from edge_export.flatbuffer import misaligned_buffers
 from edge_export.runtime import TFLiteRunner
 
 # Byte-for-byte: a unicode label, a label with markup, Windows line ends and a final newline.

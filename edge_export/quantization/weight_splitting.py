@@ -55,7 +55,7 @@ class SplitSearch:
 
 def splittable_layers(float_bytes: bytes, ranking: Sequence[LayerSensitivity]) -> tuple[LayerSensitivity, ...]:
     """The ranked operators whose filters the pass can split, in ranking order."""
-    from ..flatbuffer_packing import read_model
+    from ..flatbuffer import read_model
     from ..passes.flatbuffer.split_weights_pass import splittable_operators
 
     can = set(splittable_operators(read_model(float_bytes)))

@@ -12,7 +12,7 @@ result objects, and that every renderer reads.
 
 The stage results (``QuantizationResult``, ``ParityResult``, ``LayerParityReport``, ``EdgeTPUReport``,
 ``CompilerResult``, ``MicroReport``...) are the sections themselves: nothing is copied into dicts.
-``reports.serialize.to_json_value`` writes the tree as the published JSON (schema
+``serialize.to_json_value`` writes the tree as the published JSON (schema
 ``report.schema.json``, version ``REPORT_SCHEMA_VERSION``); a test walks this tree against the
 schema. This module imports no torch or LiteRT: the types of the stage results are named for
 readers and type checkers only.

@@ -33,7 +33,7 @@ def host_latency_stage(converted: ConvertedRun, options: ExportOptions, target: 
         return None
     with clock.run("latency", "Timing the quantized and float models on this CPU (LiteRT + XNNPACK)"):
         from ..flatbuffer import read_flatbuffer
-        from ..flatbuffer_packing import align_buffers
+        from ..flatbuffer.pack import align_buffers
         from ..latency import measure_host_latency
         from ..quantization.mixed_precision import kept_int16_operators
 

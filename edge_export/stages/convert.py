@@ -52,7 +52,7 @@ def _convert(prepared: PreparedRun, options: ExportOptions, clock: StageClock) -
     """Float or fp16: one conversion, read and verified here (the converter's bytes are the edge)."""
     from ..conversion import convert_module, fp16_quant_config
     from ..flatbuffer import read_flatbuffer
-    from ..flatbuffer_packing import align_buffers
+    from ..flatbuffer.pack import align_buffers
 
     with clock.run("convert", "Tracing and converting with litert-torch"):
         quant_config = fp16_quant_config() if options.quantize is QuantizeMode.FP16 else None

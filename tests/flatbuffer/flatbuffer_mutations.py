@@ -115,7 +115,7 @@ def _mutate_object(model, kind: str, rng: random.Random) -> None:
 
 def _tables(data: bytes) -> list[tuple[int, int]]:
     """(table position, vtable position) of every table the verifier visits."""
-    from edge_export.flatbuffer import _Verifier
+    from edge_export.flatbuffer.verify import StructureVerifier as _Verifier
 
     found: list[tuple[int, int]] = []
 

@@ -124,7 +124,7 @@ def exported(tmp_path_factory) -> dict[str, Exported]:
     """Each mode and target exported once through the public API; the bytes handed to the writer are
     recorded on the way (the converter's for float modes, the quantizer's for integer ones)."""
     import edge_export
-    import edge_export.flatbuffer_packing as packing
+    import edge_export.flatbuffer.pack as packing
     from edge_export import quantization
     from edge_export.flatbuffer import FlatbufferModel
 
@@ -180,7 +180,7 @@ def _named_as(raw: bytes, written: bytes) -> bytes:
     from functools import partial
 
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.flatbuffer_packing import align_buffers
+    from edge_export.flatbuffer import align_buffers
     from edge_export.passes.flatbuffer import rename_signature_pass, run_flatbuffer_passes
 
     named = read_flatbuffer(written)
@@ -196,7 +196,7 @@ def _named_as(raw: bytes, written: bytes) -> bytes:
 def test_the_converter_alone_does_not_align(exported):
     """Why the writer exists: the converter's own bytes have misaligned buffers (if litert-torch
     starts honouring force_align, align_buffers keeps its bytes as they are)."""
-    from edge_export.flatbuffer_packing import align_buffers
+    from edge_export.flatbuffer import align_buffers
 
     raw = exported["fp32"].unaligned
     assert _misaligned(raw)
@@ -234,7 +234,7 @@ def test_aligned_file_computes_the_same_as_its_unaligned_packing(exported, name)
 
 @pytest.mark.parametrize("name", list(EXPORTS))
 def test_packing_is_deterministic(exported, name):
-    from edge_export.flatbuffer_packing import align_buffers, pack_model, read_model
+    from edge_export.flatbuffer import align_buffers, pack_model, read_model
 
     data = exported[name].path.read_bytes()
     assert pack_model(read_model(data), source=data) == pack_model(read_model(data), source=data)
@@ -301,7 +301,7 @@ def _with_external_buffers(data: bytes) -> bytes:
 
 
 def test_buffers_stored_after_the_flatbuffer_are_moved_inside_aligned(exported):
-    from edge_export.flatbuffer_packing import align_buffers, read_model
+    from edge_export.flatbuffer import align_buffers, read_model
 
     inline = exported["int8"].path.read_bytes()
     external = _with_external_buffers(inline)
@@ -319,7 +319,7 @@ def test_external_buffers_without_their_file_are_an_internal_error(exported):
     from ai_edge_litert import schema_py_generated as schema
 
     from edge_export.errors import InternalError
-    from edge_export.flatbuffer_packing import pack_model
+    from edge_export.flatbuffer import pack_model
 
     external = _with_external_buffers(exported["fp32"].path.read_bytes())
     model = schema.ModelT.InitFromPackedBuf(external, 0)  # the schema's own reader leaves them outside
@@ -329,7 +329,7 @@ def test_external_buffers_without_their_file_are_an_internal_error(exported):
 
 def test_constants_over_2_gib_are_refused_not_misplaced(exported):
     from edge_export.errors import ConversionError
-    from edge_export.flatbuffer_packing import pack_model, read_model
+    from edge_export.flatbuffer import pack_model, read_model
 
     model = read_model(exported["fp32"].path.read_bytes())
     model.buffers[-1].data = np.broadcast_to(np.uint8(0), (2**31,))  # 2 GiB of zeros, no memory

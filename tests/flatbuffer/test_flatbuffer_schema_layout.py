@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from edge_export import flatbuffer
+from edge_export.flatbuffer import schema_layout as flatbuffer
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def fresh_layout_cache():
-    flatbuffer._schema_layout.cache_clear()
+    flatbuffer.schema_layout.cache_clear()
     yield
-    flatbuffer._schema_layout.cache_clear()
+    flatbuffer.schema_layout.cache_clear()
 
 
 def test_shipped_layout_is_the_installed_schemas():
@@ -36,8 +36,8 @@ def test_the_generator_reproduces_the_shipped_file(tmp_path):
 
 def test_shipped_layout_is_package_data():
     section = re.search(r"\[tool\.setuptools\.package-data\]\nedge_export = \[(.*)\]", (REPO / "pyproject.toml").read_text())
-    assert section and f'"{flatbuffer._SHIPPED_LAYOUT.name}"' in section.group(1)
-    assert flatbuffer._SHIPPED_LAYOUT.parent == REPO / "edge_export"
+    assert section and f'"flatbuffer/{flatbuffer._SHIPPED_LAYOUT.name}"' in section.group(1)
+    assert flatbuffer._SHIPPED_LAYOUT.parent == REPO / "edge_export" / "flatbuffer"
 
 
 def test_layout_is_read_not_derived_and_nothing_is_written_home(tmp_path, monkeypatch, fresh_layout_cache):
@@ -48,7 +48,7 @@ def test_layout_is_read_not_derived_and_nothing_is_written_home(tmp_path, monkey
         raise AssertionError("the layout was derived although the shipped one fits the installed schema")
 
     monkeypatch.setattr(flatbuffer, "_derive_schema_layout", derive)
-    layout = flatbuffer._schema_layout()
+    layout = flatbuffer.schema_layout()
     assert layout.tables["Model"]
     assert list(tmp_path.iterdir()) == []
 
@@ -56,9 +56,9 @@ def test_layout_is_read_not_derived_and_nothing_is_written_home(tmp_path, monkey
 def test_another_schema_gets_a_derived_layout(tmp_path, monkeypatch, fresh_layout_cache):
     layout, _ = flatbuffer._layout_from_json(flatbuffer._SHIPPED_LAYOUT.read_text(encoding="utf-8"))
     stale = tmp_path / "layout.json"
-    stale.write_text(flatbuffer._layout_to_json(flatbuffer._SchemaLayout(tables={}, unions={}), "0" * 64))
+    stale.write_text(flatbuffer._layout_to_json(flatbuffer.SchemaLayout(tables={}, unions={}), "0" * 64))
     monkeypatch.setattr(flatbuffer, "_SHIPPED_LAYOUT", stale)
-    assert flatbuffer._schema_layout() == layout
+    assert flatbuffer.schema_layout() == layout
 
 
 def test_damaged_layout_is_an_internal_error(tmp_path, monkeypatch, fresh_layout_cache):
@@ -68,4 +68,4 @@ def test_damaged_layout_is_an_internal_error(tmp_path, monkeypatch, fresh_layout
     damaged.write_text("{not json")
     monkeypatch.setattr(flatbuffer, "_SHIPPED_LAYOUT", damaged)
     with pytest.raises(InternalError, match="missing or damaged"):
-        flatbuffer._schema_layout()
+        flatbuffer.schema_layout()

@@ -39,7 +39,7 @@ class Transposed(torch.nn.Module):
 def converted():
     from edge_export.conversion import convert_module
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.flatbuffer_packing import align_buffers
+    from edge_export.flatbuffer import align_buffers
 
     torch.manual_seed(0)
     masked, square = MaskedAttention().eval(), Transposed().eval()

@@ -11,7 +11,7 @@ import pytest
 from edge_export.config import IODtype
 from edge_export.errors import InternalError
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.flatbuffer_packing import align_buffers, misaligned_buffers, pack_model, read_model
+from edge_export.flatbuffer import align_buffers, misaligned_buffers, pack_model, read_model
 from edge_export.passes.flatbuffer import pipeline as pipeline_module
 from edge_export.passes.flatbuffer import (
     attach_metadata_pass,

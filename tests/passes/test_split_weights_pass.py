@@ -47,7 +47,7 @@ def fp32() -> bytes:
 
 @pytest.fixture(scope="module")
 def split(fp32):
-    from edge_export.flatbuffer_packing import read_model
+    from edge_export.flatbuffer import read_model
 
     chosen = splittable_operators(read_model(fp32))
     return chosen, run_flatbuffer_passes(fp32, [partial(split_weights_pass, operators=chosen)])
@@ -127,7 +127,7 @@ def test_w_hi_is_exactly_what_ai_edge_quantizer_writes_back(fp32, split):
 
 def test_an_operator_without_a_constant_filter_is_an_internal_error(fp32):
     from edge_export.errors import InternalError
-    from edge_export.flatbuffer_packing import read_model
+    from edge_export.flatbuffer import read_model
 
     model = read_model(fp32)
     not_weighted = next(i for i, op in enumerate(model.subgraphs[0].operators) if i not in splittable_operators(model))
@@ -151,7 +151,7 @@ class SharedFilter(nn.Module):
 @pytest.mark.parametrize("both", [True, False])
 def test_a_filter_two_operators_share_is_split_from_its_original_values(both):
     from edge_export.conversion import convert_module
-    from edge_export.flatbuffer_packing import read_model
+    from edge_export.flatbuffer import read_model
 
     fp32 = convert_module(SharedFilter().eval(), (torch.zeros(SHAPE),))
     chosen = splittable_operators(read_model(fp32))

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.flatbuffer_accounting import PAYLOAD_CATEGORIES, byte_accounting, payload_bytes, schema_floor
-from edge_export.flatbuffer_packing import misaligned_buffers, pack_model, read_model
+from edge_export.flatbuffer import PAYLOAD_CATEGORIES, byte_accounting, payload_bytes, schema_floor
+from edge_export.flatbuffer import misaligned_buffers, pack_model, read_model
 from edge_export.passes.flatbuffer import (
     run_flatbuffer_passes,
     share_quantization_vectors_pass,
@@ -255,7 +255,7 @@ def test_writer_fills_the_gaps_before_aligned_buffers_with_vectors_the_model_nee
 
 
 def test_gap_fill_closes_a_gap_only_with_fillers_that_fit_unpadded():
-    from edge_export.flatbuffer_packing import _gap_fill
+    from edge_export.flatbuffer.aligned_builder import _gap_fill
 
     # Kinds are (vector size mod 16, int64): a filler vector is its 4-byte length and its data.
     four, eight, twelve, wide_four = (4, False), (8, False), (12, False), (4, True)

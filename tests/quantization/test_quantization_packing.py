@@ -76,7 +76,7 @@ def test_shared_model_runs_bit_identically_in_litert_and_tflite_micro(per_channe
 
 def test_float_models_are_only_aligned(cnn_float_bytes):
     """No quantization vectors to share: the converter's model, only with its buffers 16-byte aligned."""
-    from edge_export.flatbuffer_packing import align_buffers, misaligned_buffers
+    from edge_export.flatbuffer import align_buffers, misaligned_buffers
 
     shared = share_quantization_vectors(cnn_float_bytes)
     assert shared == align_buffers(cnn_float_bytes)

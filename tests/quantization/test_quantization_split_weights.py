@@ -46,7 +46,7 @@ def test_the_ranges_of_the_all_split_model_are_those_a_partial_split_calibrates(
     tensor of a partially split model gets the range a fresh calibration of that model gives."""
     from edge_export.config import InputSpec
     from edge_export.conversion import convert_module
-    from edge_export.flatbuffer_packing import read_model
+    from edge_export.flatbuffer import read_model
     from edge_export.passes.flatbuffer.split_weights_pass import splittable_operators
     from edge_export.quantization import synthetic_calibration
     from edge_export.quantization.sensitivity import RecipeQuantizer

@@ -9,7 +9,7 @@ import torch
 from cli_harness import validate_report
 
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.flatbuffer_packing import pack_model
+from edge_export.flatbuffer import pack_model
 from edge_export.targets.micro.cmsis_nn import MAY_DIFFER, REFERENCE_KERNEL, check_cmsis_nn
 
 

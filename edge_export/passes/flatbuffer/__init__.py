@@ -3,7 +3,7 @@
 Each pass is a function over the mutable model object (ai-edge-litert's ``ModelT``) that checks
 its preconditions, changes the model and returns whether it changed anything;
 ``run_flatbuffer_passes`` runs a list of them and packs once, through the aligned writer
-(``flatbuffer_packing``). List them with ``python -m edge_export.passes``.
+(``flatbuffer.pack``). List them with ``python -m edge_export.passes``.
 """
 
 from __future__ import annotations

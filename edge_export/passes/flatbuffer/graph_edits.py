@@ -27,10 +27,10 @@ __all__ = [
 
 
 def opcode_name(model: Any, op: Any) -> str:
-    from ...flatbuffer import _opcode_names
+    from ...flatbuffer import opcode_names
 
     code = model.operatorCodes[op.opcodeIndex]
-    return _opcode_names().get(max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0), "UNKNOWN")
+    return opcode_names().get(max(code.builtinCode or 0, code.deprecatedBuiltinCode or 0), "UNKNOWN")
 
 
 def opcode_index(model: Any, builtin: int) -> int:

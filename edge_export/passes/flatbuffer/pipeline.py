@@ -4,7 +4,7 @@ A pass is a function ``pass_(model) -> bool`` over ai-edge-litert's object API m
 (``schema_py_generated.ModelT``): it checks its preconditions (raising the project's errors), changes
 the model in place and returns whether it changed anything. Passes with parameters are bound with
 ``functools.partial``. The pipeline reads the model once, runs the passes in order, and packs once
-at the end through ``flatbuffer_packing.pack_model`` (16-byte aligned buffers, each quantization
+at the end through ``flatbuffer.pack_model`` (16-byte aligned buffers, each quantization
 vector stored once). When no pass changed anything the input comes back as it was, aligned.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...flatbuffer import FlatbufferModel, read_flatbuffer
-from ...flatbuffer_packing import misaligned_buffers, pack_model, read_model
+from ...flatbuffer import misaligned_buffers, pack_model, read_model
 
 __all__ = ["FlatbufferPass", "PassPipelineResult", "pass_name", "run_flatbuffer_passes"]
 

@@ -1,6 +1,6 @@
 """Store each distinct quantization vector once (about 7% of a MobileNetV2's int8 file).
 
-The writer (``flatbuffer_packing``) shares every repeated int64 zero-point and float32 scale vector
+The writer (``flatbuffer.pack``) shares every repeated int64 zero-point and float32 scale vector
 whenever it packs; this pass decides that a model holding such vectors is re-packed for it.
 """
 

@@ -193,7 +193,7 @@ def check_budgets(
 def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
     """Bytes of a tensor's data as stored (constants) or allocated (activations), unpadded."""
     from ...flatbuffer import (
-        _DTYPE_BITS,  # bits per element of each tensor type (int4 packed)
+        DTYPE_BITS as _DTYPE_BITS,  # bits per element of each tensor type (int4 packed)
     )
 
     t = model.tensors[index]

@@ -44,24 +44,19 @@ Converter output that is already aligned is kept as it is, external buffers incl
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
-from .errors import ConversionError, FlatbufferError, InternalError
+from ..errors import ConversionError, FlatbufferError, InternalError
+from .schema_reader import model_table
 
 __all__ = [
-    "BUFFER_ALIGNMENT",
     "align_buffers",
     "misaligned_buffers",
     "pack_model",
     "read_model",
 ]
 
-BUFFER_ALIGNMENT = 16  # the schema's force_align on Buffer.data
 _TFLITE_FILE_IDENTIFIER = b"TFL3"
-# Element types of the vectors written once: QuantizationParameters' (zero_point: [long],
-# scale/min/max: [float]) and int32 index vectors (shapes, operator and subgraph inputs/outputs).
-_SHARED_DTYPES = ("<i8", "<f4", "<i4")
 # Buffer.offset values 0 and 1 mean "data inline" (1 is the converter's placeholder); see the
 # runtimes' readers, which take data from the file only for offset > 1.
 _EXTERNAL_OFFSET_MIN = 2
@@ -69,112 +64,10 @@ _EXTERNAL_OFFSET_MIN = 2
 _MAX_FLATBUFFER_BYTES = 2**31 - 2**24
 
 
-def _model_builder(initial_size: int, aligned_vectors: set[int]) -> Any:
-    import flatbuffers
-
-    class ModelBuilder(flatbuffers.Builder):
-        """A Builder that aligns buffer data to 16 bytes and writes each quantization vector once.
-
-        ``aligned_vectors`` holds the ``id`` of each buffer's data array: the generated packer
-        hands those arrays to ``CreateNumpyVector`` as they are, and no other vector is one of them.
-        """
-
-        def __init__(self, size: int) -> None:
-            super().__init__(size)
-            self._vectors: dict[tuple[str, bytes], int] = {}
-            self._strings: dict[bytes, int] = {}
-            self._fields: list[tuple[int, int, Any, tuple]] | None = None
-            self._aligned_written: dict[int, int] = {}
-            self.shared_bytes = 0
-
-        # A table's fields are written largest first, so that its 1-byte fields (a tensor's type
-        # and has_rank, an operator's options type) sit together instead of each padded to the
-        # next 4-byte field, as the generated packer's field order leaves them: 4 bytes less per
-        # tensor. The vtable records where each field is, so readers see the same values.
-        def StartObject(self, numfields: int) -> None:  # noqa: N802 (the flatbuffers API's names)
-            super().StartObject(numfields)
-            self._fields = []
-
-        def PrependSlot(self, flags: Any, o: int, x: Any, d: Any) -> None:  # noqa: N802
-            if self._fields is None:
-                return super().PrependSlot(flags, o, x, d)
-            self._fields.append((flags.bytewidth, len(self._fields), super().PrependSlot, (flags, o, x, d)))
-            return None
-
-        def PrependUOffsetTRelativeSlot(self, o: int, x: int, d: int) -> None:  # noqa: N802
-            if self._fields is None:
-                return super().PrependUOffsetTRelativeSlot(o, x, d)
-            self._fields.append((4, len(self._fields), super().PrependUOffsetTRelativeSlot, (o, x, d)))
-            return None
-
-        def PrependStructSlot(self, v: int, x: int, d: int) -> None:  # noqa: N802
-            raise InternalError("The TFLite schema has no struct fields; the writer does not reorder them.")
-
-        def EndObject(self) -> int:  # noqa: N802
-            fields, self._fields = self._fields or [], None
-            for _, _, prepend, args in sorted(fields, key=lambda f: (-f[0], f[1])):
-                prepend(*args)
-            return super().EndObject()
-
-        def CreateString(self, s: Any, encoding: str = "utf-8", errors: str = "strict") -> int:  # noqa: N802
-            key = s.encode(encoding, errors) if isinstance(s, str) else bytes(s)
-            found = self._strings.get(key)
-            if found is None:
-                found = self._strings[key] = super().CreateString(s, encoding, errors)
-            return found
-
-        def CreateNumpyVector(self, x: Any) -> int:  # noqa: N802 (the flatbuffers API's name)
-            if id(x) in aligned_vectors:
-                return self._create_aligned_bytes(x)
-            if x.ndim != 1 or x.dtype.str not in _SHARED_DTYPES:
-                return super().CreateNumpyVector(x)
-            key = (x.dtype.str, x.tobytes())
-            found = self._vectors.get(key)
-            if found is not None:
-                self.shared_bytes += x.nbytes
-                return found
-            offset = super().CreateNumpyVector(x)
-            self._vectors[key] = offset
-            return offset
-
-        def _create_aligned_bytes(self, data: Any) -> int:
-            # Written ahead by fill_alignment_gaps, then found again when the buffer's table is packed.
-            found = self._aligned_written.get(id(data))
-            if found is not None:
-                return found
-            # StartVector pads so that the data starts at a multiple of the alignment counted from
-            # the end of the finished buffer, and raises minalign so that Finish pads the whole
-            # file to a multiple of it: counted from the start, the data is aligned too.
-            size = data.nbytes
-            self.StartVector(1, size, BUFFER_ALIGNMENT)
-            self.head -= size
-            # Copied once, straight from the array (weights are most of a model's bytes).
-            self.Bytes[self.head : self.head + size] = data.data if data.flags.c_contiguous else data.tobytes()
-            offset = self._aligned_written[id(data)] = self.EndVector()
-            return offset
-
-        def fill_alignment_gaps(self, buffers: list[Any], fillers: list[Any]) -> None:
-            """Write every buffer's data first, each preceded by vectors the model needs anyway
-            (``fillers``: its index vectors, shapes, scales and zero points) chosen so that the
-            data lands on its 16-byte boundary without padding where they allow. The 16-byte rule
-            otherwise leaves (4 - size) mod 16 bytes before each buffer: 4 bytes for the usual
-            multiple-of-16 weights, 448 bytes on the benchmark MobileNetV2 width 0.5. int64 zero
-            points go where their data is 8-byte aligned without padding, which saves the 4 bytes
-            they would often cost later among the tables."""
-            pool: dict[tuple[int, bool], list[Any]] = {}
-            for vector in fillers:
-                pool.setdefault(((4 + vector.nbytes) % 16, vector.itemsize == 8), []).append(vector)
-            for data in buffers:
-                available = {kind: len(vectors) for kind, vectors in pool.items() if vectors}
-                for kind in _gap_fill(self.Offset(), data.nbytes, available):
-                    self.CreateNumpyVector(pool[kind].pop(0))
-                self._create_aligned_bytes(data)
-
-    return ModelBuilder(initial_size)
-
-
 def _pack_flatbuffer(model: Any) -> bytes:
     import numpy as np
+
+    from .aligned_builder import BUFFER_ALIGNMENT, AlignedModelBuilder
 
     aligned: set[int] = set()
     for buf in model.buffers or ():
@@ -188,7 +81,7 @@ def _pack_flatbuffer(model: Any) -> bytes:
             aligned.add(id(buf.data))
     # Sized for the constants up front: growing the builder copies everything written so far.
     constant_bytes = sum(len(buf.data) for buf in model.buffers or () if buf.data is not None)
-    builder = _model_builder(constant_bytes + BUFFER_ALIGNMENT * len(aligned) + 2**16, aligned)
+    builder = AlignedModelBuilder(constant_bytes + BUFFER_ALIGNMENT * len(aligned) + 2**16, aligned)
     restore = _share_equal_tables(model)
     try:
         data = [buf.data for buf in model.buffers or () if id(buf.data) in aligned]
@@ -234,43 +127,18 @@ def _table_key(table: Any) -> tuple:
     return (type(table).__name__, tuple((k, value(v)) for k, v in sorted(vars(table).items())))
 
 
-def _gap_fill(offset: int, size: int, available: dict[tuple[int, bool], int]) -> tuple[tuple[int, bool], ...]:
-    """Which fillers to write, in order, before buffer data of ``size`` bytes when ``offset``
-    bytes are written (the builder writes back to front): up to three, each a ``(size mod 16,
-    is int64)`` kind with ``available`` vectors left, none padded (an int64 vector's data needs
-    8-byte alignment) and the data then on its 16-byte boundary. Most int64 vectors, then fewest
-    fillers; () when nothing fits (the data is padded as before)."""
-    aligned_already = (offset + size) % BUFFER_ALIGNMENT == 0
-    best: tuple[tuple[int, bool], ...] = ()
-    best_key = (0, 0)
-    for count in (1, 2, 3):
-        for combo in itertools.product(sorted(available), repeat=count):
-            if any(combo.count(kind) > available[kind] for kind in set(combo)):
-                continue
-            wide_count = sum(wide for _, wide in combo)
-            if aligned_already and not wide_count:
-                continue  # nothing to gain: keep these fillers for a later gap
-            position = offset
-            for residue, wide in combo:
-                if wide and position % 8:  # its data would be padded to 8 bytes
-                    break
-                position += residue  # only positions mod 16 matter
-            else:
-                if (position + size) % BUFFER_ALIGNMENT == 0 and (not best or (wide_count, -count) > best_key):
-                    best, best_key = combo, (wide_count, -count)
-    return best
-
-
 def _filler_vectors(model: Any) -> list[Any]:
     """The distinct vectors ``model`` packs that the writer shares (int32 index vectors and shapes,
     float32 scales, int64 zero points), in the order they appear: what ``fill_alignment_gaps`` may
     write early. Each is written once anyway, so writing it early costs nothing."""
     import numpy as np
 
+    from .aligned_builder import SHARED_DTYPES
+
     found: dict[tuple[str, bytes], Any] = {}
 
     def add(vector: Any) -> None:
-        if isinstance(vector, np.ndarray) and vector.ndim == 1 and vector.dtype.str in _SHARED_DTYPES:
+        if isinstance(vector, np.ndarray) and vector.ndim == 1 and vector.dtype.str in SHARED_DTYPES:
             found.setdefault((vector.dtype.str, vector.tobytes()), vector)
 
     for sg in model.subgraphs or ():
@@ -386,10 +254,9 @@ def read_model(model_bytes: bytes) -> Any:
 def misaligned_buffers(model_bytes: bytes) -> list[tuple[int, int]]:
     """``(buffer index, byte offset)`` of every non-empty buffer whose data does not start at a
     multiple of 16 from the file start. Reads only the buffer table, not the whole model."""
-    from ai_edge_litert import schema_py_generated as schema
+    from .aligned_builder import BUFFER_ALIGNMENT
 
-    data = bytes(model_bytes)
-    model = schema.Model.GetRootAs(data, 0)
+    model = model_table(bytes(model_bytes))
     found = []
     for index in range(model.BuffersLength()):
         buf = model.Buffers(index)

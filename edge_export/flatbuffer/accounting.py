@@ -1,6 +1,6 @@
 """Where the bytes of a .tflite file go, and the fewest bytes the LiteRT schema lets a model take.
 
-``byte_accounting(data)`` walks the flatbuffer from its root with the verifier's schema layout and
+``byte_accounting(data)`` walks the flatbuffer from its root with the verifier's schema walker and
 gives every byte of the file one category (the first object that reaches a shared byte owns it;
 bytes no object reaches are alignment padding), so the categories add up to the file size exactly.
 
@@ -20,9 +20,11 @@ Used by ``benchmarks/int8_payload.py`` and the compaction tests.
 
 from __future__ import annotations
 
-import struct
 from collections import Counter
 from typing import Any
+
+from .schema_layout import FieldSpec
+from .schema_walk import SchemaWalker
 
 __all__ = ["PAYLOAD_CATEGORIES", "byte_accounting", "payload_bytes", "schema_floor"]
 
@@ -71,21 +73,19 @@ def payload_bytes(model: Any) -> dict[str, int]:
     return parts
 
 
-class _Walker:
-    def __init__(self, data: bytes, model: Any) -> None:
-        from .flatbuffer import _schema_layout
+class _ByteOwners(SchemaWalker):
+    """Gives each byte the category of the first object the schema walk reaches it from. The walk's
+    state is ``(category, context)``: the category a field's contents count under, and where the
+    walk is (``index``: the position of the current table in its vector)."""
 
-        self.data = data
+    def __init__(self, data: bytes, model: Any) -> None:
+        super().__init__(data)
         # Each byte's category as an index into ``categories`` (0: not reached yet).
         self.owner = bytearray(len(data))
         self.categories: list[str] = ["alignment padding"]
-        self.layout = _schema_layout()
         self.buffer_kinds, self.payload_tensors = _constant_kinds(model)
         self.seen_tables: set[int] = set()
         self.current_tensor: int | None = None
-
-    def u32(self, pos: int) -> int:
-        return struct.unpack_from("<I", self.data, pos)[0]
 
     def claim(self, start: int, length: int, category: str) -> None:
         if category not in self.categories:
@@ -101,46 +101,37 @@ class _Walker:
             if self.owner[p] == 0:
                 self.owner[p] = code
 
-    def deref(self, field_pos: int) -> int:
-        return field_pos + self.u32(field_pos)
-
-    def vector(self, pos: int, elem_size: int, category: str, header: str | None = None) -> int:
-        n = self.u32(pos)
-        self.claim(pos, 4, header or category)
-        self.claim(pos + 4, n * elem_size, category)
-        return n
-
-    def table(self, pos: int, cls: str, category: str, context: dict | None = None) -> None:
-        if pos in self.seen_tables:
+    # ---- the walker's hooks ------------------------------------------------------------------
+    def table(self, pos: int, cls: str, state: Any) -> None:
+        if pos in self.seen_tables:  # a table shared by several owners counts once
             return
         self.seen_tables.add(pos)
-        vtable = pos - struct.unpack_from("<i", self.data, pos)[0]
-        vsize, tsize = struct.unpack_from("<HH", self.data, vtable)
-        self.claim(vtable, vsize, category)
-        self.claim(pos, tsize, category)
-        for spec in self.layout.tables[cls]:
-            voff = struct.unpack_from("<H", self.data, vtable + spec.slot)[0] if spec.slot < vsize else 0
-            if voff == 0 or spec.kind == "scalar":
-                continue
-            field = pos + voff
-            sub = self.field_category(cls, spec.slot, category, context)
-            if spec.kind == "string":
-                target = self.deref(field)
-                self.claim(target, 4 + self.u32(target) + 1, sub)
-            elif spec.kind == "table":
-                self.table(self.deref(field), spec.target, sub, context)
-            elif spec.kind == "scalar_vector":
-                self.vector(self.deref(field), spec.size, sub, self.vector_header(sub))
-            elif spec.kind == "table_vector":
-                start = self.deref(field)
-                n = self.vector(start, 4, sub)
-                for i in range(n):
-                    self.table(self.deref(start + 4 + 4 * i), spec.target, sub, {**(context or {}), "index": i, "cls": spec.target})
-            elif spec.kind == "union":
-                tvoff = struct.unpack_from("<H", self.data, vtable + spec.type_slot)[0] if spec.type_slot < vsize else 0
-                member = self.layout.unions[spec.target].get(self.data[pos + tvoff]) if tvoff else None
-                if member is not None:
-                    self.table(self.deref(field), member, sub, context)
+        vtable = self.vtable_of(pos)
+        vsize, tsize = self.u16(vtable), self.u16(vtable + 2)
+        self.claim(vtable, vsize, state[0])
+        self.claim(pos, tsize, state[0])
+        self.walk_fields(pos, cls, vtable, vsize, state, cls)
+
+    def string(self, pos: int, what: str, state: Any) -> None:
+        self.claim(pos, 4 + self.u32(pos) + 1, state[0])
+
+    def vector(self, pos: int, spec: FieldSpec, what: str, state: Any) -> int:
+        category = state[0]
+        header = self.vector_header(category) if spec.kind == "scalar_vector" else None
+        n = self.u32(pos)
+        self.claim(pos, 4, header or category)
+        self.claim(pos + 4, n * spec.size, category)
+        return n
+
+    def field_state(self, cls: str, spec: FieldSpec, state: Any) -> Any:
+        category, context = state
+        return self.field_category(cls, spec.slot, category, context), context
+
+    def child_state(self, state: Any, cls: str, index: int | None) -> Any:
+        if index is None:
+            return state
+        category, context = state
+        return category, {**(context or {}), "index": index, "cls": cls}
 
     @staticmethod
     def vector_header(category: str) -> str | None:
@@ -190,12 +181,12 @@ def byte_accounting(data: bytes) -> dict[str, int]:
     Data stored after the flatbuffer (``Buffer.offset``: the converter's layout for models over
     2 GB, which edge-export's writer never keeps) is reached by no object and counts as padding.
     """
-    from .flatbuffer_packing import read_model
+    from .pack import read_model
 
     data = bytes(data)
-    walker = _Walker(data, read_model(data))
+    walker = _ByteOwners(data, read_model(data))
     walker.claim(0, 8, "header")
-    walker.table(walker.deref(0), "Model", "header")
+    walker.walk(("header", None))
     counts = {name: walker.owner.count(code) for code, name in enumerate(walker.categories)}
     return {name: n for name, n in counts.items() if n}
 
@@ -203,103 +194,122 @@ def byte_accounting(data: bytes) -> dict[str, int]:
 def schema_floor(data: bytes) -> dict[str, int]:
     """A lower bound on the bytes of any file holding this model that LiteRT and TFLite Micro load
     (see the module docstring for what it counts), by category; ``total`` is the sum."""
-    import numpy as np
+    from .pack import read_model
 
-    from .flatbuffer_packing import read_model
-
-    model = read_model(bytes(data))
-    floor: Counter = Counter()
-    floor["header"] = 4 + 4  # root offset and the "TFL3" identifier (VerifyModelBuffer checks it)
-    floor["header"] += 4 + 4 + 4 + 4 + 4  # model table: vtable offset, version, opcodes, subgraphs, buffers
-    kinds, payload = _constant_kinds(model)
-    # Equal constant data needs storing once: every buffer maps to the first with its bytes.
-    first_with: dict[bytes, int] = {}
-    canonical = {
-        b: first_with.setdefault(bytes(model.buffers[b].data), b) for b in sorted(kinds) if kinds[b] != "metadata"
-    }
-    payload_parts = payload_bytes(model)
-    for part in ("int8 weights", "int32 biases"):
-        floor[part] = payload_parts[part]
-    floor["opcodes"] = 4 + sum(4 + 4 + 1 + (4 if (oc.version or 1) != 1 else 0) for oc in model.operatorCodes or ())
-    # Equal int32 vectors are stored once whatever holds them (shapes, operator and subgraph
-    # inputs/outputs), as the writer does.
-    int_vectors: set[bytes] = set()
-    scale_vectors: set[bytes] = set()
-    zero_vectors: set[bytes] = set()
-    quant_tables: set[tuple] = set()
-    tensor_tables: set[tuple] = set()
-    option_tables: set[tuple] = set()
-
-    def key(values: Any, dtype: str) -> bytes:
-        return np.asarray(values if values is not None else [], dtype=dtype).tobytes()
-
-    for sg in model.subgraphs or ():
-        floor["subgraph table"] += 4 + 4 * 4  # vtable offset, tensors, inputs, outputs, operators
-        for vector in (sg.inputs, sg.outputs):
-            packed = key(vector, "<i4")
-            if packed not in int_vectors:
-                int_vectors.add(packed)
-                floor["subgraph table"] += 4 + len(packed)
-        floor["tensor tables"] += 4 + 4 * len(sg.tensors)  # the tensors vector
-        # Payload tensors first: a scale vector an activation shares with a weight or bias is
-        # stored once, as the weight's.
-        for i in sorted(range(len(sg.tensors)), key=lambda i: i not in payload):
-            t = sg.tensors[i]
-            q = t.quantization
-            quant_key = None
-            if q is not None and q.scale is not None and len(q.scale):
-                scales, zeros = key(q.scale, "<f4"), key(q.zeroPoint, "<i8")
-                quant_key = (scales, zeros, int(q.quantizedDimension or 0))
-                if scales not in scale_vectors:
-                    scale_vectors.add(scales)
-                    if i in payload:
-                        floor["weight and bias scales"] += len(scales)
-                        floor["payload vector lengths"] += 4
-                    else:
-                        floor["activation scales"] += 4 + len(scales)
-                if zeros not in zero_vectors:
-                    zero_vectors.add(zeros)
-                    floor["zero points"] += 4 + len(zeros)
-                if quant_key not in quant_tables:
-                    quant_tables.add(quant_key)
-                    floor["quantization tables"] += 4 + 4 + 4 + (4 if quant_key[2] else 0)
-            shape = key(t.shape, "<i4")
-            if len(shape) and shape not in int_vectors:
-                int_vectors.add(shape)
-                floor["shapes"] += 4 + len(shape)
-            buffer_index = canonical.get(t.buffer, 0)
-            table_key = (shape, int(t.type), buffer_index, quant_key, bool(t.isVariable))
-            if table_key not in tensor_tables:
-                tensor_tables.add(table_key)
-                floor["tensor tables"] += (
-                    4 + (4 if len(shape) else 0) + (1 if t.type else 0) + (4 if buffer_index else 0)
-                    + (4 if quant_key else 0) + (1 if t.isVariable else 0)
-                )
-        floor["operator tables"] += 4 + 4 * len(sg.operators)
-        for op in sg.operators:
-            floor["operator tables"] += 4 + (4 if op.opcodeIndex else 0) + 4 + 4
-            for vector in (op.inputs, op.outputs):
-                packed = key(vector, "<i4")
-                if packed not in int_vectors:
-                    int_vectors.add(packed)
-                    floor["operator inputs/outputs"] += 4 + len(packed)
-            options = _non_default_fields(op.builtinOptions)
-            if options:
-                floor["operator tables"] += 1 + 4  # the union's type byte and offset
-                option_key = (op.builtinOptionsType, tuple(sorted(options.items())))
-                if option_key not in option_tables:
-                    option_tables.add(option_key)
-                    floor["operator options"] += 4 + sum(size for size, _ in options.values())
-    # Buffer 0 (empty: "no data") and one per constant buffer; the empty table needs only its
-    # vtable offset. Constant buffers: table, data offset, data vector length.
-    constant_buffers = set(canonical.values())
-    floor["buffer tables"] = 4 + 4 * (1 + len(constant_buffers)) + 4
-    floor["buffer tables"] += sum(4 + 4 for _ in constant_buffers)
-    floor["payload vector lengths"] += sum(4 for b in constant_buffers if kinds[b] in PAYLOAD_CATEGORIES)
-    floor["other constants"] = sum(4 + len(model.buffers[b].data) for b in constant_buffers if kinds[b] == "other constants")
-    result = {k: v for k, v in floor.items() if v}
+    floor = _Floor(read_model(bytes(data)))
+    for sg in floor.model.subgraphs or ():
+        floor.add_subgraph(sg)
+    floor.add_buffers()
+    result = {k: v for k, v in floor.bytes.items() if v}
     result["total"] = sum(result.values())
     return result
+
+
+def _packed(values: Any, dtype: str) -> bytes:
+    """The bytes a vector of ``values`` takes as the schema type ``dtype``: the key of equal vectors."""
+    import numpy as np
+
+    return np.asarray(values if values is not None else [], dtype=dtype).tobytes()
+
+
+class _Floor:
+    """The floor of one model (a ``ModelT``), counted by category piece by piece. Equal vectors and
+    tables are counted once, as FlatBuffers lets any number of tables point at one (the writer
+    does): int32 vectors whatever holds them (shapes, operator and subgraph inputs/outputs), scale
+    and zero-point vectors, quantization, tensor and options tables, and equal constant data."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.bytes: Counter = Counter()
+        self.bytes["header"] = 4 + 4  # root offset and the "TFL3" identifier (VerifyModelBuffer checks it)
+        self.bytes["header"] += 4 + 4 + 4 + 4 + 4  # model table: vtable offset, version, opcodes, subgraphs, buffers
+        self.kinds, self.payload = _constant_kinds(model)
+        # Equal constant data needs storing once: every buffer maps to the first with its bytes.
+        first_with: dict[bytes, int] = {}
+        self.canonical = {
+            b: first_with.setdefault(bytes(model.buffers[b].data), b) for b in sorted(self.kinds) if self.kinds[b] != "metadata"
+        }
+        payload_parts = payload_bytes(model)
+        for part in ("int8 weights", "int32 biases"):
+            self.bytes[part] = payload_parts[part]
+        self.bytes["opcodes"] = 4 + sum(4 + 4 + 1 + (4 if (oc.version or 1) != 1 else 0) for oc in model.operatorCodes or ())
+        self.seen: dict[str, set] = {}
+
+    def first(self, kind: str, key: Any) -> bool:
+        """Whether ``key`` is the first of its ``kind`` met (the only one stored)."""
+        seen = self.seen.setdefault(kind, set())
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    def add_subgraph(self, sg: Any) -> None:
+        self.bytes["subgraph table"] += 4 + 4 * 4  # vtable offset, tensors, inputs, outputs, operators
+        for vector in (sg.inputs, sg.outputs):
+            packed = _packed(vector, "<i4")
+            if self.first("int32 vectors", packed):
+                self.bytes["subgraph table"] += 4 + len(packed)
+        self.bytes["tensor tables"] += 4 + 4 * len(sg.tensors)  # the tensors vector
+        # Payload tensors first: a scale vector an activation shares with a weight or bias is
+        # stored once, as the weight's.
+        for i in sorted(range(len(sg.tensors)), key=lambda i: i not in self.payload):
+            self.add_tensor(i, sg.tensors[i])
+        self.bytes["operator tables"] += 4 + 4 * len(sg.operators)
+        for op in sg.operators:
+            self.add_operator(op)
+
+    def add_tensor(self, i: int, t: Any) -> None:
+        quant_key = self.add_quantization(i, t.quantization)
+        shape = _packed(t.shape, "<i4")
+        if len(shape) and self.first("int32 vectors", shape):
+            self.bytes["shapes"] += 4 + len(shape)
+        buffer_index = self.canonical.get(t.buffer, 0)
+        if self.first("tensor tables", (shape, int(t.type), buffer_index, quant_key, bool(t.isVariable))):
+            self.bytes["tensor tables"] += (
+                4 + (4 if len(shape) else 0) + (1 if t.type else 0) + (4 if buffer_index else 0)
+                + (4 if quant_key else 0) + (1 if t.isVariable else 0)
+            )
+
+    def add_quantization(self, i: int, q: Any) -> tuple | None:
+        """Count tensor ``i``'s quantization parameters; returns their key (None: not quantized)."""
+        if q is None or q.scale is None or not len(q.scale):
+            return None
+        scales, zeros = _packed(q.scale, "<f4"), _packed(q.zeroPoint, "<i8")
+        quant_key = (scales, zeros, int(q.quantizedDimension or 0))
+        if self.first("scale vectors", scales):
+            if i in self.payload:
+                self.bytes["weight and bias scales"] += len(scales)
+                self.bytes["payload vector lengths"] += 4
+            else:
+                self.bytes["activation scales"] += 4 + len(scales)
+        if self.first("zero-point vectors", zeros):
+            self.bytes["zero points"] += 4 + len(zeros)
+        if self.first("quantization tables", quant_key):
+            self.bytes["quantization tables"] += 4 + 4 + 4 + (4 if quant_key[2] else 0)
+        return quant_key
+
+    def add_operator(self, op: Any) -> None:
+        self.bytes["operator tables"] += 4 + (4 if op.opcodeIndex else 0) + 4 + 4
+        for vector in (op.inputs, op.outputs):
+            packed = _packed(vector, "<i4")
+            if self.first("int32 vectors", packed):
+                self.bytes["operator inputs/outputs"] += 4 + len(packed)
+        options = _non_default_fields(op.builtinOptions)
+        if options:
+            self.bytes["operator tables"] += 1 + 4  # the union's type byte and offset
+            if self.first("options tables", (op.builtinOptionsType, tuple(sorted(options.items())))):
+                self.bytes["operator options"] += 4 + sum(size for size, _ in options.values())
+
+    def add_buffers(self) -> None:
+        # Buffer 0 (empty: "no data") and one per constant buffer; the empty table needs only its
+        # vtable offset. Constant buffers: table, data offset, data vector length.
+        constant_buffers = set(self.canonical.values())
+        self.bytes["buffer tables"] = 4 + 4 * (1 + len(constant_buffers)) + 4
+        self.bytes["buffer tables"] += sum(4 + 4 for _ in constant_buffers)
+        self.bytes["payload vector lengths"] += sum(4 for b in constant_buffers if self.kinds[b] in PAYLOAD_CATEGORIES)
+        self.bytes["other constants"] = sum(
+            4 + len(self.model.buffers[b].data) for b in constant_buffers if self.kinds[b] == "other constants"
+        )
 
 
 def _non_default_fields(options: Any) -> dict[str, tuple[int, Any]]:
