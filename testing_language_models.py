@@ -28,7 +28,8 @@ FAMILIES = ("llama", "qwen3", "gemma3")
 
 
 def train_tokenizer(vocab_size: int = VOCAB_SIZE, chat_template: str | None = CHAT_TEMPLATE):
-    """A byte-level BPE tokenizer trained on ``SENTENCES`` (special tokens <pad>, <bos>, <eos>)."""
+    """A byte-level BPE tokenizer trained on ``SENTENCES`` (special tokens <pad>, <bos>, <eos>); its
+    alphabet is the characters of those sentences, so the vocabulary stays small (``vocab_size``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -38,7 +39,6 @@ def train_tokenizer(vocab_size: int = VOCAB_SIZE, chat_template: str | None = CH
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=["<pad>", "<bos>", "<eos>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(SENTENCES, trainer)

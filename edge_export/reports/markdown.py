@@ -93,7 +93,8 @@ def render_markdown(report: RunReport) -> str:
     lines.append("")
     lines.extend(_pinned_set_lines(report.pinned_set))
     if isinstance(val, SkippedValidation):
-        lines.append(f"Parity was not checked: {_e(val.reason)}.")
+        if report.language_model is None:
+            lines.append(f"Parity was not checked: {_e(val.reason)}.")
     else:
         worst = val.worst()
         if worst is not None:
@@ -115,6 +116,10 @@ def render_markdown(report: RunReport) -> str:
         lines.append("")
     if not isinstance(val, SkippedValidation) and val.outputs:
         lines.extend(_outputs_section(val))
+    if report.language_model is not None:
+        from ..llm.report import markdown_lines
+
+        lines.extend(markdown_lines(report.language_model, _e))
     if report.runtimes is not None:
         lines.extend(_runtimes_section(report.runtimes))
     if report.per_layer is not None:
