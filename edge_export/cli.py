@@ -103,6 +103,14 @@ def _parse_floats(text: Optional[str], option: str) -> Optional[tuple[float, ...
     return values
 
 
+def _quantize_mode(text: str) -> QuantizeMode:
+    try:
+        return QuantizeMode(text)
+    except ValueError:
+        choices = ", ".join(m.value for m in QuantizeMode)
+        raise UsageError(f"--quantize {text} is not a mode.", f"Use one of {choices} (auto: --task text-generation only).") from None
+
+
 def _parse_pair(text: Optional[str], option: str) -> Optional[tuple[int, int]]:
     if text is None:
         return None
@@ -216,7 +224,7 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
 def export_command(
     model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output .tflite path (default: <model stem>.tflite beside the model)."),
-    quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights), int4 (int4 weights, float activations)."),
+    quantize: str = typer.Option(QuantizeMode.NONE.value, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights), int4 (int4 weights, float activations); --task text-generation: none, fp16, dynamic-int8, int4 or auto (the smallest that meets the thresholds)."),
     # A plain name, not an enum of choices: a target is one module in edge_export/targets that
     # registers itself, and the API refuses an unknown name (exit 2) listing the registered ones.
     target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), ethos-u55-128 and the other Arm Ethos-U configurations Vela accepts (ethos-u55-32..256, ethos-u65-256/512, ethos-u85-128..2048: micro plus the Vela NPU compiler, <stem>_vela.tflite; needs pip install 'edge-export[ethos-u]'), or any other target registered in edge_export/targets."),
@@ -257,13 +265,30 @@ def export_command(
     strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
     host_latency: bool = typer.Option(True, "--latency/--no-latency", help="Quantized exports on --target cpu: time the model against its float one on this CPU and flag it when slower (reported, never a gate)."),
+    # --task text-generation (edge_export/llm): a Hugging Face causal LM to .tflite + .litertlm, checked against transformers
+    task: Optional[str] = typer.Option(None, "--task", help="text-generation: MODEL is a Hugging Face causal-LM folder (config.json, *.safetensors, tokenizer.json; inferred for such a folder) or a package.module:attr returning one (with --tokenizer); writes <stem>.tflite and <stem>.litertlm."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="text-generation: the folder holding tokenizer.json (default: the model's folder)."),
+    prefill_lengths: str = typer.Option("128", "--prefill-lengths", help="text-generation: prefill signature lengths, comma-separated, e.g. 32,128."),
+    cache_length: int = typer.Option(1024, "--cache-length", help="text-generation: KV cache length in tokens (the most prompt plus generated tokens)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="text-generation: parity prompts, one per line (default: a built-in set of three)."),
+    max_new_tokens: int = typer.Option(16, "--max-new-tokens", help="text-generation: greedy tokens compared per prompt."),
+    block_size: int = typer.Option(32, "--block-size", help="text-generation --quantize int4/auto: int4 weight block size (32, 64, 128 or 256)."),
  checking: dict = None,
 ) -> None:
+    from .llm.command import text_generation_call, wants_text_generation
+
+    if wants_text_generation(model, task):  # the language-model chain (edge_export/llm/pipeline.py)
+        call = text_generation_call(
+            model, output, quantize, target, validate, task=task, tokenizer=tokenizer, prefill_lengths=prefill_lengths, cache_length=cache_length,
+            prompts=prompts, max_new_tokens=max_new_tokens, block_size=block_size, checking=checking,
+        )
+        return _run(call, checking["quiet"], checking["debug"], checking["verbose"])
+
     def call(on_stage, on_progress):
         from .api import ExportOptions, export
 
         options = ExportOptions(
-            quantize=quantize,
+            quantize=_quantize_mode(quantize),
             target=target,
             io_dtype=io_dtype,
             quant_backend=quant_backend,

@@ -112,6 +112,10 @@ def _num(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
 def _kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MiB"
 
@@ -124,7 +128,7 @@ def markdown_lines(lm: LanguageModelSection, escape) -> list[str]:
         f"- task: {lm.task}; weights: {lm.weights_format}; prefill lengths {', '.join(map(str, lm.prefill_lengths))}; cache {lm.cache_length} tokens",
         f"- recipe: {escape(lm.chosen)} (asked: {escape(lm.quantize)}{'' if lm.block_size is None else f', block size {lm.block_size}'})",
         f"- sizes: .tflite {_kib(m.tflite_bytes)}, .litertlm {_kib(m.litertlm_bytes)}, KV cache {_kib(m.kv_cache_bytes)} at {lm.cache_length} tokens",
-        f"- host (LiteRT-LM CPU, 1 thread): prefill {_num(m.prefill_tokens_per_second, 4)} tokens/s, decode {_num(m.decode_tokens_per_second, 4)} tokens/s; peak RSS {_kib(m.peak_rss_bytes)}",
+        f"- host (LiteRT-LM CPU, 1 thread): prefill {_rate(m.prefill_tokens_per_second)} tokens/s, decode {_rate(m.decode_tokens_per_second)} tokens/s; peak RSS {_kib(m.peak_rss_bytes)}",
         f"- package: start token {lm.package.start_token_id}, stop tokens {list(lm.package.stop_token_ids)}, max {lm.package.max_num_tokens} tokens, chat template {'yes' if lm.package.chat_template else 'no'}",
         "", "| recipe | size | max abs Δlogit | mean KL | token agreement | identical texts | weights | result |", "|---|---|---|---|---|---|---|---|",
     ]
@@ -157,7 +161,7 @@ def summary_lines(lm: LanguageModelSection) -> list[str]:
         f"language model: {lm.chosen} · .tflite {_kib(m.tflite_bytes)} · .litertlm {_kib(m.litertlm_bytes)} · KV cache {_kib(m.kv_cache_bytes)} at {lm.cache_length} tokens",
         f"parity ({len(a.prompts)} prompts x {lm.max_new_tokens} tokens, teacher-forced): max abs dlogit {_num(a.max_abs_logit_diff)}, mean KL {_num(a.mean_kl)}, "
         f"token agreement {a.token_agreement:.3f}; LiteRT-LM text identical on {a.identical_texts if a.identical_texts is not None else 'n/a'}/{len(a.prompts)}",
-        f"host: prefill {_num(m.prefill_tokens_per_second, 4)} tokens/s, decode {_num(m.decode_tokens_per_second, 4)} tokens/s, peak RSS {_kib(m.peak_rss_bytes)}",
+        f"host: prefill {_rate(m.prefill_tokens_per_second)} tokens/s, decode {_rate(m.decode_tokens_per_second)} tokens/s, peak RSS {_kib(m.peak_rss_bytes)}",
     ]
     if len(lm.attempts) > 1:
         lines.append("auto: " + "; ".join(f"{x.recipe} {_kib(x.model_bytes)} {'passed' if x.passed else 'failed'}" for x in lm.attempts))
