@@ -1,24 +1,51 @@
-"""The body of ``pipeline.run_text_generation``, in a private work folder."""
+"""The body of ``pipeline.run_text_generation``, in a private work folder; and ``check_recipes``,
+which judges recipes on an exported float flatbuffer (also what the tests and the benchmark call,
+so the model is exported once and every recipe is applied to that one flatbuffer)."""
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ModelLoadError, UsageError, first_line
-from .evaluation import thresholds_for, judge_prompt
+from .evaluation import judge_prompt, thresholds_for
 from .export import export_float_flatbuffer
-from .loading import check_chat_template, load_tokenizer, prepare_model_directory
+from .loading import LanguageModelSource, check_chat_template, load_tokenizer, prepare_model_directory
 from .options import LanguageModelOptions
-from .packaging import build_litertlm, package_metadata
-from .parity import reference_runs, runtime_texts
+from .packaging import PackageMetadata, build_litertlm, package_metadata
+from .parity import ReferenceRun, reference_runs, runtime_texts
 from .recipes import AUTO_ORDER, quantize_language_model, weight_groups
 from .report import LanguageModelSection, LlmMeasurements, LlmRecipeAttempt
 from .signatures import SignatureDriver
 from .task import TEXT_GENERATION
 
-__all__ = ["export_and_check", "check_prompt_lengths", "recipes_to_try"]
+__all__ = ["RecipeContext", "RecipeResult", "check_prompt_lengths", "recipes_to_try", "prepare", "reference_context", "check_recipes", "export_and_check"]
+
+
+@dataclass(frozen=True)
+class RecipeContext:
+    """What judging a recipe needs: the checked source, its tokenizer, the package metadata and
+    transformers' reference runs."""
+
+    src: LanguageModelSource
+    tokenizer: Any
+    template: str | None
+    meta: PackageMetadata
+    prompts: tuple[str, ...]
+    refs: tuple[ReferenceRun, ...]
+    options: LanguageModelOptions
+    work: Path
+
+
+@dataclass(frozen=True)
+class RecipeResult:
+    attempt: LlmRecipeAttempt
+    tflite: bytes
+    litertlm: bytes
+    prefill_tokens_per_second: float | None
+    decode_tokens_per_second: float | None
+    kv_cache_bytes: int
 
 
 def check_prompt_lengths(tokenizer: Any, prompts: Sequence[str], options: LanguageModelOptions) -> None:
@@ -49,29 +76,19 @@ def _reference_model(folder: Path) -> Any:
         raise ModelLoadError(f"transformers cannot load {folder}: {first_line(exc)}.", "Check config.json and the weights.") from exc
 
 
-def _try_recipe(recipe, float_tflite, refs, prompts, src, tokenizer, meta, template, options, work):
-    """One recipe: its flatbuffer and package, judged on every prompt."""
-    tflite = quantize_language_model(float_tflite, recipe, options.block_size)
-    litertlm = build_litertlm(tflite, src.folder / "tokenizer.json", meta, template)
-    package = work / f"{recipe}.litertlm"
-    package.write_bytes(litertlm)
-    driver = SignatureDriver(tflite, tokenizer.pad_token_id or 0)
-    texts, prefill_tps, decode_tps = runtime_texts(str(package), prompts, options.max_new_tokens)
-    t = thresholds_for(recipe, options.atol, options.min_token_agreement)
-    judged = tuple(
-        judge_prompt(ref, driver.teacher_forced_logits(ref.prompt_ids, ref.generated_ids), text, t, tokenizer, meta.stop_token_ids)
-        for ref, text in zip(refs, texts)
-    )
-    steps = [p.steps for p in judged]
-    total = max(sum(steps), 1)
-    attempt = LlmRecipeAttempt(
-        recipe=recipe, model_bytes=len(tflite), weights=weight_groups(tflite, _vocab(src.config)), thresholds=t,
-        max_abs_logit_diff=max(p.max_abs_logit_diff for p in judged),
-        mean_kl=sum(p.mean_kl * n for p, n in zip(judged, steps)) / total,
-        token_agreement=sum(p.token_agreement * n for p, n in zip(judged, steps)) / total,
-        identical_texts=sum(p.text_divergence_step is None for p in judged), prompts=judged, passed=all(p.passed for p in judged),
-    )
-    return attempt, tflite, litertlm, (prefill_tps, decode_tps), driver.kv_cache_bytes
+def prepare(source: str, work: Path, prompts: tuple[str, ...], options: LanguageModelOptions) -> tuple[LanguageModelSource, Any, str | None, PackageMetadata]:
+    """Every check that needs no export: the directory, tokenizer, chat template and prompt lengths."""
+    src = prepare_model_directory(source, work / "model", tokenizer=options.tokenizer, trust_pickle=options.trust_pickle)
+    tokenizer = load_tokenizer(src.folder)
+    template = check_chat_template(tokenizer)
+    check_prompt_lengths(tokenizer, prompts, options)
+    return src, tokenizer, template, package_metadata(tokenizer, src.config, options.cache_length, template)
+
+
+def reference_context(src: LanguageModelSource, tokenizer: Any, template: str | None, meta: PackageMetadata,
+                      prompts: tuple[str, ...], options: LanguageModelOptions, work: Path) -> RecipeContext:
+    refs = reference_runs(_reference_model(src.folder), tokenizer, prompts, options.max_new_tokens, meta.stop_token_ids)
+    return RecipeContext(src, tokenizer, template, meta, prompts, tuple(refs), options, work)
 
 
 def _vocab(config: dict) -> int:
@@ -79,35 +96,68 @@ def _vocab(config: dict) -> int:
     return int(text.get("vocab_size") or 0)
 
 
+def _attempt(recipe: str, tflite: bytes, judged: tuple, t, config: dict) -> LlmRecipeAttempt:
+    steps = [p.steps for p in judged]
+    total = max(sum(steps), 1)
+    return LlmRecipeAttempt(
+        recipe=recipe, model_bytes=len(tflite), weights=weight_groups(tflite, _vocab(config)), thresholds=t,
+        max_abs_logit_diff=max(p.max_abs_logit_diff for p in judged),
+        mean_kl=sum(p.mean_kl * n for p, n in zip(judged, steps)) / total,
+        token_agreement=sum(p.token_agreement * n for p, n in zip(judged, steps)) / total,
+        identical_texts=sum(p.text_divergence_step is None for p in judged), prompts=judged, passed=all(p.passed for p in judged),
+    )
+
+
+def check_recipe(recipe: str, float_tflite: bytes, ctx: RecipeContext) -> RecipeResult:
+    """One recipe: its flatbuffer and package, judged on every prompt."""
+    tflite = quantize_language_model(float_tflite, recipe, ctx.options.block_size)
+    litertlm = build_litertlm(tflite, ctx.src.folder / "tokenizer.json", ctx.meta, ctx.template)
+    package = ctx.work / f"{recipe}.litertlm"
+    package.write_bytes(litertlm)
+    driver = SignatureDriver(tflite, ctx.tokenizer.pad_token_id or 0)
+    texts, prefill_tps, decode_tps = runtime_texts(str(package), ctx.prompts, ctx.options.max_new_tokens)
+    t = thresholds_for(recipe, ctx.options.atol, ctx.options.min_token_agreement)
+    judged = tuple(
+        judge_prompt(ref, driver.teacher_forced_logits(ref.prompt_ids, ref.generated_ids), text, t, ctx.tokenizer, ctx.meta.stop_token_ids)
+        for ref, text in zip(ctx.refs, texts)
+    )
+    return RecipeResult(_attempt(recipe, tflite, judged, t, ctx.src.config), tflite, litertlm, prefill_tps, decode_tps, driver.kv_cache_bytes)
+
+
+def check_recipes(float_tflite: bytes, ctx: RecipeContext, quantize: str, stages=None) -> tuple[list[LlmRecipeAttempt], RecipeResult]:
+    """The attempts in order and the one kept: ``auto`` stops at the first (smallest) recipe that
+    passes, and falls back to float32 (last in ``AUTO_ORDER``) when none does."""
+    attempts, chosen = [], None
+    for recipe in recipes_to_try(quantize):
+        if stages is not None:
+            with stages.run(f"check_{recipe}", f"Checking {recipe}: teacher-forced logits and LiteRT-LM text"):
+                chosen = check_recipe(recipe, float_tflite, ctx)
+        else:
+            chosen = check_recipe(recipe, float_tflite, ctx)
+        attempts.append(chosen.attempt)
+        if chosen.attempt.passed and quantize == "auto":
+            break
+    return attempts, chosen
+
+
 def export_and_check(source: str, work: Path, paths: dict, prompts: tuple[str, ...], options: LanguageModelOptions, stages) -> Any:
     with stages.run("load", "Checking the model directory, tokenizer and prompts"):
-        src = prepare_model_directory(source, work / "model", tokenizer=options.tokenizer, trust_pickle=options.trust_pickle)
-        tokenizer = load_tokenizer(src.folder)
-        template = check_chat_template(tokenizer)
-        check_prompt_lengths(tokenizer, prompts, options)
-        meta = package_metadata(tokenizer, src.config, options.cache_length, template)
+        src, tokenizer, template, meta = prepare(source, work, prompts, options)
     with stages.run("export", "Exporting prefill and decode signatures (litert-torch)"):
         float_export = export_float_flatbuffer(src.folder, options.prefill_lengths, options.cache_length)
     with stages.run("reference", "Generating with transformers (float32)"):
-        refs = reference_runs(_reference_model(src.folder), tokenizer, prompts, options.max_new_tokens, meta.stop_token_ids)
-    attempts, chosen = [], None
-    for recipe in recipes_to_try(options.quantize):
-        with stages.run(f"check_{recipe}", f"Checking {recipe}: teacher-forced logits and LiteRT-LM text"):
-            result = _try_recipe(recipe, float_export.data, refs, prompts, src, tokenizer, meta, template, options, work)
-        attempts.append(result[0])
-        chosen = result
-        if result[0].passed and options.quantize == "auto":
-            break
-    attempt, tflite, litertlm, (prefill_tps, decode_tps), kv_bytes = chosen
+        ctx = reference_context(src, tokenizer, template, meta, prompts, options, work)
+    attempts, chosen = check_recipes(float_export.data, ctx, options.quantize, stages)
     from .measure import peak_rss_bytes
 
     section = LanguageModelSection(
         task=TEXT_GENERATION, weights_format=src.weights_format, prefill_lengths=tuple(options.prefill_lengths),
         cache_length=options.cache_length, max_new_tokens=options.max_new_tokens, quantize=options.quantize,
         block_size=options.block_size if options.quantize in ("int4", "auto") else None, package=meta,
-        litertlm=str(paths["litertlm"]), chosen=attempt.recipe, attempts=tuple(attempts),
-        measurements=LlmMeasurements(len(tflite), len(litertlm), kv_bytes, peak_rss_bytes(), prefill_tps, decode_tps),
+        litertlm=str(paths["litertlm"]), chosen=chosen.attempt.recipe, attempts=tuple(attempts),
+        measurements=LlmMeasurements(len(chosen.tflite), len(chosen.litertlm), chosen.kv_cache_bytes, peak_rss_bytes(),
+                                     chosen.prefill_tokens_per_second, chosen.decode_tokens_per_second),
     )
     from .writing import write_language_model
 
-    return write_language_model(source, src.class_name, paths, tflite, litertlm, section, stages, options)
+    return write_language_model(source, src.class_name, paths, chosen.tflite, chosen.litertlm, section, stages, options)

@@ -1,0 +1,80 @@
+"""Bad input to `edge-export MODEL --task text-generation`: one paragraph naming the problem and
+the fix, exit 2, nothing written. Each fails before the export starts."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # the first case pays for importing transformers
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory) -> Path:
+    from testing_language_models import build_decoder
+
+    return build_decoder("llama", tmp_path_factory.mktemp("bad") / "llama")
+
+
+def _copy(folder: Path, tmp_path: Path, name: str = "model") -> Path:
+    copy = tmp_path / name
+    shutil.copytree(folder, copy)
+    return copy
+
+
+def _assert_refused(result, out: Path, *words: str) -> None:
+    assert result.code == 2, result.err
+    assert "error:" in result.err and "Traceback" not in result.err
+    paragraph = result.err.split("error:", 1)[1].split("(run with --debug")[0]
+    assert "\n\n" not in paragraph.strip()
+    for word in words:
+        assert word in " ".join(paragraph.split()), paragraph
+    assert not out.exists() or not any(out.iterdir())  # nothing written
+
+
+def test_a_directory_without_a_tokenizer(run_cli, llama_folder, tmp_path):
+    model = _copy(llama_folder, tmp_path)
+    (model / "tokenizer.json").unlink()
+    out = tmp_path / "out"
+    result = run_cli(model, "-o", out / "m.tflite", "--prefill-lengths", "32", "--cache-length", "128")
+    _assert_refused(result, out, "tokenizer.json", "--tokenizer")
+
+
+def test_an_encoder_only_model_with_task_text_generation(run_cli, tmp_path):
+    from transformers import BertConfig, BertForMaskedLM
+
+    model = tmp_path / "bert"
+    BertForMaskedLM(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)).save_pretrained(model)
+    out = tmp_path / "out"
+    result = run_cli(model, "--task", "text-generation", "-o", out / "m.tflite")
+    _assert_refused(result, out, "BertForMaskedLM", "*ForCausalLM")
+
+
+def test_a_prompt_longer_than_the_cache(run_cli, llama_folder, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello world\n" + "the quick brown fox jumps over the lazy dog " * 4 + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    result = run_cli(llama_folder, "-o", out / "m.tflite", "--prefill-lengths", "16", "--cache-length", "32", "--prompts", prompts, "--max-new-tokens", "16")
+    _assert_refused(result, out, "Prompt 2", "--cache-length 32", "--max-new-tokens")
+
+
+def test_a_chat_template_that_does_not_render(run_cli, llama_folder, tmp_path):
+    model = _copy(llama_folder, tmp_path)
+    (model / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] | no_such_filter }}{% endfor %}", encoding="utf-8")
+    out = tmp_path / "out"
+    result = run_cli(model, "-o", out / "m.tflite", "--prefill-lengths", "32", "--cache-length", "128")
+    _assert_refused(result, out, "chat template does not render", "chat_template.jinja")
+
+
+def test_pickle_weights_without_trust_pickle(run_cli, llama_folder, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    model = _copy(llama_folder, tmp_path)
+    torch.save(load_file(model / "model.safetensors"), model / "pytorch_model.bin")
+    (model / "model.safetensors").unlink()
+    out = tmp_path / "out"
+    result = run_cli(model, "-o", out / "m.tflite", "--prefill-lengths", "32", "--cache-length", "128")
+    _assert_refused(result, out, "pickle", "pytorch_model.bin", "--trust-pickle", "safetensors")
