@@ -112,6 +112,7 @@ def check_recipe(recipe: str, float_tflite: bytes, ctx: RecipeContext) -> Recipe
     """One recipe: its flatbuffer and package, judged on every prompt."""
     tflite = quantize_language_model(float_tflite, recipe, ctx.options.block_size)
     litertlm = build_litertlm(tflite, ctx.src.folder / "tokenizer.json", ctx.meta, ctx.template)
+    ctx.work.mkdir(parents=True, exist_ok=True)
     package = ctx.work / f"{recipe}.litertlm"
     package.write_bytes(litertlm)
     driver = SignatureDriver(tflite, ctx.tokenizer.pad_token_id or 0)

@@ -27,11 +27,24 @@ def _flatbuffer_section(tflite: bytes) -> FlatbufferSection:
     )
 
 
+def _language_model_libraries() -> dict[str, str | None]:
+    """The libraries that decide a language model's result besides the pinned four."""
+    from importlib import metadata
+
+    found: dict[str, str | None] = {}
+    for dist in ("transformers", "litert-lm-builder", "litert-lm-api"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = None
+    return found
+
+
 def build_run_report(source: str, class_name: str, paths: dict, tflite: bytes, section: LanguageModelSection, stages, junit: str | None) -> RunReport:
     from .. import __version__
     from ..constraints import check_pinned_set, library_versions
 
-    versions = library_versions()
+    versions = {**library_versions(), **_language_model_libraries()}
     return RunReport(
         tool=ToolSection(__version__), libraries=versions, pinned_set=check_pinned_set(versions),
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -25,9 +25,9 @@ def _copy(folder: Path, tmp_path: Path, name: str = "model") -> Path:
 
 
 def _assert_refused(result, out: Path, *words: str) -> None:
-    assert result.code == 2, result.err
-    assert "error:" in result.err and "Traceback" not in result.err
-    paragraph = result.err.split("error:", 1)[1].split("(run with --debug")[0]
+    assert result.exit_code == 2, result.stderr
+    assert "error:" in result.stderr and "Traceback" not in result.stderr
+    paragraph = result.stderr.split("error:", 1)[1].split("(run with --debug")[0]
     assert "\n\n" not in paragraph.strip()
     for word in words:
         assert word in " ".join(paragraph.split()), paragraph
