@@ -51,11 +51,16 @@ def job_edge_export(folder: Path, work: Path) -> dict:
     from edge_export.llm.export import export_float_flatbuffer
     from edge_export.llm.run import check_recipe
 
+    from edge_export.llm.litert_torch_compat import import_export_hf
+
     work.mkdir(parents=True, exist_ok=True)
+    import_export_hf()  # imported before the clock starts, as for export_hf below
     start = time.perf_counter()
     float_tflite = export_float_flatbuffer(folder, (PREFILL,), CACHE).data
     export_s = time.perf_counter() - start
+    start = time.perf_counter()
     ctx = _context(folder, work)
+    reference_s = time.perf_counter() - start
     rows = []
     for recipe in RECIPES:
         start = time.perf_counter()
@@ -68,7 +73,7 @@ def job_edge_export(folder: Path, work: Path) -> dict:
             "prefill_tokens_per_second": result.prefill_tokens_per_second, "decode_tokens_per_second": result.decode_tokens_per_second,
             "kv_cache_bytes": result.kv_cache_bytes,
         })
-    return {"float_export_seconds": round(export_s, 2), "recipes": rows, "peak_rss_mib": _peak_rss_mib()}
+    return {"float_export_seconds": round(export_s, 2), "reference_seconds": round(reference_s, 2), "recipes": rows, "peak_rss_mib": _peak_rss_mib()}
 
 
 def job_export_hf(folder: Path, work: Path, recipe: str | None) -> dict:
@@ -97,12 +102,36 @@ def _run_job(args: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def table(results: dict) -> str:
+    """The Markdown tables of docs/BENCHMARKS.md from the JSON results."""
+    lines = ["| family | tool | recipe | export s | check s | .tflite KiB | .litertlm KiB | max abs Δlogit | mean KL | token agreement | text = transformers | prefill tok/s | decode tok/s | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for family, row in results.items():
+        ee = row["edge_export"]
+        for r in ee.get("recipes", []):
+            lines.append(
+                f"| {family} | edge-export | {r['recipe']} | {ee['float_export_seconds'] if r['recipe'] == 'none' else '(same)'} | {r['check_seconds']} | "
+                f"{r['tflite_bytes'] / 1024:.1f} | {r['litertlm_bytes'] / 1024:.1f} | {r['max_abs_logit_diff']:.3g} | {r['mean_kl']:.3g} | "
+                f"{r['token_agreement']:.3f} | {r['identical_texts']}/{len(PROMPTS)} | {r['prefill_tokens_per_second']:,.0f} | {r['decode_tokens_per_second']:,.0f} | {ee['peak_rss_mib']} |")
+        for h in row["export_hf"]:
+            if "error" in h:
+                lines.append(f"| {family} | export_hf | error: {h['error']} |")
+                continue
+            lines.append(f"| {family} | litert-torch export_hf | {h['recipe']} | {h['seconds']} | – | – | {h['litertlm_bytes'] / 1024:.1f} | – | – | – | "
+                         f"{h['identical_texts']}/{h['prompts']} | – | {h['decode_tokens_per_second']:,.0f} | {h['peak_rss_mib']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--families", default="llama,qwen3,gemma3")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "llm_export"))
     parser.add_argument("--job", nargs="+")
+    parser.add_argument("--table", action="store_true", help="print the Markdown table of --out's JSON")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(Path(args.out + ".json").read_text())))
+        return
     if args.job:  # a child: one tool on one model
         kind, folder, work = args.job[:3]
         result = job_edge_export(Path(folder), Path(work)) if kind == "edge-export" else job_export_hf(Path(folder), Path(work), None if args.job[3] == "default" else args.job[3])

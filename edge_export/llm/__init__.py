@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .pipeline import LanguageModelResult
 
-__all__ = ["export_language_model", "TEXT_GENERATION"]
+from .task import TEXT_GENERATION
 
-TEXT_GENERATION = "text-generation"
+__all__ = ["export_language_model", "TEXT_GENERATION"]
 
 
 def export_language_model(model: str, output: str | Path | None = None, *, on_stage: Any = None, **options: Any) -> "LanguageModelResult":

@@ -61,7 +61,7 @@ def _convert_pickled(folder: Path, work: Path, class_name: str) -> None:
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=False, torch_dtype="float32")
+        model = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=False, dtype="float32")
         model.save_pretrained(work, safe_serialization=True)
     except Exception as exc:  # boundary: transformers reading a user's pickle
         raise ModelLoadError(f"Cannot load the pickled weights of {folder}: {first_line(exc)}.", "Check the files.") from exc
@@ -108,6 +108,10 @@ def _copy_model(folder: Path, work: Path, tok_folder: Path, *, weights: bool = T
     for p in folder.iterdir():
         if p.is_file() and (weights or not (p.name.endswith(".safetensors") or p.suffix in PICKLE_WEIGHT_SUFFIXES)):
             shutil.copy2(p, work / p.name)
+    _copy_tokenizer(tok_folder, work)
+
+
+def _copy_tokenizer(tok_folder: Path, work: Path) -> None:
     for name in _TOKENIZER_FILES:
         if (tok_folder / name).is_file():
             shutil.copy2(tok_folder / name, work / name)
@@ -131,7 +135,7 @@ def _from_reference(source: str, work: Path, tokenizer: str | None) -> LanguageM
     work.mkdir(parents=True, exist_ok=True)
     module.save_pretrained(work, safe_serialization=True)
     config = check_causal_lm_config(work)
-    _copy_model(work, work, tok_folder)
+    _copy_tokenizer(tok_folder, work)
     return LanguageModelSource(source, work, config, type(module).__name__, "safetensors")
 
 

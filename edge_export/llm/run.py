@@ -20,7 +20,7 @@ from .report import LanguageModelSection, LlmMeasurements, LlmRecipeAttempt
 from .signatures import SignatureDriver
 from .task import TEXT_GENERATION
 
-__all__ = ["RecipeContext", "RecipeResult", "check_prompt_lengths", "recipes_to_try", "prepare", "reference_context", "check_recipes", "export_and_check"]
+__all__ = ["RecipeContext", "RecipeResult", "check_prompt_lengths", "recipes_to_try", "prepare", "reference_context", "check_recipe", "check_recipes", "export_and_check"]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from pathlib import Path
 from typing import Any
 
 from ..reports.model import ArtifactsSection, ExportSection, FlatbufferSection, ModelSection, RunReport, SkippedValidation, ToolSection

@@ -78,3 +78,42 @@ def test_pickle_weights_without_trust_pickle(run_cli, llama_folder, tmp_path):
     out = tmp_path / "out"
     result = run_cli(model, "-o", out / "m.tflite", "--prefill-lengths", "32", "--cache-length", "128")
     _assert_refused(result, out, "pickle", "pytorch_model.bin", "--trust-pickle", "safetensors")
+
+
+def test_trust_pickle_converts_pickled_weights_to_safetensors_in_the_work_folder(llama_folder, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from edge_export.llm.loading import prepare_model_directory
+
+    model = _copy(llama_folder, tmp_path)
+    state = load_file(model / "model.safetensors")
+    torch.save(state, model / "pytorch_model.bin")
+    (model / "model.safetensors").unlink()
+    src = prepare_model_directory(str(model), tmp_path / "work", trust_pickle=True)
+    assert src.weights_format == "pickle" and src.folder == tmp_path / "work"
+    converted = load_file(src.folder / "model.safetensors")
+    assert set(converted) <= set(state) and all(torch.equal(converted[k], state[k]) for k in converted)
+    assert not (model / "model.safetensors").exists()  # the user's folder is left as it was
+
+
+def test_a_module_reference_is_saved_as_safetensors_with_the_given_tokenizer(llama_folder, tmp_path, monkeypatch):
+    """`package.module:attr` returning a causal LM, with --tokenizer: prepared into the work folder
+    as a directory the export reads (no pickle involved)."""
+    from edge_export.llm.loading import prepare_model_directory
+
+    (tmp_path / "tiny_lm.py").write_text(
+        "from transformers import AutoConfig, LlamaForCausalLM\n"
+        f"def build():\n    return LlamaForCausalLM(AutoConfig.from_pretrained({str(llama_folder)!r}))\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)
+    src = prepare_model_directory("tiny_lm:build", tmp_path / "work", tokenizer=str(llama_folder))
+    assert src.class_name == "LlamaForCausalLM" and src.weights_format == "safetensors"
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in src.folder.iterdir()}
+
+
+def test_a_module_reference_needs_tokenizer(run_cli, tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("tiny_lm:build", "--task", "text-generation", "-o", out / "m.tflite")
+    _assert_refused(result, out, "--tokenizer")

@@ -123,3 +123,41 @@ def test_auto_keeps_the_smallest_recipe_that_passes_and_reports_every_attempt(ll
     assert not any(a.passed for a in attempts[:-1])
     sizes = [a.model_bytes for a in attempts]
     assert sizes == sorted(sizes)
+
+
+def test_a_failed_language_model_is_exit_1_with_the_step_in_every_rendering(llm_exports, report_schema, tmp_path):
+    """The perturbed model's attempt through the report: verdict failed (exit 1, as classifier
+    parity), a JUnit case per prompt with the failing step, the Markdown escaping the model's text."""
+    import xml.etree.ElementTree as ET
+
+    from edge_export.llm.report import LanguageModelSection, LlmMeasurements
+    from edge_export.llm.run import check_recipe
+    from edge_export.llm.writing import build_run_report
+    from edge_export.reports.junit import render_junit
+    from edge_export.reports.markdown import render_markdown
+    from edge_export.reports.serialize import to_json_value
+
+    run, ctx = llm_exports("qwen3"), llm_exports.context("qwen3")
+    result = check_recipe("none", _perturbed(run.tflite.read_bytes()), ctx)
+    section = LanguageModelSection(
+        task="text-generation", weights_format="safetensors", prefill_lengths=(32,), cache_length=128, max_new_tokens=NEW_TOKENS,
+        quantize="none", block_size=None, package=ctx.meta, litertlm=str(tmp_path / "m.litertlm"), chosen="none",
+        attempts=(result.attempt,), measurements=LlmMeasurements(len(result.tflite), len(result.litertlm), result.kv_cache_bytes, 1, None, None),
+    )
+
+    class _Stages:
+        times = ()
+
+    paths = {k: tmp_path / f"m.{k}" for k in ("tflite", "litertlm", "json", "md")}
+    report = build_run_report(str(run.folder), "Qwen3ForCausalLM", paths, result.tflite, section, _Stages(), str(tmp_path / "j.xml"))
+    assert report.verdict == "failed" and report.exit_code == 1
+    data = to_json_value(report)
+    jsonschema.validate(data, report_schema)
+    assert data["language_model"]["passed"] is False
+    cases = ET.fromstring(render_junit(report)).findall(".//testcase")
+    assert [c.get("name") for c in cases] == [f"prompt {i}" for i in range(len(PROMPTS))]
+    failure = cases[0].find("failure")
+    assert failure is not None and "step 0: decode at position" in failure.get("message", failure.text or "")
+    markdown = render_markdown(report)
+    assert "## Language model" in markdown and "❌ FAILED" in markdown
+    assert "\x1d" not in markdown and "<bos>" not in markdown  # model text escaped
