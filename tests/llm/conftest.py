@@ -75,18 +75,19 @@ class _Exports:
         report = json.loads(report_json.read_text()) if report_json.exists() else {}
         return ExportedFamily(family, folder, out, out.with_suffix(".litertlm"), report_json, report, code)
 
-    def context(self, family: str):
+    def context(self, family: str, prompts: tuple[str, ...] = PROMPTS):
         """transformers' reference runs and the checked source, for judging recipes directly."""
-        if family not in self._contexts:
+        key = (family, prompts)
+        if key not in self._contexts:
             from edge_export.llm.options import LanguageModelOptions
             from edge_export.llm.run import prepare, reference_context
 
-            options = LanguageModelOptions(prefill_lengths=(PREFILL,), cache_length=CACHE, max_new_tokens=NEW_TOKENS, prompts=PROMPTS)
-            work = self.root / "work" / family
+            options = LanguageModelOptions(prefill_lengths=(PREFILL,), cache_length=CACHE, max_new_tokens=NEW_TOKENS, prompts=prompts)
+            work = self.root / "work" / family / str(len(self._contexts))
             work.mkdir(parents=True, exist_ok=True)
-            src, tokenizer, template, meta = prepare(str(self.model_folder(family)), work, PROMPTS, options)
-            self._contexts[family] = reference_context(src, tokenizer, template, meta, PROMPTS, options, work)
-        return self._contexts[family]
+            src, tokenizer, template, meta = prepare(str(self.model_folder(family)), work, prompts, options)
+            self._contexts[key] = reference_context(src, tokenizer, template, meta, prompts, options, work)
+        return self._contexts[key]
 
 
 @pytest.fixture(scope="session")

@@ -161,3 +161,20 @@ def test_a_failed_language_model_is_exit_1_with_the_step_in_every_rendering(llm_
     markdown = render_markdown(report)
     assert "## Language model" in markdown and "❌ FAILED" in markdown
     assert "\x1d" not in markdown and "<bos>" not in markdown  # model text escaped
+
+
+def test_a_one_token_prompt_and_a_prompt_longer_than_the_prefill_length(llm_exports):
+    """No prefill call at all (the one token goes through decode), and a prompt prefilled in two
+    chunks of 32: both still exact against transformers, logits and LiteRT-LM text."""
+    from edge_export.llm.run import check_recipe
+    from llm_settings import PREFILL
+
+    run = llm_exports("llama")
+    tokenizer = llm_exports.context("llama").tokenizer
+    one = next(w for w in ("the", "a", "one", "hello") if len(tokenizer(w).input_ids) == 1)
+    long = " ".join(["the quick brown fox jumps over the lazy dog"] * 6)
+    assert len(tokenizer(long).input_ids) > PREFILL
+    attempt = check_recipe("none", run.tflite.read_bytes(), llm_exports.context("llama", (one, long))).attempt
+    assert [p.prompt_tokens for p in attempt.prompts][0] == 1
+    assert attempt.passed, [p.failing_reason for p in attempt.prompts]
+    assert all(p.max_abs_logit_diff <= 1e-4 and p.text_divergence_step is None for p in attempt.prompts)
