@@ -108,6 +108,16 @@ def _attempt(recipe: str, tflite: bytes, judged: tuple, t, config: dict) -> LlmR
     )
 
 
+def _worst_logits(driver: SignatureDriver, ref: ReferenceRun) -> Any:
+    """The teacher-forced logits through each prefill signature; the run farthest from
+    transformers' is the one judged (a prompt of one token uses no prefill: one run)."""
+    import numpy as np
+
+    lengths = driver.prefill_lengths if len(ref.prompt_ids) > 1 else driver.prefill_lengths[-1:]
+    runs = [driver.teacher_forced_logits(ref.prompt_ids, ref.generated_ids, n) for n in lengths]
+    return max(runs, key=lambda logits: float(np.nan_to_num(np.max(np.abs(logits - ref.logits), initial=0.0), nan=np.inf)))
+
+
 def check_recipe(recipe: str, float_tflite: bytes, ctx: RecipeContext) -> RecipeResult:
     """One recipe: its flatbuffer and package, judged on every prompt."""
     tflite = quantize_language_model(float_tflite, recipe, ctx.options.block_size)
@@ -119,7 +129,7 @@ def check_recipe(recipe: str, float_tflite: bytes, ctx: RecipeContext) -> Recipe
     texts, prefill_tps, decode_tps = runtime_texts(str(package), ctx.prompts, ctx.options.max_new_tokens)
     t = thresholds_for(recipe, ctx.options.atol, ctx.options.min_token_agreement)
     judged = tuple(
-        judge_prompt(ref, driver.teacher_forced_logits(ref.prompt_ids, ref.generated_ids), text, t, ctx.tokenizer, ctx.meta.stop_token_ids)
+        judge_prompt(ref, _worst_logits(driver, ref), text, t, ctx.tokenizer, ctx.meta.stop_token_ids)
         for ref, text in zip(ctx.refs, texts)
     )
     return RecipeResult(_attempt(recipe, tflite, judged, t, ctx.src.config), tflite, litertlm, prefill_tps, decode_tps, driver.kv_cache_bytes)

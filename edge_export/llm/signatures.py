@@ -7,7 +7,8 @@ KV cache tensors, fed back from each call's outputs. The prompt's tokens except 
 through prefill in chunks of the longest prefill length (padded with the pad token; padded slots
 write cache positions that the next real token overwrites before any mask admits them); then
 every token from the prompt's last one goes through ``decode``, which returns the logits of the
-next token. Prefill signatures return no logits.
+next token. Prefill signatures return no logits. With several prefill lengths, each is driven in
+turn (``teacher_forced_logits(..., prefill_length=N)``), so every exported signature is checked.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class SignatureDriver:
         prefills = sorted(int(k.split("_")[1]) for k in signatures if k.startswith("prefill_") and k.split("_")[1].isdigit())
         if "decode" not in signatures or not prefills:
             raise RuntimeRunError(f"The model's signatures are {sorted(signatures)}, not prefill_<N> and decode.", "Export it again.")
-        self.prefill_length = prefills[-1]
-        self._prefill = self._interpreter.get_signature_runner(f"prefill_{self.prefill_length}")
+        self.prefill_lengths = tuple(prefills)
+        self._prefills = {n: self._interpreter.get_signature_runner(f"prefill_{n}") for n in prefills}
         self._decode = self._interpreter.get_signature_runner("decode")
         inputs = self._decode.get_input_details()
         self.cache_names = tuple(sorted(n for n in inputs if n.startswith("kv_cache_")))
@@ -62,20 +63,22 @@ class SignatureDriver:
         except Exception as exc:  # boundary: the LiteRT interpreter
             raise RuntimeRunError(f"LiteRT failed running the model: {first_line(exc)}.", "Run with --debug.") from exc
 
-    def teacher_forced_logits(self, prompt: Sequence[int], continuation: Sequence[int]) -> np.ndarray:
+    def teacher_forced_logits(self, prompt: Sequence[int], continuation: Sequence[int], prefill_length: int | None = None) -> np.ndarray:
         """Logits [len(continuation), vocab]: row i predicts continuation[i], having seen the
-        prompt and continuation[:i] (the reference's tokens, not the model's own choices)."""
+        prompt and continuation[:i] (the reference's tokens, not the model's own choices). The
+        prompt is prefilled through ``prefill_<prefill_length>`` (default: the longest)."""
         if len(prompt) + len(continuation) > self.cache_length:
             raise RuntimeRunError(f"{len(prompt) + len(continuation)} tokens do not fit the {self.cache_length}-token cache.", "")
         cache = self._empty_cache()
         head = np.asarray(prompt[:-1], dtype=np.int64)
-        n = self.prefill_length
+        n = prefill_length or self.prefill_lengths[-1]
+        runner = self._prefills[n]
         for start in range(0, len(head), n):
             chunk = head[start:start + n]
             tokens = np.full(n, self.pad_token_id, np.int64)
             tokens[: len(chunk)] = chunk
             positions = np.minimum(np.arange(start, start + n), self.cache_length - 1)  # padding past the cache's end
-            out = self._call(self._prefill, tokens, positions, cache)
+            out = self._call(runner, tokens, positions, cache)
             cache = {k: out[k] for k in self.cache_names}
         feed = [prompt[-1], *continuation[:-1]]
         rows = []

@@ -2,8 +2,8 @@
 
 Each family (testing_language_models.FAMILIES: Llama, Qwen3, Gemma 3; 2 layers, hidden 64, a BPE
 tokenizer trained here) is saved with save_pretrained and exported once through the product's own
-chain at float32 (prefill 32, cache 128): Llama through the CLI, the others through
-``edge_export.llm.export_language_model``. Recipe tests quantize that one float flatbuffer.
+chain at float32 (prefill 32, cache 128): Llama through the CLI (with a second prefill signature
+of 16, both checked), the others through ``edge_export.llm.export_language_model``. Recipe tests quantize that one float flatbuffer.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class _Exports:
             from edge_export.cli import main
 
             try:
-                main([str(folder), "-o", str(out), "--prefill-lengths", str(PREFILL), "--cache-length", str(CACHE),
+                main([str(folder), "-o", str(out), "--prefill-lengths", f"{PREFILL // 2},{PREFILL}", "--cache-length", str(CACHE),
                       "--max-new-tokens", str(NEW_TOKENS), "--prompts", str(prompts), "--junit", str(out.with_suffix(".junit.xml")), "--quiet"])
                 code = 0
             except SystemExit as exc:

@@ -25,6 +25,10 @@ def test_float_export_matches_transformers_token_for_token(llm_exports, report_s
     jsonschema.validate(run.report, report_schema)
     assert run.report["verdict"] == "passed"
     lm = run.report["language_model"]
+    assert lm["prefill_lengths"] == ([16, 32] if family == "llama" else [32])  # llama: two prefill signatures, both driven
+    from edge_export.llm.signatures import SignatureDriver
+
+    assert SignatureDriver(run.tflite.read_bytes()).prefill_lengths == tuple(lm["prefill_lengths"])
     (attempt,) = lm["attempts"]
     assert attempt["recipe"] == lm["chosen"] == "none"
     assert len(attempt["prompts"]) == len(PROMPTS)
