@@ -27,9 +27,10 @@ VOCAB_SIZE = 192
 FAMILIES = ("llama", "qwen3", "gemma3")
 
 
-def train_tokenizer(vocab_size: int = VOCAB_SIZE, chat_template: str | None = CHAT_TEMPLATE):
+def train_tokenizer(vocab_size: int = VOCAB_SIZE, chat_template: str | None = CHAT_TEMPLATE, *, prepend_bos: bool = False):
     """A byte-level BPE tokenizer trained on ``SENTENCES`` (special tokens <pad>, <bos>, <eos>); its
-    alphabet is the characters of those sentences, so the vocabulary stays small (``vocab_size``)."""
+    alphabet is the characters of those sentences, so the vocabulary stays small (``vocab_size``).
+    ``prepend_bos``: the tokenizer adds <bos> to every text it encodes."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -42,6 +43,10 @@ def train_tokenizer(vocab_size: int = VOCAB_SIZE, chat_template: str | None = CH
         show_progress=False,
     )
     tok.train_from_iterator(SENTENCES, trainer)
+    if prepend_bos:  # as Llama's and Gemma's tokenizers do: "<bos>" before every encoded text
+        from tokenizers import processors
+
+        tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", tok.token_to_id("<bos>"))])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
     if chat_template is not None:
         fast.chat_template = chat_template

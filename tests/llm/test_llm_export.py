@@ -182,3 +182,35 @@ def test_a_one_token_prompt_and_a_prompt_longer_than_the_prefill_length(llm_expo
     assert [p.prompt_tokens for p in attempt.prompts][0] == 1
     assert attempt.passed, [p.failing_reason for p in attempt.prompts]
     assert all(p.max_abs_logit_diff <= 1e-4 and p.text_divergence_step is None for p in attempt.prompts)
+
+
+def test_a_tokenizer_that_prepends_bos_gets_a_start_token_and_no_second_bos(llm_exports, tmp_path):
+    """The runtime adds the package's start token itself: with a tokenizer that prepends <bos>
+    the package names it, and the LiteRT-LM text still equals transformers' (one <bos>, not two).
+    The flatbuffer does not depend on the tokenizer, so Llama's float export is reused."""
+    import shutil
+
+    from edge_export.llm.run import check_recipe
+    from testing_language_models import train_tokenizer
+
+    run = llm_exports("llama")
+    folder = tmp_path / "llama-bos"
+    shutil.copytree(run.folder, folder)
+    tokenizer = train_tokenizer(prepend_bos=True)
+    tokenizer.save_pretrained(folder)
+    assert tokenizer("hello").input_ids[0] == tokenizer.bos_token_id
+    ctx = _context_for(llm_exports, folder, tmp_path)
+    assert ctx.meta.start_token_id == tokenizer.bos_token_id
+    assert all(ref.prompt_ids[0] == tokenizer.bos_token_id and ref.prompt_ids[1] != tokenizer.bos_token_id for ref in ctx.refs)
+    attempt = check_recipe("none", run.tflite.read_bytes(), ctx).attempt
+    assert attempt.passed and attempt.identical_texts == len(PROMPTS), [(p.reference_text, p.runtime_text) for p in attempt.prompts]
+
+
+def _context_for(llm_exports, folder, work):
+    from edge_export.llm.options import LanguageModelOptions
+    from edge_export.llm.run import prepare, reference_context
+    from llm_settings import CACHE, PREFILL
+
+    options = LanguageModelOptions(prefill_lengths=(PREFILL,), cache_length=CACHE, max_new_tokens=NEW_TOKENS, prompts=PROMPTS)
+    src, tokenizer, template, meta = prepare(str(folder), work / "work", PROMPTS, options)
+    return reference_context(src, tokenizer, template, meta, PROMPTS, options, work)
