@@ -76,8 +76,22 @@ def _reference_model(folder: Path) -> Any:
         raise ModelLoadError(f"transformers cannot load {folder}: {first_line(exc)}.", "Check config.json and the weights.") from exc
 
 
+def check_llm_extra() -> None:
+    """The LiteRT-LM runtime and builder are an optional extra: missing, it is exit 2 up front,
+    not exit 3 after a minute of export."""
+    import importlib.util
+
+    missing = [dist for module, dist in (("litert_lm", "litert-lm-api"), ("litert_lm_builder", "litert-lm-builder")) if importlib.util.find_spec(module) is None]
+    if missing:
+        raise UsageError(
+            f"--task text-generation needs {' and '.join(missing)} (the .litertlm is built and run for parity), which is not installed.",
+            "pip install 'edge-export[llm]'.",
+        )
+
+
 def prepare(source: str, work: Path, prompts: tuple[str, ...], options: LanguageModelOptions) -> tuple[LanguageModelSource, Any, str | None, PackageMetadata]:
-    """Every check that needs no export: the directory, tokenizer, chat template and prompt lengths."""
+    """Every check that needs no export: the extra, the directory, tokenizer, chat template and prompt lengths."""
+    check_llm_extra()
     src = prepare_model_directory(source, work / "model", tokenizer=options.tokenizer, trust_pickle=options.trust_pickle)
     tokenizer = load_tokenizer(src.folder)
     template = check_chat_template(tokenizer)

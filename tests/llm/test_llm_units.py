@@ -97,3 +97,17 @@ def test_a_quantized_recipe_is_judged_by_kl_and_agreement_not_by_text():
     flipped[:, :] = ref[:, ::-1]  # every step's top-1 changes
     q = judge_prompt(_reference(ref), flipped, "x", thresholds_for("int4", None, None), _Tokenizer(), ())
     assert not q.passed and q.first_failing_step == 0 and "top-1 token" in q.failing_reason
+
+
+def test_a_missing_llm_extra_is_exit_2_naming_the_install(monkeypatch):
+    import importlib.util
+
+    from edge_export.llm.run import check_llm_extra
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "litert_lm" else real(name, *a))
+    with pytest.raises(UsageError, match="litert-lm-api") as info:
+        check_llm_extra()
+    assert "edge-export[llm]" in str(info.value) and info.value.exit_code == 2
+    monkeypatch.undo()
+    check_llm_extra()  # installed here (the dev extra)
