@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -101,6 +101,14 @@ def _parse_floats(text: Optional[str], option: str) -> Optional[tuple[float, ...
     if not values:
         raise UsageError(f"Cannot read {option} '{text}'.", f"Write comma-separated numbers, e.g. {option} 0.5,0.5,0.5.")
     return values
+
+
+def _quantize_mode(text: str) -> QuantizeMode:
+    try:
+        return QuantizeMode(text)
+    except ValueError:
+        choices = ", ".join(m.value for m in QuantizeMode)
+        raise UsageError(f"--quantize {text} is not a mode.", f"Use one of {choices} (auto: --task text-generation only).") from None
 
 
 def _parse_pair(text: Optional[str], option: str) -> Optional[tuple[int, int]]:
@@ -228,6 +236,51 @@ def _with_target_options(command):
     return with_options
 
 
+# The options of the language-model task (edge_export/llm), refused with any other model; and what
+# that task reads besides them: every other export option given with it is refused, not ignored.
+_TASK_OPTIONS = ("tokenizer", "prefill_lengths", "cache_length", "prompts", "max_new_tokens", "block_size")
+_TASK_READS = {"model", "output", "quantize", "target", "validate", "task", *_TASK_OPTIONS, "atol", "min_top1", "trust_pickle", "junit", "quiet", "debug", "verbose"}
+
+
+def _option_flag(info: Any, name: str) -> str:
+    decls = [d for d in (getattr(info, "param_decls", None) or ()) if d.startswith("--")]
+    return decls[0].split("/")[0] if decls else "--" + name.replace("_", "-")
+
+
+def _export_flags_given(params: dict) -> list[tuple[str, str]]:
+    """(name, flag) of every export option given a value other than its default (the shared
+    checking options and the targets' options included)."""
+    import inspect
+
+    given = []
+    for name, param in inspect.signature(inspect.unwrap(export_command)).parameters.items():
+        info = param.default
+        if name in ("checking", "target_values", "model") or not hasattr(info, "default"):
+            continue
+        if params.get(name) != info.default:
+            given.append((name, _option_flag(info, name)))
+    for name, annotation, default, _, _ in _CHECKING_OPTIONS:
+        if params["checking"][name] != default:
+            given.append((name, _option_flag(annotation.__metadata__[0], name)))
+    given += [(name, flag) for name, flag in _target_flags().items() if (params.get("target_values") or {}).get(name) not in (None, False)]
+    return given
+
+
+def _target_flags() -> dict[str, str]:
+    from .targets.registry import declared_target_options
+
+    return {option.name: option.flag for option in declared_target_options().values()}
+
+
+def _refuse_task_options(flags: list[str]) -> None:
+    if flags:
+        verb = "applies" if len(flags) == 1 else "apply"
+        raise UsageError(
+            f"{', '.join(flags)} {verb} to --task text-generation only, and MODEL is not a causal language model.",
+            "Drop it, or pass --task text-generation with a Hugging Face causal-LM folder.",
+        )
+
+
 def _given_target_options(values: dict | None) -> dict:
     """The target options the user gave (a flag left out is not passed: given with a target that
     does not declare it, an option is refused, so nothing is passed for it by default)."""
@@ -268,7 +321,7 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
 def export_command(
     model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output .tflite path (default: <model stem>.tflite beside the model)."),
-    quantize: QuantizeMode = typer.Option(QuantizeMode.NONE, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights), int4 (int4 weights, float activations)."),
+    quantize: str = typer.Option(QuantizeMode.NONE.value, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights), int4 (int4 weights, float activations); --task text-generation: none, fp16, dynamic-int8, int4 or auto (the smallest that meets the thresholds)."),
     # A plain name, not an enum of choices: a target is one module in edge_export/targets that
     # registers itself, and the API refuses an unknown name (exit 2) listing the registered ones.
     target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), ethos-u55-128 and the other Arm Ethos-U configurations Vela accepts (ethos-u55-32..256, ethos-u65-256/512, ethos-u85-128..2048: micro plus the Vela NPU compiler, <stem>_vela.tflite; needs pip install 'edge-export[ethos-u]'), or any other target registered in edge_export/targets."),
@@ -299,14 +352,36 @@ def export_command(
     strict: bool = typer.Option(False, "--strict/--non-strict", help="torch.export strict mode (default non-strict)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
     host_latency: bool = typer.Option(True, "--latency/--no-latency", help="Quantized exports on --target cpu: time the model against its float one on this CPU and flag it when slower (reported, never a gate)."),
+    # --task text-generation (edge_export/llm): a Hugging Face causal LM to .tflite + .litertlm, checked against transformers
+    task: Optional[str] = typer.Option(None, "--task", help="text-generation: MODEL is a Hugging Face causal-LM folder (config.json, *.safetensors, tokenizer.json; inferred for such a folder) or a package.module:attr returning one (with --tokenizer); writes <stem>.tflite and <stem>.litertlm."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="text-generation: the folder holding tokenizer.json (default: the model's folder)."),
+    prefill_lengths: Optional[str] = typer.Option(None, "--prefill-lengths", help="text-generation: prefill signature lengths, comma-separated, e.g. 32,128 (default 128)."),
+    cache_length: Optional[int] = typer.Option(None, "--cache-length", help="text-generation: KV cache length in tokens, the most prompt plus generated tokens (default 1024)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="text-generation: parity prompts, one per line (default: a built-in set of three)."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="text-generation: greedy tokens compared per prompt (default 16)."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="text-generation --quantize int4/auto: int4 weight block size, 32, 64, 128 or 256 (default 32)."),
  checking: dict = None,
  target_values: dict = None,
 ) -> None:
+    from .llm.command import text_generation_call, wants_text_generation
+
+    params = dict(locals())
+    given = _export_flags_given(params)
+    task_values = {name: params[name] for name in _TASK_OPTIONS}
+    if wants_text_generation(model, task):  # the language-model chain (edge_export/llm/pipeline.py)
+        call = text_generation_call(
+            model, output, quantize, target, validate, task=task, **task_values, checking=checking,
+            not_for_the_task=[flag for name, flag in given if name not in _TASK_READS],
+        )
+        return _run(call, checking["quiet"], checking["debug"], checking["verbose"])
+
     def call(on_stage, on_progress):
         from .api import ExportOptions, export
 
+        _refuse_task_options([flag for name, flag in given if name in _TASK_OPTIONS])
+
         options = ExportOptions(
-            quantize=quantize,
+            quantize=_quantize_mode(quantize),
             target=target,
             io_dtype=io_dtype,
             quant_backend=quant_backend,

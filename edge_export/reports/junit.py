@@ -77,8 +77,13 @@ def render_junit(report: RunReport) -> str:
     root = ET.Element("testsuites", name="edge-export")
     suite = ET.SubElement(root, "testsuite", name=f"edge-export parity: {report.model.source}")
     val = report.validation
-    if isinstance(val, SkippedValidation):
+    if isinstance(val, SkippedValidation) and report.language_model is None:
         _case(suite, "edge_export.parity", "outputs", None, "", skipped=val.reason)
+    if report.language_model is not None:
+        from ..llm.report import junit_cases
+
+        for classname, name, failure, details in junit_cases(report.language_model):
+            _case(suite, classname, name, failure, details)
     for o in () if isinstance(val, SkippedValidation) else val.outputs:
         kind = o.kind.value
         details = "\n".join(

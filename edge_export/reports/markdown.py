@@ -84,6 +84,10 @@ def render_markdown(report: RunReport) -> str:
     val = report.validation
     if not isinstance(val, SkippedValidation) and val.outputs:
         lines.extend(_outputs_section(val))
+    if report.language_model is not None:
+        from ..llm.report import markdown_lines
+
+        lines.extend(markdown_lines(report.language_model, _e))
     sections = (
         (report.runtimes, _runtimes_section), (report.per_layer, _layer_section), (report.quantization, _quant_section),
         (report.sensitivity, _sensitivity_section), (report.mixed_precision, _mixed_precision_section),
@@ -120,7 +124,8 @@ def _headline(report: RunReport) -> list[str]:
     ]
     lines.extend(_pinned_set_lines(report.pinned_set))
     if isinstance(val, SkippedValidation):
-        lines.append(f"Parity was not checked: {_e(val.reason)}.")
+        if report.language_model is None:
+            lines.append(f"Parity was not checked: {_e(val.reason)}.")
     else:
         worst = val.worst()
         if worst is not None:

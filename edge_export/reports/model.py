@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..constraints import PinnedSetCheck
     from ..flatbuffer import TensorInfo
     from ..latency import HostLatency
+    from ..llm.report import LanguageModelSection
     from ..quantization import QuantizationResult
     from ..quantization.mixed_precision import MixedPrecisionReport
     from ..quantization.sensitivity import SensitivityReport
@@ -341,6 +342,7 @@ def verdict_of(
     baseline: BaselineSection | None,
     target: TargetSection | None = None,
     runtimes: RuntimeComparison | None = None,
+    language_model: LanguageModelSection | None = None,
 ) -> str:
     """Failed when parity, the per-layer gate, the baseline gate, a flash/RAM budget or the GPU
     float16 precision check failed, or
@@ -354,6 +356,8 @@ def verdict_of(
         return Verdict.FAILED
     if per_layer is not None and per_layer.passed is False:
         return Verdict.FAILED
+    if language_model is not None:  # --task text-generation: its parity against transformers
+        return Verdict.PASSED if language_model.passed else Verdict.FAILED
     if validation.passed is True:
         return Verdict.PASSED
     if validation.passed is False:
@@ -387,17 +391,18 @@ class RunReport:
     metadata: MetadataSection | None = json_field(default=None, omit_none=True)  # TFLite model metadata, when written
     app: AppSection | None = json_field(default=None, omit_none=True)  # the signature as an app calls it
     pinned_set: PinnedSetCheck | None = json_field(default=None, omit_none=True)  # libraries vs the tested set
+    language_model: LanguageModelSection | None = json_field(default=None, omit_none=True)  # --task text-generation (llm/report.py)
     schema_version: str = field(default=REPORT_SCHEMA_VERSION)
 
     JSON_KEYS = (
         "schema_version", "tool", "libraries", "pinned_set", "created_at", "model", "inputs", "export", "quantization",
         "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "sensitivity",
-        "mixed_precision", "host_latency", "baseline", "metadata", "app", "verdict", "exit_code",
+        "mixed_precision", "host_latency", "baseline", "metadata", "app", "language_model", "verdict", "exit_code",
     )
 
     @property
     def verdict(self) -> str:
-        return verdict_of(self.validation, self.per_layer, self.baseline, self.target, self.runtimes)
+        return verdict_of(self.validation, self.per_layer, self.baseline, self.target, self.runtimes, self.language_model)
 
     @property
     def exit_code(self) -> int:

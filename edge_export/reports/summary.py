@@ -95,7 +95,12 @@ def _print_headline(report: RunReport, out: Console, err: Console) -> None:
     _plain(out, f"  size {fb.size_bytes / 1024:.1f} KiB · {fb.num_operators} ops: {ops}{more}")
     _print_transposes(fb.transposes, out)
     worst = None if val.passed is None else val.worst()
-    if val.passed is None:
+    if report.language_model is not None:
+        from ..llm.report import summary_lines
+
+        for line in summary_lines(report.language_model):
+            _plain(out, f"  {line}")
+    elif val.passed is None:
         _plain(out, f"  parity: not checked ({val.reason})")
     elif worst is not None:
         sq, mae = _number(worst.sqnr_db), _number(worst.max_abs_error)

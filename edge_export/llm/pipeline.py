@@ -1,0 +1,81 @@
+"""``run_text_generation``: the chain for ``--task text-generation``.
+
+    check options and prompts -> prepare the model directory (safetensors, tokenizer, chat template)
+    -> export the float flatbuffer once (export.py) -> transformers' reference (parity.py)
+    -> for each recipe (one, or auto's smallest first): quantize (recipes.py), package
+       (packaging.py), judge (evaluation.py) -> measure -> write every artifact together
+
+Artifacts (``<stem>.tflite``, ``<stem>.litertlm``, ``<stem>.report.json``/``.md``, ``--junit``) are
+committed together at the end (atomic_files.ArtifactSet): a failed run writes nothing.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from ..errors import UsageError
+from ..stages.clock import StageClock
+from .options import LanguageModelOptions, check_options, read_prompts
+from .result import LanguageModelResult
+
+__all__ = ["LanguageModelResult", "run_text_generation"]
+
+
+def output_paths(source: str, output: str | Path | None) -> dict[str, Path]:
+    """``<stem>.tflite`` (default: beside the model folder, named after it), ``.litertlm`` and the reports."""
+    if output is None:
+        from ..loading import is_module_reference
+
+        if is_module_reference(source):
+            tflite = Path.cwd() / f"{source.split(':')[-1].split('.')[-1]}.tflite"
+        else:
+            tflite = Path(f"{Path(source).resolve()}.tflite")  # not with_suffix: "Qwen2.5-0.5B" has dots
+    else:
+        tflite = Path(output)
+        if tflite.suffix != ".tflite":
+            raise UsageError(f"-o {output}: the language model's output must end in .tflite.", "The .litertlm is written beside it.")
+    stem = tflite.with_suffix("")
+    return {"tflite": tflite, "litertlm": Path(f"{stem}.litertlm"), "json": Path(f"{stem}.report.json"), "md": Path(f"{stem}.report.md")}
+
+
+def run_text_generation(
+    source: str, output: str | Path | None = None, options: LanguageModelOptions | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> LanguageModelResult:
+    """Export the causal LM ``source`` to .tflite + .litertlm, prove it against transformers and
+    write the reports. Bad input raises an EdgeExportError (exit 2 or 3) with nothing written."""
+    from ..atomic_files import check_writable_folder, remove_created_folders
+
+    options = options or LanguageModelOptions()
+    check_options(options)
+    prompts = read_prompts(options)
+    paths = output_paths(source, output)
+    _check_outputs_apart(source, paths, options)
+    created: list[Path] = []
+    check_writable_folder(paths["tflite"], created)
+    if options.junit:
+        check_writable_folder(Path(options.junit), created)
+    try:
+        with tempfile.TemporaryDirectory(prefix="edge-export-llm-") as work:
+            from .run import export_and_check
+
+            return export_and_check(source, Path(work), paths, prompts, options, StageClock(on_stage))
+    except BaseException:
+        remove_created_folders(created)
+        raise
+
+
+def _check_outputs_apart(source: str, paths: dict[str, Path], options: LanguageModelOptions) -> None:
+    """No artifact may replace what the run reads: the model folder's files, the tokenizer, the prompts."""
+    from ..atomic_files import check_outputs_apart
+    from ..loading import is_module_reference
+
+    outputs = [("the .tflite (-o/--output)", paths["tflite"]), ("the .litertlm (named after -o)", paths["litertlm"]),
+               ("the JSON report (named after -o)", paths["json"]), ("the Markdown report (named after -o)", paths["md"])]
+    if options.junit:
+        outputs.append(("--junit", Path(options.junit)))
+    inputs = [] if is_module_reference(source) else [("the model folder", Path(source))]
+    inputs += [(label, Path(value)) for label, value in (("--tokenizer", options.tokenizer), ("--prompts", options.prompts_file)) if value]
+    check_outputs_apart(outputs, inputs)

@@ -1,0 +1,171 @@
+"""The report's ``language_model`` section: typed results, and their Markdown, JUnit and terminal
+renderings (called by reports/markdown.py, junit.py and summary.py when the section is present).
+
+    LanguageModelSection
+      task, weights_format, prefill_lengths, cache_length, max_new_tokens, quantize, block_size
+      package: PackageMetadata                  what the .litertlm's LLM metadata says
+      chosen: str                               the recipe written (auto: the smallest that passed)
+      attempts: LlmRecipeAttempt[]              every recipe checked (one without auto)
+        weights: WeightGroup[]                  bytes and storage type per group (embedding, attention, mlp, lm_head)
+        thresholds: LlmThresholds, prompts: LlmPromptParity[]
+      measurements: LlmMeasurements             sizes, KV-cache bytes, peak RSS, tokens/s
+      passed (derived: the chosen attempt passed)
+
+Model text (prompts, continuations) is escaped before it reaches Markdown or the terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..serialize import json_field
+from .packaging import PackageMetadata
+from .recipes import WeightGroup
+
+__all__ = [
+    "LlmThresholds", "LlmPromptParity", "LlmRecipeAttempt", "LlmMeasurements", "LanguageModelSection",
+    "markdown_lines", "junit_cases", "summary_lines",
+]
+
+
+@dataclass(frozen=True)
+class LlmThresholds:
+    max_abs_logit_diff: float | None  # None: not gated (quantized recipes)
+    max_mean_kl: float  # nats, mean over the steps of all prompts
+    min_token_agreement: float  # teacher-forced top-1 agreement over all steps
+    identical_text: bool  # the runtime's greedy text must equal transformers' generate()
+
+
+@dataclass(frozen=True)
+class LlmPromptParity:
+    prompt: str
+    prompt_tokens: int
+    steps: int  # greedy steps compared (generate() may stop early at a stop token)
+    max_abs_logit_diff: float = json_field(digits=8)
+    mean_kl: float = json_field(digits=8)
+    max_kl: float = json_field(digits=8)
+    token_agreement: float = json_field(digits=6)
+    first_failing_step: int | None  # the first step over a threshold, or None
+    failing_reason: str | None
+    reference_text: str  # transformers' generate() continuation
+    runtime_text: str | None  # the LiteRT-LM runtime's continuation (None: not run)
+    text_divergence_step: int | None  # the first step where the texts part (None: identical or not run)
+    passed: bool
+
+
+@dataclass(frozen=True)
+class LlmRecipeAttempt:
+    recipe: str
+    model_bytes: int
+    weights: tuple[WeightGroup, ...]
+    thresholds: LlmThresholds
+    max_abs_logit_diff: float = json_field(digits=8)
+    mean_kl: float = json_field(digits=8)
+    token_agreement: float = json_field(digits=6)
+    identical_texts: int | None  # prompts whose runtime text equals transformers' (None: runtime not run)
+    prompts: tuple[LlmPromptParity, ...]
+    passed: bool
+
+
+@dataclass(frozen=True)
+class LlmMeasurements:
+    tflite_bytes: int
+    litertlm_bytes: int
+    kv_cache_bytes: int  # every layer's K and V at the cache length, float32
+    peak_rss_bytes: int  # this process's peak resident set (export, reference and runs)
+    prefill_tokens_per_second: float | None = json_field(digits=1)  # LiteRT-LM CPU, 1 thread, last prompt
+    decode_tokens_per_second: float | None = json_field(digits=1)
+
+
+@dataclass(frozen=True)
+class LanguageModelSection:
+    task: str
+    weights_format: str
+    prefill_lengths: tuple[int, ...]
+    cache_length: int
+    max_new_tokens: int
+    quantize: str  # as asked: none, fp16, dynamic-int8, int4 or auto
+    block_size: int | None  # int4 only
+    package: PackageMetadata
+    litertlm: str
+    chosen: str
+    attempts: tuple[LlmRecipeAttempt, ...]
+    measurements: LlmMeasurements
+
+    JSON_KEYS = (
+        "task", "weights_format", "prefill_lengths", "cache_length", "max_new_tokens", "quantize", "block_size",
+        "package", "litertlm", "chosen", "attempts", "measurements", "passed",
+    )
+
+    @property
+    def chosen_attempt(self) -> LlmRecipeAttempt:
+        return next(a for a in self.attempts if a.recipe == self.chosen)
+
+    @property
+    def passed(self) -> bool:
+        return self.chosen_attempt.passed
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}g}"
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MiB"
+
+
+def markdown_lines(lm: LanguageModelSection, escape) -> list[str]:
+    """The Markdown section; ``escape`` is the renderer's escaper for model text."""
+    m, chosen = lm.measurements, lm.chosen_attempt
+    lines = [
+        "## Language model", "",
+        f"- task: {lm.task}; weights: {lm.weights_format}; prefill lengths {', '.join(map(str, lm.prefill_lengths))}; cache {lm.cache_length} tokens",
+        f"- recipe: {escape(lm.chosen)} (asked: {escape(lm.quantize)}{'' if lm.block_size is None else f', block size {lm.block_size}'})",
+        f"- sizes: .tflite {_kib(m.tflite_bytes)}, .litertlm {_kib(m.litertlm_bytes)}, KV cache {_kib(m.kv_cache_bytes)} at {lm.cache_length} tokens",
+        f"- host (LiteRT-LM CPU, 1 thread): prefill {_rate(m.prefill_tokens_per_second)} tokens/s, decode {_rate(m.decode_tokens_per_second)} tokens/s; peak RSS {_kib(m.peak_rss_bytes)}",
+        f"- package: start token {lm.package.start_token_id}, stop tokens {list(lm.package.stop_token_ids)}, max {lm.package.max_num_tokens} tokens, chat template {'yes' if lm.package.chat_template else 'no'}",
+        "", "| recipe | size | max abs Δlogit | mean KL | token agreement | identical texts | weights | result |", "|---|---|---|---|---|---|---|---|",
+    ]
+    for a in lm.attempts:
+        weights = ", ".join(f"{w.group} {_kib(w.bytes)} {'/'.join(w.dtypes)}" for w in a.weights)
+        texts = "n/a" if a.identical_texts is None else f"{a.identical_texts}/{len(a.prompts)}"
+        lines.append(f"| {escape(a.recipe)} | {_kib(a.model_bytes)} | {_num(a.max_abs_logit_diff)} | {_num(a.mean_kl)} | {a.token_agreement:.3f} | {texts} | {weights} | {'passed' if a.passed else 'failed'} |")
+    lines += ["", f"Prompts ({escape(lm.chosen)}):", "", "| # | prompt | steps | max abs Δlogit | token agreement | first failing step | transformers | LiteRT-LM |", "|---|---|---|---|---|---|---|---|"]
+    for i, p in enumerate(chosen.prompts):
+        failing = "none" if p.first_failing_step is None else f"{p.first_failing_step}: {escape(p.failing_reason or '')}"
+        lines.append(f"| {i} | {escape(p.prompt)} | {p.steps} | {_num(p.max_abs_logit_diff)} | {p.token_agreement:.3f} | {failing} | {escape(p.reference_text)} | {escape(p.runtime_text if p.runtime_text is not None else 'not run')} |")
+    return lines + [""]
+
+
+def junit_cases(lm: LanguageModelSection) -> list[tuple[str, str, str | None, str]]:
+    """(classname, name, failure or None, details): one case per prompt of the chosen recipe."""
+    cases = []
+    for i, p in enumerate(lm.chosen_attempt.prompts):
+        details = (f"recipe {lm.chosen}; steps {p.steps}; max abs dlogit {_num(p.max_abs_logit_diff)}; mean KL {_num(p.mean_kl)}; "
+                   f"token agreement {p.token_agreement:.3f}; transformers: {p.reference_text!r}; LiteRT-LM: {p.runtime_text!r}")
+        failure = None if p.passed else f"step {p.first_failing_step}: {p.failing_reason}"
+        cases.append(("edge_export.language_model.prompts", f"prompt {i}", failure, details))
+    return cases
+
+
+def summary_lines(lm: LanguageModelSection) -> list[str]:
+    """Plain lines for the terminal summary (the caller escapes them)."""
+    m, a = lm.measurements, lm.chosen_attempt
+    lines = [
+        f"language model: {lm.chosen} · .tflite {_kib(m.tflite_bytes)} · .litertlm {_kib(m.litertlm_bytes)} · KV cache {_kib(m.kv_cache_bytes)} at {lm.cache_length} tokens",
+        f"parity ({len(a.prompts)} prompts x {lm.max_new_tokens} tokens, teacher-forced): max abs dlogit {_num(a.max_abs_logit_diff)}, mean KL {_num(a.mean_kl)}, "
+        f"token agreement {a.token_agreement:.3f}; LiteRT-LM text identical on {a.identical_texts if a.identical_texts is not None else 'n/a'}/{len(a.prompts)}",
+        f"host: prefill {_rate(m.prefill_tokens_per_second)} tokens/s, decode {_rate(m.decode_tokens_per_second)} tokens/s, peak RSS {_kib(m.peak_rss_bytes)}",
+    ]
+    if len(lm.attempts) > 1:
+        lines.append("auto: " + "; ".join(f"{x.recipe} {_kib(x.model_bytes)} {'passed' if x.passed else 'failed'}" for x in lm.attempts))
+    for i, p in enumerate(a.prompts):
+        if not p.passed:
+            lines.append(f"prompt {i} fails at step {p.first_failing_step}: {p.failing_reason}")
+    return lines
