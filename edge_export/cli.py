@@ -233,6 +233,10 @@ def _with_target_options(command):
         with_options.__annotations__ = {p.name: p.annotation for p in params}
 
     with_options.refresh_target_options = refresh
+    # Until main() refreshes it for the export command: the command's own options (listing the
+    # commands, --version and the other commands never import the targets).
+    with_options.__signature__ = inspect.Signature(own)
+    with_options.__annotations__ = {p.name: p.annotation for p in own}
     return with_options
 
 
@@ -561,13 +565,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     first = next((a for a in args if not a.startswith("-")), None)
     if args and first is not None and first not in _COMMANDS and args[0] not in ("--help", "-h"):
         args = ["export", *args]
+        first = "export"
+    if first == "export":  # the targets' options: only export needs them (importing the targets costs numpy)
+        export_command.refresh_target_options()
     import signal
 
     try:
         previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
     except ValueError:  # not the main thread: leave signals to the host program
         previous_sigterm = None
-    export_command.refresh_target_options()
     try:
         app(args=args, prog_name="edge-export", standalone_mode=True)
     except SystemExit as exc:

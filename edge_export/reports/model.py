@@ -236,11 +236,19 @@ class TargetSection:
             raise AttributeError(key)
         from ..targets.registry import declared_report_sections
 
+        declared = declared_report_sections()
         if key in self.sections:
             return self.sections[key]
-        if key in declared_report_sections():
+        if key in declared:
             return None
+        if key.startswith("failed_") and key[len("failed_"):] in declared:  # target.failed_budgets
+            return self._failure(key[len("failed_"):], declared)
         raise AttributeError(f"TargetSection has no section {key!r}")
+
+    def _failure(self, key: str, declared: Mapping[str, Any]) -> Any:
+        """What the declared ``failed`` hook of section ``key`` says (falsy: the section passes or is absent)."""
+        value, hook = self.sections.get(key), declared[key].failed
+        return hook(value) if value is not None and hook is not None else ()
 
     @classmethod
     def from_hooks(cls, entries: Mapping[str, Any]) -> "TargetSection":
@@ -267,7 +275,7 @@ class TargetSection:
         from ..targets.registry import declared_report_sections
 
         declared = declared_report_sections()
-        return tuple(k for k, v in self.sections.items() if k in declared and declared[k].failed is not None and declared[k].failed(v))
+        return tuple(k for k in self.sections if k in declared and self._failure(k, declared))
 
 
 @dataclass(frozen=True)

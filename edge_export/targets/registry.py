@@ -136,7 +136,9 @@ class ReportSection:
     summary: Callable[..., None] | None = None
     # JUnit test cases: junit(value) -> [(classname, name, failure or None, details, skipped or None)]
     junit: Callable[[Any], list[tuple]] | None = None
-    failed: Callable[[Any], bool] | None = None  # True: the section fails the verdict (exit 1)
+    # What fails the verdict (exit 1) in the section: truthy when it fails (True, or the failures, e.g.
+    # the exceeded budgets); read as ``target.failed_<key>``.
+    failed: Callable[[Any], Any] | None = None
     # The JSON schema of the value, for sections report.schema.json does not describe (a plugin's);
     # merged under target.properties by reports/schema.py.
     schema: Any = None

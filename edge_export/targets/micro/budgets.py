@@ -282,5 +282,5 @@ def _junit(budgets: BudgetsSection) -> list[tuple]:
             for c in budgets.checks if c.budget_bytes is not None]
 
 
-# Any exceeded budget fails the verdict (exit 1).
-BUDGETS_REPORT_SECTION = ReportSection("budgets", BudgetsSection, _markdown, _summary, _junit, failed=lambda budgets: bool(budgets.exceeded))
+# Any exceeded budget fails the verdict (exit 1): the failure is the exceeded resources ("flash", "ram").
+BUDGETS_REPORT_SECTION = ReportSection("budgets", BudgetsSection, _markdown, _summary, _junit, failed=lambda budgets: budgets.exceeded)
