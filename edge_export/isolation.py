@@ -192,6 +192,27 @@ def run_isolated(
     try; ``preload`` names modules the child will import, imported here once."""
     if not hasattr(os, "fork"):
         return fn(*args, **kwargs)
+    _preload(preload)
+    flush_std_streams()
+    log = tempfile.TemporaryFile()
+    pid, read_fd, progress_read = _fork_child(fn, args, kwargs, stage, log, with_progress=progress is not None)
+    try:
+        chunks = _read_result(read_fd, progress_read, progress)
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # Ctrl-C or SIGTERM while the child runs: end it, then do as before
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass  # already reaped
+        log.close()
+        raise
+    log_text = _forward_child_log(log)
+    return _child_result(status, b"".join(chunks), log_text, stage, backend, hint)
+
+
+def _preload(preload: tuple[str, ...]) -> None:
+    """Import once in the parent what every child would import (each child then has it for free)."""
     import importlib
 
     for name in (*_PRELOAD, *preload):
@@ -199,10 +220,15 @@ def run_isolated(
             importlib.import_module(name)
         except ImportError:
             pass  # the child reports it the way the function does
-    flush_std_streams()
+
+
+def _fork_child(
+    fn: Callable[..., Any], args: tuple, kwargs: dict, stage: str, log: Any, *, with_progress: bool,
+) -> tuple[int, int, int | None]:
+    """Fork a child that runs ``fn`` and writes its pickled result to a pipe (its native output to
+    ``log``); (its pid, the result pipe's read end, the progress pipe's read end or None)."""
     read_fd, write_fd = os.pipe()
-    progress_read, progress_write = os.pipe() if progress is not None else (None, None)
-    log = tempfile.TemporaryFile()
+    progress_read, progress_write = os.pipe() if with_progress else (None, None)
     with warnings.catch_warnings():
         # JAX (loaded by the converter) warns at every fork that JAX in the child may deadlock; the
         # child never calls JAX, so the warning would only be noise in the report.
@@ -216,33 +242,30 @@ def run_isolated(
     os.close(write_fd)
     if progress_write is not None:
         os.close(progress_write)
-    try:
-        chunks = _read_result(read_fd, progress_read, progress)
-        _, status = os.waitpid(pid, 0)
-    except BaseException:  # Ctrl-C or SIGTERM while the child runs: end it, then do as before
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass  # already reaped
-        log.close()
-        raise
+    return pid, read_fd, progress_read
+
+
+def _forward_child_log(log: Any) -> str:
+    """The child's native output, written where the parent's would have gone (the terminal with
+    --verbose, else the capture that hides the libraries' chatter); the log is closed."""
     log.seek(0)
     log_text = log.read().decode("utf-8", errors="replace")
     log.close()
     if log_text:
-        # Forward the child's native output where the parent's would have gone (the terminal with
-        # --verbose, else the capture that hides the libraries' chatter).
         try:
             os.write(2, log_text.encode("utf-8", errors="replace"))
         except OSError:
             pass
+    return log_text
+
+
+def _child_result(status: int, data: bytes, log_text: str, stage: str, backend: str, hint: str) -> Any:
+    """The child's return value, or its exception raised here, or the error its death calls for."""
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         if number in (signal.SIGINT, signal.SIGTERM):
             raise KeyboardInterrupt
         raise _crash_error(stage, backend, number, log_text, hint)
-    data = b"".join(chunks)
     if os.WEXITSTATUS(status) != 0 or not data:
         raise NativeCrashError(
             f"The {stage} ended without a result: the {backend} child process exited with status "

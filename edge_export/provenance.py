@@ -14,20 +14,31 @@ module's output a tensor holds) and error diagnosis (which module a failing node
   spelled ``L['self'].layer1[0].conv`` or ``layer1.0.conv``; ``node.meta["stack_trace"]`` holds the
   Python frames that created the node.
 
+Two questions every target asks of a flatbuffer are answered here once: which module an operator
+is (``flatbuffer_operator_module``: its output's name, else its weights', else its inputs') and
+which line of the user's code defines that module (``module_user_source``).
+
 ``tests/test_provenance.py`` pins every function here to a table of names taken from real
 conversions (fp32, int8 through both backends, channels-last I/O, nested ModuleLists, attention).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .flatbuffer import FlatbufferModel, OperatorInfo
 
 __all__ = [
     "ModuleRef",
     "clean_module_path",
     "describe_location",
+    "flatbuffer_operator_module",
+    "module_label",
+    "module_user_source",
     "node_module",
     "node_user_source",
     "operator_module",
@@ -140,6 +151,30 @@ def operator_module(name: str, opcode: str | None = None) -> ModuleRef | None:
     return ModuleRef(".".join(attr for _, attr in best), best[-1][0])
 
 
+def flatbuffer_operator_module(model: FlatbufferModel, op: OperatorInfo) -> ModuleRef | None:
+    """The module an operator of ``model`` computes for (``operator_module`` of its tensors' names).
+
+    Searched in this order: the output (the op's own result; for a fused op, the module that computes
+    the opcode); then the constant inputs (weights and bias belong to the layer, and keep its name
+    where the output is a graph output such as ``serving_default_output_0_output``, as the last
+    FULLY_CONNECTED of a classifier is); then the activation inputs (the producer's module, the best
+    guess left). None when no name names a module."""
+    tensors = [model.tensors[i] for i in op.inputs if i >= 0]
+    constants = [t.name for t in tensors if t.is_constant]
+    activations = [t.name for t in tensors if not t.is_constant]
+    outputs = [model.tensors[i].name for i in op.outputs if i >= 0]
+    for name in (*outputs, *constants, *activations):
+        found = operator_module(name, op.opcode)
+        if found is not None:
+            return found
+    return None
+
+
+def module_label(ref: ModuleRef | None) -> str | None:
+    """A module as one short text: its path, or its class for the root module ("" path)."""
+    return None if ref is None else (ref.path or ref.type_name)
+
+
 def clean_module_path(path: str) -> str:
     """An ``nn_module_stack`` path as a dotted module path: ``L['self'].layer1[0].conv`` and
     ``layer1.0.conv`` both give ``layer1.0.conv``; the root gives ""."""
@@ -168,6 +203,44 @@ def node_user_source(node: Any) -> str | None:
     frames = _FRAME.findall(getattr(node, "meta", {}).get("stack_trace") or "")
     user = [(f, n) for f, n in frames if "site-packages" not in f and "/torch/" not in f]
     return f"{user[-1][0]}:{user[-1][1]}" if user else None
+
+
+def _graph_user_source(graph_module: Any, module_path: str) -> str | None:
+    """The user's source line of the first graph node that ran inside ``module_path`` (an exported
+    graph keeps each node's nn_module_stack and stack trace)."""
+    for node in graph_module.graph.nodes:
+        found = node_module(node)
+        if found is None or found.path != module_path:
+            continue
+        source = node_user_source(node)
+        if source:
+            return source
+    return None
+
+
+def module_user_source(source_module: Any, module_path: str | None) -> str | None:
+    """``file:line`` in the user's code for the module at ``module_path`` of ``source_module``: the
+    exported graph's stack trace when it is a GraphModule, else where the module's class is defined.
+    None without a module or a path, or when the class is a library's (nn.Conv2d says nothing about
+    the user's code)."""
+    if source_module is None or module_path is None:
+        return None
+    import torch
+
+    if isinstance(source_module, torch.fx.GraphModule):
+        found = _graph_user_source(source_module, module_path)
+        if found:
+            return found
+    try:
+        sub = source_module.get_submodule(module_path) if module_path else source_module
+        cls = type(sub)
+        file = inspect.getsourcefile(cls)
+        line = inspect.getsourcelines(cls)[1]
+    except (AttributeError, OSError, TypeError):
+        return None
+    if not file or "site-packages" in file or "/torch/" in file:
+        return None
+    return f"{file}:{line}"
 
 
 def describe_location(module_path: str | None, module_type: str | None, source: str | None) -> str:

@@ -20,7 +20,7 @@ import math
 import zipfile
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -272,7 +272,6 @@ _REQUIRED = (
 def load_reference_vectors(path: str | Path) -> ReferenceVectors:
     """Read and check a test-vector file (exit 2 on anything that is not one)."""
     from .memory import ensure_memory_for
-    from .validators.output_kinds import KindSource
 
     p = Path(path)
     if not p.exists():
@@ -288,93 +287,127 @@ def load_reference_vectors(path: str | Path) -> ReferenceVectors:
         if not isinstance(archive, np.lib.npyio.NpzFile):
             raise _refuse(p, "it is a single .npy array, not an .npz archive")
         with archive:
-            keys = set(archive.files)
-            if "format" not in keys or archive["format"].dtype.kind != "U" or str(archive["format"]) != TEST_VECTORS_FORMAT:
-                raise _refuse(p, "it is an .npz archive, but not one `--emit-test-vectors` wrote (no 'format' key naming it)")
-            missing = [k for k in _REQUIRED if k not in keys]
-            if missing:
-                raise _refuse(p, f"it lacks the key(s) {', '.join(missing)}")
-            version = archive["format_version"]
-            if version.shape != () or version.dtype.kind not in "iu" or int(version) != TEST_VECTORS_VERSION:
-                raise _refuse(p, f"its format version is {version!r}; this edge-export reads version {TEST_VECTORS_VERSION}",
-                              "Use the edge-export version that wrote it, or export the vectors again.")
-            tensors = {}
-            for side in ("input", "output"):
-                names = _texts(archive, f"{side}_names", p)
-                n = len(names)
-                dtypes = _texts(archive, f"{side}_dtypes", p, n)
-                layouts = _texts(archive, f"{side}_layouts", p, n)
-                bad_layout = [x for x in layouts if x not in LAYOUTS]
-                if bad_layout:
-                    raise _refuse(p, f"'{side}_layouts' holds {bad_layout[0]!r} (not one of {', '.join(LAYOUTS)})")
-                scales = _numbers(archive, f"{side}_scales", p, n, "f")
-                zero_points = _numbers(archive, f"{side}_zero_points", p, n, "iu")
-                tensors[side] = (names, dtypes, layouts, scales, zero_points)
-            n_in, n_out = len(tensors["input"][0]), len(tensors["output"][0])
-            if n_out == 0:
-                raise _refuse(p, "it names no outputs")
-            arrays = {}
-            for side, prefix, n in (("input", "input_", n_in), ("output", "expected_", n_out)):
-                wanted = [f"{prefix}{i}" for i in range(n)]
-                absent = [k for k in wanted if k not in keys]
-                if absent:
-                    raise _refuse(p, f"it lacks the array(s) {', '.join(absent)}")
-                arrays[side] = [archive[k] for k in wanted]
-            extra = sorted(keys - set(_REQUIRED) - {f"input_{i}" for i in range(n_in)} - {f"expected_{k}" for k in range(n_out)})
-            if extra:
-                raise _refuse(p, f"it holds key(s) no test-vector file has: {', '.join(extra[:5])}")
-            kinds = _texts(archive, "output_kinds", p, n_out)
-            sources = _texts(archive, "output_kind_sources", p, n_out)
-            threshold_names = _texts(archive, "threshold_names", p)
-            unknown = [t for t in threshold_names if t not in THRESHOLD_FIELDS]
-            if unknown:
-                raise _refuse(p, f"it names threshold(s) {', '.join(unknown)} this edge-export does not know")
-            table = archive["output_thresholds"]
-            if table.dtype.kind != "f" or table.shape != (n_out, len(threshold_names)):
-                raise _refuse(p, f"'output_thresholds' is not a {n_out}x{len(threshold_names)} table of numbers")
-            header = {
-                key: _text(archive, key, p) for key in ("tool_version", "model_sha256", "model_class", "signature_key")
-            }
+            stored = _read_archive(archive, p)
+    return _reference_vectors(stored, p)
+
+
+@dataclass(frozen=True)
+class _StoredVectors:
+    """What a test-vector archive holds, each key checked on its own (not yet against the others)."""
+
+    tensors: dict[str, tuple]  # "input"/"output" -> (names, dtypes, layouts, scales, zero points)
+    arrays: dict[str, list[np.ndarray]]  # "input" -> the inputs, "output" -> the expected outputs
+    kinds: tuple[str, ...]
+    sources: tuple[str, ...]
+    threshold_names: tuple[str, ...]
+    table: np.ndarray  # outputs x threshold_names
+    header: dict[str, str]
+
+
+def _read_archive(archive: Any, p: Path) -> _StoredVectors:
+    keys = set(archive.files)
+    _check_format(archive, keys, p)
+    tensors = {side: _tensor_table(archive, side, p) for side in ("input", "output")}
+    n_in, n_out = len(tensors["input"][0]), len(tensors["output"][0])
+    if n_out == 0:
+        raise _refuse(p, "it names no outputs")
+    arrays = {}
+    for side, prefix, n in (("input", "input_", n_in), ("output", "expected_", n_out)):
+        wanted = [f"{prefix}{i}" for i in range(n)]
+        absent = [k for k in wanted if k not in keys]
+        if absent:
+            raise _refuse(p, f"it lacks the array(s) {', '.join(absent)}")
+        arrays[side] = [archive[k] for k in wanted]
+    extra = sorted(keys - set(_REQUIRED) - {f"input_{i}" for i in range(n_in)} - {f"expected_{k}" for k in range(n_out)})
+    if extra:
+        raise _refuse(p, f"it holds key(s) no test-vector file has: {', '.join(extra[:5])}")
+    kinds = _texts(archive, "output_kinds", p, n_out)
+    sources = _texts(archive, "output_kind_sources", p, n_out)
+    threshold_names = _texts(archive, "threshold_names", p)
+    unknown = [t for t in threshold_names if t not in THRESHOLD_FIELDS]
+    if unknown:
+        raise _refuse(p, f"it names threshold(s) {', '.join(unknown)} this edge-export does not know")
+    table = archive["output_thresholds"]
+    if table.dtype.kind != "f" or table.shape != (n_out, len(threshold_names)):
+        raise _refuse(p, f"'output_thresholds' is not a {n_out}x{len(threshold_names)} table of numbers")
+    header = {key: _text(archive, key, p) for key in ("tool_version", "model_sha256", "model_class", "signature_key")}
+    return _StoredVectors(tensors, arrays, kinds, sources, threshold_names, table, header)
+
+
+def _check_format(archive: Any, keys: set[str], p: Path) -> None:
+    """An archive `--emit-test-vectors` wrote, every required key present, the version this one reads."""
+    if "format" not in keys or archive["format"].dtype.kind != "U" or str(archive["format"]) != TEST_VECTORS_FORMAT:
+        raise _refuse(p, "it is an .npz archive, but not one `--emit-test-vectors` wrote (no 'format' key naming it)")
+    missing = [k for k in _REQUIRED if k not in keys]
+    if missing:
+        raise _refuse(p, f"it lacks the key(s) {', '.join(missing)}")
+    version = archive["format_version"]
+    if version.shape != () or version.dtype.kind not in "iu" or int(version) != TEST_VECTORS_VERSION:
+        raise _refuse(p, f"its format version is {version!r}; this edge-export reads version {TEST_VECTORS_VERSION}",
+                      "Use the edge-export version that wrote it, or export the vectors again.")
+
+
+def _tensor_table(archive: Any, side: str, p: Path) -> tuple:
+    """(names, dtypes, layouts, scales, zero points) of the inputs or the outputs."""
+    names = _texts(archive, f"{side}_names", p)
+    n = len(names)
+    dtypes = _texts(archive, f"{side}_dtypes", p, n)
+    layouts = _texts(archive, f"{side}_layouts", p, n)
+    bad_layout = [x for x in layouts if x not in LAYOUTS]
+    if bad_layout:
+        raise _refuse(p, f"'{side}_layouts' holds {bad_layout[0]!r} (not one of {', '.join(LAYOUTS)})")
+    scales = _numbers(archive, f"{side}_scales", p, n, "f")
+    zero_points = _numbers(archive, f"{side}_zero_points", p, n, "iu")
+    return names, dtypes, layouts, scales, zero_points
+
+
+def _reference_vectors(stored: _StoredVectors, p: Path) -> ReferenceVectors:
+    """The checked vectors, once the keys agree with each other."""
+    from .validators.output_kinds import KindSource
+
     valid_kinds = {k.value for k in OutputKind}
     valid_sources = {s.value for s in KindSource}
-    for kind, source in zip(kinds, sources):
+    for kind, source in zip(stored.kinds, stored.sources):
         if kind not in valid_kinds or source not in valid_sources:
             raise _refuse(p, f"output kind {kind!r} ({source!r}) is not one of {', '.join(sorted(valid_kinds))}")
     thresholds = tuple(
-        Thresholds(**{name: float(v) for name, v in zip(threshold_names, row) if not math.isnan(float(v))}) for row in table
+        Thresholds(**{name: float(v) for name, v in zip(stored.threshold_names, row) if not math.isnan(float(v))})
+        for row in stored.table
     )
+    arrays = stored.arrays
     counts = {int(a.shape[0]) if a.ndim else -1 for a in (*arrays["input"], *arrays["output"])}
     if len(counts) != 1 or min(counts) < 1:
         raise _refuse(p, "its arrays do not all hold the same number (at least 1) of samples along their first axis")
-
-    def described(side: str, stored: list[np.ndarray], is_input: bool) -> tuple[VectorTensor, ...]:
-        names, dtypes, layouts, scales, zero_points = tensors[side]
-        out = []
-        for i, (name, dtype, layout) in enumerate(zip(names, dtypes, layouts)):
-            array = stored[i]
-            if is_input and array.dtype.name != dtype:
-                raise _refuse(p, f"input_{i} ({name}) holds {array.dtype.name}, but the file says the model takes {dtype}")
-            if not is_input and array.dtype.kind != "f":
-                raise _refuse(p, f"expected_{i} ({name}) holds {array.dtype.name}, not float values")
-            scale = float(scales[i])
-            has_scale = math.isfinite(scale) and scale > 0
-            out.append(VectorTensor(name, tuple(int(d) for d in array.shape[1:]), dtype, layout,
-                                    scale if has_scale else None, int(zero_points[i]) if has_scale else None))
-        return tuple(out)
-
     return ReferenceVectors(
-        signature_key=header["signature_key"],
-        input_tensors=described("input", arrays["input"], True),
-        output_tensors=described("output", arrays["output"], False),
+        signature_key=stored.header["signature_key"],
+        input_tensors=_described(p, stored.tensors["input"], arrays["input"], True),
+        output_tensors=_described(p, stored.tensors["output"], arrays["output"], False),
         inputs=tuple(arrays["input"]),
         expected=tuple(np.asarray(a, dtype=np.float32) for a in arrays["output"]),
-        kinds=kinds,
-        kind_sources=sources,
+        kinds=stored.kinds,
+        kind_sources=stored.sources,
         thresholds=thresholds,
-        model_sha256=header["model_sha256"],
-        model_class=header["model_class"],
-        tool_version=header["tool_version"],
+        model_sha256=stored.header["model_sha256"],
+        model_class=stored.header["model_class"],
+        tool_version=stored.header["tool_version"],
     )
+
+
+def _described(p: Path, table: tuple, stored: list[np.ndarray], is_input: bool) -> tuple[VectorTensor, ...]:
+    """The inputs' or outputs' descriptions, each checked against its stored array's dtype."""
+    names, dtypes, layouts, scales, zero_points = table
+    out = []
+    for i, (name, dtype, layout) in enumerate(zip(names, dtypes, layouts)):
+        array = stored[i]
+        if is_input and array.dtype.name != dtype:
+            raise _refuse(p, f"input_{i} ({name}) holds {array.dtype.name}, but the file says the model takes {dtype}")
+        if not is_input and array.dtype.kind != "f":
+            raise _refuse(p, f"expected_{i} ({name}) holds {array.dtype.name}, not float values")
+        scale = float(scales[i])
+        has_scale = math.isfinite(scale) and scale > 0
+        out.append(VectorTensor(name, tuple(int(d) for d in array.shape[1:]), dtype, layout,
+                                scale if has_scale else None, int(zero_points[i]) if has_scale else None))
+    return tuple(out)
 
 
 def check_vectors_fit_model(vectors: ReferenceVectors, fb: FlatbufferModel, vectors_path: Path, tflite_path: Path) -> None:

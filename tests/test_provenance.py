@@ -142,3 +142,68 @@ def test_counter_and_duplicates_are_dropped():
 def test_names_without_a_module_path_give_no_scope():
     assert tensor_scopes("serving_default_output_0_output") == ()
     assert tensor_scopes("") == ()
+
+
+# ---- operators of a flatbuffer, and the user's source line (the API every target uses) ----------
+
+CNN_FEATURES = f"{CNN}/torch.nn.modules.container.Sequential_features"
+FUSED_CONV = (  # the int8 SmallCNN's first CONV_2D, as litert-torch names its output and bias
+    f"{CNN_FEATURES}/torch.nn.modules.activation.ReLU_2;;{CNN_FEATURES}/torch.nn.modules.batchnorm.BatchNorm2d_1;;"
+    f"{CNN_FEATURES}/torch.nn.modules.conv.Conv2d_0"
+)
+
+
+def _model(names_and_constness, opcode):
+    """One operator over the named tensors: the first is its output, the others its inputs."""
+    from edge_export.flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo
+
+    tensors = tuple(TensorInfo(i, name, (1,), (1,), "int8", const, None) for i, (name, const) in enumerate(names_and_constness))
+    op = OperatorInfo(0, opcode, tuple(range(1, len(tensors))), (0,), None)
+    model = FlatbufferModel(size_bytes=0, num_subgraphs=1, tensors=tensors, operators=(op,), inputs=(1,), outputs=(0,),
+                            signatures=(), min_runtime_version=None, description=None, subgraph_operators=((op,),))
+    return model, op
+
+
+@pytest.mark.parametrize(
+    "tensors, opcode, module",
+    [
+        # the output names the op's own module; for a fused conv, the conv among its locations
+        ([(f"{FUSED_CONV};2", False), (f"{CNN_FEATURES}/torch.nn.modules.conv.Conv2d_0;", False), (f"{FUSED_CONV};", True)],
+         "CONV_2D", ("features.0", "Conv2d")),
+        # a classifier's last FULLY_CONNECTED writes the graph output: its weights name the layer,
+        # not the pool whose activation it reads
+        ([("serving_default_output_0_output_quantized", False), (f"{CNN}/torch.nn.modules.pooling.AdaptiveAvgPool2d_pool;1", False),
+          (f"{CNN}/torch.nn.modules.linear.Linear_head;1", True), (f"{CNN}/torch.nn.modules.linear.Linear_head;", True)],
+         "FULLY_CONNECTED", ("head", "Linear")),
+        # no name of its own and no weights (the DEQUANTIZE to the graph output): the producer's module
+        ([("serving_default_output_0_output", False), (f"{CNN}/torch.nn.modules.linear.Linear_head;1", False)], "DEQUANTIZE", ("head", "Linear")),
+        ([("serving_default_output_0_output", False), ("serving_default_x", False), ("arith.constant", True)], "TRANSPOSE", None),
+    ],
+)
+def test_flatbuffer_operator_module_reads_output_then_weights_then_inputs(tensors, opcode, module):
+    from edge_export.provenance import flatbuffer_operator_module, module_label
+
+    model, op = _model(tensors, opcode)
+    found = flatbuffer_operator_module(model, op)
+    assert (None if found is None else (found.path, found.type_name)) == module
+    assert module_label(found) == (None if module is None else module[0])
+
+
+def test_module_label_names_the_root_by_its_class():
+    from edge_export.provenance import module_label
+
+    assert module_label(ModuleRef("", "Attn")) == "Attn"
+    assert module_label(ModuleRef("layer.norm2", "LayerNorm")) == "layer.norm2"
+    assert module_label(None) is None
+
+
+def test_module_user_source_points_at_the_users_class_not_the_librarys():
+    from edge_export.provenance import module_user_source
+
+    model = _Outer().eval()
+    assert module_user_source(model, "blocks.1") == f"{__file__}:{_Inner.__init__.__code__.co_firstlineno - 1}"
+    assert module_user_source(model, "blocks.1.conv") is None  # nn.Conv2d: torch's file says nothing
+    assert module_user_source(model, None) is None and module_user_source(None, "blocks.1") is None
+    graph = torch.export.export(model, (torch.randn(1, 3, 8, 8),)).module()
+    source = module_user_source(graph, "")  # a graph: the line that created the root's first node
+    assert source is not None and source.endswith(f"test_provenance.py:{_Outer.forward.__code__.co_firstlineno + 1}")

@@ -209,6 +209,45 @@ def _pt2e_batch(budget: TimeBudget, index: int, total: int, *, stoppable: bool) 
     budget.step("Quantizing: PT2E calibration", index, total)
 
 
+@dataclass(frozen=True)
+class _BackendJob:
+    """What every backend of one quantize_model call works from."""
+
+    module: Any
+    example_inputs: tuple
+    mode: QuantizeMode
+    backend: QuantBackend
+    calibration: CalibrationSet
+    parity_set: list
+    refs: Any  # the float module's outputs on parity_set
+    float_model_bytes: bytes | None
+    pt2e_observer: str
+    flatbuffer_observer: str
+    strict: bool
+    verbose: bool
+    budget: TimeBudget
+
+    def recipe_and_observer(self, name: str) -> tuple[str, str | None]:
+        recipe = RECIPES[self.mode] if name == "flatbuffer" else _pt2e_recipe_name(self.mode)
+        if not self.mode.needs_calibration:
+            return recipe, None
+        return recipe, self.flatbuffer_observer if name == "flatbuffer" else self.pt2e_observer
+
+
+@dataclass
+class _BackendRuns:
+    """What the backends made, one attempt (and its model, None when it failed) per backend run."""
+
+    attempts: list[BackendAttempt] = field(default_factory=list)
+    products: list[FlatbufferModel | None] = field(default_factory=list)
+    screened_out: list[str] = field(default_factory=list)  # not run: an earlier result met the target
+    not_lowered: tuple[str, float, BackendAttempt] | None = None  # PT2E simulated, found unable to win
+
+    @property
+    def have_model(self) -> bool:
+        return any(a.ok for a in self.attempts)
+
+
 def quantize_model(
     module: Any,
     example_inputs: tuple,
@@ -241,148 +280,185 @@ def quantize_model(
     ``budget`` (budget.TimeBudget) bounds the backends after the first model: once it is spent, the
     backends not yet run (or PT2E's unfinished calibration) are skipped and recorded in it.
     """
-    from . import flatbuffer_recipes, pt2e, selection
+    from . import selection
 
-    mode = QuantizeMode(mode)
-    backend = QuantBackend(backend)
-    io_dtype = IODtype(io_dtype)
+    mode, backend, io_dtype = QuantizeMode(mode), QuantBackend(backend), IODtype(io_dtype)
     budget = budget if budget is not None else TimeBudget(None)
     _check_arguments(mode, io_dtype, calibration, example_inputs)
     parity_set = calibration.samples[: max(1, parity_samples)]
     names = backends_for(mode, backend)
     if "flatbuffer" in names or float_model_bytes is not None:
         float_model_bytes = _checked_float_model(module, example_inputs, float_model_bytes, parity_set[0], strict, verbose)
-    refs = selection.reference_outputs(module, parity_set)
-
+    job = _BackendJob(
+        module, example_inputs, mode, backend, calibration, parity_set, selection.reference_outputs(module, parity_set),
+        float_model_bytes, pt2e_observer, flatbuffer_observer, strict, verbose, budget,
+    )
     skipped_before = len(budget.skipped)
-    attempts: list[BackendAttempt] = []
-    products: list[FlatbufferModel | None] = []
-    screened_out: list[str] = []  # backends not run because an earlier result met the target
-    not_lowered: tuple[str, float, BackendAttempt] | None = None  # PT2E simulated, found unable to win
-    for step, name in enumerate(names):
-        if mode in _FIRST_SUCCESS_MODES and any(a.ok for a in attempts):
-            break
-        if target is not None and any(target.met_by(a) for a in attempts):
-            screened_out.append(name)
-            continue
-        have_model = any(a.ok for a in attempts)
-        if have_model and not budget.allows(f"the {name} backend ({mode.value})"):
-            continue
-        budget.step(f"Quantizing: the {name} backend", step, len(names))
-        start = time.perf_counter()
-        recipe = RECIPES[mode] if name == "flatbuffer" else _pt2e_recipe_name(mode)
-        observer = None
-        if mode.needs_calibration:
-            observer = flatbuffer_observer if name == "flatbuffer" else pt2e_observer
-        try:
-            if name == "pt2e":
-                converted, quantizer = pt2e.calibrate_pt2e(
-                    module, example_inputs, mode, calibration, observer=pt2e_observer, strict=strict, verbose=verbose,
-                    each_batch=partial(_pt2e_batch, budget, stoppable=have_model),
-                )
-                if backend == QuantBackend.AUTO and attempts:
-                    simulated = _simulated_sqnr(converted, parity_set, refs)
-                    settled = None if simulated is None else selection.lowering_not_needed(simulated, attempts)
-                    if settled is not None:
-                        not_lowered = (name, simulated, settled)
-                        continue
-                data = pt2e.lower_pt2e(converted, quantizer, example_inputs, strict=strict, verbose=verbose)
-            else:
-                # Calibration and transformations run LiteRT and ai-edge-quantizer's native code: in a
-                # child process, so that a crash (int16x8 on a ViT aborted) is a failed backend.
-                data = run_isolated(
-                    flatbuffer_recipes.quantize_flatbuffer, float_model_bytes, mode, calibration,
-                    observer=flatbuffer_observer, verbose=verbose,
-                    stage=f"{mode.value} quantization", backend="ai-edge-quantizer (flatbuffer backend)",
-                    hint=_CRASH_HINT, preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
-                )
-            # Bytes from the backend (an edge): verified once here, a model object from then on.
-            candidate = run_flatbuffer_passes(
-                data, [repair_signature_outputs_pass, share_quantization_vectors_pass], origin=f"the {name} {mode.value} candidate"
-            ).model
-            sqnr, cosine = run_isolated(
-                selection.measure_parity, candidate, parity_set, refs,
-                stage=f"parity run of the {name} {mode.value} candidate", backend="the LiteRT interpreter",
-                hint=_CRASH_HINT,
-            )
-            check = check_integer(candidate)
-            attempts.append(
-                BackendAttempt(
-                    backend=name, ok=True, fully_integer=check.fully_integer, sqnr_db=round(sqnr, 3),
-                    cosine=round(cosine, 6), seconds=time.perf_counter() - start, recipe=recipe,
-                    observer=observer, size_bytes=candidate.size_bytes,
-                )
-            )
-            products.append(candidate)
-        except TimeBudgetSpent as exc:  # PT2E stopped calibrating: the model kept is an earlier backend's
-            budget.skip(str(exc))
-            continue
-        except EdgeExportError as exc:
-            if backend != QuantBackend.AUTO:
-                if isinstance(exc, (QuantizationError, UsageError)):
-                    raise
-                other = "pt2e" if name == "flatbuffer" else "flatbuffer"
-                raise QuantizationError(
-                    f"The {name} quantization backend did not produce a usable model: {first_line(exc)}",
-                    f"Try --quant-backend {other}, or auto (which falls back by itself).",
-                ) from exc
-            attempts.append(
-                BackendAttempt(
-                    backend=name, ok=False, error=first_line(exc), seconds=time.perf_counter() - start,
-                    recipe=recipe, observer=observer,
-                )
-            )
-            products.append(None)
-
-    best, reason = selection.choose_attempt(attempts, require_full_integer)
+    runs = _run_backends(job, names, target)
+    best, reason = selection.choose_attempt(runs.attempts, require_full_integer)
     if best is None:
         raise QuantizationError(
             f"Every quantization backend failed for --quantize {mode.value}: {reason}.",
             "Run with --verbose for the libraries' output, or try --quantize dynamic-int8 or fp16.",
         )
-    chosen = attempts[best]
+    reason = _kept_reason(job, runs, runs.attempts[best], reason, target, budget.skipped[skipped_before:])
+    final = run_flatbuffer_passes(
+        runs.products[best], [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the quantized model"
+    ).model
+    return _result(job, final, runs.attempts, runs.attempts[best], reason, io_dtype)
+
+
+def _run_backends(job: _BackendJob, names: list[str], target: ParityTarget | None) -> _BackendRuns:
+    """Run the backends in order, skipping those an earlier result or the time budget makes moot."""
+    runs = _BackendRuns()
+    for step, name in enumerate(names):
+        if job.mode in _FIRST_SUCCESS_MODES and runs.have_model:
+            break
+        if target is not None and any(target.met_by(a) for a in runs.attempts):
+            runs.screened_out.append(name)
+            continue
+        if runs.have_model and not job.budget.allows(f"the {name} backend ({job.mode.value})"):
+            continue
+        job.budget.step(f"Quantizing: the {name} backend", step, len(names))
+        _run_backend(job, name, runs)
+    return runs
+
+
+def _run_backend(job: _BackendJob, name: str, runs: _BackendRuns) -> None:
+    """One backend: its model and measured attempt added to ``runs``, or its failure (which ends the
+    call unless the backend is auto), or nothing when it was stopped or not lowered."""
+    start = time.perf_counter()
+    recipe, observer = job.recipe_and_observer(name)
+    try:
+        data = _pt2e_model(job, runs) if name == "pt2e" else _flatbuffer_model(job)
+        if data is None:
+            return
+        candidate, sqnr, cosine = _measured_candidate(job, name, data)
+        fully_integer = check_integer(candidate).fully_integer
+    except TimeBudgetSpent as exc:  # PT2E stopped calibrating: the model kept is an earlier backend's
+        job.budget.skip(str(exc))
+        return
+    except EdgeExportError as exc:
+        if job.backend != QuantBackend.AUTO:
+            _raise_backend_failure(name, exc)
+        runs.attempts.append(
+            BackendAttempt(
+                backend=name, ok=False, error=first_line(exc), seconds=time.perf_counter() - start,
+                recipe=recipe, observer=observer,
+            )
+        )
+        runs.products.append(None)
+        return
+    runs.attempts.append(
+        BackendAttempt(
+            backend=name, ok=True, fully_integer=fully_integer, sqnr_db=round(sqnr, 3),
+            cosine=round(cosine, 6), seconds=time.perf_counter() - start, recipe=recipe,
+            observer=observer, size_bytes=candidate.size_bytes,
+        )
+    )
+    runs.products.append(candidate)
+
+
+def _pt2e_model(job: _BackendJob, runs: _BackendRuns) -> bytes | None:
+    """PT2E's quantized flatbuffer; None when auto's simulation shows it cannot beat an earlier
+    attempt (it is then not lowered, and ``runs.not_lowered`` says why)."""
+    from . import pt2e, selection
+
+    converted, quantizer = pt2e.calibrate_pt2e(
+        job.module, job.example_inputs, job.mode, job.calibration, observer=job.pt2e_observer, strict=job.strict,
+        verbose=job.verbose, each_batch=partial(_pt2e_batch, job.budget, stoppable=runs.have_model),
+    )
+    if job.backend == QuantBackend.AUTO and runs.attempts:
+        simulated = _simulated_sqnr(converted, job.parity_set, job.refs)
+        settled = None if simulated is None else selection.lowering_not_needed(simulated, runs.attempts)
+        if settled is not None:
+            runs.not_lowered = ("pt2e", simulated, settled)  # type: ignore[assignment]
+            return None
+    return pt2e.lower_pt2e(converted, quantizer, job.example_inputs, strict=job.strict, verbose=job.verbose)
+
+
+def _flatbuffer_model(job: _BackendJob) -> bytes:
+    from . import flatbuffer_recipes
+
+    # Calibration and transformations run LiteRT and ai-edge-quantizer's native code: in a
+    # child process, so that a crash (int16x8 on a ViT aborted) is a failed backend.
+    return run_isolated(
+        flatbuffer_recipes.quantize_flatbuffer, job.float_model_bytes, job.mode, job.calibration,
+        observer=job.flatbuffer_observer, verbose=job.verbose,
+        stage=f"{job.mode.value} quantization", backend="ai-edge-quantizer (flatbuffer backend)",
+        hint=_CRASH_HINT, preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
+    )
+
+
+def _measured_candidate(job: _BackendJob, name: str, data: bytes) -> tuple[FlatbufferModel, float, float]:
+    """A backend's bytes verified into a model (an edge: once, here), and its parity on the
+    calibration inputs (SQNR, cosine), measured in a child process."""
+    from . import selection
+
+    candidate = run_flatbuffer_passes(
+        data, [repair_signature_outputs_pass, share_quantization_vectors_pass], origin=f"the {name} {job.mode.value} candidate"
+    ).model
+    sqnr, cosine = run_isolated(
+        selection.measure_parity, candidate, job.parity_set, job.refs,
+        stage=f"parity run of the {name} {job.mode.value} candidate", backend="the LiteRT interpreter",
+        hint=_CRASH_HINT,
+    )
+    return candidate, sqnr, cosine
+
+
+def _raise_backend_failure(name: str, exc: EdgeExportError) -> None:
+    """A backend the user chose failed: its own error, or a QuantizationError naming the other."""
+    if isinstance(exc, (QuantizationError, UsageError)):
+        raise exc
+    other = "pt2e" if name == "flatbuffer" else "flatbuffer"
+    raise QuantizationError(
+        f"The {name} quantization backend did not produce a usable model: {first_line(exc)}",
+        f"Try --quant-backend {other}, or auto (which falls back by itself).",
+    ) from exc
+
+
+def _kept_reason(
+    job: _BackendJob, runs: _BackendRuns, chosen: BackendAttempt, reason: str, target: ParityTarget | None,
+    skipped: list[str],
+) -> str:
+    """Why ``chosen`` was kept: the selection's reason, or the reason the other backends did not run."""
+    from . import selection
+
+    mode = job.mode
     if mode == QuantizeMode.INT4:
         reason = "int4 weights come from ai-edge-quantizer only (the flatbuffer backend)"
-    elif backend == QuantBackend.AUTO and mode in _FIRST_SUCCESS_MODES and len(attempts) == 1:
+    elif job.backend == QuantBackend.AUTO and mode in _FIRST_SUCCESS_MODES and len(runs.attempts) == 1:
         reason = (
             f"{chosen.backend} succeeded first; for {mode.value} both backends give the same "
             "dynamic-range kernels, so the other was not tried"
         )
-    elif screened_out and target is not None:
+    elif runs.screened_out and target is not None:
         reason = (
             f"{chosen.backend} ({chosen.sqnr_db:.1f} dB, fully integer) already meets the parity target "
-            f"({target.describe()}, on the calibration inputs), so {', '.join(screened_out)} was not tried "
-            f"(--quant-backend {screened_out[0]} runs it)"
+            f"({target.describe()}, on the calibration inputs), so {', '.join(runs.screened_out)} was not tried "
+            f"(--quant-backend {runs.screened_out[0]} runs it)"
         )
-    elif not_lowered is not None and len(attempts) == 1:
-        skipped, simulated, settled = not_lowered
+    elif runs.not_lowered is not None and len(runs.attempts) == 1:
+        not_lowered, simulated, _ = runs.not_lowered
         reason = (
-            f"kept {chosen.backend} ({chosen.sqnr_db:.1f} dB, fully integer): {skipped}'s quantized graph, "
+            f"kept {chosen.backend} ({chosen.sqnr_db:.1f} dB, fully integer): {not_lowered}'s quantized graph, "
             f"simulated in PyTorch, read {simulated:.1f} dB on the calibration inputs, more than "
             f"{selection.LOWERING_MARGIN_DB:g} dB below, so it was not lowered to a model "
-            f"(--quant-backend {skipped} runs it)"
+            f"(--quant-backend {not_lowered} runs it)"
         )
-    if len(budget.skipped) > skipped_before:
-        reason += f"; not tried within the time budget ({budget.seconds:g} s): " + ", ".join(budget.skipped[skipped_before:])
-    final = run_flatbuffer_passes(
-        products[best], [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the quantized model"
-    ).model
-    check = check_integer(final, module)
-    warnings = []
-    if not calibration.real_data and mode.needs_calibration:
-        warnings.append(
-            "Activation ranges were calibrated on synthetic inputs, not real data: accuracy may be "
-            "much worse than the parity numbers suggest. Pass --calibration-data."
-        )
-    if mode == QuantizeMode.INT8 and not check.fully_integer:
-        where = ", ".join(m or "the top-level forward()" for m in check.float_modules[:5]) or "unnamed ops"
-        warnings.append(
-            f"The int8 model is not fully integer: {len(check.float_tensors)} float tensor(s) and "
-            f"{len(check.inner_quantize_ops)} inner QUANTIZE/DEQUANTIZE op(s) (in {where})."
-        )
+    if skipped:
+        reason += f"; not tried within the time budget ({job.budget.seconds:g} s): " + ", ".join(skipped)
+    return reason
+
+
+def _result(
+    job: _BackendJob, final: FlatbufferModel, attempts: list[BackendAttempt], chosen: BackendAttempt, reason: str,
+    io_dtype: IODtype,
+) -> QuantizationResult:
+    check = check_integer(final, job.module)
     return QuantizationResult(
         model=final,
-        mode=mode,
+        mode=job.mode,
         backend=chosen.backend,
         recipe=chosen.recipe or "",
         observer=chosen.observer,
@@ -392,8 +468,24 @@ def quantize_model(
         integer_check=check,
         io=describe_io(final),
         io_dtype=io_dtype,
-        calibration=calibration.summary(),
+        calibration=job.calibration.summary(),
         sqnr_db=chosen.sqnr_db,
         cosine=chosen.cosine,
-        warnings=tuple(warnings),
+        warnings=_warnings(job, check),
     )
+
+
+def _warnings(job: _BackendJob, check: IntegerCheck) -> tuple[str, ...]:
+    warnings = []
+    if not job.calibration.real_data and job.mode.needs_calibration:
+        warnings.append(
+            "Activation ranges were calibrated on synthetic inputs, not real data: accuracy may be "
+            "much worse than the parity numbers suggest. Pass --calibration-data."
+        )
+    if job.mode == QuantizeMode.INT8 and not check.fully_integer:
+        where = ", ".join(m or "the top-level forward()" for m in check.float_modules[:5]) or "unnamed ops"
+        warnings.append(
+            f"The int8 model is not fully integer: {len(check.float_tensors)} float tensor(s) and "
+            f"{len(check.inner_quantize_ops)} inner QUANTIZE/DEQUANTIZE op(s) (in {where})."
+        )
+    return tuple(warnings)

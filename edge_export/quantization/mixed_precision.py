@@ -418,6 +418,44 @@ def _search_prefixes(measure: Callable[[int], TargetCheck], count: int, budget: 
     return None, None
 
 
+class _Prefixes:
+    """The candidates of one search: the model with the first k operators of ``order`` promoted,
+    measured once each (prefix length -> (check, bytes)), timed on the host when asked."""
+
+    def __init__(self, quantizer: RecipeQuantizer, by_index: Mapping[int, Any], order: Sequence[LayerSensitivity], precision: str,
+                 boundary: Mapping[Any, str], heldout: Sequence[tuple[np.ndarray, ...]], heldout_refs: list[list[np.ndarray]], target: AccuracyTarget,
+                 measure_latency: bool) -> None:
+        self.quantizer, self.order, self.precision, self.boundary = quantizer, order, precision, boundary
+        self.heldout, self.heldout_refs, self.target, self.measure_latency = heldout, heldout_refs, target, measure_latency
+        self.by_index = by_index
+        self.measured: dict[int, tuple[TargetCheck, bytes]] = {}  # prefix length -> result
+        self.carried = {0: 0}  # layout operators promoted along with the first k candidates
+        self.latency: dict[int, float | None] = {}  # prefix length -> median host latency (ms)
+        self.timing = 0.0  # seconds spent timing
+
+    def record(self, k: int, check: TargetCheck, model_bytes: bytes) -> TargetCheck:
+        self.measured[k] = (check, model_bytes)
+        if self.measure_latency:
+            self.latency[k] = self.timed(model_bytes)
+        return check
+
+    def timed(self, model_bytes: bytes) -> float | None:
+        began = time.perf_counter()
+        found = _median_latency(model_bytes)
+        self.timing += time.perf_counter() - began
+        return found
+
+    def check(self, model_bytes: bytes) -> TargetCheck:
+        return evaluate_target(run_outputs(model_bytes, self.heldout), self.heldout_refs, self.target)
+
+    def measure(self, k: int) -> TargetCheck:
+        overrides = promotion_overrides(self.quantizer, [self.by_index[layer.op_index] for layer in self.order[:k]], self.precision)
+        overrides.update(self.boundary)
+        self.carried[k] = sum(1 for raised in overrides.values() if raised == self.precision) - k
+        candidate = self.quantizer.quantize("int8", overrides)
+        return self.record(k, self.check(candidate), candidate)
+
+
 def search_mixed_precision(
     quantizer: RecipeQuantizer,
     ranking: Sequence[LayerSensitivity],
@@ -445,94 +483,19 @@ def search_mixed_precision(
     boundary = int8_boundary(quantizer.float_model) if int8_io and precision == "int16" else {}
     by_index = ops_by_index(quantizer)
     order = promotion_order([layer for layer in ranking if layer.op_index in by_index], costs, tie_band_db)
+    prefixes = _Prefixes(quantizer, by_index, order, precision, boundary, heldout, heldout_refs, target, measure_latency)
     int8_bytes = quantizer.quantize("int8")
-    check = evaluate_target(run_outputs(int8_bytes, heldout), heldout_refs, target)
-    measured: dict[int, tuple[TargetCheck, bytes]] = {0: (check, int8_bytes)}  # prefix length -> result
-    carried = {0: 0}  # layout operators promoted along with the first k candidates
-    latency: dict[int, float | None] = {}  # prefix length -> median host latency (ms)
-    timing = [0.0]
-
-    def time_prefix(k: int, model_bytes: bytes) -> None:
-        if measure_latency:
-            began = time.perf_counter()
-            latency[k] = _median_latency(model_bytes)
-            timing[0] += time.perf_counter() - began
-
-    time_prefix(0, int8_bytes)
-
-    def measure(k: int) -> TargetCheck:
-        overrides = promotion_overrides(quantizer, [by_index[layer.op_index] for layer in order[:k]], precision)
-        overrides.update(boundary)
-        carried[k] = sum(1 for raised in overrides.values() if raised == precision) - k
-        candidate = quantizer.quantize("int8", overrides)
-        result = evaluate_target(run_outputs(candidate, heldout), heldout_refs, target)
-        measured[k] = (result, candidate)
-        time_prefix(k, candidate)
-        return result
-
-    met_at, out_of_time = None, None
-    if not check.met:
-        met_at, out_of_time = _search_prefixes(measure, len(order), budget, precision)
-    if check.met:
-        kept_count = 0
-    elif met_at is not None:
-        kept_count = met_at
-    else:  # never met: the best prefix measured
-        kept_count = max(measured, key=lambda k: (_sqnr_key(measured[k][0].sqnr_db), -k))
+    check = prefixes.record(0, prefixes.check(int8_bytes), int8_bytes)
+    met_at, out_of_time = (None, None) if check.met else _search_prefixes(prefixes.measure, len(order), budget, precision)
+    kept_count = _kept_prefix(check, met_at, prefixes.measured)
     split = None
-    if precision == "int16" and not check.met and met_at is None and len(order) in measured:
-        split = _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, kept_count, boundary, budget)
+    if precision == "int16" and not check.met and met_at is None and len(order) in prefixes.measured:
+        split = _split_weights_phase(quantizer, order, heldout, heldout_refs, target, prefixes.measured, kept_count, boundary, budget)
         if split is not None:
             kept_count = len(order)  # the split candidates have every operator at int16
-    kept_check, kept_bytes = measured[kept_count] if split is None else split.measured[split.kept]
-    split_latency: dict[int, float | None] = {}
-    if split is not None and measure_latency:
-        # only the chain of kept split candidates: int16 models are slow to time (reference kernels)
-        split_latency[0] = latency.get(len(order))
-        for k in sorted(split.measured):
-            if 0 < k <= split.kept:
-                began = time.perf_counter()
-                split_latency[k] = _median_latency(split.measured[k][1])
-                timing[0] += time.perf_counter() - began
-    steps = tuple(
-        MixedPrecisionStep(k, measured[k][0].sqnr_db, measured[k][0].cosine, len(measured[k][1]), measured[k][0].met, latency.get(k))
-        for k in sorted(measured)
-    ) + (_split_steps(split, len(order), split_latency) if split is not None else ())
-    # every promoted operator with the measured prefixes around it: (k_{i-1}, k_i] is step i
-    chain = [k for k in sorted(measured) if k <= kept_count]
-    promoted: list[PromotedLayer] = []
-    for step, (low, high) in enumerate(pairwise(chain), start=1):
-        before, after = measured[low], measured[high]
-        latency_change = None if latency.get(low) is None or latency.get(high) is None else round(latency[high] - latency[low], 3)
-        for layer in order[low:high]:
-            promoted.append(
-                PromotedLayer(
-                    layer.op_index, layer.opcode, layer.tensor, layer.module_path, layer.module_type, layer.source,
-                    precision, layer.rank, step, before[0].sqnr_db, after[0].sqnr_db, len(after[1]) - len(before[1]),
-                    latency_change,
-                )
-            )
-    if split is not None:
-        promoted += _split_rows(split, len(chain), split_latency)
-    kept_promoted = tuple(promoted)
-    along = f" (and {carried[kept_count]} layout or input/output operator(s) between them)" if carried.get(kept_count) else ""
-    order_rule = _describe_order(precision, tie_band_db) if costs else "sensitivity"
-    if split is not None:
-        reason = _split_reason(split, len(order), along, measured[len(order)][0], kept_check, target, len(heldout))
-    elif kept_check.met:
-        reason = (
-            f"promoted {kept_count} of {len(order)} operators{along} to {precision} in sensitivity order"
-            f"{', the cheaper first among near-equal ones' if costs else ''}: "
-            f"{target.describe()} met on {len(heldout)} held-out inputs"
-        )
-    else:
-        reason = (
-            f"the target ({target.describe()}) was not met even with all {len(order)} candidate operators "
-            f"at {precision} ({'; '.join(kept_check.failed)}); kept the best model found "
-            f"({kept_count} promoted, {kept_check.sqnr_db:.1f} dB)"
-        )
-        if precision == "int16":
-            reason += "; int16 activations still leave int8 weights: --mixed-precision auto may promote to float where the target allows it"
+    kept_check, kept_bytes = prefixes.measured[kept_count] if split is None else split.measured[split.kept]
+    split_latency = _split_chain_latency(prefixes, split)
+    reason = _search_reason(prefixes, kept_count, kept_check, split, costs)
     if out_of_time:
         reason += f"; the time budget ({budget.seconds:g} s) ended the search: {out_of_time} not tried"
     if split is not None and split.out_of_time:
@@ -540,14 +503,91 @@ def search_mixed_precision(
     report = MixedPrecisionReport(
         mode=mode, precision=precision, target=target, met=kept_check.met, reason=reason,
         int8_sqnr_db=check.sqnr_db, int8_cosine=check.cosine, sqnr_db=kept_check.sqnr_db, cosine=kept_check.cosine,
-        promoted=kept_promoted, steps=steps, int8_size_bytes=len(int8_bytes), size_bytes=len(kept_bytes),
+        promoted=_promoted_layers(prefixes, kept_count, split, split_latency), steps=_steps(prefixes, split, split_latency),
+        int8_size_bytes=len(int8_bytes), size_bytes=len(kept_bytes),
         # the prefixes' own timings, so the promoted operators' latency deltas add up to the difference
-        int8_latency_ms=latency.get(0),
-        latency_ms=split_latency.get(split.kept) if split is not None else latency.get(kept_count) if kept_count else None,
+        int8_latency_ms=prefixes.latency.get(0),
+        latency_ms=split_latency.get(split.kept) if split is not None else prefixes.latency.get(kept_count) if kept_count else None,
         seconds=time.perf_counter() - start,
-        order=order_rule, latency_seconds=timing[0],
+        order=_describe_order(precision, tie_band_db) if costs else "sensitivity", latency_seconds=prefixes.timing,
     )
     return MixedPrecisionSearch(report, kept_bytes if kept_count else None, int8_bytes)
+
+
+def _kept_prefix(int8_check: TargetCheck, met_at: int | None, measured: Mapping[int, tuple[TargetCheck, bytes]]) -> int:
+    """How many operators the kept model promotes: none when int8 meets the target, else the
+    smallest prefix that met it, else the best prefix measured (the fewer on a tie)."""
+    if int8_check.met:
+        return 0
+    if met_at is not None:
+        return met_at
+    return max(measured, key=lambda k: (_sqnr_key(measured[k][0].sqnr_db), -k))
+
+
+def _split_chain_latency(prefixes: _Prefixes, split: Any) -> dict[int, float | None]:
+    """Host latency of the kept chain of split-weight candidates (only those: int16 models are slow
+    to time on reference kernels); 0 is the model with every operator at int16."""
+    if split is None or not prefixes.measure_latency:
+        return {}
+    latency: dict[int, float | None] = {0: prefixes.latency.get(len(prefixes.order))}
+    for k in sorted(split.measured):
+        if 0 < k <= split.kept:
+            latency[k] = prefixes.timed(split.measured[k][1])
+    return latency
+
+
+def _steps(prefixes: _Prefixes, split: Any, split_latency: Mapping[int, float | None]) -> tuple[MixedPrecisionStep, ...]:
+    measured, latency = prefixes.measured, prefixes.latency
+    steps = tuple(
+        MixedPrecisionStep(k, measured[k][0].sqnr_db, measured[k][0].cosine, len(measured[k][1]), measured[k][0].met, latency.get(k))
+        for k in sorted(measured)
+    )
+    return steps + (_split_steps(split, len(prefixes.order), split_latency) if split is not None else ())
+
+
+def _promoted_layers(prefixes: _Prefixes, kept_count: int, split: Any, split_latency: Mapping[int, float | None]) -> tuple[PromotedLayer, ...]:
+    """Every promoted operator with the measured prefixes around it: (k_{i-1}, k_i] is step i."""
+    measured, latency = prefixes.measured, prefixes.latency
+    chain = [k for k in sorted(measured) if k <= kept_count]
+    promoted: list[PromotedLayer] = []
+    for step, (low, high) in enumerate(pairwise(chain), start=1):
+        before, after = measured[low], measured[high]
+        latency_change = None if latency.get(low) is None or latency.get(high) is None else round(latency[high] - latency[low], 3)
+        for layer in prefixes.order[low:high]:
+            promoted.append(
+                PromotedLayer(
+                    layer.op_index, layer.opcode, layer.tensor, layer.module_path, layer.module_type, layer.source,
+                    prefixes.precision, layer.rank, step, before[0].sqnr_db, after[0].sqnr_db, len(after[1]) - len(before[1]),
+                    latency_change,
+                )
+            )
+    if split is not None:
+        promoted += _split_rows(split, len(chain), split_latency)
+    return tuple(promoted)
+
+
+def _search_reason(
+    prefixes: _Prefixes, kept_count: int, kept_check: TargetCheck, split: Any, costs: Mapping[int, float] | None,
+) -> str:
+    """What the search kept and why (before the time budget's part)."""
+    count, precision, target, samples = len(prefixes.order), prefixes.precision, prefixes.target, len(prefixes.heldout)
+    along = f" (and {prefixes.carried[kept_count]} layout or input/output operator(s) between them)" if prefixes.carried.get(kept_count) else ""
+    if split is not None:
+        return _split_reason(split, count, along, prefixes.measured[count][0], kept_check, target, samples)
+    if kept_check.met:
+        return (
+            f"promoted {kept_count} of {count} operators{along} to {precision} in sensitivity order"
+            f"{', the cheaper first among near-equal ones' if costs else ''}: "
+            f"{target.describe()} met on {samples} held-out inputs"
+        )
+    reason = (
+        f"the target ({target.describe()}) was not met even with all {count} candidate operators "
+        f"at {precision} ({'; '.join(kept_check.failed)}); kept the best model found "
+        f"({kept_count} promoted, {kept_check.sqnr_db:.1f} dB)"
+    )
+    if precision == "int16":
+        reason += "; int16 activations still leave int8 weights: --mixed-precision auto may promote to float where the target allows it"
+    return reason
 
 
 # ---- the second, integer-only phase: split weights (weight_splitting.py) ---------------------------

@@ -254,12 +254,12 @@ def source_line(module: Any, module_path: str) -> str | None:
     """``file:line`` of the user's code for a module: the exported graph's stack trace when the
     model is a graph, else where the innermost user-defined class on the path is defined (a
     library class such as nn.Conv2d says nothing about the user's code, its parent block does)."""
-    from ..targets.edgetpu.checks import _source_of
+    from ..provenance import module_user_source
 
     path = module_path
     while True:
         try:
-            found = _source_of(module, path)
+            found = module_user_source(module, path)
         except Exception:  # a path the module does not have (a wrapper's): no source, not an error
             found = None
         if found or not path:

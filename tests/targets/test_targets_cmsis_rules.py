@@ -120,3 +120,23 @@ def test_int16x8_models(tmp_path):
     found = {(v.tensor_index, v.rule) for v in check_cmsis_nn(read_flatbuffer(pack_model(mutable))).violations}
     assert (activation, "int16 activations with zero point 0") in found
     assert (bias, "int64 bias with int16 activations") in found
+
+
+def test_rules_run_in_order_and_list_a_tensor_once():
+    """MAXIMUM(x, x) then ADD(x, y) on an int16 ``x`` with a zero point: the missing int16 kernel,
+    then ``x``'s zero point, listed at the first operator that reads it and only there."""
+    from edge_export.flatbuffer import FlatbufferModel, OperatorInfo, QuantParams, TensorInfo
+
+    def int16(i, name, zero_point):
+        return TensorInfo(i, name, (1, 4), (1, 4), "int16", False, QuantParams((0.1,), (zero_point,)))
+
+    tensors = (int16(0, "x", 5), int16(1, "y", 0), int16(2, "z", 0))
+    ops = (OperatorInfo(0, "MAXIMUM", (0, 0), (1,), None), OperatorInfo(1, "ADD", (0, 1), (2,), None))
+    model = FlatbufferModel(size_bytes=0, num_subgraphs=1, tensors=tensors, operators=ops, inputs=(0,), outputs=(2,),
+                            signatures=(), min_runtime_version=None, description=None, subgraph_operators=(ops,))
+    report = check_cmsis_nn(model)
+    assert [(v.operator_index, v.tensor_index, v.found, v.consequence) for v in report.violations] == [
+        (0, None, "int16 input", REFERENCE_KERNEL),
+        (0, 0, "int16 activation with zero point 5", MAY_DIFFER),
+    ]
+    assert report.checked_operators == 2

@@ -67,7 +67,6 @@ def set_io_dtype_pass(model: Any, io_dtype: IODtype) -> bool:
     """
     from ai_edge_litert import schema_py_generated as schema
 
-    TT = schema.TensorType
     if len(model.subgraphs) != 1:
         raise QuantizationError(
             f"Changing the I/O type of a model with {len(model.subgraphs)} subgraphs is not supported.",
@@ -75,99 +74,105 @@ def set_io_dtype_pass(model: Any, io_dtype: IODtype) -> bool:
         )
     sg = model.subgraphs[0]
     ops = list(sg.operators or [])
-    inputs = list(sg.inputs or [])
     outputs = list(sg.outputs or [])
-    changed = False
     new_in_ops = []
+    for index in list(sg.inputs or []):
+        new_type = _target_type(sg.tensors[index], io_dtype, schema)
+        if new_type is not None:
+            new_in_ops.append(_retype_input(model, sg, ops, outputs, index, new_type, schema))
     new_out_ops = []
+    for index in outputs:
+        new_type = _target_type(sg.tensors[index], io_dtype, schema)
+        if new_type is not None:
+            new_out_ops.append(_retype_output(model, sg, ops, index, new_type, schema))
+    if new_in_ops or new_out_ops:
+        sg.operators = new_in_ops + ops + new_out_ops
+    return bool(new_in_ops or new_out_ops)
 
-    def target_type(t) -> int | None:
-        if t.quantization is None or not t.quantization.scale or len(t.quantization.scale) != 1:
-            return None
-        if io_dtype == IODtype.FLOAT32 and t.type in (TT.INT8, TT.INT16):
-            return TT.FLOAT32
-        if io_dtype == IODtype.UINT8 and t.type == TT.INT8:
-            return TT.UINT8
-        if io_dtype == IODtype.INT8 and t.type == TT.UINT8:
-            return TT.INT8
-        if io_dtype in (IODtype.INT8, IODtype.UINT8) and t.type == TT.INT16:
-            raise QuantizationError(
-                f"The model's I/O is int16 (int16x8 mode); it cannot be given {io_dtype.value} I/O.",
-                "Use --io-dtype float32 with --quantize int16x8.",
-            )
+
+def _target_type(t: Any, io_dtype: IODtype, schema: Any) -> int | None:
+    """The type a boundary tensor gets, or None when it stays as it is."""
+    TT = schema.TensorType
+    if t.quantization is None or not t.quantization.scale or len(t.quantization.scale) != 1:
         return None
+    if io_dtype == IODtype.FLOAT32 and t.type in (TT.INT8, TT.INT16):
+        return TT.FLOAT32
+    if io_dtype == IODtype.UINT8 and t.type == TT.INT8:
+        return TT.UINT8
+    if io_dtype == IODtype.INT8 and t.type == TT.UINT8:
+        return TT.INT8
+    if io_dtype in (IODtype.INT8, IODtype.UINT8) and t.type == TT.INT16:
+        raise QuantizationError(
+            f"The model's I/O is int16 (int16x8 mode); it cannot be given {io_dtype.value} I/O.",
+            "Use --io-dtype float32 with --quantize int16x8.",
+        )
+    return None
 
-    def inner_copy(index: int) -> int:
-        t = sg.tensors[index]
-        inner = copy.deepcopy(t)
-        inner.name = (t.name.decode() if isinstance(t.name, bytes) else (t.name or "")) + "_quantized"
-        inner.buffer = 0  # buffer 0 is the empty sentinel: an activation
-        sg.tensors.append(inner)
-        return len(sg.tensors) - 1
 
-    def retype(index: int, new_type: int) -> None:
-        t = sg.tensors[index]
-        scale, zp = t.quantization.scale[0], t.quantization.zeroPoint[0]
-        t.type = new_type
-        if new_type == TT.FLOAT32:
-            t.quantization = None
-        elif new_type == TT.UINT8:
-            t.quantization = _quant(scale, int(zp) + 128, schema)
-        else:  # uint8 -> int8
-            t.quantization = _quant(scale, int(zp) - 128, schema)
+def _inner_copy(sg: Any, index: int) -> int:
+    """A copy of boundary tensor ``index`` as a new inner activation (``<name>_quantized``)."""
+    t = sg.tensors[index]
+    inner = copy.deepcopy(t)
+    inner.name = (t.name.decode() if isinstance(t.name, bytes) else (t.name or "")) + "_quantized"
+    inner.buffer = 0  # buffer 0 is the empty sentinel: an activation
+    sg.tensors.append(inner)
+    return len(sg.tensors) - 1
 
-    for index in inputs:
-        t = sg.tensors[index]
-        new_type = target_type(t)
-        if new_type is None:
-            continue
-        inner = inner_copy(index)
-        for op in ops:
-            op.inputs = [inner if i == index else i for i in (op.inputs or [])]
-        if index in outputs:  # an input passed straight through to an output keeps its identity
-            raise QuantizationError(
-                "A model input is also a model output; its I/O type cannot be changed.",
-                "Use --io-dtype int8 for this model.",
-            )
-        retype(index, new_type)
-        q = schema.OperatorT()
-        q.opcodeIndex = _opcode_index(model, schema.BuiltinOperator.QUANTIZE, _quantize_version(sg.tensors[inner].type, schema), schema)
-        q.inputs, q.outputs = [index], [inner]
+
+def _retype(sg: Any, index: int, new_type: int, schema: Any) -> None:
+    t = sg.tensors[index]
+    scale, zp = t.quantization.scale[0], t.quantization.zeroPoint[0]
+    t.type = new_type
+    if new_type == schema.TensorType.FLOAT32:
+        t.quantization = None
+    elif new_type == schema.TensorType.UINT8:
+        t.quantization = _quant(scale, int(zp) + 128, schema)
+    else:  # uint8 -> int8
+        t.quantization = _quant(scale, int(zp) - 128, schema)
+
+
+def _boundary_op(model: Any, schema: Any, dequantize: bool, version: int, inputs: list[int], outputs: list[int]) -> Any:
+    """A QUANTIZE (or a DEQUANTIZE) from ``inputs`` to ``outputs``."""
+    q = schema.OperatorT()
+    if dequantize:
+        q.opcodeIndex = _opcode_index(model, schema.BuiltinOperator.DEQUANTIZE, version, schema)
+        q.builtinOptionsType = schema.BuiltinOptions.DequantizeOptions
+        q.builtinOptions = schema.DequantizeOptionsT()
+    else:
+        q.opcodeIndex = _opcode_index(model, schema.BuiltinOperator.QUANTIZE, version, schema)
         q.builtinOptionsType = schema.BuiltinOptions.QuantizeOptions
         q.builtinOptions = schema.QuantizeOptionsT()
-        new_in_ops.append(q)
-        changed = True
+    q.inputs, q.outputs = inputs, outputs
+    return q
 
-    for index in outputs:
-        t = sg.tensors[index]
-        new_type = target_type(t)
-        if new_type is None:
-            continue
-        inner = inner_copy(index)
-        producers = 0
-        for op in ops:
-            if index in (op.outputs or []):
-                op.outputs = [inner if o == index else o for o in op.outputs]
-                producers += 1
-            op.inputs = [inner if i == index else i for i in (op.inputs or [])]
-        if producers != 1:
-            raise InternalError(f"Output tensor {index} has {producers} producers, expected 1.")
-        retype(index, new_type)
-        q = schema.OperatorT()
-        if new_type == TT.FLOAT32:
-            q.opcodeIndex = _opcode_index(
-                model, schema.BuiltinOperator.DEQUANTIZE, _dequantize_version(sg.tensors[inner].type, schema), schema
-            )
-            q.builtinOptionsType = schema.BuiltinOptions.DequantizeOptions
-            q.builtinOptions = schema.DequantizeOptionsT()
-        else:
-            q.opcodeIndex = _opcode_index(model, schema.BuiltinOperator.QUANTIZE, 2, schema)
-            q.builtinOptionsType = schema.BuiltinOptions.QuantizeOptions
-            q.builtinOptions = schema.QuantizeOptionsT()
-        q.inputs, q.outputs = [inner], [index]
-        new_out_ops.append(q)
-        changed = True
 
-    if changed:
-        sg.operators = new_in_ops + ops + new_out_ops
-    return changed
+def _retype_input(model: Any, sg: Any, ops: list, outputs: list[int], index: int, new_type: int, schema: Any) -> Any:
+    """Input ``index`` takes ``new_type``; the graph reads an inner copy, made by the QUANTIZE returned."""
+    inner = _inner_copy(sg, index)
+    for op in ops:
+        op.inputs = [inner if i == index else i for i in (op.inputs or [])]
+    if index in outputs:  # an input passed straight through to an output keeps its identity
+        raise QuantizationError(
+            "A model input is also a model output; its I/O type cannot be changed.",
+            "Use --io-dtype int8 for this model.",
+        )
+    _retype(sg, index, new_type, schema)
+    return _boundary_op(model, schema, False, _quantize_version(sg.tensors[inner].type, schema), [index], [inner])
+
+
+def _retype_output(model: Any, sg: Any, ops: list, index: int, new_type: int, schema: Any) -> Any:
+    """Output ``index`` takes ``new_type``; the graph writes an inner copy, which the DEQUANTIZE
+    (to float) or QUANTIZE (int8 <-> uint8) returned converts."""
+    inner = _inner_copy(sg, index)
+    producers = 0
+    for op in ops:
+        if index in (op.outputs or []):
+            op.outputs = [inner if o == index else o for o in op.outputs]
+            producers += 1
+        op.inputs = [inner if i == index else i for i in (op.inputs or [])]
+    if producers != 1:
+        raise InternalError(f"Output tensor {index} has {producers} producers, expected 1.")
+    _retype(sg, index, new_type, schema)
+    if new_type == schema.TensorType.FLOAT32:
+        return _boundary_op(model, schema, True, _dequantize_version(sg.tensors[inner].type, schema), [inner], [index])
+    return _boundary_op(model, schema, False, 2, [inner], [index])

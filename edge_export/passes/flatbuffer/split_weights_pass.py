@@ -132,67 +132,80 @@ def split_weights_pass(model: Any, operators: Iterable[int]) -> bool:
     if wrong:
         raise InternalError(f"split_weights_pass: operator(s) {wrong} have no constant float filter to split.")
     add_code = _opcode_index(model, schema.BuiltinOperator.ADD, 1, schema)
+    # The weights are read before any is replaced: operators sharing a filter split the original.
+    original = {ops[i].inputs[1]: _float_filter(model, sg, ops[i]) for i in chosen}
+    in_place = _filters_split_in_place(sg, ops, chosen)
+    new_ops: list[Any] = []
+    for index, op in enumerate(ops):
+        new_ops.append(op)
+        if index in chosen:
+            new_ops.extend(_split_operator(model, sg, op, original[op.inputs[1]], op.inputs[1] in in_place, add_code))
+    sg.operators = new_ops
+    return True
+
+
+def _filters_split_in_place(sg: Any, ops: list, chosen: list[int]) -> set[int]:
+    """The filters read only by chosen operators, through a buffer no other tensor holds: they
+    become W_hi in place (no float constant left behind for the quantizer to keep); the others keep
+    theirs and W_hi is a new constant."""
     readers: dict[int, int] = {}
     for op in ops:
         for t in op.inputs or ():
             if t >= 0:
                 readers[t] = readers.get(t, 0) + 1
-    # A filter read only by chosen operators, through a buffer no other tensor holds, becomes W_hi
-    # in place (no float constant left behind for the quantizer to keep); the others keep theirs.
-    # The weights are read before any is replaced: operators sharing a filter split the original.
-    filters = {i: ops[i].inputs[1] for i in chosen}
-    original = {t: _float_filter(model, sg, ops[i]) for i, t in filters.items()}
+    filters = [ops[i].inputs[1] for i in chosen]
     buffer_holders: dict[int, int] = {}
     for tensor in sg.tensors:
         buffer_holders[tensor.buffer] = buffer_holders.get(tensor.buffer, 0) + 1
-    in_place = {
-        t for t in set(filters.values())
-        if readers.get(t) == list(filters.values()).count(t) and buffer_holders.get(sg.tensors[t].buffer) == 1
-    }
-    new_ops: list[Any] = []
-    for index, op in enumerate(ops):
-        new_ops.append(op)
-        if index not in chosen:
-            continue
-        axis = SPLIT_WEIGHT_OPCODES[_opcode(model, op)]
-        weights = original[op.inputs[1]]
-        hi = int8_per_channel(weights, axis)
-        # the exact remainder: ai-edge-quantizer rounds it to int8 per channel when it quantizes
-        # the model, and the float model computes what the original does
-        lo = (weights - hi).astype(np.float32)
-        filter_tensor = sg.tensors[op.inputs[1]]
-        out_index = op.outputs[0]
-        out = sg.tensors[out_index]
-        base = _name(out)
-        if op.inputs[1] in in_place:
-            hi_filter = op.inputs[1]
-            if not _name(filter_tensor).endswith(HI_SUFFIX):  # the first of the operators sharing it
-                model.buffers[filter_tensor.buffer].data = np.frombuffer(hi.tobytes(), dtype=np.uint8)
-                filter_tensor.name = _name(filter_tensor) + HI_SUFFIX
-        else:
-            hi_filter = _constant(model, sg, filter_tensor, _name(filter_tensor) + HI_SUFFIX, hi)
-        lo_filter = _constant(model, sg, filter_tensor, _name(filter_tensor).removesuffix(HI_SUFFIX) + LO_SUFFIX, lo)
-        hi_out = _activation_tensor(sg, out, base + HI_SUFFIX)
-        lo_out = _activation_tensor(sg, out, base + LO_SUFFIX)
-        activation = op.builtinOptions.fusedActivationFunction
-        lo_op = copy.deepcopy(op)
-        # a zero bias, not an absent one: LiteRT's CONV_2D refuses an optional bias ("Tensor at
-        # index 2 was optional but was expected")
-        zero_bias = _constant(model, sg, filter_tensor, base + LO_SUFFIX + "_bias", np.zeros(weights.shape[axis], np.float32))
-        sg.tensors[zero_bias].shape = [weights.shape[axis]]
-        sg.tensors[zero_bias].shapeSignature = None
-        lo_op.inputs = [op.inputs[0], lo_filter, zero_bias]
-        lo_op.outputs = [lo_out]
-        lo_op.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.NONE
-        op.inputs = [op.inputs[0], hi_filter, *op.inputs[2:]]
-        op.outputs = [hi_out, *op.outputs[1:]]
-        op.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.NONE
-        add = schema.OperatorT()
-        add.opcodeIndex = add_code
-        add.inputs, add.outputs = [hi_out, lo_out], [out_index]
-        add.builtinOptionsType = schema.BuiltinOptions.AddOptions
-        add.builtinOptions = schema.AddOptionsT()
-        add.builtinOptions.fusedActivationFunction = activation
-        new_ops.extend([lo_op, add])
-    sg.operators = new_ops
-    return True
+    return {t for t in set(filters) if readers.get(t) == filters.count(t) and buffer_holders.get(sg.tensors[t].buffer) == 1}
+
+
+def _split_operator(model: Any, sg: Any, op: Any, weights: np.ndarray, in_place: bool, add_code: int) -> list[Any]:
+    """Turn ``op`` into its W_hi half (in place) and return the W_lo operator and the ADD that
+    writes the original output with the original fused activation."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    axis = SPLIT_WEIGHT_OPCODES[_opcode(model, op)]
+    hi = int8_per_channel(weights, axis)
+    # the exact remainder: ai-edge-quantizer rounds it to int8 per channel when it quantizes
+    # the model, and the float model computes what the original does
+    lo = (weights - hi).astype(np.float32)
+    filter_tensor = sg.tensors[op.inputs[1]]
+    out_index = op.outputs[0]
+    base = _name(sg.tensors[out_index])
+    hi_filter = _hi_filter(model, sg, op.inputs[1], hi, in_place)
+    lo_filter = _constant(model, sg, filter_tensor, _name(filter_tensor).removesuffix(HI_SUFFIX) + LO_SUFFIX, lo)
+    hi_out = _activation_tensor(sg, sg.tensors[out_index], base + HI_SUFFIX)
+    lo_out = _activation_tensor(sg, sg.tensors[out_index], base + LO_SUFFIX)
+    activation = op.builtinOptions.fusedActivationFunction
+    lo_op = copy.deepcopy(op)
+    # a zero bias, not an absent one: LiteRT's CONV_2D refuses an optional bias ("Tensor at
+    # index 2 was optional but was expected")
+    zero_bias = _constant(model, sg, filter_tensor, base + LO_SUFFIX + "_bias", np.zeros(weights.shape[axis], np.float32))
+    sg.tensors[zero_bias].shape = [weights.shape[axis]]
+    sg.tensors[zero_bias].shapeSignature = None
+    lo_op.inputs = [op.inputs[0], lo_filter, zero_bias]
+    lo_op.outputs = [lo_out]
+    lo_op.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.NONE
+    op.inputs = [op.inputs[0], hi_filter, *op.inputs[2:]]
+    op.outputs = [hi_out, *op.outputs[1:]]
+    op.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.NONE
+    add = schema.OperatorT()
+    add.opcodeIndex = add_code
+    add.inputs, add.outputs = [hi_out, lo_out], [out_index]
+    add.builtinOptionsType = schema.BuiltinOptions.AddOptions
+    add.builtinOptions = schema.AddOptionsT()
+    add.builtinOptions.fusedActivationFunction = activation
+    return [lo_op, add]
+
+
+def _hi_filter(model: Any, sg: Any, filter_index: int, hi: np.ndarray, in_place: bool) -> int:
+    """The tensor holding W_hi: the filter itself, rewritten once (by the first of the operators
+    sharing it), or a new constant."""
+    filter_tensor = sg.tensors[filter_index]
+    if not in_place:
+        return _constant(model, sg, filter_tensor, _name(filter_tensor) + HI_SUFFIX, hi)
+    if not _name(filter_tensor).endswith(HI_SUFFIX):
+        model.buffers[filter_tensor.buffer].data = np.frombuffer(hi.tobytes(), dtype=np.uint8)
+        filter_tensor.name = _name(filter_tensor) + HI_SUFFIX
+    return filter_index

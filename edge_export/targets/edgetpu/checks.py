@@ -13,13 +13,13 @@ its operation table), so that a prediction and a real compile can be compared li
 from __future__ import annotations
 
 import enum
-import inspect
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ...errors import TargetError
 from ...flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, read_flatbuffer
+from ...provenance import describe_location, flatbuffer_operator_module, module_user_source, operator_module
 from ...serialize import json_field
 from ..operator_rules import OperatorRules
 
@@ -149,8 +149,6 @@ class UnmappedOp:
     ops_before: int  # operators that precede it (the share the TPU gets)
 
     def describe(self) -> str:
-        from ...provenance import describe_location
-
         where = describe_location(self.module_path, self.module_type, self.source)
         return f"operator #{self.index} {self.opcode}{where}: {self.reason}"
 
@@ -218,58 +216,8 @@ def module_path_from_tensor_name(name: str, opcode: str | None = None) -> tuple[
     """``(module_path, module_type)`` of the module a flatbuffer tensor came from (see
     edge_export.provenance; for a fused operator ``opcode``, the module that computes it), or None
     when its name names none."""
-    from ...provenance import operator_module
-
     found = operator_module(name, opcode)
     return None if found is None else (found.path, found.type_name)
-
-
-def _module_of(op: OperatorInfo, model: FlatbufferModel) -> tuple[str, str | None] | None:
-    # The output tensor carries the op's own module; inputs are a fallback for unnamed outputs.
-    for index in (*op.outputs, *op.inputs):
-        if index < 0:
-            continue
-        t = model.tensors[index]
-        if t.is_constant:
-            continue
-        found = module_path_from_tensor_name(t.name, op.opcode)
-        if found is not None:
-            return found
-    return None
-
-
-def _source_from_graph(graph_module: Any, module_path: str) -> str | None:
-    """The user's source line of the first graph node that ran inside ``module_path`` (an exported
-    graph keeps each node's nn_module_stack and stack trace)."""
-    from ...provenance import node_module, node_user_source
-
-    for node in graph_module.graph.nodes:
-        found = node_module(node)
-        if found is None or found.path != module_path:
-            continue
-        source = node_user_source(node)
-        if source:
-            return source
-    return None
-
-
-def _source_of(source_module: Any, module_path: str) -> str | None:
-    import torch
-
-    if isinstance(source_module, torch.fx.GraphModule):
-        found = _source_from_graph(source_module, module_path)
-        if found:
-            return found
-    try:
-        sub = source_module.get_submodule(module_path) if module_path else source_module
-        cls = type(sub)
-        file = inspect.getsourcefile(cls)
-        line = inspect.getsourcelines(cls)[1]
-    except (AttributeError, OSError, TypeError):
-        return None
-    if not file or "site-packages" in file or "/torch/" in file:
-        return None  # a library class (nn.Conv2d, a GraphModule) says nothing about the user's code
-    return f"{file}:{line}"
 
 
 # ---- constant values (axes, paddings, strides) ---------------------------------------------------
@@ -310,8 +258,8 @@ def _float_consumers(op: OperatorInfo, model: FlatbufferModel) -> str:
     names = []
     for other in model.operators:
         if op.outputs[0] in other.inputs:
-            found = _module_of(other, model)
-            where = f" in '{found[0] or '<root>'}' ({found[1]})" if found else ""
+            found = flatbuffer_operator_module(model, other)
+            where = f" in '{found.path or '<root>'}' ({found.type_name})" if found else ""
             names.append(f"{other.opcode} #{other.index}{where}")
     return ", ".join(names[:3]) if names else "the operations after it"
 
@@ -528,80 +476,81 @@ def check_edgetpu(model: FlatbufferModel, *, source_module: Any = None) -> EdgeT
     model built without them is checked from shapes where possible. ``source_module`` (the PyTorch
     module that was exported) adds the source location of the module at the cut.
     """
-    wanted = set()
-    for op in model.operators:
-        if op.opcode in ("MEAN", "PAD", "STRIDED_SLICE"):
-            wanted.update(i for i in op.inputs[1:] if i >= 0 and model.tensors[i].is_constant)
-    constants = _constant_values(model, wanted)
-
+    constants = _rule_constants(model)
     problems = _model_problems(model)
     mappings: list[OpMapping] = []
     cut: UnmappedOp | None = None
     for op in model.operators:
-        found_module = _module_of(op, model)
-        module_path = found_module[0] if found_module else None
-        in_names = tuple(model.tensors[i].name for i in op.inputs if i >= 0 and not model.tensors[i].is_constant)
-        out_names = tuple(model.tensors[i].name for i in op.outputs if i >= 0)
-        if _is_boundary(op, model):
-            status, reason, supported, on_tpu = (
-                OpStatus.UNSUPPORTED_DTYPE,
-                f"{op.opcode} between the float model I/O and the integer graph stays on the CPU "
-                "(it does not cut the graph)",
-                True,
-                False,
-            )
-        else:
-            rule = _own_rule(op, model, constants)
-            supported = rule is None
-            if cut is None and not supported:
-                status, reason = rule  # type: ignore[misc]
-                module_type = found_module[1] if found_module else None
-                cut = UnmappedOp(
-                    index=op.index,
-                    opcode=op.opcode,
-                    status=status,
-                    reason=reason,
-                    input_names=in_names,
-                    output_names=out_names,
-                    module_path=module_path,
-                    module_type=module_type,
-                    source=_source_of(source_module, module_path)
-                    if source_module is not None and module_path is not None
-                    else None,
-                    ops_before=op.index,
-                )
-                on_tpu = False
-            elif cut is None:
-                status, reason, on_tpu = OpStatus.MAPPED, "", not problems
-            elif supported:
-                status, reason, on_tpu = (
-                    OpStatus.AFTER_CUT,
-                    f"supported, but it comes after the cut at operator #{cut.index} {cut.opcode}",
-                    False,
-                )
-            else:
-                status, reason = rule  # type: ignore[misc]
-                on_tpu = False
-        mappings.append(
-            OpMapping(
-                index=op.index,
-                opcode=op.opcode,
-                status=status,
-                reason=reason,
-                on_tpu=on_tpu,
-                supported=supported,
-                input_names=in_names,
-                output_names=out_names,
-                module_path=module_path,
-            )
+        found = flatbuffer_operator_module(model, op)
+        status, reason, supported, on_tpu = _verdict(op, model, constants, cut, problems)
+        mapping = OpMapping(
+            index=op.index,
+            opcode=op.opcode,
+            status=status,
+            reason=reason,
+            on_tpu=on_tpu,
+            supported=supported,
+            input_names=tuple(model.tensors[i].name for i in op.inputs if i >= 0 and not model.tensors[i].is_constant),
+            output_names=tuple(model.tensors[i].name for i in op.outputs if i >= 0),
+            module_path=found.path if found else None,
         )
+        if cut is None and not supported:
+            cut = _cut_at(mapping, found.type_name if found else None, source_module)
+        mappings.append(mapping)
+    return EdgeTPUReport(ops=tuple(mappings), model_problems=tuple(problems), first_unmapped=cut, table=_compiler_table(mappings))
+
+
+def _rule_constants(model: FlatbufferModel) -> dict[int, list[int]]:
+    """The integer constants the per-operator rules read: MEAN axes, PAD paddings, STRIDED_SLICE bounds."""
+    wanted = set()
+    for op in model.operators:
+        if op.opcode in ("MEAN", "PAD", "STRIDED_SLICE"):
+            wanted.update(i for i in op.inputs[1:] if i >= 0 and model.tensors[i].is_constant)
+    return _constant_values(model, wanted)
+
+
+def _verdict(
+    op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]], cut: UnmappedOp | None, problems: list[str],
+) -> tuple[OpStatus, str, bool, bool]:
+    """(status, reason, supported, on_tpu) of one operator, given the cut so far (None: not cut yet)."""
+    if _is_boundary(op, model):
+        return (
+            OpStatus.UNSUPPORTED_DTYPE,
+            f"{op.opcode} between the float model I/O and the integer graph stays on the CPU (it does not cut the graph)",
+            True,
+            False,
+        )
+    rule = _own_rule(op, model, constants)
+    if rule is not None:
+        return rule[0], rule[1], False, False
+    if cut is None:
+        return OpStatus.MAPPED, "", True, not problems
+    return OpStatus.AFTER_CUT, f"supported, but it comes after the cut at operator #{cut.index} {cut.opcode}", True, False
+
+
+def _cut_at(mapping: OpMapping, module_type: str | None, source_module: Any) -> UnmappedOp:
+    """The first unsupported operator, where the compiler cuts the graph, with its module's source line."""
+    return UnmappedOp(
+        index=mapping.index,
+        opcode=mapping.opcode,
+        status=mapping.status,
+        reason=mapping.reason,
+        input_names=mapping.input_names,
+        output_names=mapping.output_names,
+        module_path=mapping.module_path,
+        module_type=module_type,
+        source=module_user_source(source_module, mapping.module_path),
+        ops_before=mapping.index,
+    )
+
+
+def _compiler_table(mappings: list[OpMapping]) -> tuple[TableRow, ...]:
+    """The compiler's operation table: mapped rows first, then the rest, each by operator name."""
     counts = Counter((m.opcode, m.status.value) for m in mappings)
-    # The compiler lists mapped rows first, then the rest, each by operator name.
-    table = tuple(
+    return tuple(
         TableRow(operator=k[0], count=v, status=k[1])
         for k, v in sorted(counts.items(), key=lambda kv: (kv[0][1] != OpStatus.MAPPED.value, kv[0][1], kv[0][0]))
     )
-    return EdgeTPUReport(ops=tuple(mappings), model_problems=tuple(problems), first_unmapped=cut, table=table)
 
 
 def check_edgetpu_bytes(data: bytes, *, source_module: Any = None) -> EdgeTPUReport:

@@ -221,18 +221,18 @@ def _sqnr(signal: float, noise: float) -> float:
 
 
 def _layer(index: int, op: Any, model: FlatbufferModel, source_module: Any, stat: Sequence[Any]) -> Float16Layer:
-    from ..edgetpu.checks import _module_of, _source_of
+    from ...provenance import flatbuffer_operator_module, module_user_source
 
-    found = _module_of(op, model)
-    path = found[0] if found else None
+    found = flatbuffer_operator_module(model, op)
+    path = found.path if found else None
     sqnr = _sqnr(stat[0], stat[1])
     return Float16Layer(
         operator=op.index,
         opcode=op.opcode,
         tensor=model.tensors[index].name,
         module_path=path,
-        module_type=found[1] if found else None,
-        source=_source_of(source_module, path) if source_module is not None and path is not None else None,
+        module_type=found.type_name if found else None,
+        source=module_user_source(source_module, path),
         sqnr_db=sqnr if sqnr == sqnr and abs(sqnr) != float("inf") else None,
         max_abs_float32=stat[2],
     )

@@ -16,7 +16,7 @@ This module predicts, without a phone:
   TfLiteGpuDelegateOptionsV2Default); ``largest_partition_ops`` is what runs on the GPU then, unless
   the app raises that limit;
 - the first unsupported operator, blamed on its PyTorch module and source line (``provenance``, and
-  ``_source_of`` of the Edge TPU checker).
+  ``module_user_source``).
 
 The operator table and its source
 ---------------------------------
@@ -415,7 +415,7 @@ def _model_problems(model: FlatbufferModel) -> list[str]:
 
 def check_gpu(model: FlatbufferModel, *, source_module: Any = None, analyzer: AnalyzerCrossCheck | None = None) -> GpuReport:
     """Predict which operators of ``model``'s main subgraph the GPU delegate runs, and how it partitions."""
-    from ..edgetpu.checks import _module_of, _source_of
+    from ...provenance import flatbuffer_operator_module, module_user_source
 
     versions = _op_versions(model)
     ops: list[GpuOp] = []
@@ -423,8 +423,8 @@ def check_gpu(model: FlatbufferModel, *, source_module: Any = None, analyzer: An
     partition, in_run = -1, False
     for op, version in zip(model.operators, versions):
         reason = _own_verdict(op, version, model)
-        found = _module_of(op, model)
-        module_path = found[0] if found else None
+        found = flatbuffer_operator_module(model, op)
+        module_path = found.path if found else None
         if reason is None:
             if not in_run:
                 partition, in_run = partition + 1, True
@@ -437,8 +437,8 @@ def check_gpu(model: FlatbufferModel, *, source_module: Any = None, analyzer: An
                     opcode=op.opcode,
                     reason=reason,
                     module_path=module_path,
-                    module_type=found[1] if found else None,
-                    source=_source_of(source_module, module_path) if source_module is not None and module_path is not None else None,
+                    module_type=found.type_name if found else None,
+                    source=module_user_source(source_module, module_path),
                     ops_before=op.index,
                 )
         ops.append(GpuOp(op.index, op.opcode, version, reason is None, reason or "", where, estimate_macs(op, model), module_path))

@@ -203,17 +203,6 @@ def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
     return -(-count * _DTYPE_BITS.get(t.dtype, 32) // 8)
 
 
-def _module_of(model: FlatbufferModel, index: int, opcode: str | None = None) -> str | None:
-    """The module a tensor's name points to for ``opcode`` (the operator that reads or writes it):
-    a fused conv's weights belong to the conv, not to the ReLU its name also names."""
-    from ...provenance import operator_module
-
-    found = operator_module(model.tensors[index].name, opcode)
-    if found is None:
-        return None
-    return found.path or found.type_name
-
-
 def _operators_using(model: FlatbufferModel) -> dict[int, list[str]]:
     using: dict[int, list[str]] = {}
     for op in model.operators:
@@ -228,6 +217,15 @@ def _first_opcode(users: Sequence[str]) -> str | None:
     return users[0].split(" #", 1)[0] if users else None
 
 
+def _tensor_module(model: FlatbufferModel, index: int, using: dict[int, list[str]]) -> str | None:
+    """The module of one tensor (a consumer of flash or RAM, not an operator): its own name, read for
+    the opcode of its first user, so that a fused conv's weights go to the conv rather than to the
+    ReLU the name also names."""
+    from ...provenance import module_label, operator_module
+
+    return module_label(operator_module(model.tensors[index].name, _first_opcode(using.get(index, ()))))
+
+
 def _largest(model: FlatbufferModel, constant: bool, limit: int) -> tuple[SizeConsumer, ...]:
     using = _operators_using(model)
     indices = [t.index for t in model.tensors if t.is_constant == constant and (constant or t.index in using)]
@@ -235,7 +233,7 @@ def _largest(model: FlatbufferModel, constant: bool, limit: int) -> tuple[SizeCo
     return tuple(
         SizeConsumer(
             i, model.tensors[i].name, tuple(model.tensors[i].shape), model.tensors[i].dtype,
-            _tensor_bytes(model, i), _module_of(model, i, _first_opcode(using.get(i, ()))), tuple(using.get(i, ())),
+            _tensor_bytes(model, i), _tensor_module(model, i, using), tuple(using.get(i, ())),
         )
         for i in indices[:limit]
     )

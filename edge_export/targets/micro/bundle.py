@@ -403,7 +403,23 @@ def render_test_main(
     """``<name>_test.cc``: ``int <name>_run_test_vectors()`` (0 when every vector matches) and a
     ``main`` calling it, left out when ``EDGE_EXPORT_NO_TEST_MAIN`` is defined (firmware with its
     own main calls the function)."""
-    lines = [
+    lines = _test_main_head(name) + _test_main_setup(name, op_count)
+    for i, array in enumerate(inputs):
+        lines += _test_input_copy(name, i, array)
+    lines += [
+        "    if (interpreter.Invoke() != kTfLiteOk) {",
+        '      MicroPrintf("Invoke failed on vector %d", static_cast<int>(v));',
+        "      return 1;",
+        "    }",
+    ]
+    for j, array in enumerate(outputs):
+        lines += _test_output_check(name, j, array)
+    return "\n".join(lines + _test_main_tail(name))
+
+
+def _test_main_head(name: str) -> list[str]:
+    """The test program's comment, includes and tensor arena."""
+    return [
         f"// Runs the test vectors of {name} through TFLite Micro and compares the outputs with the",
         "// host's within the tolerance. Written by edge-export. Build it with TFLite Micro, e.g. in",
         "// the tflite-micro tree (or any firmware project that compiles TFLite Micro):",
@@ -432,6 +448,12 @@ def render_test_main(
         f"alignas(16) uint8_t {name}_tensor_arena[{name}_arena_size];",
         "}  // namespace",
         "",
+    ]
+
+
+def _test_main_setup(name: str, op_count: int) -> list[str]:
+    """``<name>_run_test_vectors()`` up to the loop over the vectors: model, resolver, interpreter."""
+    return [
         f"int {name}_run_test_vectors() {{",
         f"  const tflite::Model* model = tflite::GetModel({name}_model_data);",
         "  if (model->version() != TFLITE_SCHEMA_VERSION) {",
@@ -451,44 +473,48 @@ def render_test_main(
         "  int mismatches = 0;",
         f"  for (unsigned int v = 0; v < {name}_test_vector_count; ++v) {{",
     ]
-    for i, array in enumerate(inputs):
-        ctype, var = _c_type(array, "input"), f"{name}_test_input_{i}"
-        lines += [
-            f"    TfLiteTensor* input_{i} = interpreter.input({i});",
-            f"    if (input_{i}->bytes != {var}_size * sizeof({ctype})) {{",
-            f'      MicroPrintf("input {i} holds %d bytes, the test data %d", static_cast<int>(input_{i}->bytes), static_cast<int>({var}_size * sizeof({ctype})));',
-            "      return 1;",
-            "    }",
-            f"    std::memcpy(input_{i}->data.raw, &{var}[v * {var}_size], {var}_size * sizeof({ctype}));",
-        ]
-    lines += [
-        "    if (interpreter.Invoke() != kTfLiteOk) {",
-        '      MicroPrintf("Invoke failed on vector %d", static_cast<int>(v));',
+
+
+def _test_input_copy(name: str, i: int, array: np.ndarray) -> list[str]:
+    """Copy vector ``v`` of input ``i`` into the interpreter, after checking its size."""
+    ctype, var = _c_type(array, "input"), f"{name}_test_input_{i}"
+    return [
+        f"    TfLiteTensor* input_{i} = interpreter.input({i});",
+        f"    if (input_{i}->bytes != {var}_size * sizeof({ctype})) {{",
+        f'      MicroPrintf("input {i} holds %d bytes, the test data %d", static_cast<int>(input_{i}->bytes), static_cast<int>({var}_size * sizeof({ctype})));',
         "      return 1;",
         "    }",
+        f"    std::memcpy(input_{i}->data.raw, &{var}[v * {var}_size], {var}_size * sizeof({ctype}));",
     ]
-    for j, array in enumerate(outputs):
-        ctype, var = _c_type(array, "output"), f"{name}_test_expected_output_{j}"
-        lines += [
-            "    {",
-            f"      const TfLiteTensor* output = interpreter.output({j});",
-            f"      if (output->bytes != {var}_size * sizeof({ctype})) {{",
-            f'        MicroPrintf("output {j} holds %d bytes, the test data %d", static_cast<int>(output->bytes), static_cast<int>({var}_size * sizeof({ctype})));',
-            "        return 1;",
-            "      }",
-            f"      const {ctype}* got = reinterpret_cast<const {ctype}*>(output->data.raw);",
-            f"      const {ctype}* expected = &{var}[v * {var}_size];",
-            f"      for (unsigned int k = 0; k < {var}_size; ++k) {{",
-            "        const double difference = static_cast<double>(got[k]) - static_cast<double>(expected[k]);",
-            f"        if (difference > {name}_test_tolerance || difference < -{name}_test_tolerance) {{",
-            f'          MicroPrintf("vector %d output {j} value %d: got %d, expected %d", static_cast<int>(v), static_cast<int>(k), static_cast<int>(got[k]), static_cast<int>(expected[k]));',
-            "          ++mismatches;",
-            "          break;",
-            "        }",
-            "      }",
-            "    }",
-        ]
-    lines += [
+
+
+def _test_output_check(name: str, j: int, array: np.ndarray) -> list[str]:
+    """Compare output ``j`` of vector ``v`` with the host's, within the tolerance."""
+    ctype, var = _c_type(array, "output"), f"{name}_test_expected_output_{j}"
+    return [
+        "    {",
+        f"      const TfLiteTensor* output = interpreter.output({j});",
+        f"      if (output->bytes != {var}_size * sizeof({ctype})) {{",
+        f'        MicroPrintf("output {j} holds %d bytes, the test data %d", static_cast<int>(output->bytes), static_cast<int>({var}_size * sizeof({ctype})));',
+        "        return 1;",
+        "      }",
+        f"      const {ctype}* got = reinterpret_cast<const {ctype}*>(output->data.raw);",
+        f"      const {ctype}* expected = &{var}[v * {var}_size];",
+        f"      for (unsigned int k = 0; k < {var}_size; ++k) {{",
+        "        const double difference = static_cast<double>(got[k]) - static_cast<double>(expected[k]);",
+        f"        if (difference > {name}_test_tolerance || difference < -{name}_test_tolerance) {{",
+        f'          MicroPrintf("vector %d output {j} value %d: got %d, expected %d", static_cast<int>(v), static_cast<int>(k), static_cast<int>(got[k]), static_cast<int>(expected[k]));',
+        "          ++mismatches;",
+        "          break;",
+        "        }",
+        "      }",
+        "    }",
+    ]
+
+
+def _test_main_tail(name: str) -> list[str]:
+    """The end of the loop and of the function, and the optional ``main``."""
+    return [
         "  }",
         "  if (mismatches != 0) {",
         '    MicroPrintf("%d output(s) differ from the host run", mismatches);',
@@ -503,4 +529,3 @@ def render_test_main(
         "#endif",
         "",
     ]
-    return "\n".join(lines)

@@ -20,14 +20,24 @@ PyTorch module it came from.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping, NamedTuple
+
+from ..operator_rules import EVERY_OPERATOR, OperatorRules
 
 from ..registry import ReportSection
 
 if TYPE_CHECKING:
-    from ...flatbuffer import FlatbufferModel, OperatorInfo
+    from ...flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo
 
-__all__ = ["MAY_DIFFER", "REFERENCE_KERNEL", "CmsisNNReport", "KernelRuleViolation", "check_cmsis_nn"]
+__all__ = [
+    "CMSIS_NN_RULES",
+    "MAY_DIFFER",
+    "REFERENCE_KERNEL",
+    "CmsisNNReport",
+    "KernelRuleViolation",
+    "check_cmsis_nn",
+    "cmsis_nn_rule",
+]
 
 REFERENCE_KERNEL = "runs the slower reference kernel"
 MAY_DIFFER = "may compute differently on the device than the host parity check measured"
@@ -79,72 +89,115 @@ class CmsisNNReport:
         )
 
 
-def _module_of(model: FlatbufferModel, op: OperatorInfo) -> str | None:
-    from ...provenance import operator_module
+class _Finding(NamedTuple):
+    """What one rule found on one operator (``KernelRuleViolation`` without the operator's names)."""
 
-    # The output names the op's own module (for a fused op, the module that computes the opcode); then its weights (owned by the layer, and named after
-    # it even when the output is a graph output); then the activations it reads.
-    constants = [i for i in op.inputs if i >= 0 and model.tensors[i].is_constant]
-    activations = [i for i in op.inputs if i >= 0 and not model.tensors[i].is_constant]
-    for index in (*op.outputs, *constants, *activations):
-        found = operator_module(model.tensors[index].name, op.opcode)
-        if found is not None:
-            return found.path or found.type_name
-    return None
+    tensor_index: int | None
+    rule: str
+    found: str
+    consequence: str
 
 
-def _zero_points(model: FlatbufferModel, index: int) -> tuple[int, ...]:
-    quant = model.tensors[index].quant
-    return quant.zero_points if quant is not None else ()
+# One rule per assumption, each registered for the opcodes it is about and run in this order; every
+# rule runs (``OperatorRules.findings``) and returns what it found, () when the operator meets it.
+CMSIS_NN_RULES = OperatorRules("CMSIS-NN")
+cmsis_nn_rule = CMSIS_NN_RULES.rule
+
+
+def _activation_dtype(op: OperatorInfo, model: FlatbufferModel) -> str | None:
+    """The quantized type of the operator's first input (None when it is float or absent)."""
+    activation = model.tensors[op.inputs[0]] if op.inputs and op.inputs[0] >= 0 else None
+    return activation.dtype if activation is not None and activation.quant is not None else None
+
+
+def _quantized_layer_weights(op: OperatorInfo, model: FlatbufferModel) -> TensorInfo | None:
+    """The weights of a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED with int8 or int16
+    activations (the layers the weight and bias rules are about), else None."""
+    if _activation_dtype(op, model) not in _BIAS_DTYPE or len(op.inputs) < 2 or op.inputs[1] < 0:
+        return None
+    return model.tensors[op.inputs[1]]
+
+
+@cmsis_nn_rule(*_NO_INT16_KERNEL)
+def _has_an_int16_kernel(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> tuple[_Finding, ...]:
+    if _activation_dtype(op, model) != "int16":
+        return ()
+    return (_Finding(None, "an int8 operator (it has no int16 kernel)", "int16 input", REFERENCE_KERNEL),)
+
+
+@cmsis_nn_rule(EVERY_OPERATOR)
+def _int16_activations_are_symmetric(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> tuple[_Finding, ...]:
+    found: list[_Finding] = []
+    for index in dict.fromkeys(i for i in (*op.inputs, *op.outputs) if i >= 0):  # once each, in order
+        t = model.tensors[index]
+        if t.is_constant or t.dtype != "int16" or t.quant is None or not any(zp != 0 for zp in t.quant.zero_points):
+            continue
+        if _first_user(model, index) == op.index:  # a tensor is listed once, at the first operator using it
+            found.append(_Finding(index, "int16 activations with zero point 0",
+                                  f"int16 activation with zero point {t.quant.zero_points[0]}", MAY_DIFFER))
+    return tuple(found)
+
+
+def _first_user(model: FlatbufferModel, index: int) -> int | None:
+    return next((o.index for o in model.operators if index in o.inputs or index in o.outputs), None)
+
+
+@cmsis_nn_rule(*_WEIGHTED)
+def _weights_are_int8(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> tuple[_Finding, ...]:
+    weights = _quantized_layer_weights(op, model)
+    if weights is None or (weights.dtype == "int8" and weights.quant is not None):
+        return ()
+    return (_Finding(op.inputs[1], "int8 weights", f"{weights.dtype} weights", MAY_DIFFER),)
+
+
+@cmsis_nn_rule(*_WEIGHTED)
+def _weights_are_symmetric(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> tuple[_Finding, ...]:
+    weights = _quantized_layer_weights(op, model)
+    if weights is None or weights.dtype != "int8" or weights.quant is None:
+        return ()
+    nonzero = sorted({zp for zp in weights.quant.zero_points if zp != 0})
+    if not nonzero:
+        return ()
+    return (_Finding(op.inputs[1], "symmetric weights (zero point 0)",
+                     f"weights with zero point {', '.join(map(str, nonzero[:3]))}", MAY_DIFFER),)
+
+
+@cmsis_nn_rule(*_PER_CHANNEL)
+def _convolution_weights_are_per_channel(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> tuple[_Finding, ...]:
+    weights = _quantized_layer_weights(op, model)
+    if weights is None or weights.dtype != "int8" or weights.quant is None:
+        return ()
+    axis = _CHANNEL_AXIS[op.opcode]
+    channels = weights.shape[axis] if len(weights.shape) > axis else 1
+    if channels <= 1 or len(weights.quant.scales) == channels:
+        return ()
+    return (_Finding(op.inputs[1], "per-channel weights (one scale per output channel)",
+                     f"per-tensor weights ({len(weights.quant.scales)} scale for {channels} channels)", MAY_DIFFER),)
+
+
+@cmsis_nn_rule(*_WEIGHTED)
+def _bias_matches_activations(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> tuple[_Finding, ...]:
+    if _quantized_layer_weights(op, model) is None or len(op.inputs) <= 2 or op.inputs[2] < 0:
+        return ()
+    act_dtype = _activation_dtype(op, model)
+    expected = _BIAS_DTYPE[act_dtype]  # type: ignore[index]  # _quantized_layer_weights checked it
+    bias = model.tensors[op.inputs[2]]
+    if bias.dtype == expected:
+        return ()
+    return (_Finding(op.inputs[2], f"{expected} bias with {act_dtype} activations", f"{bias.dtype} bias", MAY_DIFFER),)
 
 
 def check_cmsis_nn(model: FlatbufferModel) -> CmsisNNReport:
     """Every tensor or operator of the main subgraph that breaks a rule CMSIS-NN assumes."""
+    from ...provenance import flatbuffer_operator_module, module_label
+
     found: list[KernelRuleViolation] = []
-    int16_zero_point_reported: set[int] = set()
-
     for op in model.operators:
-        module = _module_of(model, op)
-
-        def add(tensor_index: int | None, rule: str, what: str, consequence: str, op: OperatorInfo = op, module: str | None = module) -> None:
-            name = model.tensors[tensor_index].name if tensor_index is not None else None
-            found.append(KernelRuleViolation(op.index, op.opcode, tensor_index, name, module, rule, what, consequence))
-
-        activation = model.tensors[op.inputs[0]] if op.inputs and op.inputs[0] >= 0 else None
-        act_dtype = activation.dtype if activation is not None and activation.quant is not None else None
-
-        if op.opcode in _NO_INT16_KERNEL and act_dtype == "int16":
-            add(None, "an int8 operator (it has no int16 kernel)", "int16 input", REFERENCE_KERNEL)
-
-        for index in (*op.inputs, *op.outputs):  # int16 activations: symmetric
-            t = model.tensors[index] if index >= 0 else None
-            if t is None or t.is_constant or t.dtype != "int16" or t.quant is None or index in int16_zero_point_reported:
-                continue
-            if any(zp != 0 for zp in t.quant.zero_points):
-                int16_zero_point_reported.add(index)
-                add(index, "int16 activations with zero point 0", f"int16 activation with zero point {t.quant.zero_points[0]}", MAY_DIFFER)
-
-        if op.opcode not in _WEIGHTED or act_dtype not in _BIAS_DTYPE or len(op.inputs) < 2 or op.inputs[1] < 0:
-            continue
-        weights = model.tensors[op.inputs[1]]
-        if weights.dtype != "int8" or weights.quant is None:
-            add(op.inputs[1], "int8 weights", f"{weights.dtype} weights", MAY_DIFFER)
-        else:
-            nonzero = sorted({zp for zp in weights.quant.zero_points if zp != 0})
-            if nonzero:
-                add(op.inputs[1], "symmetric weights (zero point 0)",
-                    f"weights with zero point {', '.join(map(str, nonzero[:3]))}", MAY_DIFFER)
-            if op.opcode in _PER_CHANNEL:
-                axis = _CHANNEL_AXIS[op.opcode]
-                channels = weights.shape[axis] if len(weights.shape) > axis else 1
-                if channels > 1 and len(weights.quant.scales) != channels:
-                    add(op.inputs[1], "per-channel weights (one scale per output channel)",
-                        f"per-tensor weights ({len(weights.quant.scales)} scale for {channels} channels)", MAY_DIFFER)
-        if len(op.inputs) > 2 and op.inputs[2] >= 0:
-            bias = model.tensors[op.inputs[2]]
-            expected = _BIAS_DTYPE[act_dtype]
-            if bias.dtype != expected:
-                add(op.inputs[2], f"{expected} bias with {act_dtype} activations", f"{bias.dtype} bias", MAY_DIFFER)
+        findings = CMSIS_NN_RULES.findings(op, model, {})
+        module = module_label(flatbuffer_operator_module(model, op)) if findings else None
+        for f in findings:
+            tensor = model.tensors[f.tensor_index].name if f.tensor_index is not None else None
+            found.append(KernelRuleViolation(op.index, op.opcode, f.tensor_index, tensor, module, f.rule, f.found, f.consequence))
     return CmsisNNReport(len(model.operators), tuple(found))
 
 

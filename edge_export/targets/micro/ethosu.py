@@ -261,8 +261,7 @@ def cpu_operators(compiled: FlatbufferModel, named: FlatbufferModel) -> tuple[Cp
     """The operators Vela left outside its ``ethos-u`` operators, matched to the int8 model's
     operators by their output tensor's name (Vela keeps the names of the tensors it does not fold)
     and blamed on the PyTorch module that name points to."""
-    from ...provenance import operator_module
-    from .cmsis_nn import _module_of
+    from ...provenance import flatbuffer_operator_module, module_label, operator_module
 
     by_output = {}
     for op in named.operators:
@@ -277,10 +276,9 @@ def cpu_operators(compiled: FlatbufferModel, named: FlatbufferModel) -> tuple[Cp
         name = compiled.tensors[op.outputs[0]].name
         source = by_output.get(name)
         if source is not None:  # its module as the CMSIS-NN check finds it (output, weights, inputs)
-            module = _module_of(named, source)
+            module = module_label(flatbuffer_operator_module(named, source))
         else:
-            ref = operator_module(name, op.opcode) if name else None
-            module = (ref.path or ref.type_name) if ref is not None else None
+            module = module_label(operator_module(name, op.opcode)) if name else None
         found.append(CpuOperator(
             source.index if source is not None else None,
             source.opcode if source is not None else op.opcode,
