@@ -276,6 +276,32 @@ def _target_flags() -> dict[str, str]:
     return {option.name: option.flag for option in declared_target_options().values()}
 
 
+# export's own options that reach ExportOptions as they are (the others are converted below)
+_EXPORT_FIELDS = (
+    "target", "io_dtype", "quant_backend", "mixed_precision", "time_budget", "calibration_samples", "range_algorithm",
+    "image_layout", "strip_names", "keep_names", "signature_key", "model_name", "model_version", "description", "author",
+    "write_metadata", "emit_test_vectors", "test_vectors_count", "strict", "validate", "host_latency", "channels_last",
+)
+
+
+def _export_options(params: dict) -> Any:
+    """ExportOptions from the export command's values; a value that does not parse is exit 2."""
+    from .api import ExportOptions
+
+    return ExportOptions(
+        quantize=_quantize_mode(params["quantize"]),
+        calibration_data=str(params["calibration_data"]) if params["calibration_data"] else None,
+        image_size=_parse_pair(params["image_size"], "--image-size"),
+        mean=_parse_floats(params["mean"], "--mean"),
+        std=_parse_floats(params["std"], "--std"),
+        input_names=params["input_names"] or (),
+        output_names=params["output_names"] or (),
+        **{name: params[name] for name in _EXPORT_FIELDS},
+        **_checking_fields(params["checking"]),
+        **_given_target_options(params["target_values"]),
+    )
+
+
 def _refuse_task_options(flags: list[str]) -> None:
     if flags:
         verb = "applies" if len(flags) == 1 else "apply"
@@ -380,44 +406,10 @@ def export_command(
         return _run(call, checking["quiet"], checking["debug"], checking["verbose"])
 
     def call(on_stage, on_progress):
-        from .api import ExportOptions, export
+        from .api import export
 
         _refuse_task_options([flag for name, flag in given if name in _TASK_OPTIONS])
-
-        options = ExportOptions(
-            quantize=_quantize_mode(quantize),
-            target=target,
-            io_dtype=io_dtype,
-            quant_backend=quant_backend,
-            mixed_precision=mixed_precision,
-            time_budget=time_budget,
-            calibration_data=str(calibration_data) if calibration_data else None,
-            calibration_samples=calibration_samples,
-            range_algorithm=range_algorithm,
-            image_size=_parse_pair(image_size, "--image-size"),
-            mean=_parse_floats(mean, "--mean"),
-            std=_parse_floats(std, "--std"),
-            image_layout=image_layout,
-            strip_names=strip_names,
-            keep_names=keep_names,
-            input_names=input_names or (),
-            output_names=output_names or (),
-            signature_key=signature_key,
-            model_name=model_name,
-            model_version=model_version,
-            description=description,
-            author=author,
-            write_metadata=write_metadata,
-            emit_test_vectors=emit_test_vectors,
-            test_vectors_count=test_vectors_count,
-            strict=strict,
-            validate=validate,
-            host_latency=host_latency,
-            channels_last=channels_last,
-            **_checking_fields(checking),
-            **_given_target_options(target_values),
-        )
-        return export(model, output=output, options=options, on_stage=on_stage, on_progress=on_progress)
+        return export(model, output=output, options=_export_options(params), on_stage=on_stage, on_progress=on_progress)
 
     _run(call, checking["quiet"], checking["debug"], checking["verbose"])
 

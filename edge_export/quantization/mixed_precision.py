@@ -58,6 +58,10 @@ from typing import Any
 
 import numpy as np
 
+from .promotion_steps import SINGLE_STEPS, AccuracyTarget, PromotedLayer, TargetCheck, evaluate_target  # noqa: F401  (re-exported)
+from .promotion_steps import sqnr_key as _sqnr_key
+from .promotion_steps import step_sizes as _groups
+
 from ..errors import QuantizationError, UsageError, first_line
 from ..serialize import json_field
 from .budget import TimeBudget
@@ -94,7 +98,6 @@ __all__ = [
 
 MIXED_PRECISION_MODES = ("auto", "int16", "off")
 SENSITIVITY_SAMPLES = 8  # calibration samples the ranking is measured on
-SINGLE_STEPS = 8  # promotions made one at a time before the groups grow
 # Sensitivities closer than this count as equal (promotion_order): the ranking of 8 samples,
 # re-measured on 8 others, moves an operator's SQNR by at most 0.82 dB on the benchmark CNNs
 # (median gap between adjacent operators 0.54 dB; BENCHMARKS.md §16).
@@ -109,83 +112,6 @@ def check_mixed_precision_option(value: str | None) -> None:
         raise UsageError(
             f"--mixed-precision {value} is not known.", f"Use one of {', '.join(MIXED_PRECISION_MODES)}."
         )
-
-
-@dataclass(frozen=True)
-class AccuracyTarget:
-    """What the output must reach on the held-out inputs: the parity thresholds that gate every
-    output kind (SQNR) and the ones the user gave explicitly (cosine, top-1)."""
-
-    min_sqnr_db: float | None = None
-    min_cosine: float | None = None
-    min_top1: float | None = None
-
-    def describe(self) -> str:
-        parts = []
-        if self.min_sqnr_db is not None:
-            parts.append(f"SQNR >= {self.min_sqnr_db:g} dB")
-        if self.min_cosine is not None:
-            parts.append(f"cosine >= {self.min_cosine:g}")
-        if self.min_top1 is not None:
-            parts.append(f"top-1 >= {self.min_top1:g}")
-        return ", ".join(parts) or "no threshold"
-
-
-@dataclass(frozen=True)
-class TargetCheck:
-    """One candidate against the target, on the held-out inputs (worst output)."""
-
-    sqnr_db: float
-    cosine: float
-    top1: float | None
-    failed: tuple[str, ...]
-
-    @property
-    def met(self) -> bool:
-        return not self.failed
-
-
-def evaluate_target(outs: list[list[np.ndarray]], refs: list[list[np.ndarray]], target: AccuracyTarget) -> TargetCheck:
-    from ..validators.metrics import cosine_similarity, sqnr_db, top1_agreement
-
-    sqnrs, cosines, top1s = [], [], []
-    for k in range(min(len(refs[0]), len(outs[0]))):
-        ref = np.stack([np.asarray(r[k], dtype=np.float32) for r in refs])
-        out = np.stack([np.asarray(o[k], dtype=np.float32).reshape(np.shape(r[k])) for o, r in zip(outs, refs)])
-        sqnrs.append(sqnr_db(ref.ravel(), out.ravel()))
-        cosines.append(cosine_similarity(ref.ravel(), out.ravel()))
-        if target.min_top1 is not None and ref.shape[-1] > 1:
-            top1s.append(top1_agreement(ref.reshape(-1, ref.shape[-1]), out.reshape(-1, ref.shape[-1])))
-    sqnr, cosine = float(min(sqnrs)), float(min(cosines))
-    top1 = float(min(top1s)) if top1s else None
-    failed = []
-    if target.min_sqnr_db is not None and not sqnr >= target.min_sqnr_db:
-        failed.append(f"SQNR {sqnr:.1f} dB < {target.min_sqnr_db:g}")
-    if target.min_cosine is not None and not cosine >= target.min_cosine:
-        failed.append(f"cosine {cosine:.5f} < {target.min_cosine:g}")
-    if target.min_top1 is not None and top1 is not None and not top1 >= target.min_top1:
-        failed.append(f"top-1 {top1:.3f} < {target.min_top1:g}")
-    return TargetCheck(round(sqnr, 3), round(cosine, 6), None if top1 is None else round(top1, 4), tuple(failed))
-
-
-@dataclass(frozen=True)
-class PromotedLayer:
-    """One operator raised above int8, with what it cost and bought."""
-
-    op_index: int
-    opcode: str
-    tensor: str
-    module_path: str | None
-    module_type: str | None
-    source: str | None
-    precision: str  # "int16" | "float" | "int16+split-weights" (weight_splitting.SPLIT_PRECISION)
-    sensitivity_rank: int
-    step: int  # which measured prefix first included it (operators promoted together share one)
-    sqnr_before_db: float  # the model's held-out SQNR before this step
-    sqnr_after_db: float  # and after it
-    size_delta_bytes: int  # file size change of this step (shared by the step's operators)
-    # median host latency change of this step (shared likewise); None when latency is not measured
-    latency_delta_ms: float | None = json_field(default=None, digits=3)
 
 
 @dataclass(frozen=True)
@@ -288,11 +214,6 @@ def _cost_key(cost: float | None) -> float:
     return math.inf if cost is None or math.isnan(cost) else cost
 
 
-def _sqnr_key(sqnr_db: float) -> float:
-    """An SQNR as a "higher is better" key: NaN (output not a number) is the worst."""
-    return -math.inf if math.isnan(sqnr_db) else sqnr_db
-
-
 def _near(a: float, b: float, band_db: float) -> bool:
     if math.isinf(a) or math.isinf(b):
         return a == b
@@ -339,18 +260,6 @@ def promotion_overrides(quantizer: RecipeQuantizer, ops: Sequence[Any], precisio
     overrides = {op: precision for op in ops}
     overrides.update({op: precision for op in passthrough_ops(quantizer.float_model, {op.index for op in ops})})
     return overrides
-
-
-def _groups(count: int) -> list[int]:
-    """How many operators each step promotes: one at a time first, then doubling groups."""
-    sizes, size, done = [], 1, 0
-    while done < count:
-        if done >= SINGLE_STEPS:
-            size *= 2
-        take = min(size, count - done)
-        sizes.append(take)
-        done += take
-    return sizes
 
 
 def _median_latency(

@@ -108,7 +108,9 @@ def search_split_weights(
     (budget.TimeBudget): each candidate is a step; once it is spent the best candidate measured is
     kept and ``out_of_time`` says what was not tried."""
     from .budget import TimeBudget
-    from .mixed_precision import _groups, _sqnr_key, evaluate_target
+    from .promotion_steps import evaluate_target
+    from .promotion_steps import sqnr_key as _sqnr_key
+    from .promotion_steps import step_sizes as _groups
 
     budget = budget if budget is not None else TimeBudget(None)
 
@@ -172,7 +174,7 @@ def split_rows(split: SplitSearch, first_step: int, latency: Mapping[int, float 
     """A PromotedLayer per split operator (``SPLIT_PRECISION``), steps numbered from ``first_step``,
     with the SQNR, size and (``latency``: split count -> median ms, when timed) latency of the
     measured candidates around each."""
-    from .mixed_precision import PromotedLayer
+    from .promotion_steps import PromotedLayer
 
     chain = [k for k in sorted(split.measured) if k <= split.kept]
     rows = []
