@@ -1,32 +1,16 @@
-"""What ``run_text_generation`` returns: the written files and the typed report."""
+"""What ``run_text_generation`` returns: an export's result (files, typed report, verdict, exit
+code) with the ``.litertlm`` beside the ``.tflite``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from ..stages.write import ExportResult
 
 __all__ = ["LanguageModelResult"]
 
 
 @dataclass(frozen=True)
-class LanguageModelResult:
-    tflite_path: Path
-    litertlm_path: Path
-    report_json_path: Path
-    report_md_path: Path
-    run_report: Any = field(repr=False)  # reports.model.RunReport
-
-    @property
-    def report(self) -> dict:
-        from ..serialize import to_json_value
-
-        return to_json_value(self.run_report)
-
-    @property
-    def verdict(self) -> str:
-        return self.run_report.verdict
-
-    @property
-    def exit_code(self) -> int:
-        return self.run_report.exit_code
+class LanguageModelResult(ExportResult):
+    litertlm_path: Path | None = None

@@ -49,4 +49,4 @@ def write_language_model(source: str, class_name: str, paths: dict, tflite: byte
 
     report = build_run_report(source, class_name, paths, tflite, section, stages, options.junit)
     written = write_run(report, [(paths["tflite"], tflite), (paths["litertlm"], litertlm)], options, stages)
-    return LanguageModelResult(written.tflite_path, paths["litertlm"], written.report_json_path, written.report_md_path, report)
+    return LanguageModelResult(written.tflite_path, written.report_json_path, written.report_md_path, report, litertlm_path=paths["litertlm"])
