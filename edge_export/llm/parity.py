@@ -98,7 +98,7 @@ def runtime_texts(litertlm_path: str, prompts: Sequence[str], max_new_tokens: in
     except ImportError as exc:
         raise RuntimeRunError(
             "The LiteRT-LM runtime (litert-lm-api) is not installed, so the .litertlm cannot be run.",
-            "pip install 'edge-export[llm]', or pass --no-validate.",
+            "pip install 'edge-export[llm]' (the runtime is how the .litertlm is checked).",
         ) from exc
     texts, prefill_tps, decode_tps = [], None, None
     try:
