@@ -21,23 +21,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .graph_edits import opcode_index
+
 __all__ = ["round_to_float16_pass", "UNROUNDED_SUFFIX"]
 
 UNROUNDED_SUFFIX = "/unrounded"
-
-
-def _opcode_index(model: Any, builtin: int, schema: Any) -> int:
-    codes = model.operatorCodes or []
-    for i, oc in enumerate(codes):
-        if max(oc.builtinCode or 0, oc.deprecatedBuiltinCode or 0) == builtin:
-            return i
-    oc = schema.OperatorCodeT()
-    oc.builtinCode = builtin
-    oc.deprecatedBuiltinCode = min(builtin, 127)
-    oc.version = 1
-    codes.append(oc)
-    model.operatorCodes = codes
-    return len(codes) - 1
 
 
 def _round_constants(model: Any, sg: Any, float32: int) -> bool:
@@ -73,7 +61,7 @@ def round_to_float16_pass(model: Any) -> bool:
     changed = _round_constants(model, sg, float32)
     tensors = list(sg.tensors or [])
     constant = {i for i, t in enumerate(tensors) if t.buffer and model.buffers[t.buffer].data is not None and len(model.buffers[t.buffer].data)}
-    cast_code = _opcode_index(model, schema.BuiltinOperator.CAST, schema)
+    cast_code = opcode_index(model, schema.BuiltinOperator.CAST)
     empty = len(model.buffers)
     model.buffers.append(schema.BufferT())
 
