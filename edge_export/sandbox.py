@@ -328,6 +328,10 @@ def _outcome(messages: dict[bytes, bytes], status: int) -> tuple[Any, SandboxSta
             raise error
     if b"X" in messages:
         raise RuntimeError(messages[b"X"].decode("utf-8", "replace").split("\n", 1)[0][:500])
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGINT, signal.SIGTERM):
+        # Ctrl-C reaches the whole foreground group: the child may die of it before the parent's
+        # own KeyboardInterrupt is raised. Either way it is the user's interrupt, not a crash.
+        raise KeyboardInterrupt
     signame = signal.Signals(os.WTERMSIG(status)).name if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
     raise NativeCrashError(
         f"The confined run of the untrusted model ended without a result ({signame}).",

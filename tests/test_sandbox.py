@@ -157,3 +157,16 @@ def test_confined_export_after_conversions_in_the_same_process(tmp_path, clean):
     proc = subprocess.run([sys.executable, "-c", script, str(clean), str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "VERDICT passed confined child process" in proc.stdout
+
+
+def _interrupted(channel):
+    import signal
+
+    os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C in a terminal sends the whole process group
+
+
+def test_a_child_ended_by_ctrl_c_is_the_users_interrupt_not_a_crash():
+    from edge_export.sandbox import run_confined
+
+    with pytest.raises(KeyboardInterrupt):
+        run_confined(_interrupted)
