@@ -47,6 +47,7 @@ from ..errors import QuantizationError, first_line
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..library_output import quiet_libraries
 from .calibration import CalibrationSet
+from .discontinuous import keep_feeders_in_float
 
 __all__ = [
     "DEFAULT_FLATBUFFER_OBSERVER",
@@ -310,6 +311,8 @@ def quantize_flatbuffer(
             from ai_edge_quantizer import quantizer as aeq
 
             qz = aeq.Quantizer(bytearray(float_bytes), _recipe(mode))
+            if mode.needs_calibration:  # activations quantized: a step function's input stays float
+                keep_feeders_in_float(qz, float_model)
             qsvs = None
             if qz.need_calibration:
                 float_model = float_model or read_flatbuffer(float_bytes, origin="the float model")
@@ -319,6 +322,8 @@ def quantize_flatbuffer(
                 if observer in ("percentile", "mse"):
                     qsvs = _percentile_ranges(float_model, calibration, qsvs, percentile, mode, search=observer)
                 qsvs, _ = floor_ranges(qsvs, mode, _constant_tensor_names(float_model))
+                if not qsvs:  # every operator left float (a step function and its feeders): nothing to quantize
+                    return float_bytes
             result = qz.quantize(qsvs, enable_progress_report=False)
             model = result.quantized_model
         except QuantizationError:

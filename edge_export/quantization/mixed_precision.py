@@ -65,6 +65,7 @@ from .promotion_steps import step_sizes as _groups
 from ..errors import QuantizationError, UsageError, first_line
 from ..serialize import json_field
 from .budget import TimeBudget
+from .operator_scopes import passthrough_ops
 from .sensitivity import (
     SENSITIVITY_METHOD,
     LayerSensitivity,
@@ -72,7 +73,6 @@ from .sensitivity import (
     SensitivityReport,
     measure_sensitivity,
     ops_by_index,
-    passthrough_ops,
     run_outputs,
 )
 

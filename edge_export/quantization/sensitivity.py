@@ -28,7 +28,6 @@ their own.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,12 +37,14 @@ import numpy as np
 
 from ..config import QuantizeMode
 from ..errors import QuantizationError, first_line
-from ..flatbuffer import FlatbufferModel, read_flatbuffer
+from ..flatbuffer import read_flatbuffer
 from ..library_output import quiet_libraries
 from ..provenance import operator_module
 from ..serialize import json_field
 from .budget import TimeBudget
 from .calibration import CalibrationSet
+from .discontinuous import keep_feeders_in_float
+from .operator_scopes import LAYOUT_OPS, QuantizableOp, quantizable_ops
 
 __all__ = [
     "LAYOUT_OPS",
@@ -59,30 +60,6 @@ __all__ = [
 
 SENSITIVITY_METHODS = ("only-quantized", "only-float")
 SENSITIVITY_METHOD = "only-quantized"
-
-# Operators that move, select or pick values: never candidates (see the module docstring).
-LAYOUT_OPS = frozenset({
-    "RESHAPE", "TRANSPOSE", "PAD", "PADV2", "MIRROR_PAD", "SQUEEZE", "EXPAND_DIMS", "MAX_POOL_2D",
-    "CONCATENATION", "SLICE", "STRIDED_SLICE", "GATHER", "GATHER_ND", "SPLIT", "SPLIT_V", "PACK",
-    "UNPACK", "TILE", "BROADCAST_TO", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "QUANTIZE", "DEQUANTIZE",
-    "RESIZE_NEAREST_NEIGHBOR", "SELECT", "SELECT_V2", "REDUCE_MAX", "REDUCE_MIN", "ARG_MAX", "ARG_MIN",
-    "CAST", "SHAPE", "RELU", "RELU6", "RELU_N1_TO_1",
-})
-
-
-@dataclass(frozen=True)
-class QuantizableOp:
-    """One operator of the float model that the sensitivity pass measures."""
-
-    index: int  # operator index in the float model's main subgraph
-    opcode: str
-    tensor: str  # its first output tensor's name (the Model Explorer key)
-    scope: str  # ai-edge-quantizer's scope string, matched exactly by ``regex``
-
-    @property
-    def regex(self) -> str:
-        return "^" + re.escape(self.scope) + "$"
-
 
 @dataclass(frozen=True)
 class LayerSensitivity:
@@ -119,24 +96,6 @@ class SensitivityReport:
 
     def top(self, n: int = 5) -> tuple[LayerSensitivity, ...]:
         return self.layers[:n]
-
-
-def quantizable_ops(model: FlatbufferModel) -> tuple[QuantizableOp, ...]:
-    """The operators of the main subgraph that ai-edge-quantizer can quantize and that compute
-    something (``LAYOUT_OPS`` left out), in graph order."""
-    from ai_edge_quantizer.qtyping import TFLOperationName
-
-    known = {m.value for m in TFLOperationName}
-    ops = []
-    for op in model.operators:
-        if op.opcode in LAYOUT_OPS or op.opcode not in known:
-            continue
-        outputs = [model.tensors[i] for i in op.outputs if i >= 0]
-        names = [t.name for t in outputs if t.name]
-        if not names or not any(t.is_float for t in outputs):
-            continue
-        ops.append(QuantizableOp(op.index, op.opcode, names[0], ";".join(names) + ";"))
-    return tuple(ops)
 
 
 class RecipeQuantizer:
@@ -191,6 +150,7 @@ class RecipeQuantizer:
                 qz = aeq.Quantizer(bytearray(self.float_bytes))
                 if base != "float":
                     qz.add_static_config(".*", TFLOperationName.ALL_SUPPORTED, _ACTIVATION_BITS[base], 8)
+                    keep_feeders_in_float(qz, self.float_model)  # as quantize_flatbuffer does
                 for op, precision in overrides.items():
                     name = TFLOperationName(op.opcode)
                     if precision == "float":
@@ -336,71 +296,6 @@ def _in_module(path: str | None) -> str:
     if path is None:
         return ""
     return f" (in {path})" if path else " (in the top-level forward())"
-
-
-def passthrough_ops(model: FlatbufferModel, promoted: set[int]) -> tuple[QuantizableOp, ...]:
-    """The layout operators (``LAYOUT_OPS``) to promote with ``promoted``: those whose every
-    neighbour is promoted or such a layout operator itself. A pad or reshape between two float
-    operators would otherwise quantize the tensor it passes on and undo what promoting them bought.
-    Also the model's virtual INPUT/OUTPUT operators when all their neighbours are promoted."""
-    from ai_edge_quantizer.qtyping import TFLOperationName
-
-    known = {m.value for m in TFLOperationName}
-    producer = {t: op.index for op in model.operators for t in op.outputs if t >= 0}
-    consumers: dict[int, list[int]] = {}
-    for op in model.operators:
-        for t in op.inputs:
-            if t >= 0 and not model.tensors[t].is_constant:
-                consumers.setdefault(t, []).append(op.index)
-    # The largest set of layout operators whose every neighbour is promoted or in the set (a chain
-    # TRANSPOSE -> PAD before a promoted conv goes as a whole): start from all of them and drop
-    # any with a neighbour outside, until nothing changes.
-    def neighbours(op) -> list[int]:
-        inputs = [t for t in op.inputs if t >= 0 and not model.tensors[t].is_constant]
-        outputs = [t for t in op.outputs if t >= 0]
-        return [producer[t] for t in inputs if t in producer] + [c for t in outputs for c in consumers.get(t, [])]
-
-    layout = {
-        op.index: op for op in model.operators
-        if op.index not in promoted and op.opcode in LAYOUT_OPS and op.opcode in known
-        and any(model.tensors[t].name for t in op.outputs if t >= 0)
-    }
-    kept = set(layout)
-    changed = True
-    while changed:
-        changed = False
-        for index in sorted(kept):
-            near = neighbours(layout[index])
-            if not near or not all(n in promoted or n in kept for n in near):
-                kept.discard(index)
-                changed = True
-    # a set touching no promoted operator (layout ops between int8 ones) stays int8
-    touching = {i for i in kept if any(n in promoted for n in neighbours(layout[i]))}
-    reach = set(touching)
-    frontier = list(touching)
-    while frontier:
-        i = frontier.pop()
-        for n in neighbours(layout[i]):
-            if n in kept and n not in reach:
-                reach.add(n)
-                frontier.append(n)
-    added: list[QuantizableOp] = []
-    for index in sorted(reach):
-        op = layout[index]
-        names = [model.tensors[t].name for t in op.outputs if t >= 0 and model.tensors[t].name]
-        added.append(QuantizableOp(op.index, op.opcode, names[0], ";".join(names) + ";"))
-    chosen = set(promoted) | reach
-    # The model's inputs and outputs (ai-edge-quantizer's virtual INPUT and OUTPUT operators, one
-    # each, scoped by every input's or output's name): an input quantized to int8 before a float
-    # operator is int8 error at the very start, which a network with a high noise gain amplifies.
-    for key, tensors, near_ops, index in (
-        ("INPUT", model.inputs, [c for t in model.inputs for c in consumers.get(t, [])], -1),
-        ("OUTPUT", model.outputs, [producer[t] for t in model.outputs if t in producer], -2),
-    ):
-        names = [model.tensors[t].name for t in tensors if model.tensors[t].name]
-        if names and near_ops and all(n in chosen for n in near_ops):
-            added.append(QuantizableOp(index, key, names[0], ";".join(names) + ";"))
-    return tuple(added)
 
 
 def ops_by_index(quantizer: RecipeQuantizer) -> dict[int, QuantizableOp]:
