@@ -127,6 +127,20 @@ def test_set_io_dtype_pass_shifts_zero_points_for_uint8_and_leaves_int8_alone(co
     assert after.op_counts["QUANTIZE"] == before.op_counts.get("QUANTIZE", 0) + 2
 
 
+def test_set_io_dtype_pass_changes_the_main_subgraph_of_a_model_with_more(converted):
+    """A scatter's update function or a loop's body is a second subgraph: only the main one has the
+    model's I/O (an int8 index_put was refused for its two subgraphs)."""
+    import copy
+
+    model = read_model(converted.int8)
+    body = copy.deepcopy(model.subgraphs[0])
+    model.subgraphs.append(body)
+    types = [t.type for t in body.tensors]
+    assert set_io_dtype_pass(model, IODtype.FLOAT32) is True
+    assert [t.type for t in model.subgraphs[1].tensors] == types and len(model.subgraphs) == 2
+    assert len(model.subgraphs[0].operators) > len(body.operators)  # the boundary QUANTIZE/DEQUANTIZE
+
+
 def test_set_io_dtype_pass_refuses_int16_io_as_int8():
     from ai_edge_litert import schema_py_generated as schema
 
