@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import operator
 import os
-import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path

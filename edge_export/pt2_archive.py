@@ -235,7 +235,7 @@ def _no_constant(name: str) -> Any:
 
 
 def _check_model(path: Path, root: str, model: str, members: dict[str, bytes], limits: ArchiveLimits) -> None:
-    from .pt2_program import check_program, payload_bytes, user_input_bytes
+    from .pt2_program import check_program, user_input_bytes
 
     program_tail = f"models/{model}.json"
     program = _json(path, f"{root}/{program_tail}", members[program_tail])
