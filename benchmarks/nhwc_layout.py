@@ -1,11 +1,12 @@
 """TRANSPOSE operators inside NHWC models, before and after the layout passes (issue 24, item 3).
 
-    .venv/bin/python benchmarks/nhwc_layout.py --before BASE_TREE --after . [--models mobilenet_v2,resnet,efficientnet,mobilevit,digits_cnn,digits_mobilenetv2] [--modes float,micro]
+    .venv/bin/python benchmarks/nhwc_layout.py --before BASE_TREE --after . [--models mobilenet_v2,resnet,efficientnet,mobilevit,digits_cnn,digits_mobilenetv2,zoo:NAME] [--modes float,micro]
 
 ``BASE_TREE`` is a checkout of the commit before the change (``git archive <commit> | tar -x -C DIR``).
 
 Builds Hugging Face image classifiers from their configs (random weights, nothing downloaded)
-and the digits example's two networks (``digits_cnn``, ``digits_mobilenetv2``, random weights),
+and the digits example's two networks (``digits_cnn``, ``digits_mobilenetv2``, random weights), or a model of the zoo (``zoo:convnext_atto``: its builder in
+``zoo_models.py``, full size),
 saves each as a ``.pt2``, and exports it with each edge-export tree given (``PYTHONPATH`` set to
 that tree, one CLI process per export): ``--channels-last`` in float (cpu), ``--target micro``
 (int8) and ``--target ethos-u55-128`` (``--modes``). For each export it prints the operator count, the TRANSPOSE count, the host latency of the
@@ -65,6 +66,12 @@ def _model(name: str, size: int):
         return {"mean_cnn": testing_models.MeanPoolCNN, "flatten_cnn": testing_models.FlattenPoolCNN}[name]().eval(), (1, 3, 32, 32)
     if name.startswith("digits_"):
         return _digits_model(name.removeprefix("digits_"))
+    if name.startswith("zoo:"):  # the zoo's own builder (benchmarks/zoo_models.py), full size
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from zoo_models import MODELS
+
+        module, example = MODELS[name.removeprefix("zoo:")].build(False)
+        return module, tuple(example[0].shape)
     return _hf_model(name, size), (1, 3, size, size)
 
 
@@ -94,7 +101,7 @@ def _save(name: str, size: int, folder: Path) -> Path:
 
     torch.manual_seed(0)
     module, shape = _model(name, size)
-    path = folder / f"{name}.pt2"
+    path = folder / f"{name.replace(':', '_')}.pt2"  # a colon would read as module:attr
     torch.export.save(torch.export.export(module, (torch.randn(shape),)), path)
     return path
 
@@ -179,7 +186,7 @@ def main() -> None:
             for mode in args.modes.split(","):
                 results = {}
                 for label, tree in (("before", args.before), ("after", args.after)):
-                    out = folder / label / mode / f"{name}.tflite"
+                    out = folder / label / mode / f"{name.replace(':', '_')}.tflite"
                     out.parent.mkdir(parents=True, exist_ok=True)
                     results[label] = _export(tree.resolve(), source, out, modes[mode])
                 ok = [r for r in results.values() if "tflite" in r]

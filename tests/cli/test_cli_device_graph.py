@@ -1,4 +1,4 @@
-"""The models of issue 24's "Done when", exported by the CLI in a fresh process: a top-k head on cpu
+"""The models of issue 24's "Done when", exported by the CLI: a top-k head on cpu
 and gpu, an EfficientNet-style covering pool, a Hugging Face ViT on gpu (one partition), the
 refusal (exit 2) and allocation failure (exit 3) that name the module, and int8 exports of a -inf
 causal mask before a softmax and of a GRU."""
@@ -90,15 +90,29 @@ def vit():
 '''
 
 
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("device_graph")
+    (folder / "device_graph_models.py").write_text(MODELS)
+    return folder
+
+
 @pytest.fixture
-def models(tmp_path):
-    (tmp_path / "device_graph_models.py").write_text(MODELS)
-    return tmp_path
+def models(folder, run_cli, monkeypatch):
+    """The CLI run in this process from the models' folder (the worker has torch and litert-torch
+    imported already: a fresh process would spend most of each test importing them again). One
+    export is still run in a fresh process (the allocation failure, whose native failure must not
+    touch the test process), and every refusal below is the CLI's own, exit code and message."""
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    return folder, run_cli
 
 
-def _export(folder, name, shape, *options):
+def _export(models, name, shape, *options, fresh_process=False):
+    folder, run_cli = models
     out = folder / f"{name}_{'_'.join(o.strip('-') for o in options) or 'cpu'}.tflite"
-    res = run_cli_subprocess(f"device_graph_models:{name}", "--input-shape", shape, *options, "-o", out, cwd=folder)
+    args = (f"device_graph_models:{name}", "--input-shape", shape, *options, "-o", out)
+    res = run_cli_subprocess(*args, cwd=folder) if fresh_process else run_cli(*args)
     return res, out
 
 
@@ -142,7 +156,7 @@ def test_scatter_add_is_refused_before_conversion_naming_module_and_line(models)
 
 @pytest.mark.slow
 def test_a_model_litert_cannot_allocate_is_exit_3_naming_the_module(models):
-    res, out = _export(models, "HugePad", "1,3,7,7", "--no-validate")
+    res, out = _export(models, "HugePad", "1,3,7,7", "--no-validate", fresh_process=True)
     assert res.exit_code == 3
     text = " ".join(res.stderr.split())
     assert "cannot allocate" in text and "module 'pad' (ZeroPad2d)" in text and "[1, 2207, 2207, 128]" in text
