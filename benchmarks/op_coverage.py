@@ -78,19 +78,10 @@ def _worst(validation: dict) -> tuple[float | None, str | None]:
 
 
 def float_operators(model: Any) -> list[str]:
-    """Opcodes that compute in float in an int8 model: a float32 activation in or out, except the
-    QUANTIZE of a float model input and the DEQUANTIZE of a float model output."""
-    inputs, outputs = set(model.inputs), set(model.outputs)
-    found: dict[str, None] = {}
-    for op in model.operators:
-        if op.opcode == "QUANTIZE" and all(i in inputs for i in op.inputs if i >= 0):
-            continue
-        if op.opcode == "DEQUANTIZE" and all(o in outputs for o in op.outputs if o >= 0):
-            continue
-        tensors = [model.tensors[i] for i in (*op.inputs, *op.outputs) if i >= 0]
-        if any(t.dtype == "float32" and not t.is_constant for t in tensors):
-            found.setdefault(op.opcode, None)
-    return list(found)
+    """Opcodes that compute in float in an int8 model (``FlatbufferModel.float_operators``: a float
+    activation in or out, except the QUANTIZE of a float model input and the DEQUANTIZE of a float
+    model output)."""
+    return list(dict.fromkeys(op.opcode for op in model.float_operators))
 
 
 def _attempts(report: dict) -> list[str]:

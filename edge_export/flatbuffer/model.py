@@ -235,10 +235,27 @@ class FlatbufferModel:
         return found
 
     @property
+    def float_operators(self) -> list[OperatorInfo]:
+        """Operators that compute in float: a float activation read or written, except the QUANTIZE
+        of a float model input and the DEQUANTIZE to a float model output. An operator between
+        float model I/O has no float tensor *inside* the graph and no inner QUANTIZE, so the two
+        properties above miss it (an int8 ReLU6 model whose one operator stayed float)."""
+        inputs, outputs = set(self.inputs), set(self.outputs)
+        found = []
+        for op in self.operators:
+            if op.opcode == "QUANTIZE" and all(i in inputs for i in op.inputs if i >= 0):
+                continue
+            if op.opcode == "DEQUANTIZE" and all(o in outputs for o in op.outputs if o >= 0):
+                continue
+            if any(self.tensors[i].is_float and not self.tensors[i].is_constant for i in (*op.inputs, *op.outputs) if i >= 0):
+                found.append(op)
+        return found
+
+    @property
     def is_fully_integer(self) -> bool:
         """True when every operator computes on integers; float model I/O is allowed (a QUANTIZE
         at the input and a DEQUANTIZE at the output, as the Edge TPU compiler also allows)."""
-        return not self.float_tensors and not self.inner_quantize_ops and self.num_operators > 0
+        return not self.float_tensors and not self.inner_quantize_ops and not self.float_operators and self.num_operators > 0
 
     def producer_of(self, tensor_index: int) -> OperatorInfo | None:
         for op in self.operators:

@@ -484,8 +484,10 @@ def _warnings(job: _BackendJob, check: IntegerCheck) -> tuple[str, ...]:
         )
     if job.mode == QuantizeMode.INT8 and not check.fully_integer:
         where = ", ".join(m or "the top-level forward()" for m in check.float_modules[:5]) or "unnamed ops"
+        opcodes = ", ".join(dict.fromkeys(op.opcode for op in check.float_operators))
+        computing = f"; operators computing in float: {opcodes}" if opcodes else ""
         warnings.append(
             f"The int8 model is not fully integer: {len(check.float_tensors)} float tensor(s) and "
-            f"{len(check.inner_quantize_ops)} inner QUANTIZE/DEQUANTIZE op(s) (in {where})."
+            f"{len(check.inner_quantize_ops)} inner QUANTIZE/DEQUANTIZE op(s) (in {where}){computing}."
         )
     return tuple(warnings)

@@ -117,7 +117,7 @@ class FloatTensorEntry:
 @dataclass(frozen=True)
 class QuantOpEntry:
     index: int
-    opcode: str  # QUANTIZE | DEQUANTIZE
+    opcode: str  # QUANTIZE | DEQUANTIZE (inner_quantize_ops); any opcode (float_operators)
     tensor: str  # the float side's tensor name
     module: str | None
 
@@ -127,13 +127,14 @@ class IntegerCheck:
     fully_integer: bool
     float_tensors: tuple[FloatTensorEntry, ...]
     inner_quantize_ops: tuple[QuantOpEntry, ...]
+    float_operators: tuple[QuantOpEntry, ...] = ()  # operators computing in float (FlatbufferModel.float_operators)
 
-    JSON_KEYS = ("fully_integer", "float_tensors", "inner_quantize_ops", "float_modules")
+    JSON_KEYS = ("fully_integer", "float_tensors", "inner_quantize_ops", "float_operators", "float_modules")
 
     @property
     def float_modules(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}
-        for entry in (*self.float_tensors, *self.inner_quantize_ops):
+        for entry in (*self.float_tensors, *self.inner_quantize_ops, *self.float_operators):
             if entry.module is not None:
                 seen.setdefault(entry.module, None)
         return tuple(seen)
@@ -209,7 +210,13 @@ def check_integer(fb: FlatbufferModel, module: Any | None = None) -> IntegerChec
         float_side = op.inputs[0] if op.opcode == "QUANTIZE" else op.outputs[0]
         name = fb.tensors[float_side].name
         ops.append(QuantOpEntry(op.index, op.opcode, name, _module_near(fb, float_side, module)))
-    return IntegerCheck(fb.is_fully_integer, tuple(floats), tuple(ops))
+    computing = []
+    for op in fb.float_operators:
+        if op.opcode in ("QUANTIZE", "DEQUANTIZE"):
+            continue  # listed above as inner QUANTIZE/DEQUANTIZE
+        tensor = next(i for i in (*op.outputs, *op.inputs) if i >= 0 and fb.tensors[i].is_float)
+        computing.append(QuantOpEntry(op.index, op.opcode, fb.tensors[tensor].name, _module_near(fb, tensor, module)))
+    return IntegerCheck(fb.is_fully_integer, tuple(floats), tuple(ops), tuple(computing))
 
 
 # ---- parity on the calibration inputs ---------------------------------------------------------

@@ -277,6 +277,8 @@ def _quant_section(q: QuantizationResult) -> list[str]:
         out.append(f"  - float tensor {_code(t.name)} ({_e(t.dtype)}) from module {_code(t.module)}")
     for op in q.integer_check.inner_quantize_ops[:20]:
         out.append(f"  - {_e(op.opcode)} #{_e(op.index)} inside the graph, from module {_code(op.module)}")
+    for op in q.integer_check.float_operators[:20]:
+        out.append(f"  - {_e(op.opcode)} #{_e(op.index)} computes in float, from module {_code(op.module)}")
     for w in q.warnings:
         out.append(f"- ⚠️ {_e(w)}")
     budget = q.time_budget
