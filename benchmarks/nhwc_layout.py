@@ -114,7 +114,9 @@ def _export(tree: Path, source: Path, out: Path, args: list[str]) -> dict:
     seconds = time.perf_counter() - start
     report_path = Path(str(out.with_suffix("")) + ".report.json")
     if not report_path.exists():
-        return {"exit": proc.returncode, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""], "seconds": seconds}
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        said = [line for line in lines if line.startswith("error:")] or lines[-1:] or [""]  # the CLI's own paragraph
+        return {"exit": proc.returncode, "error": [said[0][:300]], "seconds": seconds}
     report = json.loads(report_path.read_text())
     micro = (report.get("target") or {}).get("micro") or {}
     ethos = (report.get("target") or {}).get("ethos_u")
