@@ -39,6 +39,8 @@ __all__ = [
     "float16_overflow_cnn",
     "MeanPoolCNN",
     "FlattenPoolCNN",
+    "ViTEncoder",
+    "hf_vit_encoder",
 ]
 
 
@@ -304,3 +306,26 @@ class FlattenPoolCNN(MeanPoolCNN):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.flatten(self.pool(self.stem(x)), 1))
+
+
+class ViTEncoder(nn.Module):
+    """A Hugging Face ViT's last hidden state (transformers' ViTModel, no pooler), random weights:
+    the class token's ``expand`` is the BROADCAST_TO that split GPU partitions (issue 24)."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        from transformers import ViTModel
+
+        self.vit = ViTModel(config, add_pooling_layer=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.vit(pixel_values=x).last_hidden_state
+
+
+def hf_vit_encoder(layers: int = 4, image_size: int = 224) -> ViTEncoder:
+    """``ViTEncoder`` 192 wide with 3 heads, seeded 0 (the device-graph test and benchmark)."""
+    from transformers import ViTConfig
+
+    torch.manual_seed(0)
+    config = ViTConfig(num_hidden_layers=layers, hidden_size=192, num_attention_heads=3, intermediate_size=768, image_size=image_size)
+    return ViTEncoder(config).eval()

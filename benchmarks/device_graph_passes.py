@@ -20,23 +20,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # testing_models
 
 
 def _vit():
-    from transformers import ViTConfig, ViTModel
+    from testing_models import hf_vit_encoder
 
-    config = ViTConfig(num_hidden_layers=4, hidden_size=192, num_attention_heads=3, intermediate_size=768)
-    torch.manual_seed(0)
-
-    class Encoder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.vit = ViTModel(config, add_pooling_layer=False)
-
-        def forward(self, x):
-            return self.vit(pixel_values=x).last_hidden_state
-
-    return Encoder().eval(), (torch.randn(1, 3, 224, 224),)
+    return hf_vit_encoder(layers=4, image_size=224), (torch.randn(1, 3, 224, 224),)
 
 
 def _efficientnet_head():

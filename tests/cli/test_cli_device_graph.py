@@ -72,21 +72,10 @@ class Gru(torch.nn.Module):
         return self.gru(x)
 
 def vit():
-    from transformers import ViTConfig, ViTModel
+    from testing_models import hf_vit_encoder
 
     # 2 layers on 64x64 (17 tokens): the class token's expand is the same BROADCAST_TO as at 224
-    config = ViTConfig(num_hidden_layers=2, hidden_size=192, num_attention_heads=3, intermediate_size=768, image_size=64)
-    torch.manual_seed(0)
-
-    class Encoder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.vit = ViTModel(config, add_pooling_layer=False)
-
-        def forward(self, x):
-            return self.vit(pixel_values=x).last_hidden_state
-
-    return Encoder().eval()
+    return hf_vit_encoder(layers=2, image_size=64)
 '''
 
 
