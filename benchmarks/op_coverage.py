@@ -430,8 +430,9 @@ def render_markdown(results: Sequence[dict], *, command: str, date: str, seconds
 
 
 def _merged(data: dict, results: list[dict], names: set[str], rerun: dict, order: list[str]) -> dict:
-    """``data`` with the rows of ``names`` replaced by ``results`` (cases in ``order``) and the rerun noted."""
-    rows = [r for r in data["results"] if r["case"] not in names] + results
+    """``data`` with the rows (case and mode) in ``results`` replaced (cases in ``order``) and the rerun noted."""
+    fresh = {(r["case"], r["mode"]) for r in results}
+    rows = [r for r in data["results"] if (r["case"], r["mode"]) not in fresh] + results
     rows.sort(key=lambda r: (order.index(r["case"]) if r["case"] in order else len(order), r["mode"]))
     return {**data, "results": rows, "reruns": [*data.get("reruns", []), rerun]}
 
@@ -444,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     parser.add_argument("--markdown", type=Path, default=DEFAULT_MARKDOWN)
     parser.add_argument("--render-only", action="store_true", help="regenerate the Markdown from --results")
-    parser.add_argument("--merge", action="store_true", help="with --cases: replace those cases' rows in --results, keep the rest")
+    parser.add_argument("--merge", action="store_true", help="with --cases: replace those cases' rows (in --modes) in --results, keep the rest")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--results-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
