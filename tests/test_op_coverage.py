@@ -64,3 +64,17 @@ def test_the_table_lists_every_case_and_sorts_failures_by_kind(swept):
     assert len(rows) == 5 and all(line.count(" | ") == 8 for line in rows)  # one row per case, 9 columns
     assert "**no run** (exit 3)" in markdown and "**fails** (exit 4)" in markdown and "piped\\|name" in markdown
     assert "no: float CUMSUM" in markdown
+
+
+def test_a_rerun_replaces_only_its_cases_and_modes_and_is_noted():
+    old = {"command": "full", "date": "d0", "seconds": 60, "results": [
+        {"case": c, "mode": m, "status": "error"} for c in ("relu", "cumsum", "topk") for m in ("fp32", "int8")
+    ]}
+    rerun = [{"case": "cumsum", "mode": "int8", "status": "passed"}]
+    merged = op_coverage._merged(old, rerun, {"cumsum"}, {"command": "again", "date": "d1"}, ["relu", "cumsum", "topk"])
+    assert [(r["case"], r["mode"], r["status"]) for r in merged["results"]] == [
+        ("relu", "fp32", "error"), ("relu", "int8", "error"), ("cumsum", "fp32", "error"),
+        ("cumsum", "int8", "passed"), ("topk", "fp32", "error"), ("topk", "int8", "error"),
+    ]
+    assert merged["command"] == "full" and merged["reruns"] == [{"command": "again", "date": "d1"}]
+    assert "Rerun on d1 with `again`" in op_coverage.render_markdown([], command="full", date="d0", reruns=merged["reruns"])
