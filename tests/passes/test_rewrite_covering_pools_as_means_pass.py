@@ -98,3 +98,33 @@ def test_an_efficientnet_head_converts_to_a_mean_that_runs():
     assert "MEAN" in model.op_counts and "PAD" not in model.op_counts and "AVERAGE_POOL_2D" not in model.op_counts
     (out,) = TFLiteRunner(model).run([x.numpy()])
     torch.testing.assert_close(torch.from_numpy(out), module(x).detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_an_adaptive_max_pool_to_one_becomes_amax_and_converts():
+    """litert-torch has no lowering for adaptive_max_pool2d: a global max pool was exit 3."""
+    from edge_export.conversion import convert_module
+    from edge_export.flatbuffer import read_flatbuffer
+    from edge_export.runtime import TFLiteRunner
+
+    module, x, graph = _graph(torch.nn.AdaptiveMaxPool2d(1))
+    (rewrite,) = rewrite_covering_pools_as_means_pass(graph)
+    assert rewrite.kind == "adaptive max pool to 1x1 as amax" and rewrite.module_path == "pool"
+    assert torch.ops.aten.adaptive_max_pool2d.default not in {n.target for n in graph.graph.nodes}
+    torch.testing.assert_close(graph(x), module(x))
+    model = read_flatbuffer(convert_module(graph, (x,)))
+    assert "REDUCE_MAX" in model.op_counts
+    (out,) = TFLiteRunner(model).run([x.numpy()])
+    torch.testing.assert_close(torch.from_numpy(out), module(x).detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_an_adaptive_max_pool_whose_indices_are_read_or_whose_output_is_larger_is_left_alone():
+    class WithIndices(torch.nn.Module):
+        def forward(self, x):
+            values, indices = torch.nn.functional.adaptive_max_pool2d(x, 1, return_indices=True)
+            return values, indices
+
+    x = torch.randn(1, 3, 6, 6)
+    graph = torch.export.export(WithIndices(), (x,)).module()
+    assert rewrite_covering_pools_as_means_pass(graph) == ()
+    _, _, graph = _graph(torch.nn.AdaptiveMaxPool2d(2))
+    assert rewrite_covering_pools_as_means_pass(graph) == ()

@@ -8,7 +8,8 @@ PyTorch's result is the input's sum over a divisor: ``divisor_override`` if give
 ``count_include_pad`` the window clipped to the padded input (``min(k, H + 2p)`` per axis), else
 ``H * W`` (``aten/src/ATen/native/cpu/AvgPoolKernel.cpp``). So it is a MEAN over H and W, times
 ``H * W / divisor`` when that is not 1. A max pool pads with -inf, so its covering window is the
-input's maximum (REDUCE_MAX), for dilation 1.
+input's maximum (REDUCE_MAX), for dilation 1. ``nn.AdaptiveMaxPool2d(1)``, which litert-torch cannot
+lower at all, is the same maximum.
 """
 
 from __future__ import annotations
@@ -72,7 +73,32 @@ def _pooling(node: Any) -> tuple[bool, int] | None:
     return kinds.get(node.target)
 
 
+def _global_max(x: Any, dims: tuple[int, ...]) -> tuple[Any]:
+    return (x.amax(dims, keepdim=True),)  # the values; nothing reads the indices (checked)
+
+
+def _adaptive_max_to_one(node: Any) -> tuple[str, str] | None:
+    """``nn.AdaptiveMaxPool2d(1)`` (a global max pool): litert-torch has no lowering for
+    ``adaptive_max_pool2d`` at all. Its indices output must be unread."""
+    import torch
+
+    if node.target != torch.ops.aten.adaptive_max_pool2d.default:
+        return None
+    kw = call_arguments(node)
+    if set(_pair(kw["output_size"])) != {1}:
+        return None
+    indices = [u for u in node.users if u.args[1:] == (1,)]
+    if any(u.users for u in indices) or any(u.target.__name__ != "getitem" for u in node.users):
+        return None
+    for unread in indices:
+        node.graph.erase_node(unread)
+    node.target, node.args, node.kwargs = _global_max, (kw["self"], (-2, -1)), {}
+    return "adaptive max pool to 1x1 as amax", "a global max pool: the input's maximum over H and W (REDUCE_MAX)"
+
+
 def _rewrite(node: Any) -> tuple[str, str] | None:
+    if (done := _adaptive_max_to_one(node)) is not None:
+        return done
     kind = _pooling(node)
     if kind is None:
         return None
