@@ -350,6 +350,8 @@ class RestrictedUnpickler(pickle.Unpickler):
         ("pathlib", "PurePosixPath"), ("pathlib", "Path"), ("numpy", "dtype"), ("numpy", "ndarray"),
         ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
         ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+        # a contiguous array under pickle protocol 5: its bytes, dtype, shape and order, nothing else
+        ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
     }
 
     def find_class(self, module: str, name: str) -> Any:

@@ -170,3 +170,24 @@ def test_a_child_ended_by_ctrl_c_is_the_users_interrupt_not_a_crash():
 
     with pytest.raises(KeyboardInterrupt):
         run_confined(_interrupted)
+
+
+def _arrays(channel):
+    import numpy as np
+
+    return {"contiguous": np.arange(6, dtype=np.float32).reshape(2, 3), "fortran": np.arange(6).reshape(2, 3).T, "strided": np.zeros((3, 4))[:, :2]}
+
+
+def test_a_result_holding_numpy_arrays_is_read_back():
+    """A contiguous array pickles (protocol 5) through numpy's _frombuffer: a LeViT micro export from
+    a .pt2, whose result held one, was exit 4."""
+    import numpy as np
+
+    from edge_export.sandbox import run_confined
+
+    result, _ = run_confined(_arrays)
+    expected = _arrays(None)
+    assert result.keys() == expected.keys()
+    for key, value in expected.items():
+        np.testing.assert_array_equal(result[key], value)
+        assert result[key].dtype == value.dtype
