@@ -52,6 +52,10 @@ def _ensure_memory_for_samples(specs: Sequence[InputSpec], count: int) -> None:
     )
 
 
+# The range of synthetic integer inputs when no example gives one (token ids, class indices).
+_INT_LOW, _INT_HIGH = 0, 10
+
+
 def example_tensors(specs: Sequence[InputSpec], seed: int = 0) -> tuple:
     """Deterministic example inputs for tracing (the first parity sample)."""
     _ensure_memory_for_samples(specs, 1)
@@ -70,7 +74,7 @@ def _random_tensor(spec: InputSpec, rng: np.random.Generator, like: Any):
         return torch.from_numpy(arr).to(dtype)
     if dtype == torch.bool:
         return torch.from_numpy(rng.integers(0, 2, spec.shape).astype(bool))
-    low, high = 0, 10
+    low, high = _INT_LOW, _INT_HIGH
     if like is not None and like.numel() > 0:
         low, high = int(like.min()), int(like.max()) + 1
     return torch.from_numpy(rng.integers(low, max(high, low + 1), spec.shape)).to(dtype)
@@ -101,7 +105,11 @@ def check_model_accepts(module: Any, example: tuple, specs: Sequence[InputSpec])
         first = first_line(exc)
         if isinstance(exc, SystemExit):
             first = f"forward() called {first}"
-        raise InputSpecError(
-            f"The model rejects input {shapes}: PyTorch says: {first[:300]}",
-            "Pass --input-shape once per forward() argument, in order, with the shape the model expects.",
-        ) from exc
+        hint = "Pass --input-shape once per forward() argument, in order, with the shape the model expects."
+        if any(not _torch_dtype(s.dtype).is_floating_point for s in specs):
+            hint += (
+                f" Integer inputs without an example are drawn from [{_INT_LOW}, {_INT_HIGH}) (a one_hot or embedding "
+                "with fewer classes rejects them): save the model as a .pt2 with in-range example inputs "
+                "(torch.export.save), and the samples are drawn in the examples' range."
+            )
+        raise InputSpecError(f"The model rejects input {shapes}: PyTorch says: {first[:300]}", hint) from exc

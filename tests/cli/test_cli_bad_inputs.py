@@ -185,3 +185,22 @@ def test_help_is_fast_and_imports_no_torch(tmp_path):
     assert "Exit codes" in proc.stdout
     res = run_cli_subprocess("export", "--help")
     assert res.exit_code == 0 and "--quantize" in res.stdout and "Exit codes" in res.stdout
+
+
+def test_integer_inputs_out_of_a_models_range_say_how_to_give_the_range(tmp_path, run_cli, monkeypatch):
+    """A one_hot over 8 classes rejects the synthetic ids in [0, 10): the error says where they come
+    from and how to give the model's own range (a .pt2 with in-range example inputs)."""
+    (tmp_path / "id_models.py").write_text(
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "class EightClasses(torch.nn.Module):\n"
+        "    def forward(self, ids):\n"
+        "        return F.one_hot(ids, 8).float()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    res = run_cli("id_models:EightClasses", "--input-shape", "2,5", "--input-dtype", "int64", "-o", tmp_path / "out" / "m.tflite")
+    _check(res, 2, "rejects input (2,5) int64", "drawn from [0, 10)")
+    text = " ".join(res.stderr.split())
+    assert "torch.export.save" in text and "Traceback" not in res.stderr
+    assert not (tmp_path / "out" / "m.tflite").exists()
