@@ -106,7 +106,7 @@ def check_model_accepts(module: Any, example: tuple, specs: Sequence[InputSpec])
         if isinstance(exc, SystemExit):
             first = f"forward() called {first}"
         hint = "Pass --input-shape once per forward() argument, in order, with the shape the model expects."
-        if any(not _torch_dtype(s.dtype).is_floating_point for s in specs):
+        if any(not _torch_dtype(s.dtype).is_floating_point and _torch_dtype(s.dtype) != torch.bool for s in specs):
             hint += (
                 f" Integer inputs without an example are drawn from [{_INT_LOW}, {_INT_HIGH}) (a one_hot or embedding "
                 "with fewer classes rejects them): save the model as a .pt2 with in-range example inputs "

@@ -14,6 +14,7 @@ lower at all, is the same maximum.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from .rewrites import FxRewrite, call_arguments, node_location
@@ -87,8 +88,10 @@ def _adaptive_max_to_one(node: Any) -> tuple[str, str] | None:
     kw = call_arguments(node)
     if set(_pair(kw["output_size"])) != {1}:
         return None
+    if any(u.op != "call_function" or u.target is not operator.getitem for u in node.users):
+        return None
     indices = [u for u in node.users if u.args[1:] == (1,)]
-    if any(u.users for u in indices) or any(u.target.__name__ != "getitem" for u in node.users):
+    if any(u.users for u in indices):
         return None
     for unread in indices:
         node.graph.erase_node(unread)

@@ -34,8 +34,8 @@ def rewrite_one_hot_as_comparison_pass(gm: Any) -> tuple[FxRewrite, ...]:
         if node.op != "call_function" or node.target != torch.ops.aten.one_hot.default:
             continue
         kw = call_arguments(node)
-        classes = int(kw.get("num_classes", -1))
-        if classes <= 0:
+        classes = kw.get("num_classes", -1)
+        if not isinstance(classes, int) or classes <= 0:  # -1 or a size only known at run time
             continue
         node.target, node.args, node.kwargs = _one_hot, (kw["self"], classes), {}
         rewrites.append(FxRewrite(*node_location(node), "one_hot as a comparison", "its range check (_assert_async) has no LiteRT lowering"))
