@@ -241,7 +241,9 @@ class _BackendRuns:
     attempts: list[BackendAttempt] = field(default_factory=list)
     products: list[FlatbufferModel | None] = field(default_factory=list)
     screened_out: list[str] = field(default_factory=list)  # not run: an earlier result met the target
-    not_lowered: tuple[str, float, BackendAttempt] | None = None  # PT2E simulated, found unable to win
+    # PT2E simulated, found unable to win: (backend, simulated dB, the attempt it cannot beat,
+    # "16 of 128" when that was seen part-way through its calibration, else None)
+    not_lowered: tuple[str, float, BackendAttempt, str | None] | None = None
 
     @property
     def have_model(self) -> bool:
@@ -359,22 +361,58 @@ def _run_backend(job: _BackendJob, name: str, runs: _BackendRuns) -> None:
     runs.products.append(candidate)
 
 
+class _CannotWin(QuantizationError):
+    """Raised part-way through PT2E's calibration when its ranges so far, simulated, cannot beat a
+    result already measured: the rest of it is not run."""
+
+    def __init__(self, simulated_db: float, settled: BackendAttempt, samples_seen: int, total: int) -> None:
+        super().__init__("PT2E cannot beat an earlier result")
+        self.simulated_db, self.settled, self.samples_seen, self.total = simulated_db, settled, samples_seen, total
+
+
 def _pt2e_model(job: _BackendJob, runs: _BackendRuns) -> bytes | None:
     """PT2E's quantized flatbuffer; None when auto's simulation shows it cannot beat an earlier
-    attempt (it is then not lowered, and ``runs.not_lowered`` says why)."""
+    attempt (it is then not lowered, and ``runs.not_lowered`` says why): looked at once after
+    EARLY_LOOK_SAMPLES calibration samples, and again after all of them."""
     from . import pt2e, selection
 
-    converted, quantizer = pt2e.calibrate_pt2e(
-        job.module, job.example_inputs, job.mode, job.calibration, observer=job.pt2e_observer, strict=job.strict,
-        verbose=job.verbose, each_batch=partial(_pt2e_batch, job.budget, stoppable=runs.have_model),
-    )
-    if job.backend == QuantBackend.AUTO and runs.attempts:
+    compete = job.backend == QuantBackend.AUTO and bool(runs.attempts)
+    try:
+        converted, quantizer = pt2e.calibrate_pt2e(
+            job.module, job.example_inputs, job.mode, job.calibration, observer=job.pt2e_observer, strict=job.strict,
+            verbose=job.verbose, each_batch=partial(_pt2e_batch, job.budget, stoppable=runs.have_model),
+            after_batch=partial(_early_look, job, runs.attempts) if compete else None,
+        )
+    except _CannotWin as stop:
+        runs.not_lowered = ("pt2e", stop.simulated_db, stop.settled, f"{stop.samples_seen} of {stop.total}")  # type: ignore[assignment]
+        return None
+    if compete:
         simulated = _simulated_sqnr(converted, job.parity_set, job.refs)
         settled = None if simulated is None else selection.lowering_not_needed(simulated, runs.attempts)
         if settled is not None:
-            runs.not_lowered = ("pt2e", simulated, settled)  # type: ignore[assignment]
+            runs.not_lowered = ("pt2e", simulated, settled, None)  # type: ignore[assignment]
             return None
     return pt2e.lower_pt2e(converted, quantizer, job.example_inputs, strict=job.strict, verbose=job.verbose)
+
+
+def _early_look(job: _BackendJob, attempts: list[BackendAttempt], prepared: Any, done: int, total: int) -> None:
+    """After EARLY_LOOK_SAMPLES of PT2E's calibration samples (when at least as many are left), its
+    ranges so far are simulated on a few parity samples: _CannotWin when they read more than
+    EARLY_LOOK_MARGIN_DB below a fully integer result already measured (the simulated SQNR moved by at
+    most 0.5 dB from there to the end of the calibration on the models measured)."""
+    from . import pt2e, selection
+
+    if done != selection.EARLY_LOOK_SAMPLES or total < 2 * done:
+        return
+    try:
+        snapshot = pt2e.convert_snapshot(prepared)
+    except Exception:  # a graph the copy or torchao's convert cannot take: calibrate on, as without the look
+        return
+    count = selection.EARLY_LOOK_PARITY_SAMPLES
+    simulated = _simulated_sqnr(snapshot, job.parity_set[:count], job.refs[:count])
+    settled = None if simulated is None else selection.lowering_not_needed(simulated, attempts, selection.EARLY_LOOK_MARGIN_DB)
+    if settled is not None:
+        raise _CannotWin(simulated, settled, done, total)
 
 
 def _flatbuffer_model(job: _BackendJob) -> bytes:
@@ -439,12 +477,16 @@ def _kept_reason(
             f"(--quant-backend {runs.screened_out[0]} runs it)"
         )
     elif runs.not_lowered is not None and len(runs.attempts) == 1:
-        not_lowered, simulated, _ = runs.not_lowered
+        not_lowered, simulated, _, part_way = runs.not_lowered
+        if part_way is None:
+            seen, margin, cut = "", selection.LOWERING_MARGIN_DB, "it was not lowered to a model"
+        else:
+            seen, margin = f" after {part_way} calibration samples", selection.EARLY_LOOK_MARGIN_DB
+            cut = "the rest of its calibration was not run and it was not lowered to a model"
         reason = (
-            f"kept {chosen.backend} ({chosen.sqnr_db:.1f} dB, fully integer): {not_lowered}'s quantized graph, "
+            f"kept {chosen.backend} ({chosen.sqnr_db:.1f} dB, fully integer): {not_lowered}'s quantized graph{seen}, "
             f"simulated in PyTorch, read {simulated:.1f} dB on the calibration inputs, more than "
-            f"{selection.LOWERING_MARGIN_DB:g} dB below, so it was not lowered to a model "
-            f"(--quant-backend {not_lowered} runs it)"
+            f"{margin:g} dB below, so {cut} (--quant-backend {not_lowered} runs it)"
         )
     if skipped:
         reason += f"; not tried within the time budget ({job.budget.seconds:g} s): " + ", ".join(skipped)

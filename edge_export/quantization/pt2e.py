@@ -43,6 +43,7 @@ __all__ = [
     "make_pt2e_quantizer",
     "drop_integer_annotations",
     "freeze_parameter_observers",
+    "convert_snapshot",
 ]
 
 PT2E_OBSERVERS = ("histogram", "minmax", "moving_average", "percentile")
@@ -173,6 +174,7 @@ def prepare_and_convert_pt2e(
     strict: bool = False,
     annotation_fixes: bool = True,
     each_batch: Callable[[int, int], None] | None = None,
+    after_batch: Callable[[Any, int, int], None] | None = None,
 ) -> tuple[Any, Any]:
     """The PT2E recipe up to the quantized FX graph: export, annotate (floats only), observe each
     batch (a tuple of torch tensors), convert. Returns ``(converted graph module, quantizer)``; lower
@@ -181,7 +183,9 @@ def prepare_and_convert_pt2e(
     ``annotation_fixes=False`` is litert-torch's documented recipe as is (no restored source
     functions, integer tensors observed too), kept for comparison: it leaves float islands that the
     fixed recipe quantizes (e.g. the residual ADDs of a transformer encoder layer).
-    ``each_batch(index, total)`` is called before each batch (progress, the time budget)."""
+    ``each_batch(index, total)`` is called before each batch (progress, the time budget),
+    ``after_batch(prepared, done, total)`` after each (an early look at the ranges so far: it may
+    raise to stop the calibration)."""
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -199,10 +203,22 @@ def prepare_and_convert_pt2e(
                 prepared(*batch)
                 if index == 0:
                     frozen = freeze_parameter_observers(prepared)
+                if after_batch is not None:
+                    after_batch(prepared, index + 1, len(batches))
     finally:
         for observer_module in frozen:
             del observer_module.forward  # back to the class's forward
     return convert_pt2e(prepared, fold_quantize=False), quantizer
+
+
+def convert_snapshot(prepared: Any) -> Any:
+    """The quantized graph of the ranges observed so far, from a copy: ``prepared`` goes on
+    calibrating (convert_pt2e changes the module it is given)."""
+    import copy
+
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
+
+    return convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
 
 
 def _identity(x: Any) -> Any:
@@ -251,6 +267,7 @@ def calibrate_pt2e(
     strict: bool = False,
     verbose: bool = False,
     each_batch: Callable[[int, int], None] | None = None,
+    after_batch: Callable[[Any, int, int], None] | None = None,
 ) -> tuple[Any, Any]:
     """The PT2E recipe up to the quantized FX graph (``(converted, quantizer)``), errors mapped to
     QuantizationError. The converted graph runs in PyTorch with the int8 rounding simulated, which is
@@ -273,7 +290,8 @@ def calibrate_pt2e(
         # Dynamic mode has no activation observers; one pass validates the graph.
         batches = batches[:1] if mode == QuantizeMode.DYNAMIC_INT8 else batches
         return prepare_and_convert_pt2e(
-            module, example_inputs, mode, batches, observer=observer, strict=strict, each_batch=each_batch
+            module, example_inputs, mode, batches, observer=observer, strict=strict, each_batch=each_batch,
+            after_batch=after_batch,
         )
 
 

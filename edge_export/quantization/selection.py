@@ -31,6 +31,8 @@ from ..serialize import json_field
 
 __all__ = [
     "FULL_INTEGER_PREFERENCE_DB",
+    "EARLY_LOOK_MARGIN_DB",
+    "EARLY_LOOK_SAMPLES",
     "LOWERING_MARGIN_DB",
     "PARITY_TIE_DB",
     "SCREEN_MARGIN_DB",
@@ -58,6 +60,13 @@ SCREEN_MARGIN_DB = 3.0
 # conversion, about 45% of PT2E's time) is skipped when the simulation reads this far below a fully
 # integer result already measured (selection.lowering_not_needed).
 LOWERING_MARGIN_DB = 0.5
+# PT2E's ranges after its first EARLY_LOOK_SAMPLES calibration samples are simulated on
+# EARLY_LOOK_PARITY_SAMPLES parity samples; reading EARLY_LOOK_MARGIN_DB below a fully integer result
+# already measured, the rest of its calibration is not run. On the zoo's models the simulated SQNR
+# after 16 samples was within 0.5 dB of the one after 128 (docs/BENCHMARKS.md section 23.2).
+EARLY_LOOK_SAMPLES = 16
+EARLY_LOOK_PARITY_SAMPLES = 4
+EARLY_LOOK_MARGIN_DB = 1.5
 
 
 @dataclass(frozen=True)
@@ -315,15 +324,18 @@ def _attr(module: Any, target: str) -> Any:
     return value
 
 
-def lowering_not_needed(simulated_sqnr_db: float, attempts: Sequence[BackendAttempt]) -> BackendAttempt | None:
+def lowering_not_needed(
+    simulated_sqnr_db: float, attempts: Sequence[BackendAttempt], margin_db: float = LOWERING_MARGIN_DB
+) -> BackendAttempt | None:
     """The fully integer attempt that the PT2E result cannot beat by the choice rule, judged from its
     simulated SQNR (None: lower it and measure). Only a fully integer attempt settles it: a PT2E
     result may be fully integer where a mixed-precision one is not, and the choice rule prefers that.
-    The simulation must read more than LOWERING_MARGIN_DB below: the lowered model read up to
-    0.3 dB better than its simulation on the benchmark models."""
+    The simulation must read more than ``margin_db`` below: the lowered model read up to 0.3 dB
+    better than its simulation on the benchmark models (LOWERING_MARGIN_DB); a look part-way through
+    the calibration asks for EARLY_LOOK_MARGIN_DB."""
     settled = [a for a in attempts if a.ok and a.fully_integer and _measured(a.sqnr_db)]
     best = max(settled, key=lambda a: a.sqnr_db, default=None)
-    if best is not None and simulated_sqnr_db < best.sqnr_db - LOWERING_MARGIN_DB:
+    if best is not None and simulated_sqnr_db < best.sqnr_db - margin_db:
         return best
     return None
 

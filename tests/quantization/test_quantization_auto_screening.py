@@ -109,3 +109,44 @@ def test_auto_does_not_lower_pt2e_when_its_simulation_cannot_win(cnn, cnn_float_
     # The choice is the one measuring both gives: the lowered PT2E model is worse.
     lowered = quantize_model(cnn, EXAMPLE, QuantizeMode.INT8, backend=QuantBackend.PT2E, **options)
     assert lowered.attempts[0].sqnr_db < result.attempts[0].sqnr_db - 0.05
+
+
+def test_auto_stops_pt2e_calibration_part_way_when_its_ranges_cannot_win(cnn, cnn_float_bytes, monkeypatch):
+    """With 48 samples, PT2E's ranges are simulated after the first 16: far below the flatbuffer
+    result, the other 32 are not run, and the choice is the one the full run makes."""
+    import edge_export.quantization as quantization
+    from edge_export.config import QuantBackend
+    from edge_export.quantization import CalibrationSet, synthetic_calibration
+    from edge_export.quantization.selection import EARLY_LOOK_SAMPLES
+
+    base = synthetic_calibration([CNN_SPEC], n=48, seed=1)
+    skewed = CalibrationSet((tuple(a * 0.05 for a in base.samples[0]), *base.samples[1:]), "skewed synthetic", False)
+    batches_run = []
+    real_batch = quantization._pt2e_batch
+    monkeypatch.setattr(quantization, "_pt2e_batch", lambda budget, i, n, **kw: (batches_run.append(i), real_batch(budget, i, n, **kw)))
+    options = {"calibration": skewed, "pt2e_observer": "moving_average"}
+    result = quantize_model(
+        cnn, EXAMPLE, QuantizeMode.INT8, float_model_bytes=cnn_float_bytes, target=ParityTarget(min_sqnr_db=200.0), **options
+    )
+    assert len(batches_run) == EARLY_LOOK_SAMPLES == 16
+    assert [a.backend for a in result.attempts] == ["flatbuffer"] and result.fully_integer
+    assert f"after {EARLY_LOOK_SAMPLES} of 48 calibration samples" in result.reason, result.reason
+    assert "the rest of its calibration was not run" in result.reason
+    monkeypatch.undo()
+    lowered = quantize_model(cnn, EXAMPLE, QuantizeMode.INT8, backend=QuantBackend.PT2E, **options)
+    assert lowered.attempts[0].sqnr_db < result.attempts[0].sqnr_db - 0.05  # the full run's choice too
+
+
+def test_pt2e_calibration_runs_to_the_end_when_its_early_ranges_could_win(cnn, cnn_float_bytes, monkeypatch):
+    import edge_export.quantization as quantization
+    from edge_export.quantization import synthetic_calibration
+
+    batches_run = []
+    real_batch = quantization._pt2e_batch
+    monkeypatch.setattr(quantization, "_pt2e_batch", lambda budget, i, n, **kw: (batches_run.append(i), real_batch(budget, i, n, **kw)))
+    result = quantize_model(
+        cnn, EXAMPLE, QuantizeMode.INT8, calibration=synthetic_calibration([CNN_SPEC], n=40, seed=1),
+        float_model_bytes=cnn_float_bytes, target=ParityTarget(min_sqnr_db=200.0), flatbuffer_observer="moving_average",
+    )
+    assert len(batches_run) == 40
+    assert [a.backend for a in result.attempts] == ["flatbuffer", "pt2e"], result.reason
