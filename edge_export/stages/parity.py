@@ -84,6 +84,8 @@ def run_parity(
         references = [[ref[i] for i in order] for ref in references]
         torch_names = [torch_names[i] for i in order]
     results = _compare_runs(references, runs, names, torch_names, scales, options)
+    if results[0].passed is False:
+        results = _with_reference_stability(results, module, samples, plan, references, names, order)
     checked = (feeds, references)
     if options.runtime == "interpreter":
         return results[0], None, checked
@@ -91,6 +93,30 @@ def run_parity(
 
     differences = compare_runtimes(names, runs[0][0], runs[1][0], scales) if len(runs) == 2 else ()
     return results[0], RuntimeComparison(options.runtime, tuple(results), differences), checked
+
+
+def _with_reference_stability(
+    results: list, module: Any, samples: list[tuple], plan: Any, references: list, names: list[str], order: Any
+) -> list:
+    """A failed parity, with how far PyTorch moves from itself when its inputs change by one part in
+    a million (validators/stability.py) and, when that is far, a note saying the model is unstable.
+    Not measured (results unchanged) for a model without float inputs or one that refuses the change."""
+    from dataclasses import replace
+
+    from ..validators.stability import perturbed_samples, reference_stability
+
+    changed = perturbed_samples(samples)
+    if changed is None:
+        return results
+    try:
+        moved, _, _ = _reference_outputs(module, changed, plan)
+    except InputSpecError:
+        return results
+    if order is not None:  # paired by name as ``references`` already are
+        moved = [[out[i] for i in order] for out in moved]
+    stability = reference_stability(references, moved, names[: len(references[0])])
+    note = stability.note()
+    return [replace(r, reference_stability=stability, notes=(*r.notes, note) if note else r.notes) for r in results]
 
 
 def _reference_outputs(module: Any, samples: list[tuple], plan: Any) -> tuple[list, list, list[str | None]]:

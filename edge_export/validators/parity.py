@@ -17,6 +17,7 @@ from ..config import OutputKind, Thresholds
 from . import metrics
 from ..serialize import json_field
 from .output_kinds import KindDecision, KindSource
+from .stability import ReferenceStability
 
 __all__ = ["Check", "OutputParity", "ParityResult", "WorstOutput", "compare_outputs"]
 
@@ -67,8 +68,10 @@ class ParityResult:
     outputs: tuple[OutputParity, ...]
     runtime: str
     notes: tuple[str, ...] = field(default=())
+    # PyTorch against itself on slightly changed inputs, measured when parity failed (stability.py)
+    reference_stability: ReferenceStability | None = json_field(default=None, omit_none=True)
 
-    JSON_KEYS = ("status", "samples", "runtime", "thresholds", "outputs", "worst", "notes")
+    JSON_KEYS = ("status", "samples", "runtime", "thresholds", "outputs", "worst", "notes", "reference_stability")
 
     @property
     def passed(self) -> bool:
