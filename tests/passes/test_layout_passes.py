@@ -69,6 +69,8 @@ def models() -> Models:
 def _rewritten(model: FlatbufferModel) -> FlatbufferModel:
     result = run_flatbuffer_passes(model, LAYOUT_PASSES)
     assert result.modified_by == ("rewrite_reduction_axes_pass", "permute_fully_connected_weights_pass", "fold_layout_chains_pass")
+    names = [t.name for t in result.model.tensors]
+    assert len(set(names)) == len(names)  # ai-edge-quantizer refuses repeated names
     return result.model
 
 

@@ -273,3 +273,24 @@ def test_model_io_names_are_the_runtimes_and_the_reports(converted):
     assert [t.name for t in runner.inputs + runner.outputs] == [*fb.input_names, *fb.output_names]
     micro = MicroRunner(converted.int8)
     assert [t.name for t in micro.inputs + micro.outputs] == [*fb.input_names, *fb.output_names]
+
+
+def test_tensors_a_pass_adds_never_repeat_a_name():
+    """Two MEANs sharing one axes constant, each rewritten, once gave two '<axes>;nhwc' constants:
+    ai-edge-quantizer refused FocalNet's model (names must be unique)."""
+    from types import SimpleNamespace
+
+    from ai_edge_litert import schema_py_generated as schema
+
+    from edge_export.passes.flatbuffer.graph_edits import add_activation_like, add_int32_constant, unique_name
+
+    sg = SimpleNamespace(tensors=[schema.TensorT()])
+    sg.tensors[0].name, sg.tensors[0].shape = b"x", [1, 4]
+    model = SimpleNamespace(buffers=[schema.BufferT()])
+    first = add_int32_constant(model, sg, [1, 2], "axes;nhwc")
+    second = add_int32_constant(model, sg, [1, 2], "axes;nhwc")
+    third = add_activation_like(sg, 0, [4, 1], "")  # "x" again
+    names = [t.name.decode() if isinstance(t.name, bytes) else t.name for t in sg.tensors]
+    assert names == ["x", "axes;nhwc", "axes;nhwc_2", "x_2"]
+    assert (first, second, third) == (1, 2, 3)
+    assert unique_name(sg, "new") == "new" and unique_name(sg, "axes;nhwc") == "axes;nhwc_3"

@@ -23,6 +23,7 @@ __all__ = [
     "same_quantization",
     "static_shape",
     "drop_unused_tensors",
+    "unique_name",
 ]
 
 
@@ -78,6 +79,19 @@ def constant_values(model: Any, sg: Any, index: int) -> np.ndarray | None:
     return np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=dtype).astype(np.int64).ravel()
 
 
+def unique_name(sg: Any, name: str) -> str:
+    """``name``, or ``name`` with ``_2``, ``_3``... when a tensor of the subgraph has it already:
+    ai-edge-quantizer refuses a model whose tensor names repeat (two MEANs sharing one axes
+    constant, each rewritten, gave two ``<axes>;nhwc`` constants and failed FocalNet's int8)."""
+    taken = {t.name.decode() if isinstance(t.name, bytes) else (t.name or "") for t in sg.tensors}
+    if name not in taken:
+        return name
+    number = 2
+    while f"{name}_{number}" in taken:
+        number += 1
+    return f"{name}_{number}"
+
+
 def add_int32_constant(model: Any, sg: Any, values: Any, name: str) -> int:
     from ai_edge_litert import schema_py_generated as schema
 
@@ -86,7 +100,7 @@ def add_int32_constant(model: Any, sg: Any, values: Any, name: str) -> int:
     buffer.data = np.frombuffer(array.astype("<i4").tobytes(), dtype=np.uint8)
     model.buffers.append(buffer)
     tensor = schema.TensorT()
-    tensor.name = name
+    tensor.name = unique_name(sg, name)
     tensor.shape = [int(array.size)]
     tensor.type = schema.TensorType.INT32
     tensor.buffer = len(model.buffers) - 1
@@ -99,7 +113,7 @@ def add_activation_like(sg: Any, like: int, shape: Any, suffix: str) -> int:
     plus ``suffix`` (a ``;`` part names no module, so provenance still finds ``like``'s module)."""
     tensor = copy.deepcopy(sg.tensors[like])
     name = tensor.name.decode() if isinstance(tensor.name, bytes) else (tensor.name or "")
-    tensor.name = name + suffix
+    tensor.name = unique_name(sg, name + suffix)
     tensor.shape = [int(d) for d in shape]
     tensor.shapeSignature = None
     tensor.buffer = 0  # buffer 0 is the empty sentinel: an activation

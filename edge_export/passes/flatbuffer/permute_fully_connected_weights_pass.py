@@ -32,6 +32,7 @@ from .graph_edits import (
     producers_of,
     same_quantization,
     static_shape,
+    unique_name,
 )
 
 __all__ = ["permute_fully_connected_weights_pass"]
@@ -132,7 +133,7 @@ def _permuted_copy(model: Any, sg: Any, index: int, values: np.ndarray) -> int:
     model.buffers.append(buffer)
     tensor = copy.deepcopy(sg.tensors[index])
     name = tensor.name.decode() if isinstance(tensor.name, bytes) else (tensor.name or "")
-    tensor.name = name + SUFFIX
+    tensor.name = unique_name(sg, name + SUFFIX)
     tensor.buffer = len(model.buffers) - 1
     sg.tensors.append(tensor)
     return len(sg.tensors) - 1
