@@ -7,7 +7,8 @@ applies ai-edge-quantizer recipes to the converted float flatbuffer (flatbuffer_
 ``auto`` runs those that support the mode, the cheaper flatbuffer recipe first, and keeps one by
 the rules in selection.py; it stops early when a result already meets the export's parity target
 and is fully integer (``target``, a selection.ParityTarget), and for dynamic-int8 at the first that
-works; PT2E's graph is simulated in PyTorch before it is lowered and not lowered when it cannot win. The chosen
+works; PT2E's graph is simulated in PyTorch before it is lowered and not lowered when it cannot win
+(and after its first 16 calibration samples, when they already show that, the rest is not run). The chosen
 model's I/O types are then set (io_types.py) and it is checked for being fully integer, with every
 float tensor and inner QUANTIZE/DEQUANTIZE mapped back to the PyTorch module it came from.
 Calibration data loading and checking lives in calibration.py.

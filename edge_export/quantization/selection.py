@@ -7,7 +7,8 @@ module on the calibration inputs, and stops early when a result already meets th
 better is needed, so the slower backend is not run. When PT2E does run, its quantized graph is first
 simulated in PyTorch, and it is lowered (about half its time) only if the simulation is not more than
 LOWERING_MARGIN_DB below a fully integer result already measured, i.e. only if it could be kept
-(``lowering_not_needed``). Otherwise, of every result, it keeps:
+(``lowering_not_needed``); the same test with EARLY_LOOK_MARGIN_DB after its first EARLY_LOOK_SAMPLES
+calibration samples stops the calibration there. Otherwise, of every result, it keeps:
 1. when a fully integer model is required (Edge TPU, microcontrollers): the fully integer result
    with the best parity; if none is fully integer, the best one, and the reason says so;
 2. otherwise the result with the best parity (lowest SQNR over the outputs), except that a fully
