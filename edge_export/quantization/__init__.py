@@ -362,7 +362,7 @@ def _run_backend(job: _BackendJob, name: str, runs: _BackendRuns) -> None:
     runs.products.append(candidate)
 
 
-class _CannotWin(QuantizationError):
+class PT2ECannotWin(QuantizationError):
     """Raised part-way through PT2E's calibration when its ranges so far, simulated, cannot beat a
     result already measured: the rest of it is not run."""
 
@@ -384,7 +384,7 @@ def _pt2e_model(job: _BackendJob, runs: _BackendRuns) -> bytes | None:
             verbose=job.verbose, each_batch=partial(_pt2e_batch, job.budget, stoppable=runs.have_model),
             after_batch=partial(_early_look, job, runs.attempts) if compete else None,
         )
-    except _CannotWin as stop:
+    except PT2ECannotWin as stop:
         runs.not_lowered = ("pt2e", stop.simulated_db, stop.settled, f"{stop.samples_seen} of {stop.total}")  # type: ignore[assignment]
         return None
     if compete:
@@ -398,7 +398,7 @@ def _pt2e_model(job: _BackendJob, runs: _BackendRuns) -> bytes | None:
 
 def _early_look(job: _BackendJob, attempts: list[BackendAttempt], prepared: Any, done: int, total: int) -> None:
     """After EARLY_LOOK_SAMPLES of PT2E's calibration samples (when at least as many are left), its
-    ranges so far are simulated on a few parity samples: _CannotWin when they read more than
+    ranges so far are simulated on a few parity samples: PT2ECannotWin when they read more than
     EARLY_LOOK_MARGIN_DB below a fully integer result already measured (the simulated SQNR moved by at
     most 0.5 dB from there to the end of the calibration on the models measured)."""
     from . import pt2e, selection
@@ -413,7 +413,7 @@ def _early_look(job: _BackendJob, attempts: list[BackendAttempt], prepared: Any,
     simulated = _simulated_sqnr(snapshot, job.parity_set[:count], job.refs[:count])
     settled = None if simulated is None else selection.lowering_not_needed(simulated, attempts, selection.EARLY_LOOK_MARGIN_DB)
     if settled is not None:
-        raise _CannotWin(simulated, settled, done, total)
+        raise PT2ECannotWin(simulated, settled, done, total)
 
 
 def _flatbuffer_model(job: _BackendJob) -> bytes:

@@ -56,6 +56,7 @@ _TYPE_MODULES = (
     "edge_export.validators.output_kinds",
     "edge_export.validators.parity",
     "edge_export.validators.runtimes",
+    "edge_export.validators.stability",
     "edge_export.reports.baseline",
     "edge_export.reports.model",
     "edge_export.transpose_report",
