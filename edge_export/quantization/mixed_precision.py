@@ -65,7 +65,7 @@ from .promotion_steps import step_sizes as _groups
 from ..errors import QuantizationError, UsageError, first_line
 from ..serialize import json_field
 from .budget import TimeBudget
-from .operator_scopes import passthrough_ops
+from .operator_scopes import has_int16_recipe, passthrough_ops
 from .sensitivity import (
     SENSITIVITY_METHOD,
     LayerSensitivity,
@@ -92,6 +92,7 @@ __all__ = [
     "promotion_costs",
     "promotion_order",
     "promotion_overrides",
+    "int16_ready",
     "run_sensitivity_and_mixed_precision",
     "search_mixed_precision",
 ]
@@ -391,7 +392,8 @@ def search_mixed_precision(
     start = time.perf_counter()
     boundary = int8_boundary(quantizer.float_model) if int8_io and precision == "int16" else {}
     by_index = ops_by_index(quantizer)
-    order = promotion_order([layer for layer in ranking if layer.op_index in by_index], costs, tie_band_db)
+    candidates, no_int16 = _promotable([layer for layer in ranking if layer.op_index in by_index], by_index, precision)
+    order = promotion_order(candidates, costs, tie_band_db)
     prefixes = _Prefixes(quantizer, by_index, order, precision, boundary, heldout, heldout_refs, target, measure_latency)
     int8_bytes = quantizer.quantize("int8")
     check = prefixes.record(0, prefixes.check(int8_bytes), int8_bytes)
@@ -404,7 +406,7 @@ def search_mixed_precision(
             kept_count = len(order)  # the split candidates have every operator at int16
     kept_check, kept_bytes = prefixes.measured[kept_count] if split is None else split.measured[split.kept]
     split_latency = _split_chain_latency(prefixes, split)
-    reason = _search_reason(prefixes, kept_count, kept_check, split, costs)
+    reason = _search_reason(prefixes, kept_count, kept_check, split, costs) + no_int16
     if out_of_time:
         reason += f"; the time budget ({budget.seconds:g} s) ended the search: {out_of_time} not tried"
     if split is not None and split.out_of_time:
@@ -421,6 +423,27 @@ def search_mixed_precision(
         order=_describe_order(precision, tie_band_db) if costs else "sensitivity", latency_seconds=prefixes.timing,
     )
     return MixedPrecisionSearch(report, kept_bytes if kept_count else None, int8_bytes)
+
+
+def _promotable(candidates: list[LayerSensitivity], by_index: Mapping[int, Any], precision: str) -> tuple[list[LayerSensitivity], str]:
+    """The candidates that can go to ``precision``, and a clause naming those that cannot (at int16,
+    the operators ai-edge-quantizer has no int16x8 recipe for: the recipe leaves them int8, and
+    between int16 neighbours ai-edge-quantizer runs them in float; "" when none)."""
+    if precision != "int16":
+        return candidates, ""
+    kept = [layer for layer in candidates if has_int16_recipe(by_index[layer.op_index].opcode)]
+    left: dict[str, int] = {}
+    for layer in candidates:
+        if layer not in kept:
+            opcode = by_index[layer.op_index].opcode
+            left[opcode] = left.get(opcode, 0) + 1
+    if not left:
+        return kept, ""
+    named = ", ".join(f"{opcode} x{count}" for opcode, count in left.items())
+    return kept, (
+        f"; {sum(left.values())} operator(s) have no int16 kernel in ai-edge-quantizer: {named}"
+        " (int8, or float between int16 neighbours: see integer_check)"
+    )
 
 
 def _kept_prefix(int8_check: TargetCheck, met_at: int | None, measured: Mapping[int, tuple[TargetCheck, bytes]]) -> int:
@@ -606,6 +629,14 @@ def _untried(want_sensitivity: bool, search_mode: str | None, *, needed: bool = 
     return search + (", and the --sensitivity report" if want_sensitivity else "")
 
 
+def int16_ready(float_bytes: bytes) -> bytes:
+    """The float model with the operators ai-edge-quantizer cannot raise to int16 written as ones it
+    can (SQUARED_DIFFERENCE as SUB and MUL, the same float values): what an int16 search starts from."""
+    from ..passes.flatbuffer import run_flatbuffer_passes, split_squared_difference_pass
+
+    return run_flatbuffer_passes(float_bytes, [split_squared_difference_pass], origin="the float model for int16").model.data
+
+
 def run_sensitivity_and_mixed_precision(
     base: Any,
     *,
@@ -641,6 +672,7 @@ def run_sensitivity_and_mixed_precision(
 
     if not budget.allows(_untried(want_sensitivity, search_mode)):
         return base, None, None  # spent before anything here started: not even the references
+    float_bytes = int16_ready(float_bytes) if search_mode is not None and precision == "int16" else float_bytes
     ranking_samples = list(calibration.samples[:SENSITIVITY_SAMPLES])
     ranking_refs = reference_outputs(export_module, ranking_samples)
     heldout_refs = reference_outputs(export_module, heldout) if heldout else []
@@ -661,9 +693,7 @@ def run_sensitivity_and_mixed_precision(
     if search.model_bytes is None:
         return base, sensitivity, report
     try:
-        shared = run_flatbuffer_passes(
-            search.model_bytes, [share_quantization_vectors_pass], origin="the mixed-precision model"
-        ).model
+        shared = run_flatbuffer_passes(search.model_bytes, [share_quantization_vectors_pass], origin="the mixed-precision model").model
         final = run_flatbuffer_passes(shared, [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the mixed-precision model").model
     except Exception as exc:  # a pass that cannot apply to the mixed model: keep the int8 one, say why
         return base, sensitivity, replace(report, reason=report.reason + f"; not kept: {first_line(exc)}", met=False)

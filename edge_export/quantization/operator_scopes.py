@@ -9,12 +9,13 @@ mixed-precision search, weight splitting and the float feeders of step functions
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
 from ..flatbuffer import FlatbufferModel
 
-__all__ = ["LAYOUT_OPS", "QuantizableOp", "passthrough_ops", "quantizable_ops"]
+__all__ = ["LAYOUT_OPS", "QuantizableOp", "has_int16_recipe", "passthrough_ops", "quantizable_ops"]
 
 # Operators that move, select or pick values: never candidates (see the module docstring).
 LAYOUT_OPS = frozenset({
@@ -24,6 +25,21 @@ LAYOUT_OPS = frozenset({
     "RESIZE_NEAREST_NEIGHBOR", "SELECT", "SELECT_V2", "REDUCE_MAX", "REDUCE_MIN", "ARG_MAX", "ARG_MIN",
     "CAST", "SHAPE", "RELU", "RELU6", "RELU_N1_TO_1",
 })
+
+
+@functools.lru_cache(maxsize=None)
+def has_int16_recipe(opcode: str) -> bool:
+    """Whether ai-edge-quantizer takes int16 activations with int8 weights (int16x8) for this
+    operator: SQUARED_DIFFERENCE (every LayerNorm's variance) does not, and a recipe raising it to
+    int16 fails (the ViT's --mixed-precision int16 was exit 3)."""
+    from ai_edge_quantizer import recipe_manager
+    from ai_edge_quantizer.qtyping import TFLOperationName
+
+    try:
+        recipe_manager.RecipeManager().add_static_config("^probe$", TFLOperationName(opcode), 16, 8)
+    except ValueError:  # not an operator it knows, or no int16 policy for it
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -390,3 +390,68 @@ def test_the_search_promotes_the_cheaper_of_two_near_equal_operators_first(searc
     assert runs["cost-aware"].order.startswith("sensitivity, cheapest first") and runs["ranking"].order == "sensitivity"
     # the first step costs the bytes of the operator it promotes: the cheaper one's are fewer
     assert runs["cost-aware"].promoted[0].size_delta_bytes < runs["ranking"].promoted[0].size_delta_bytes
+
+
+class NormedNet(nn.Module):
+    """A LayerNorm between two Linears: its variance is a SQUARED_DIFFERENCE, which
+    ai-edge-quantizer has no int16x8 recipe for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.up, self.norm, self.down = nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.norm(self.up(x))))
+
+
+def test_a_layernorm_model_is_fully_integer_at_int16(tmp_path):
+    """The LayerNorm's SQUARED_DIFFERENCE, which ai-edge-quantizer cannot raise to int16, is written
+    as SUB and MUL first: the search raises every operator and the model stays fully integer (it
+    was exit 3, then float inside)."""
+    out = tmp_path / "normed.tflite"
+    # 90 dB is out of int16x8's reach: the search raises every operator it can.
+    result = export(NormedNet().eval(), example_inputs=(torch.randn(1, 4, 16),), output=out,
+                    **{**COMMON, "min_sqnr": 90.0}, mixed_precision="int16")
+    mixed = result.report["mixed_precision"]
+    assert result.exit_code == 1 and mixed["precision"] == "int16" and not mixed["met"]
+    norm_ops = sorted(p["opcode"] for p in mixed["promoted"] if p["module_path"] == "norm")
+    assert "SUB" in norm_ops and "MUL" in norm_ops and "SQUARED_DIFFERENCE" not in norm_ops
+    assert result.report["quantization"]["fully_integer"] is True
+    assert "no int16 kernel" not in mixed["reason"]
+
+
+def test_operators_without_an_int16_recipe_are_not_int16_candidates_and_are_named():
+    from types import SimpleNamespace
+
+    from edge_export.quantization.mixed_precision import _promotable
+    from edge_export.quantization.operator_scopes import has_int16_recipe
+
+    assert has_int16_recipe("FULLY_CONNECTED") and not has_int16_recipe("SQUARED_DIFFERENCE")
+    assert not has_int16_recipe("NOT_AN_OPERATOR")
+    layers = [_layer(1, 0, 10.0), _layer(2, 1, 20.0), _layer(3, 2, 30.0)]
+    by_index = {0: SimpleNamespace(opcode="SQUARED_DIFFERENCE"), 1: SimpleNamespace(opcode="CONV_2D"),
+                2: SimpleNamespace(opcode="SQUARED_DIFFERENCE")}
+    kept, clause = _promotable(layers, by_index, "int16")
+    assert kept == [layers[1]] and "2 operator(s) have no int16 kernel in ai-edge-quantizer: SQUARED_DIFFERENCE x2" in clause
+    assert _promotable(layers, by_index, "float") == (layers, "")  # float takes every operator
+
+
+def test_squared_difference_becomes_sub_and_mul_with_the_same_float_values():
+    import numpy as np
+
+    from edge_export.conversion import convert_module
+    from edge_export.flatbuffer import read_flatbuffer
+    from edge_export.passes.flatbuffer import run_flatbuffer_passes, split_squared_difference_pass
+    from edge_export.runtime import TFLiteRunner
+
+    module = NormedNet().eval()
+    x = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(1))
+    before = read_flatbuffer(convert_module(module, (x,)))
+    after = run_flatbuffer_passes(before, [split_squared_difference_pass]).model
+    assert "SQUARED_DIFFERENCE" in before.op_counts and "SQUARED_DIFFERENCE" not in after.op_counts
+    assert after.op_counts["SUB"] == before.op_counts.get("SUB", 0) + 1
+    assert after.op_counts["MUL"] == before.op_counts.get("MUL", 0) + 1
+    feed = [x.numpy()]
+    assert np.array_equal(TFLiteRunner(before).run(feed)[0], TFLiteRunner(after).run(feed)[0])
+    assert not run_flatbuffer_passes(after, [split_squared_difference_pass]).modified_by  # nothing left to do
