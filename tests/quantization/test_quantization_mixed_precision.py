@@ -455,3 +455,13 @@ def test_squared_difference_becomes_sub_and_mul_with_the_same_float_values():
     feed = [x.numpy()]
     assert np.array_equal(TFLiteRunner(before).run(feed)[0], TFLiteRunner(after).run(feed)[0])
     assert not run_flatbuffer_passes(after, [split_squared_difference_pass]).modified_by  # nothing left to do
+
+
+def test_a_search_that_precision_cannot_move_says_the_ranges_limit_it():
+    from edge_export.quantization.mixed_precision import _ranges_limit
+    from edge_export.quantization.promotion_steps import TargetCheck
+
+    int8 = TargetCheck(6.5, 0.9, None, ("sqnr",))
+    assert "the calibrated activation ranges do" in _ranges_limit(int8, TargetCheck(7.0, 0.9, None, ("sqnr",)))
+    assert _ranges_limit(int8, TargetCheck(24.0, 0.99, None, ("sqnr",))) == ""  # precision helped: say nothing more
+    assert _ranges_limit(TargetCheck(float("nan"), 0.9, None, ("sqnr",)), TargetCheck(7.0, 0.9, None, ("sqnr",))) == ""
