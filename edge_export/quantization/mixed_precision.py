@@ -518,7 +518,8 @@ def _search_reason(
         f"({kept_count} promoted, {kept_check.sqnr_db:.1f} dB)"
     )
     if precision == "int16":
-        reason += "; int16 activations still leave int8 weights: --mixed-precision auto may promote to float where the target allows it"
+        limit = _ranges_limit(prefixes.measured[0][0], kept_check)
+        reason += limit or "; int16 activations still leave int8 weights: --mixed-precision auto may promote to float where the target allows it"
     return reason
 
 
@@ -591,7 +592,7 @@ def _ranges_limit(int8_check: TargetCheck, kept: TargetCheck) -> str:
     if not math.isfinite(gain) or gain >= _NO_GAIN_DB:
         return ""
     return (
-        f"; int16 and split weights gained {gain:.1f} dB over int8, so precision does not limit it: "
+        f"; raising precision gained {gain:.1f} dB over int8, so precision does not limit it: "
         "the calibrated activation ranges do (held-out values beyond them are clipped at any precision). "
         "Calibrate on inputs like the held-out ones (--calibration-data), or use --mixed-precision auto "
         "(float operators have no ranges)"
