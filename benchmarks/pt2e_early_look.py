@@ -31,7 +31,7 @@ def trajectory(name: str) -> dict[int, list[float]]:
     from edge_export.config import InputSpec, QuantizeMode
     from edge_export.passes.fx.restore_source_functions_pass import restore_source_functions_pass
     from edge_export.quantization import pt2e, selection
-    from edge_export.quantization.calibration import synthetic_calibration
+    from edge_export.quantization.synthetic_calibration import synthetic_calibration
 
     model, example = zoo_models.build(name)
     specs = [InputSpec(tuple(e.shape), str(e.dtype).replace("torch.", "")) for e in example]

@@ -57,7 +57,7 @@ def predictors(models: list[str], size: int) -> None:
     from edge_export.config import InputSpec
     from edge_export.conversion import convert_module
     from edge_export.inputs import make_samples
-    from edge_export.quantization.calibration import synthetic_calibration
+    from edge_export.quantization.synthetic_calibration import synthetic_calibration
     from edge_export.quantization.mixed_precision import (
         AccuracyTarget,
         evaluate_target,
@@ -166,7 +166,7 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
     from edge_export.config import InputSpec
     from edge_export.conversion import convert_module
     from edge_export.inputs import make_samples
-    from edge_export.quantization.calibration import synthetic_calibration
+    from edge_export.quantization.synthetic_calibration import synthetic_calibration
     from edge_export.quantization.mixed_precision import (
         TIE_BAND_DB,
         AccuracyTarget,

@@ -68,7 +68,7 @@ def image_like_batch(generator: Any, batch: int, channels: int, height: int, wid
     import numpy as np
     import torch
 
-    from edge_export.quantization.calibration import natural_image_like
+    from edge_export.quantization.synthetic_calibration import natural_image_like
 
     rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
     mean = np.asarray(IMAGENET_MEAN[:channels], dtype=np.float32).reshape(-1, 1, 1)

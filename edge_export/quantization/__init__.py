@@ -39,8 +39,8 @@ from .calibration import (
     CalibrationSet,
     CalibrationSummary,
     load_calibration_data,
-    synthetic_calibration,
 )
+from .synthetic_calibration import synthetic_calibration
 from .flatbuffer_recipes import DEFAULT_FLATBUFFER_OBSERVER, FLATBUFFER_OBSERVERS, RECIPES
 from .io_types import IOQuantInfo, describe_io, set_io_dtype
 from .pt2e import DEFAULT_PT2E_OBSERVER, PT2E_OBSERVERS, pt2e_supports

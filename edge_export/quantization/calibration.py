@@ -35,8 +35,6 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "CalibrationSet",
     "load_calibration_data",
-    "natural_image_like",
-    "synthetic_calibration",
 ]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -446,77 +444,3 @@ def load_calibration_data(
     if not samples:
         raise CalibrationDataError(f"Calibration data {p} holds no samples.", _HINT_SHAPES)
     return CalibrationSet(tuple(samples), str(p), True).limit(max_samples)
-
-
-def natural_image_like(
-    rng: np.random.Generator, channels: int, height: int, width: int, exponent: float = 2.0
-) -> np.ndarray:
-    """One (channels, height, width) image in [0, 1] with a natural image's power spectrum (power
-    falling as 1/f^``exponent``, 2 for photographs): smooth regions and edges, not pixel noise. The
-    channels share most of their structure (as RGB channels do), and each image gets its own
-    brightness and contrast."""
-    fy = np.fft.fftfreq(height)[:, None]
-    fx = np.fft.rfftfreq(width)[None, :]
-    freq = np.sqrt(fx**2 + fy**2)
-    freq[0, 0] = 1.0 / max(height, width)
-    amplitude = freq ** (-exponent / 2)
-    shared = rng.standard_normal((height, width))
-    image = np.empty((channels, height, width))
-    for c in range(channels):
-        noise = 0.8 * shared + 0.6 * rng.standard_normal((height, width)) if channels > 1 else shared
-        image[c] = np.fft.irfft2(np.fft.rfft2(noise) * amplitude, s=(height, width))
-    image = (image - image.min()) / max(float(image.max() - image.min()), 1e-12)
-    low, high = sorted(rng.uniform(0.0, 1.0, 2))
-    high = max(high, low + 0.3)  # at least 30% of the full range: some contrast in every image
-    return np.clip(low + image * (high - low), 0.0, 1.0)
-
-
-def _image_geometry_of(spec: InputSpec, layout: str) -> tuple[int, int, int] | None:
-    """(channels, height, width) of a float 1- or 3-channel batch-1 image input, else None."""
-    if spec.dtype not in _FLOAT_DTYPES or len(spec.shape) != 4 or spec.shape[0] != 1:
-        return None
-    _, c, h, w = spec.shape if layout == "nchw" else (spec.shape[0], spec.shape[3], spec.shape[1], spec.shape[2])
-    return (c, h, w) if c in (1, 3) and h > 1 and w > 1 else None
-
-
-def synthetic_calibration(
-    input_specs: Sequence[InputSpec],
-    n: int = DEFAULT_SYNTHETIC_SAMPLES,
-    seed: int = 0,
-    *,
-    image_mean: tuple[float, ...] | None = None,
-    image_std: tuple[float, ...] | None = None,
-    layout: str = "nchw",
-) -> CalibrationSet:
-    """Standard-normal float inputs (small non-negative ints for integer inputs): ranges from these
-    are not the model's real ranges, hence ``real_data=False``.
-
-    With ``image_mean``/``image_std`` (the --mean/--std of the model's image preprocessing), every
-    1- or 3-channel image input gets natural-image-like pictures (``natural_image_like``) normalized
-    with them instead: the value range and the spatial correlation the first layers see on real
-    images (docs/BENCHMARKS.md has the held-out gain)."""
-    if n < 1:
-        raise UsageError(f"Cannot make {n} synthetic calibration samples.")
-    images = image_mean is not None or image_std is not None
-    rng = np.random.default_rng(seed)
-    samples = []
-    for _ in range(n):
-        sample = []
-        for spec in input_specs:
-            geometry = _image_geometry_of(spec, layout) if images else None
-            if geometry is not None:
-                c, h, w = geometry
-                mean = np.asarray(image_mean if image_mean is not None else (0.0,), dtype=np.float32).reshape(-1, 1, 1)
-                std = np.asarray(image_std if image_std is not None else (1.0,), dtype=np.float32).reshape(-1, 1, 1)
-                picture = (natural_image_like(rng, c, h, w) - mean) / std  # CHW
-                picture = picture if layout == "nchw" else picture.transpose(1, 2, 0)
-                sample.append(picture[None].astype(spec.dtype))
-            elif spec.dtype in _FLOAT_DTYPES:
-                sample.append(rng.standard_normal(spec.shape).astype(spec.dtype))
-            elif spec.dtype == "bool":
-                sample.append(rng.integers(0, 2, spec.shape).astype(bool))
-            else:
-                sample.append(rng.integers(0, 10, spec.shape).astype(spec.dtype))
-        samples.append(tuple(sample))
-    kind = "natural-image-like images, normalized with --mean/--std" if images else "normal"
-    return CalibrationSet(tuple(samples), f"synthetic ({kind}, seed {seed})", False)

@@ -66,7 +66,7 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
     from ..conversion import convert_module
     from ..quantization.budget import TimeBudget
 
-    calibration, heldout = calibration_sets(options, prepared.loaded.specs)
+    calibration, heldout = calibration_sets(options, prepared.loaded.specs, prepared.loaded.example)
     search_mode, promote_to = mixed_precision_plan(options, target)
     if search_mode or options.sensitivity:  # per-operator recipes start from the float model
         with clock.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):

@@ -26,9 +26,10 @@ def parity_samples(specs: list[InputSpec], options: ExportOptions, example: tupl
     return make_samples(specs, options.samples, options.seed, example)
 
 
-def calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[Any, list[tuple] | None]:
+def calibration_sets(options: ExportOptions, specs: list[InputSpec], example: tuple) -> tuple[Any, list[tuple] | None]:
     """Calibration samples, and held-out real samples for parity (None: parity uses seeded random
-    inputs, which are never the calibration inputs)."""
+    inputs, which are never the calibration inputs). Synthetic samples are drawn like ``example``
+    (PyTorch's layout), as parity's random inputs are."""
     import torch
 
     from ..quantization import DEFAULT_CALIBRATION_SAMPLES, load_calibration_data, synthetic_calibration
@@ -55,7 +56,8 @@ def calibration_sets(options: ExportOptions, specs: list[InputSpec]) -> tuple[An
         return calibration, parity
     n = options.calibration_samples or DEFAULT_CALIBRATION_SAMPLES
     # a seed apart from the parity inputs' seed, so parity never runs on calibration inputs
-    return synthetic_calibration(specs, n, seed=options.seed + 1_000_003), None
+    calibration = synthetic_calibration(specs, n, seed=options.seed + 1_000_003, like=example, layout=options.image_layout)
+    return calibration, None
 
 
 def np_array_copy(a: Any) -> Any:

@@ -304,7 +304,7 @@ def search_setup():
     from edge_export.config import InputSpec
     from edge_export.conversion import convert_module
     from edge_export.inputs import make_samples
-    from edge_export.quantization.calibration import synthetic_calibration
+    from edge_export.quantization.synthetic_calibration import synthetic_calibration
     from edge_export.quantization.selection import reference_outputs
     from edge_export.quantization.sensitivity import (
         RecipeQuantizer,

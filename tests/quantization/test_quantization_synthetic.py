@@ -7,7 +7,7 @@ import numpy as np
 
 from edge_export.config import InputSpec
 from edge_export.quantization import synthetic_calibration
-from edge_export.quantization.calibration import natural_image_like
+from edge_export.quantization.synthetic_calibration import natural_image_like
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -54,3 +54,91 @@ def test_non_image_inputs_keep_their_synthetic_kind():
 
 def low_bound(mean, std) -> float:
     return float(min((0 - np.array(mean)) / np.array(std)))
+
+
+# ---- drawn like the example inputs (what the export pipeline calibrates on without data) ----------
+
+
+def _picture_example(layout: str = "nchw") -> np.ndarray:
+    picture = (natural_image_like(np.random.default_rng(11), 3, 32, 32) - np.reshape(MEAN, (3, 1, 1))) / np.reshape(STD, (3, 1, 1))
+    picture = picture if layout == "nchw" else picture.transpose(1, 2, 0)
+    return picture[None].astype(np.float32)
+
+
+def test_pixel_correlation_tells_pictures_from_noise_and_nothing_from_constants():
+    from edge_export.quantization.synthetic_calibration import PICTURE_CORRELATION, pixel_correlation
+
+    rng = np.random.default_rng(0)
+    assert pixel_correlation(_picture_example()) > 0.5
+    assert pixel_correlation(_picture_example("nhwc"), "nhwc") > 0.5
+    assert abs(pixel_correlation(rng.standard_normal((1, 3, 32, 32)))) < 0.1 < PICTURE_CORRELATION
+    assert pixel_correlation(np.ones((1, 3, 8, 8))) == 0.0
+    assert pixel_correlation(np.full((1, 3, 8, 8), np.nan)) == 0.0
+
+
+def test_calibration_follows_the_examples_range_and_scale():
+    """Token ids across the example's vocabulary (not only 0-9), floats at the example's scale."""
+    import torch
+
+    specs = [InputSpec((1, 64), "int64"), InputSpec((1, 8, 32)), InputSpec((1, 4), "bool")]
+    ids = torch.arange(100, 1100, 1000 // 64)[:64].reshape(1, 64)
+    features = torch.randn(1, 8, 32) * 5.0 + 3.0
+    calib = synthetic_calibration(specs, 8, seed=1, like=(ids, features, torch.ones(1, 4, dtype=torch.bool)))
+    tokens = np.stack([s[0] for s in calib.samples])
+    assert tokens.dtype == np.int64 and tokens.min() >= 100 and tokens.max() <= int(ids.max())
+    assert tokens.max() > 900  # the whole range, not the first ten ids
+    floats = np.stack([s[1] for s in calib.samples])
+    assert abs(floats.mean() - float(features.mean())) < 0.3 and abs(floats.std() / float(features.std()) - 1) < 0.05
+    assert all(s[2].dtype == bool for s in calib.samples)
+    assert calib.source == "synthetic (like the example inputs, seed 1)" and not calib.real_data
+
+
+def test_a_picture_example_gets_pictures_and_noise_alternately_in_either_layout():
+    from edge_export.quantization.synthetic_calibration import PICTURE_CORRELATION, pixel_correlation
+
+    for layout in ("nchw", "nhwc"):
+        example = _picture_example(layout)
+        spec = InputSpec(example.shape)
+        calib = synthetic_calibration([spec], 16, seed=2, like=(example,), layout=layout)
+        correlations = [pixel_correlation(s[0], layout) for s in calib.samples]
+        assert all(c > PICTURE_CORRELATION for c in correlations[0::2]) and all(abs(c) < 0.2 for c in correlations[1::2])
+        pictures = np.concatenate([s[0] for s in calib.samples[0::2]])
+        axes = (0, 2, 3) if layout == "nchw" else (0, 1, 2)
+        channel_axis_example = example.mean(axis=(0, 2, 3) if layout == "nchw" else (0, 1, 2))
+        np.testing.assert_allclose(pictures.mean(axis=axes), channel_axis_example, atol=1e-3)
+        assert pictures[:1].shape == example.shape and pictures.dtype == np.float32
+        assert "natural-image-like pictures and noise" in calib.source
+
+
+def test_a_noise_example_and_a_non_image_shape_get_noise_only():
+    """The CLI's --input-shape example is noise: no pictures are made up for it."""
+    from edge_export.quantization.synthetic_calibration import pixel_correlation
+
+    import torch
+
+    noise = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    calib = synthetic_calibration([InputSpec((1, 3, 32, 32))], 6, seed=2, like=(noise,))
+    assert all(abs(pixel_correlation(s[0])) < 0.2 for s in calib.samples)
+    assert "pictures" not in calib.source
+    smooth_wide = np.repeat(_picture_example()[:, :1], 8, axis=1)  # 8 channels: not an image input
+    calib = synthetic_calibration([InputSpec(smooth_wide.shape)], 4, seed=2, like=(smooth_wide,))
+    assert "pictures" not in calib.source
+
+
+def test_non_finite_examples_do_not_poison_the_draw():
+    example = _picture_example()
+    example[0, 0, :4, :4] = np.nan
+    example[0, 1, 0, 0] = np.inf
+    calib = synthetic_calibration([InputSpec(example.shape)], 4, seed=0, like=(example,))
+    assert all(np.all(np.isfinite(s[0])) for s in calib.samples)
+
+
+def test_without_an_example_the_draw_is_unchanged():
+    """Existing seeds keep their samples: the plain draw is standard normal and ids 0-9."""
+    specs = [InputSpec((1, 3, 8, 8)), InputSpec((1, 4), "int64")]
+    rng = np.random.default_rng(4)
+    expected = [(rng.standard_normal((1, 3, 8, 8)).astype(np.float32), rng.integers(0, 10, (1, 4))) for _ in range(3)]
+    calib = synthetic_calibration(specs, 3, seed=4)
+    for (x, ids), (ex, eids) in zip(calib.samples, expected):
+        np.testing.assert_array_equal(x, ex)
+        np.testing.assert_array_equal(ids, eids)
