@@ -26,6 +26,7 @@ from ..errors import EdgeExportError, QuantizationError, UsageError, first_line
 from ..flatbuffer import FlatbufferModel
 from ..isolation import run_isolated
 from ..passes.flatbuffer import (
+    quantize_embedding_tables_pass,
     repair_signature_outputs_pass,
     run_flatbuffer_passes,
     set_io_dtype_pass,
@@ -435,7 +436,8 @@ def _measured_candidate(job: _BackendJob, name: str, data: bytes) -> tuple[Flatb
     from . import selection
 
     candidate = run_flatbuffer_passes(
-        data, [repair_signature_outputs_pass, share_quantization_vectors_pass], origin=f"the {name} {job.mode.value} candidate"
+        data, [repair_signature_outputs_pass, quantize_embedding_tables_pass, share_quantization_vectors_pass],
+        origin=f"the {name} {job.mode.value} candidate",
     ).model
     sqnr, cosine = run_isolated(
         selection.measure_parity, candidate, job.parity_set, job.refs,

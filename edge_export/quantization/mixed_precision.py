@@ -684,6 +684,7 @@ def run_sensitivity_and_mixed_precision(
     from ..config import IODtype
     from ..isolation import run_isolated
     from ..passes.flatbuffer import (
+        quantize_embedding_tables_pass,
         run_flatbuffer_passes,
         set_io_dtype_pass,
         share_quantization_vectors_pass,
@@ -714,7 +715,8 @@ def run_sensitivity_and_mixed_precision(
     if search.model_bytes is None:
         return base, sensitivity, report
     try:
-        shared = run_flatbuffer_passes(search.model_bytes, [share_quantization_vectors_pass], origin="the mixed-precision model").model
+        passes = [quantize_embedding_tables_pass, share_quantization_vectors_pass]
+        shared = run_flatbuffer_passes(search.model_bytes, passes, origin="the mixed-precision model").model
         final = run_flatbuffer_passes(shared, [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the mixed-precision model").model
     except Exception as exc:  # a pass that cannot apply to the mixed model: keep the int8 one, say why
         return base, sensitivity, replace(report, reason=report.reason + f"; not kept: {first_line(exc)}", met=False)

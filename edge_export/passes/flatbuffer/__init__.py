@@ -13,6 +13,7 @@ from .fold_constant_operators_pass import fold_constant_operators_pass
 from .fold_layout_chains_pass import fold_layout_chains_pass
 from .permute_fully_connected_weights_pass import permute_fully_connected_weights_pass
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
+from .quantize_embedding_tables_pass import quantize_embedding_tables_pass
 from .remove_noop_operators_pass import remove_noop_operators_pass
 from .rename_signature_pass import rename_signature_pass
 from .repair_signature_outputs_pass import repair_signature_outputs_pass
@@ -42,6 +43,7 @@ __all__ = [
     "pass_name",
     "PassPipelineResult",
     "permute_fully_connected_weights_pass",
+    "quantize_embedding_tables_pass",
     "remove_noop_operators_pass",
     "rename_signature_pass",
     "reorder_operators_for_edgetpu_pass",
