@@ -11,7 +11,9 @@ SQNR of the logits vs PyTorch fp32 on held-out inputs, per model:
 
 Part 2, synthetic calibration when no data is given: int8 calibrated on 128 synthetic samples that
 are either standard-normal noise (the default) or natural-image-like pictures normalized with the
-model's mean/std (`synthetic_calibration(image_mean=..., image_std=...)`), measured
+model's mean/std (`synthetic_calibration(image_mean=..., image_std=...)`), or drawn like the
+model's example input (`like=`, the tool's default since BENCHMARKS 23.6: for a picture example,
+pictures and noise alternately), measured
 - on the digits models (the only ones whose real inputs we have) on the real test images;
 - on the benchmark image models (random weights: their domain is unknown) on two held-out sets of 16
   each, seeded standard-normal inputs (what the tool checks parity on without data) and image-like
@@ -161,6 +163,8 @@ def _synthetic_sets(name: str, spec, example) -> tuple[dict, dict]:
     calibration = {
         "normal": synthetic_calibration([spec], 128, seed=1_000_003),
         "image-like": synthetic_calibration([spec], 128, seed=1_000_003, image_mean=mean, image_std=std),
+        # the default since 23.6: drawn like the example (pictures and noise when it is a picture)
+        "like-example": synthetic_calibration([spec], 128, seed=1_000_003, like=example),
     }
     held_out = {
         "normal": [s[0] for s in synthetic_calibration([spec], 16, seed=0).samples],
