@@ -300,7 +300,10 @@ def validate_sensitivity(module: Any, example: tuple, specs: list[InputSpec], op
     export_module = wrap_channels_last(module, plan) if plan.active else module
     export_example = tuple(t.permute(0, 2, 3, 1).contiguous() if i in plan.inputs else t for i, t in enumerate(example))
     float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
-    calibration = calibration_in_layout(synthetic_calibration(specs, DEFAULT_SYNTHETIC_SAMPLES, seed=options.seed + 1_000_003), plan.inputs)
+    synthetic = synthetic_calibration(
+        specs, DEFAULT_SYNTHETIC_SAMPLES, seed=options.seed + 1_000_003, like=example, layout=options.image_layout
+    )  # drawn as the export's calibration is
+    calibration = calibration_in_layout(synthetic, plan.inputs)
     _, sensitivity, _ = run_sensitivity_and_mixed_precision(
         None, float_bytes=float_bytes, export_module=export_module, calibration=calibration, heldout=[],
         want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
