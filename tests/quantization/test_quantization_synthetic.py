@@ -153,3 +153,21 @@ def test_the_noise_beside_a_narrow_picture_keeps_unit_spread():
     noise = np.concatenate([s[0] for s in calib.samples[1::2]])
     assert float(picture.std()) < 0.5 and abs(float(noise.std()) - 1.0) < 0.05
     assert abs(float(noise.mean()) - float(picture.mean())) < 0.05
+
+
+def test_the_export_calibrates_like_its_example_and_never_on_it():
+    """The export stage's synthetic set follows the example it was given (token ids in its range,
+    pictures for a picture), with a seed apart from parity's, so no calibration sample is the example."""
+    import torch
+
+    from edge_export.options import ExportOptions
+    from edge_export.stages.samples import calibration_sets
+
+    picture = torch.from_numpy(_picture_example())
+    ids = torch.arange(1000, 1064).reshape(1, 64)
+    specs = [InputSpec(tuple(picture.shape), name="image"), InputSpec((1, 64), "int64", name="ids")]
+    calibration, heldout = calibration_sets(ExportOptions(quantize="int8", calibration_samples=8), specs, (picture, ids))
+    assert heldout is None and len(calibration) == 8
+    assert "natural-image-like pictures and noise" in calibration.source
+    assert all(1000 <= s[1].min() and s[1].max() <= 1063 for s in calibration.samples)
+    assert not any(np.array_equal(s[0], picture.numpy()) for s in calibration.samples)
