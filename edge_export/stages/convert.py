@@ -103,7 +103,8 @@ def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, c
             backend=options.quant_backend,
             **observers_for(options.range_algorithm),
             io_dtype=options.io_dtype or IODtype.FLOAT32,
-            require_full_integer=target.requires_full_integer,
+            # --mixed-precision int16 searches to keep the model fully integer: start from a fully integer one
+            require_full_integer=target.requires_full_integer or mixed_precision_plan(options, target)[1] == "int16",
             strict=options.strict,
             verbose=options.verbose,
             # auto keeps the first fully integer result that meets the export's own gates

@@ -465,3 +465,27 @@ def test_a_search_that_precision_cannot_move_says_the_ranges_limit_it():
     assert "the calibrated activation ranges do" in _ranges_limit(int8, TargetCheck(7.0, 0.9, None, ("sqnr",)))
     assert _ranges_limit(int8, TargetCheck(24.0, 0.99, None, ("sqnr",))) == ""  # precision helped: say nothing more
     assert _ranges_limit(TargetCheck(float("nan"), 0.9, None, ("sqnr",)), TargetCheck(7.0, 0.9, None, ("sqnr",))) == ""
+
+
+def test_an_int16_search_starts_from_a_fully_integer_model(monkeypatch):
+    """--mixed-precision int16 keeps the model fully integer: auto's backend choice prefers a fully
+    integer result for it (a float-inside PT2E model with better parity left nothing to search)."""
+    from types import SimpleNamespace
+
+    import edge_export.quantization as quantization
+    from edge_export.options import ExportOptions
+    from edge_export.quantization.budget import TimeBudget
+    from edge_export.stages import convert
+    from edge_export.stages.clock import StageClock
+    from edge_export.config import InputSpec
+    from edge_export.quantization.synthetic_calibration import synthetic_calibration
+    from edge_export.targets.registry import get_target
+
+    asked: list[bool] = []
+    monkeypatch.setattr(quantization, "quantize_model", lambda *a, **kw: asked.append(kw["require_full_integer"]))
+    prepared = SimpleNamespace(module=None, example=(), plan=SimpleNamespace(inputs=()))
+    calibration = synthetic_calibration([InputSpec((1, 4))], 2, seed=0)
+    for mode, wanted in (("int16", True), ("auto", False), ("off", False)):
+        options = ExportOptions(quantize="int8", min_sqnr=30.0, mixed_precision=mode)
+        convert._run_quantizer(prepared, options, get_target("cpu"), calibration, None, TimeBudget(None), StageClock(None))
+    assert asked == [True, False, False]
