@@ -6,7 +6,6 @@ a finished run. Refusals run the real CLI in this process (run_cli); what only a
 from __future__ import annotations
 
 import io
-import os
 import zipfile
 from pathlib import Path
 
