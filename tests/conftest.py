@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -57,18 +58,38 @@ class Artifacts:
 
 @pytest.fixture(scope="session")
 def built_artifacts(tmp_path_factory) -> Artifacts:
-    """Built once per test session: the inspect/bench/validate/report tests read these instead of
-    each exporting the same tiny model again (an export with parity takes seconds here)."""
+    """Built once per test run: the inspect/bench/validate/report tests read these instead of
+    each exporting the same tiny model again (an export with parity takes seconds here). Under
+    pytest-xdist the first worker to ask builds them in the run's shared temporary folder and the
+    others wait for it and read the same files (tests write only to copies, see ``artifacts``)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return _build_artifacts(tmp_path_factory.mktemp("artifacts"))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # this run's folder, above every worker's own
+    folder = shared / "artifacts"
+    with FileLock(str(shared / "artifacts.lock")):
+        if not (folder / "built").exists():
+            folder.mkdir(exist_ok=True)
+            _build_artifacts(folder)
+            (folder / "built").touch()
+    return _artifacts_in(folder)
+
+
+def _artifacts_in(folder: Path) -> Artifacts:
+    return Artifacts(folder / "cnn.pt2", folder / "cnn.tflite", folder / "cnn_int8.tflite", folder / "cnn_edgetpu_ready.tflite")
+
+
+def _build_artifacts(folder: Path) -> Artifacts:
     import torch
 
     import edge_export
     from model_zoo import small_cnn
 
-    folder = tmp_path_factory.mktemp("artifacts")
     source = folder / "cnn.pt2"
     example = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     torch.export.save(torch.export.export(small_cnn(), (example,)), source)
-    built = Artifacts(source, folder / "cnn.tflite", folder / "cnn_int8.tflite", folder / "cnn_edgetpu_ready.tflite")
+    built = _artifacts_in(folder)
     for output, options in (
         (built.fp32, {}),
         (built.int8, {"quantize": "int8", "quant_backend": "flatbuffer"}),

@@ -1,4 +1,5 @@
-"""The pass tests' model (passes_models.TwoBranches), converted and quantized once per test module."""
+"""The pass tests' model (passes_models.TwoBranches), converted and quantized once per session
+(the fx and flatbuffer pass modules share it; nothing mutates it)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ class Converted:
     int8: bytes  # the flatbuffer quantizer's bytes (int8 I/O, nothing shared yet)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def converted() -> Converted:
     from edge_export.config import QuantizeMode
     from edge_export.conversion import convert_module
