@@ -73,7 +73,7 @@ from .sensitivity import (
     SensitivityReport,
     measure_sensitivity,
     ops_by_index,
-    run_outputs,
+    parity_outputs,
 )
 
 __all__ = [
@@ -356,7 +356,7 @@ class _Prefixes:
         return found
 
     def check(self, model_bytes: bytes) -> TargetCheck:
-        return evaluate_target(run_outputs(model_bytes, self.heldout), self.heldout_refs, self.target)
+        return evaluate_target(parity_outputs(model_bytes, self.heldout), self.heldout_refs, self.target)
 
     def measure(self, k: int) -> TargetCheck:
         overrides = promotion_overrides(self.quantizer, [self.by_index[layer.op_index] for layer in self.order[:k]], self.precision)
@@ -624,7 +624,7 @@ def _child_run(
     search_needed = False
     if search_mode is not None and base_model_bytes is not None:
         # The model quantization kept first: nothing more runs when it already meets the target.
-        search_needed = not evaluate_target(run_outputs(base_model_bytes, heldout), heldout_refs, target).met
+        search_needed = not evaluate_target(parity_outputs(base_model_bytes, heldout), heldout_refs, target).met
     if not want_sensitivity and not search_needed:
         return None, None, budget.skipped
     if not budget.allows(_untried(want_sensitivity, search_mode if search_needed else None, needed=True)):

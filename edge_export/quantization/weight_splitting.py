@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .sensitivity import LayerSensitivity, QuantizableOp, RecipeQuantizer, run_outputs
+from .sensitivity import LayerSensitivity, QuantizableOp, RecipeQuantizer, parity_outputs
 
 __all__ = ["SPLIT_PRECISION", "SplitSearch", "int8_boundary", "search_split_weights", "split_float_model", "split_rows", "splittable_layers"]
 
@@ -136,7 +136,7 @@ def search_split_weights(
             else:
                 candidate = RecipeQuantizer.with_ranges(split_float_model(quantizer.float_bytes, [layer.op_index for layer in order[:k]]), all_split)
             model = candidate.quantize("int16", int8_boundary(candidate.float_model) if int8_io else None)
-            measured[k] = (evaluate_target(run_outputs(model, heldout), heldout_refs, target), model)
+            measured[k] = (evaluate_target(parity_outputs(model, heldout), heldout_refs, target), model)
         return measured[k][0].met
 
     out_of_time = None

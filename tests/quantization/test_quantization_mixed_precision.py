@@ -489,3 +489,20 @@ def test_an_int16_search_starts_from_a_fully_integer_model(monkeypatch):
         options = ExportOptions(quantize="int8", min_sqnr=30.0, mixed_precision=mode)
         convert._run_quantizer(prepared, options, get_target("cpu"), calibration, None, TimeBudget(None), StageClock(None))
     assert asked == [True, False, False]
+
+
+def test_the_accuracy_target_is_judged_on_what_parity_runs(built_artifacts):
+    """The search's target check computes exactly what the export's parity computes (LiteRT with
+    XNNPACK), not the built-in kernels, whose int8 rounding differs (a met search, a failed export)."""
+    import numpy as np
+
+    from edge_export.flatbuffer import read_flatbuffer
+    from edge_export.quantization.sensitivity import parity_outputs
+    from edge_export.targets.base import litert_runner
+
+    data = built_artifacts.int8.read_bytes()
+    samples = [(np.random.default_rng(k).standard_normal((1, 3, 16, 16)).astype(np.float32),) for k in range(3)]
+    runner = litert_runner(read_flatbuffer(data))
+    for ours, sample in zip(parity_outputs(data, samples), samples):
+        for a, b in zip(ours, runner.run(list(sample))):
+            np.testing.assert_array_equal(a, b)
