@@ -512,10 +512,16 @@ def _search_reason(
             f"{', the cheaper first among near-equal ones' if costs else ''}: "
             f"{target.describe()} met on {samples} held-out inputs"
         )
+    kept = f"kept the best model found ({kept_count} promoted, {kept_check.sqnr_db:.1f} dB)"
+    if count not in prefixes.measured:  # the time budget ended the search first: claim nothing of all
+        largest = max(prefixes.measured)
+        return (
+            f"the target ({target.describe()}) was not met by the {len(prefixes.measured)} model(s) measured, "
+            f"the largest with {largest} of {count} candidate operators at {precision}; {kept}"
+        )
     reason = (
         f"the target ({target.describe()}) was not met even with all {count} candidate operators "
-        f"at {precision} ({'; '.join(kept_check.failed)}); kept the best model found "
-        f"({kept_count} promoted, {kept_check.sqnr_db:.1f} dB)"
+        f"at {precision} ({'; '.join(kept_check.failed)}); {kept}"
     )
     if precision == "int16":
         limit = _ranges_limit(prefixes.measured[0][0], kept_check)

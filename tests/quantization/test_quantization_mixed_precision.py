@@ -506,3 +506,21 @@ def test_the_accuracy_target_is_judged_on_what_parity_runs(built_artifacts):
     for ours, sample in zip(parity_outputs(data, samples), samples):
         for a, b in zip(ours, runner.run(list(sample))):
             np.testing.assert_array_equal(a, b)
+
+
+def test_a_search_the_budget_ended_early_claims_nothing_of_all_operators(search_setup):
+    """On the zoo's PoolFormer the budget ended the int16 search after the int8 model alone, and the
+    reason said "not met even with all 96 operators at int16 ... raising precision gained 0.0 dB, so
+    precision does not limit it", while --quantize int16x8 reads 43 dB: nothing measured said that."""
+    from edge_export.quantization.budget import TimeBudget
+    from edge_export.quantization.mixed_precision import AccuracyTarget, search_mixed_precision
+
+    _, quantizer, ranking, heldout, refs = search_setup
+    report = search_mixed_precision(
+        quantizer, ranking, heldout, refs, AccuracyTarget(200.0), mode="int16", precision="int16",
+        measure_latency=False, budget=TimeBudget(1e-6),
+    ).report
+    assert not report.met
+    assert "was not met by the 1 model(s) measured, the largest with 0 of" in report.reason
+    assert "even with all" not in report.reason and "precision does not limit it" not in report.reason
+    assert "the time budget (1e-06 s) ended the search" in report.reason
