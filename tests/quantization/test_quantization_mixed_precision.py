@@ -524,3 +524,40 @@ def test_a_search_the_budget_ended_early_claims_nothing_of_all_operators(search_
     assert "was not met by the 1 model(s) measured, the largest with 0 of" in report.reason
     assert "even with all" not in report.reason and "precision does not limit it" not in report.reason
     assert "the time budget (1e-06 s) ended the search" in report.reason
+
+
+class _StepsBudget:
+    """A time budget that allows ``n`` steps and then is spent (TimeBudget's interface)."""
+
+    def __new__(cls, n: int):
+        from edge_export.quantization.budget import TimeBudget
+
+        class Counted(TimeBudget):
+            def spent(self) -> bool:
+                self.left = getattr(self, "left", n) - 1
+                return self.left < 0
+
+        return Counted(300.0)
+
+
+def test_an_int16_search_measures_every_operator_at_int16_first(search_setup):
+    """Unreachable even with every operator at int16: no smaller prefix is measured (weight splitting
+    starts from it). Reachable, but the budget ends the search after that first model: it is kept,
+    meeting the target and fully integer, instead of the int8 model."""
+    from edge_export.quantization.mixed_precision import AccuracyTarget, search_mixed_precision
+
+    _, quantizer, ranking, heldout, refs = search_setup
+    unreachable = search_mixed_precision(
+        quantizer, ranking, heldout, refs, AccuracyTarget(200.0), mode="int16", precision="int16", measure_latency=False,
+    ).report
+    prefixes = sorted({s.promoted for s in unreachable.steps if not s.split_weights})
+    assert not unreachable.met and "even with all" in unreachable.reason
+    assert prefixes == [0, prefixes[-1]] and prefixes[-1] > 1  # int8, then every candidate at int16
+    target = AccuracyTarget(unreachable.int8_sqnr_db + 3.0)  # int8 misses it; every operator at int16 is needed
+    cut = search_mixed_precision(
+        quantizer, ranking, heldout, refs, target, mode="int16", precision="int16", measure_latency=False, budget=_StepsBudget(1),
+    ).report
+    all_int16 = next(s for s in unreachable.steps if s.promoted == prefixes[-1] and not s.split_weights)
+    assert all_int16.sqnr_db >= target.min_sqnr_db  # the premise: reachable at int16
+    assert cut.met and cut.sqnr_db == all_int16.sqnr_db and "ended the search" in cut.reason
+    assert sorted({s.promoted for s in cut.steps}) == [0, prefixes[-1]]
