@@ -684,6 +684,21 @@ def int16_ready(float_bytes: bytes) -> bytes:
     return run_flatbuffer_passes(float_bytes, [split_squared_difference_pass], origin="the float model for int16").model.data
 
 
+def _finished_mixed_model(model_bytes: bytes, io_dtype: Any) -> Any:
+    """The search's model with what every quantized candidate gets (integer embedding tables, shared
+    quantization vectors), then the export's I/O type."""
+    from ..passes.flatbuffer import (
+        quantize_embedding_tables_pass,
+        run_flatbuffer_passes,
+        set_io_dtype_pass,
+        share_quantization_vectors_pass,
+    )
+
+    origin = "the mixed-precision model"
+    shared = run_flatbuffer_passes(model_bytes, [quantize_embedding_tables_pass, share_quantization_vectors_pass], origin=origin).model
+    return run_flatbuffer_passes(shared, [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin=origin).model
+
+
 def run_sensitivity_and_mixed_precision(
     base: Any,
     *,
@@ -709,12 +724,6 @@ def run_sensitivity_and_mixed_precision(
     budget = budget if budget is not None else TimeBudget(None)
     from ..config import IODtype
     from ..isolation import run_isolated
-    from ..passes.flatbuffer import (
-        quantize_embedding_tables_pass,
-        run_flatbuffer_passes,
-        set_io_dtype_pass,
-        share_quantization_vectors_pass,
-    )
     from .io_types import describe_io
     from .selection import check_integer, reference_outputs
 
@@ -741,9 +750,7 @@ def run_sensitivity_and_mixed_precision(
     if search.model_bytes is None:
         return base, sensitivity, report
     try:
-        passes = [quantize_embedding_tables_pass, share_quantization_vectors_pass]
-        shared = run_flatbuffer_passes(search.model_bytes, passes, origin="the mixed-precision model").model
-        final = run_flatbuffer_passes(shared, [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin="the mixed-precision model").model
+        final = _finished_mixed_model(search.model_bytes, io_dtype)
     except Exception as exc:  # a pass that cannot apply to the mixed model: keep the int8 one, say why
         return base, sensitivity, replace(report, reason=report.reason + f"; not kept: {first_line(exc)}", met=False)
     check = check_integer(final, export_module)
