@@ -332,20 +332,24 @@ def _search_prefixes(measure: Callable[[int], TargetCheck], count: int, budget: 
         untried = f"promoting more than {previous} of {count} operators"
         if done not in known and not allowed(untried):
             return fallback, untried
-        if met(done):
-            # a group overshot: bisect between the last prefix that missed and this one
-            low, high = previous, done
-            while high - low > 1:
-                untried = f"fewer promotions than {high} (between {low} and {high}; the model kept may promote more than needed)"
-                if not allowed(untried):
-                    return high, untried
-                mid = (low + high) // 2
-                if met(mid):
-                    high = mid
-                else:
-                    low = mid
-            return high, None
+        if met(done):  # a group overshot: bisect between the last prefix that missed and this one
+            return _bisect(met, allowed, previous, done)
     return None, None
+
+
+def _bisect(met: Callable[[int], bool], allowed: Callable[[str], bool], low: int, high: int) -> tuple[int, str | None]:
+    """The smallest prefix in (low, high] that meets the target (``high`` does, ``low`` does not),
+    by halving; when the budget ends it first, ``high`` and what was not tried."""
+    while high - low > 1:
+        untried = f"fewer promotions than {high} (between {low} and {high}; the model kept may promote more than needed)"
+        if not allowed(untried):
+            return high, untried
+        mid = (low + high) // 2
+        if met(mid):
+            high = mid
+        else:
+            low = mid
+    return high, None
 
 
 class _Prefixes:
