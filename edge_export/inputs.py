@@ -77,7 +77,8 @@ def _random_tensor(spec: InputSpec, rng: np.random.Generator, like: Any):
     low, high = _INT_LOW, _INT_HIGH
     if like is not None and like.numel() > 0:
         low, high = int(like.min()), int(like.max()) + 1
-    return torch.from_numpy(rng.integers(low, max(high, low + 1), spec.shape)).to(dtype)
+    # both ends included: an example holding its type's largest value must not overflow the bound
+    return torch.from_numpy(rng.integers(low, max(high - 1, low), spec.shape, endpoint=True)).to(dtype)
 
 
 def make_samples(specs: Sequence[InputSpec], count: int, seed: int, example: tuple | None) -> list[tuple]:

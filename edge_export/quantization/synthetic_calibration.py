@@ -35,7 +35,7 @@ __all__ = ["PICTURE_CORRELATION", "natural_image_like", "pixel_correlation", "sy
 PICTURE_CORRELATION = 0.25
 
 _FLOAT_DTYPES = ("float32", "float16")
-_INT_LOW, _INT_HIGH = 0, 10  # integer inputs without an example (as inputs.make_samples draws them)
+_INT_LOW, _INT_TOP = 0, 9  # integer inputs without an example, both ends included (as inputs.make_samples draws them)
 
 
 def natural_image_like(
@@ -94,7 +94,7 @@ class _InputDraw:
     mean: float = 0.0
     std: float = 1.0
     low: int = _INT_LOW
-    high: int = _INT_HIGH
+    top: int = _INT_TOP  # included: an example's max may be its type's largest value
     picture: tuple[np.ndarray, np.ndarray] | None = None  # per-channel mean, std (C, 1, 1) of a picture example
 
 
@@ -120,7 +120,7 @@ def _draw_for(spec: InputSpec, example: np.ndarray | None, layout: str) -> _Inpu
         return _InputDraw(spec, mean, std, picture=per_channel)
     if spec.dtype == "bool":
         return _InputDraw(spec)
-    return _InputDraw(spec, low=int(example.min()), high=int(example.max()) + 1)
+    return _InputDraw(spec, low=int(example.min()), top=int(example.max()))
 
 
 def _noise(draw: _InputDraw, rng: np.random.Generator) -> np.ndarray:
@@ -129,7 +129,7 @@ def _noise(draw: _InputDraw, rng: np.random.Generator) -> np.ndarray:
         return (rng.standard_normal(spec.shape) * draw.std + draw.mean).astype(spec.dtype)
     if spec.dtype == "bool":
         return rng.integers(0, 2, spec.shape).astype(bool)
-    return rng.integers(draw.low, max(draw.high, draw.low + 1), spec.shape).astype(spec.dtype)
+    return rng.integers(draw.low, max(draw.top, draw.low), spec.shape, endpoint=True).astype(spec.dtype)
 
 
 def _pictures(draw: _InputDraw, count: int, rng: np.random.Generator, layout: str) -> list[np.ndarray]:

@@ -75,7 +75,7 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
         float_bytes = float_model_for_flatbuffer_backend(prepared.module, prepared.example, options, clock)
     # one budget for the whole quantization stage: backends, sensitivity, mixed precision
     budget = TimeBudget(options.time_budget, on_progress=clock.on_progress)
-    result = _run_quantizer(prepared, options, target, calibration, float_bytes, budget, clock)
+    result = _run_quantizer(prepared, options, target, calibration, float_bytes, budget, clock, wants_integer=promote_to == "int16")
     sensitivity = mixed = None
     if search_mode or options.sensitivity:
         label = "Ranking operators by sensitivity" + (" and searching for mixed precision" if search_mode else "")
@@ -89,7 +89,8 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
     return ConvertedRun(prepared, result.model, result, float_bytes, calibration, heldout, sensitivity, mixed)
 
 
-def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, calibration: Any, float_bytes: bytes | None, budget: Any, clock: StageClock) -> Any:
+def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, calibration: Any, float_bytes: bytes | None, budget: Any, clock: StageClock,
+                   wants_integer: bool = False) -> Any:
     from ..quantization import ParityTarget, quantize_model
     from ..quantization.ranges import observers_for
 
@@ -104,7 +105,7 @@ def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, c
             **observers_for(options.range_algorithm),
             io_dtype=options.io_dtype or IODtype.FLOAT32,
             # --mixed-precision int16 searches to keep the model fully integer: start from a fully integer one
-            require_full_integer=target.requires_full_integer or mixed_precision_plan(options, target)[1] == "int16",
+            require_full_integer=target.requires_full_integer or wants_integer,
             strict=options.strict,
             verbose=options.verbose,
             # auto keeps the first fully integer result that meets the export's own gates

@@ -487,7 +487,9 @@ def test_an_int16_search_starts_from_a_fully_integer_model(monkeypatch):
     calibration = synthetic_calibration([InputSpec((1, 4))], 2, seed=0)
     for mode, wanted in (("int16", True), ("auto", False), ("off", False)):
         options = ExportOptions(quantize="int8", min_sqnr=30.0, mixed_precision=mode)
-        convert._run_quantizer(prepared, options, get_target("cpu"), calibration, None, TimeBudget(None), StageClock(None))
+        cpu = get_target("cpu")
+        wants = convert.mixed_precision_plan(options, cpu)[1] == "int16"
+        convert._run_quantizer(prepared, options, cpu, calibration, None, TimeBudget(None), StageClock(None), wants_integer=wants)
     assert asked == [True, False, False]
 
 

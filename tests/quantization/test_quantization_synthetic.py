@@ -171,3 +171,16 @@ def test_the_export_calibrates_like_its_example_and_never_on_it():
     assert "natural-image-like pictures and noise" in calibration.source
     assert all(1000 <= s[1].min() and s[1].max() <= 1063 for s in calibration.samples)
     assert not any(np.array_equal(s[0], picture.numpy()) for s in calibration.samples)
+
+
+def test_an_example_at_its_types_limits_draws_without_overflow():
+    """A hostile example holding int64's extremes: the draws stay in range instead of failing."""
+    import torch
+
+    from edge_export.inputs import make_samples
+
+    big = torch.tensor([[np.iinfo(np.int64).min, np.iinfo(np.int64).max]])
+    spec = InputSpec((1, 2), "int64")
+    calib = synthetic_calibration([spec], 3, seed=0, like=(big,))
+    assert all(s[0].dtype == np.int64 for s in calib.samples)
+    assert len(make_samples([spec], 3, 0, (big,))) == 3
