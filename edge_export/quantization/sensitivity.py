@@ -123,7 +123,7 @@ class RecipeQuantizer:
             import io
 
             with contextlib.redirect_stderr(io.StringIO()) if not verbose else contextlib.nullcontext():
-                qsvs = fr._calibrate(qz, self.float_bytes, data, observer)
+                qsvs = fr._calibrate(qz, self.float_model, self.float_bytes, data, observer)
         constants = {t.name for t in self.float_model.tensors if t.is_constant}
         # The int16 floor is the narrower one; int8 ranges get the int8 floor at quantize time.
         self.qsvs, _ = fr.floor_ranges(qsvs, QuantizeMode.INT8, constants)
