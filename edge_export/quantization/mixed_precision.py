@@ -289,7 +289,8 @@ def _median_latency(
         return None
 
 
-def _search_prefixes(measure: Callable[[int], TargetCheck], count: int, budget: TimeBudget, precision: str) -> tuple[int | None, str | None]:
+def _search_prefixes(measure: Callable[[int], TargetCheck], count: int, budget: TimeBudget, precision: str,
+                     known: Mapping[int, TargetCheck] | None = None) -> tuple[int | None, str | None]:
     """Measure prefixes of the promotion order in ``_groups`` steps, then bisect inside the group
     that first meets the target. Returns (the smallest prefix found that meets it, or None; what the
     time budget left untried, or None). Every loop is bounded: the groups by ``count``, the
@@ -299,11 +300,11 @@ def _search_prefixes(measure: Callable[[int], TargetCheck], count: int, budget: 
     at all (when it cannot, no prefix is tried and weight splitting starts from it), and when the
     budget ends the search before a smaller prefix meets it, that model is kept, fully integer and
     meeting the target (the zoo's PoolFormer: the budget ended the search after its single steps,
-    while every operator at int16 reads 43 dB)."""
+    while every operator at int16 reads 43 dB). ``known``: prefixes already measured (no step)."""
     groups = _groups(count)
     estimate = len(groups) + math.ceil(math.log2(max(groups, default=1) or 1)) + 1
     steps = 0
-    known: dict[int, TargetCheck] = {}
+    known = dict(known or {})
 
     def allowed(what: str) -> bool:
         nonlocal steps
@@ -321,7 +322,7 @@ def _search_prefixes(measure: Callable[[int], TargetCheck], count: int, budget: 
     fallback = None
     if precision == "int16" and count > 1:
         untried = f"promoting more than 0 of {count} operators"
-        if not allowed(untried):
+        if count not in known and not allowed(untried):
             return None, untried
         if not met(count):
             return None, None
@@ -383,6 +384,8 @@ class _Prefixes:
         return evaluate_target(parity_outputs(model_bytes, self.heldout), self.heldout_refs, self.target)
 
     def measure(self, k: int) -> TargetCheck:
+        if k in self.measured:
+            return self.measured[k][0]
         overrides = promotion_overrides(self.quantizer, [self.by_index[layer.op_index] for layer in self.order[:k]], self.precision)
         overrides.update(self.boundary)
         self.carried[k] = sum(1 for raised in overrides.values() if raised == self.precision) - k
@@ -392,7 +395,7 @@ class _Prefixes:
 
 def search_mixed_precision(
     quantizer: RecipeQuantizer,
-    ranking: Sequence[LayerSensitivity],
+    ranking: Sequence[LayerSensitivity] | Callable[[], Sequence[LayerSensitivity]],
     heldout: Sequence[tuple[np.ndarray, ...]],
     heldout_refs: list[list[np.ndarray]],
     target: AccuracyTarget,
@@ -405,7 +408,9 @@ def search_mixed_precision(
     tie_band_db: float = TIE_BAND_DB,
     budget: TimeBudget | None = None,
 ) -> MixedPrecisionSearch:
-    """``int8_io``: the model's inputs and outputs stay int8 whatever is promoted next to them
+    """``ranking``: the sensitivity ranking, or a function that measures it, called only when the
+    int8 model misses the target (at int16, after every operator at int16 is measured).
+    ``int8_io``: the model's inputs and outputs stay int8 whatever is promoted next to them
     (``--io-dtype int8|uint8``, micro: an int16 boundary cannot be given an 8-bit type).
     ``costs`` (op_index -> cost, lower is cheaper) breaks near-equal sensitivities
     (``promotion_order``); without it the order is the ranking's. ``budget`` (budget.TimeBudget):
@@ -416,12 +421,16 @@ def search_mixed_precision(
     start = time.perf_counter()
     boundary = int8_boundary(quantizer.float_model) if int8_io and precision == "int16" else {}
     by_index = ops_by_index(quantizer)
-    candidates, no_int16 = _promotable([layer for layer in ranking if layer.op_index in by_index], by_index, precision)
-    order = promotion_order(candidates, costs, tie_band_db)
-    prefixes = _Prefixes(quantizer, by_index, order, precision, boundary, heldout, heldout_refs, target, measure_latency)
+    prefixes = _Prefixes(quantizer, by_index, [], precision, boundary, heldout, heldout_refs, target, measure_latency)
     int8_bytes = quantizer.quantize("int8")
     check = prefixes.record(0, prefixes.check(int8_bytes), int8_bytes)
-    met_at, out_of_time = (None, None) if check.met else _search_prefixes(prefixes.measure, len(order), budget, precision)
+    if not check.met and precision == "int16":
+        _measure_every_operator(prefixes, budget)
+    ranked = (ranking() if callable(ranking) else ranking) if not check.met else ()
+    candidates, no_int16 = _promotable(_with_unranked(ranked, by_index), by_index, precision)
+    order = prefixes.order = promotion_order(candidates, costs, tie_band_db)
+    known = {k: found for k, (found, _) in prefixes.measured.items()}
+    met_at, out_of_time = (None, None) if check.met else _search_prefixes(prefixes.measure, len(order), budget, precision, known)
     kept_count = _kept_prefix(check, met_at, prefixes.measured)
     split = None
     if precision == "int16" and not check.met and met_at is None and len(order) in prefixes.measured:
@@ -447,6 +456,31 @@ def search_mixed_precision(
         order=_describe_order(precision, tie_band_db) if costs else "sensitivity", latency_seconds=prefixes.timing,
     )
     return MixedPrecisionSearch(report, kept_bytes if kept_count else None, int8_bytes)
+
+
+def _measure_every_operator(prefixes: _Prefixes, budget: TimeBudget) -> None:
+    """The model with every operator that has an int16 recipe at int16, measured before the ranking:
+    it needs no order, and when the ranking spends the time budget it is still there to keep (the
+    zoo's MiniLM: the ranking of 109 operators used the 300 s, and the search measured int8 alone)."""
+    if not budget.allows(f"promoting more than 0 of {len(prefixes.by_index)} operators"):
+        return
+    prefixes.order, _ = _promotable(_with_unranked((), prefixes.by_index), prefixes.by_index, prefixes.precision)
+    if prefixes.order:
+        prefixes.measure(len(prefixes.order))
+
+
+def _with_unranked(ranking: Sequence[LayerSensitivity], by_index: Mapping[int, Any]) -> list[LayerSensitivity]:
+    """The ranking's operators, then those it left out (the time budget ended it first) in graph
+    order, unmeasured (SQNR NaN: promotion_order keeps each in place): every operator stays a
+    candidate, so the last prefix is always the whole model."""
+    ranked = [layer for layer in ranking if layer.op_index in by_index]
+    seen = {layer.op_index for layer in ranked}
+    rest = [op for index, op in sorted(by_index.items()) if index not in seen]
+    return ranked + [
+        LayerSensitivity(rank=len(ranked) + i + 1, op_index=op.index, opcode=op.opcode, tensor=op.tensor,
+                         module_path=None, module_type=None, source=None, sqnr_db=math.nan)
+        for i, op in enumerate(rest)
+    ]
 
 
 def _promotable(candidates: list[LayerSensitivity], by_index: Mapping[int, Any], precision: str) -> tuple[list[LayerSensitivity], str]:
@@ -660,15 +694,23 @@ def _child_run(
     if not budget.allows(_untried(want_sensitivity, search_mode if search_needed else None, needed=True)):
         return None, None, budget.skipped
     quantizer = RecipeQuantizer(float_bytes, calibration, verbose=verbose)
-    sensitivity = measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=SENSITIVITY_METHOD, module=module, budget=budget)
+    ranked: list[SensitivityReport] = []
+
+    def ranking() -> Sequence[LayerSensitivity]:  # measured once, when first needed
+        if not ranked:
+            ranked.append(measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=SENSITIVITY_METHOD, module=module, budget=budget))
+        return ranked[0].layers
+
     search = None
     if search_needed:
         costs = {i: c.for_precision(precision) for i, c in promotion_costs(quantizer.float_model).items()}
         search = search_mixed_precision(
-            quantizer, sensitivity.layers, heldout, heldout_refs, target, mode=search_mode, precision=precision,
+            quantizer, ranking, heldout, heldout_refs, target, mode=search_mode, precision=precision,
             int8_io=int8_io, measure_latency=measure_latency, costs=costs, budget=budget,
         )
-    return sensitivity, search, budget.skipped
+    if want_sensitivity:
+        ranking()
+    return (ranked[0] if ranked else None), search, budget.skipped
 
 
 def _untried(want_sensitivity: bool, search_mode: str | None, *, needed: bool = False) -> str:

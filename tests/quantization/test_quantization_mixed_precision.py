@@ -563,3 +563,54 @@ def test_an_int16_search_measures_every_operator_at_int16_first(search_setup):
     assert all_int16.sqnr_db >= target.min_sqnr_db  # the premise: reachable at int16
     assert cut.met and cut.sqnr_db == all_int16.sqnr_db and "ended the search" in cut.reason
     assert sorted({s.promoted for s in cut.steps}) == [0, prefixes[-1]]
+
+
+def test_every_operator_at_int16_is_measured_before_the_ranking(search_setup):
+    """The zoo's MiniLM: ranking its 109 operators spent the 300 s budget, and the int16 search then
+    measured the int8 model alone. Every operator at int16 needs no ranking, so it is measured first
+    and kept when the ranking spends the budget; the operators the ranking left out stay candidates."""
+    from edge_export.quantization.budget import TimeBudget
+    from edge_export.quantization.mixed_precision import AccuracyTarget, search_mixed_precision
+
+    _, quantizer, ranking, heldout, refs = search_setup
+
+    class Spendable(TimeBudget):
+        over = False
+
+        def spent(self) -> bool:
+            return self.over
+
+    full = search_mixed_precision(
+        quantizer, ranking, heldout, refs, AccuracyTarget(200.0), mode="int16", precision="int16", measure_latency=False,
+    ).report
+    every = max(s.promoted for s in full.steps)
+    budget, calls = Spendable(300.0), []
+
+    def ranking_that_spends_the_budget():
+        calls.append(True)
+        budget.over = True
+        return ranking[:1]  # the budget ended the ranking after one operator
+
+    target = AccuracyTarget(full.int8_sqnr_db + 3.0)
+    cut = search_mixed_precision(
+        quantizer, ranking_that_spends_the_budget, heldout, refs, target, mode="int16", precision="int16",
+        measure_latency=False, budget=budget,
+    ).report
+    assert calls == [True]
+    assert sorted({s.promoted for s in cut.steps}) == [0, every]  # int8, then every operator, then the ranking
+    assert cut.met and len({p.op_index for p in cut.promoted}) == every
+    assert "ended the search" in cut.reason
+
+
+def test_a_met_int8_model_needs_no_ranking(search_setup):
+    from edge_export.quantization.mixed_precision import AccuracyTarget, search_mixed_precision
+
+    _, quantizer, _, heldout, refs = search_setup
+
+    def no_ranking():
+        raise AssertionError("ranked although int8 meets the target")
+
+    report = search_mixed_precision(
+        quantizer, no_ranking, heldout, refs, AccuracyTarget(-100.0), mode="int16", precision="int16", measure_latency=False,
+    ).report
+    assert report.met and not report.promoted
