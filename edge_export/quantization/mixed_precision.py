@@ -332,7 +332,7 @@ def _search_prefixes(measure: Callable[[int], TargetCheck], count: int, budget: 
         previous, done = done, done + size
         untried = f"promoting more than {previous} of {count} operators"
         if done not in known and not allowed(untried):
-            return fallback, untried
+            return fallback, untried if fallback is None else f"promoting fewer than all {count} operators"
         if met(done):  # a group overshot: bisect between the last prefix that missed and this one
             return _bisect(met, allowed, previous, done)
     return None, None
@@ -564,6 +564,8 @@ def _search_reason(
     along = f" (and {prefixes.carried[kept_count]} layout or input/output operator(s) between them)" if prefixes.carried.get(kept_count) else ""
     if split is not None:
         return _split_reason(split, count, along, prefixes.measured[count][0], kept_check, target, samples, prefixes.measured[0][0])
+    if kept_check.met and kept_count == count:
+        return f"promoted all {count} operators{along} to {precision}: {target.describe()} met on {samples} held-out inputs"
     if kept_check.met:
         return (
             f"promoted {kept_count} of {count} operators{along} to {precision} in sensitivity order"
