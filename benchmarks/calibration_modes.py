@@ -60,12 +60,12 @@ def _default_mode(quantizer, float_model, float_bytes, data, observer):
 
 
 def _timed_quantization(float_bytes: bytes, calibration, calibrate) -> tuple[bytes, float]:
-    """The quantized bytes with ``calibrate`` as the backend's calibration, and its seconds."""
+    """The quantized bytes with ``calibrate`` as the backend's min/max calibration, and its seconds."""
     from edge_export.options import QuantizeMode
     from edge_export.quantization import flatbuffer_recipes
 
     seconds: list[float] = []
-    kept = flatbuffer_recipes._calibrate
+    kept = flatbuffer_recipes._min_max_ranges
 
     def timed(*args):
         began = time.perf_counter()
@@ -74,11 +74,11 @@ def _timed_quantization(float_bytes: bytes, calibration, calibrate) -> tuple[byt
         finally:
             seconds.append(time.perf_counter() - began)
 
-    flatbuffer_recipes._calibrate = timed
+    flatbuffer_recipes._min_max_ranges = timed
     try:
         model = flatbuffer_recipes.quantize_flatbuffer(float_bytes, QuantizeMode("int8"), calibration)
     finally:
-        flatbuffer_recipes._calibrate = kept
+        flatbuffer_recipes._min_max_ranges = kept
     return model, seconds[0]
 
 
@@ -90,7 +90,7 @@ def measure(name: str) -> dict:
     samples = next(iter(data.values()))
     calibration = CalibrationSet(samples=tuple(tuple(s.values()) for s in samples), source="recorded", real_data=False)
     default, default_s = _timed_quantization(float_bytes, calibration, _default_mode)
-    profiled, profiled_s = _timed_quantization(float_bytes, calibration, flatbuffer_recipes._calibrate)
+    profiled, profiled_s = _timed_quantization(float_bytes, calibration, flatbuffer_recipes._min_max_ranges)
     return {"model": name, "samples": len(samples), "default_s": default_s, "profiler_s": profiled_s,
             "same_bytes": default == profiled, "load": os.getloadavg()[0]}
 

@@ -262,7 +262,17 @@ def _constant_tensor_names(float_model: FlatbufferModel) -> set[str]:
 
 
 def _calibrate(quantizer: Any, float_model: FlatbufferModel, float_bytes: bytes, data: dict, observer: str) -> dict:
-    """Per-tensor min/max (percentile and mse narrow them afterwards)."""
+    """Per-tensor ranges (percentile and mse narrow them afterwards), a normalization's RSQRT
+    without the rows that are constant (normalization_ranges)."""
+    from .normalization_ranges import without_constant_rows
+
+    qsvs = _min_max_ranges(quantizer, float_model, float_bytes, data, observer)
+    samples = [list(sample.values()) for sample in next(iter(data.values()), [])]
+    return without_constant_rows(float_model, samples, qsvs)[0]
+
+
+def _min_max_ranges(quantizer: Any, float_model: FlatbufferModel, float_bytes: bytes, data: dict, observer: str) -> dict:
+    """Per-tensor min/max over the calibration samples (or their moving average)."""
     if observer == "moving_average":
         return quantizer.calibrate(data, num_threads=2)
     # Quantizer.calibrate has no way to pick the QSV update; build its Calibrator the same way it

@@ -72,7 +72,7 @@ def test_profiler_ranges_give_the_same_model_as_the_default_calibration(case, mo
     for mode in (QuantizeMode("int8"), QuantizeMode("int16x8")):
         profiled = flatbuffer_recipes.quantize_flatbuffer(float_bytes, mode, calibration)
         with monkeypatch.context() as patch:
-            patch.setattr(flatbuffer_recipes, "_calibrate", _default_mode_ranges)
+            patch.setattr(flatbuffer_recipes, "_min_max_ranges", _default_mode_ranges)
             default = flatbuffer_recipes.quantize_flatbuffer(float_bytes, mode, calibration)
         assert profiled == default, f"{case} at {mode.value}"
 
@@ -86,7 +86,7 @@ def test_profiler_ranges_take_the_default_modes_form(cnn_float_bytes, cnn_calibr
     model = read_flatbuffer(cnn_float_bytes, origin="test")
     data = flatbuffer_recipes._signature_data(model, cnn_calibration)
     qz = aeq.Quantizer(bytearray(cnn_float_bytes), flatbuffer_recipes._recipe(QuantizeMode("int8")))
-    profiled = flatbuffer_recipes._calibrate(qz, model, cnn_float_bytes, data, "minmax")
+    profiled = flatbuffer_recipes._min_max_ranges(qz, model, cnn_float_bytes, data, "minmax")
     default = _default_mode_ranges(qz, model, cnn_float_bytes, data, "minmax")
     assert set(profiled) == set(default)
     for name, qsv in default.items():
