@@ -564,6 +564,8 @@ def _search_reason(
     along = f" (and {prefixes.carried[kept_count]} layout or input/output operator(s) between them)" if prefixes.carried.get(kept_count) else ""
     if split is not None:
         return _split_reason(split, count, along, prefixes.measured[count][0], kept_check, target, samples, prefixes.measured[0][0])
+    if kept_check.met and kept_count == 0:
+        return f"the int8 model meets the target ({target.describe()}) on {samples} held-out inputs: nothing promoted"
     if kept_check.met and kept_count == count:
         return f"promoted all {count} operators{along} to {precision}: {target.describe()} met on {samples} held-out inputs"
     if kept_check.met:

@@ -615,3 +615,4 @@ def test_a_met_int8_model_needs_no_ranking(search_setup):
         quantizer, no_ranking, heldout, refs, AccuracyTarget(-100.0), mode="int16", precision="int16", measure_latency=False,
     ).report
     assert report.met and not report.promoted
+    assert report.reason.startswith("the int8 model meets the target") and report.reason.endswith("nothing promoted")
