@@ -310,10 +310,17 @@ def _tensor_shaped(qsvs: dict, float_model: FlatbufferModel) -> dict:
 
 def _fold_and_saturate_constants(float_bytes: bytes) -> bytes:
     """Operators of constants folded (a mask's LOG of a constant would compute -inf at run time),
-    then the constants' infinities saturated (see saturate_infinite_constants_pass)."""
-    from ..passes.flatbuffer import fold_constant_operators_pass, run_flatbuffer_passes, saturate_infinite_constants_pass
+    divisions by a constant written as products (an int8 divisor can land on its zero point:
+    multiply_by_reciprocal_pass), then the constants' infinities saturated
+    (see saturate_infinite_constants_pass)."""
+    from ..passes.flatbuffer import (
+        fold_constant_operators_pass,
+        multiply_by_reciprocal_pass,
+        run_flatbuffer_passes,
+        saturate_infinite_constants_pass,
+    )
 
-    passes = [fold_constant_operators_pass, saturate_infinite_constants_pass]
+    passes = [fold_constant_operators_pass, multiply_by_reciprocal_pass, saturate_infinite_constants_pass]
     result = run_flatbuffer_passes(float_bytes, passes, origin="the float model")
     return result.model_bytes if result.modified else float_bytes
 

@@ -124,3 +124,92 @@ def test_a_gru_s_int8_signature_is_repaired_and_runs():
     cosine = float((want_output * output).sum() / np.linalg.norm(want_output) / np.linalg.norm(output))
     assert cosine > 0.9  # int8 from 4 synthetic calibration samples: close, not exact
     assert run_flatbuffer_passes(result.model, [repair_signature_outputs_pass]).modified_by == ()  # nothing left
+
+
+class SinePositions(torch.nn.Module):
+    """DETR's sine position embedding: positions divided by 10000 ** (2 * (i // 2) / d), a divisor
+    computed in forward() from constants, spanning 1 to about 7500."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        dim_t = torch.arange(16, dtype=torch.float32)
+        dim_t = 10000 ** (2 * torch.div(dim_t, 2, rounding_mode="floor") / 16)
+        return self.fc(x / dim_t)
+
+
+@pytest.fixture(scope="module")
+def sine_positions():
+    from edge_export.conversion import convert_module
+
+    torch.manual_seed(0)
+    module = SinePositions().eval()
+    return module, convert_module(module, (torch.rand(1, 8, 1) * 10,))
+
+
+def test_constant_arithmetic_is_folded_with_the_kernels_values(sine_positions):
+    _, fp32 = sine_positions
+    before = read_flatbuffer(fp32)
+    assert {"POW", "FLOOR_DIV"} <= set(before.op_counts)
+    result = run_flatbuffer_passes(fp32, [fold_constant_operators_pass])
+    assert not {"POW", "FLOOR_DIV"} & set(result.model.op_counts)
+    x = (np.arange(8, dtype=np.float32) * 1.5).reshape(1, 8, 1)
+    np.testing.assert_allclose(TFLiteRunner(result.model).run([x])[0], TFLiteRunner(before).run([x])[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_constant_divisor_becomes_a_reciprocal_product_and_int8_runs(sine_positions):
+    """Before: int8 DIV node failed at run time (div.cc: data[i] != zero_point), the divisor's small
+    values quantized to its zero point. After: a MUL by 1 / divisor, fully integer, parity kept."""
+    from edge_export.passes.flatbuffer import multiply_by_reciprocal_pass
+    from edge_export.quantization import check_integer, synthetic_calibration
+    from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
+
+    module, fp32 = sine_positions
+    folded = run_flatbuffer_passes(fp32, [fold_constant_operators_pass, multiply_by_reciprocal_pass])
+    assert "DIV" not in folded.model.op_counts and folded.modified_by[-1] == "multiply_by_reciprocal_pass"
+    assert any(t.name.endswith(";reciprocal") for t in folded.model.tensors)
+    x = (np.arange(8, dtype=np.float32) * 1.5).reshape(1, 8, 1)
+    np.testing.assert_allclose(TFLiteRunner(folded.model).run([x])[0], module(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-5)
+    calibration = synthetic_calibration([InputSpec(shape=(1, 8, 1), name="x")], 16, seed=1, like=[np.random.default_rng(0).uniform(0, 10, (1, 8, 1)).astype(np.float32)])
+    model = read_flatbuffer(quantize_flatbuffer(fp32, QuantizeMode.INT8, calibration))
+    assert check_integer(model).fully_integer and "DIV" not in model.op_counts
+    runner = TFLiteRunner(model)
+    xs = [np.random.default_rng(s).uniform(0, 10, (1, 8, 1)).astype(np.float32) for s in range(4)]
+    sqnr = _sqnr(np.stack([module(torch.from_numpy(x)).detach().numpy() for x in xs]), np.stack([runner.run([x])[0] for x in xs]))
+    assert sqnr >= 25.0
+
+
+def test_divisors_that_cannot_be_inverted_are_left_alone():
+    from edge_export.passes.flatbuffer.multiply_by_reciprocal_pass import _reciprocal
+
+    class Op:
+        inputs, outputs = [0, 1], [2]
+
+    for divisor in ([1.0, 0.0], [2.0, np.inf], [1e-45, 1.0]):
+        assert _reciprocal_of(divisor, _reciprocal, Op) is None
+    np.testing.assert_array_equal(_reciprocal_of([2.0, 4.0], _reciprocal, Op), np.float32([0.5, 0.25]))
+
+
+def _reciprocal_of(divisor, reciprocal, op):
+    """``multiply_by_reciprocal_pass._reciprocal`` on a DIV by ``divisor`` in a hand-built graph."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    from edge_export.passes.flatbuffer.graph_edits import opcode_index
+
+    model = schema.ModelT()
+    model.operatorCodes, model.buffers = [], [schema.BufferT()]
+    sg = schema.SubGraphT()
+    sg.tensors = []
+    for name, value in (("x", None), ("d", np.asarray(divisor, np.float32)), ("y", None)):
+        tensor = schema.TensorT()
+        tensor.name, tensor.type, tensor.shape, tensor.buffer = name, schema.TensorType.FLOAT32, [2], 0
+        if value is not None:
+            buffer = schema.BufferT()
+            buffer.data = np.frombuffer(value.astype("<f4").tobytes(), dtype=np.uint8)
+            model.buffers.append(buffer)
+            tensor.buffer = len(model.buffers) - 1
+        sg.tensors.append(tensor)
+    op.opcodeIndex = opcode_index(model, schema.BuiltinOperator.DIV)
+    return reciprocal(model, sg, op)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .attach_metadata_pass import attach_metadata_pass
 from .fold_constant_operators_pass import fold_constant_operators_pass
 from .fold_layout_chains_pass import fold_layout_chains_pass
+from .multiply_by_reciprocal_pass import multiply_by_reciprocal_pass
 from .permute_fully_connected_weights_pass import permute_fully_connected_weights_pass
 from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuffer_passes
 from .quantize_embedding_tables_pass import quantize_embedding_tables_pass
@@ -38,6 +39,7 @@ __all__ = [
     "attach_metadata_pass",
     "FlatbufferPass",
     "fold_constant_operators_pass",
+    "multiply_by_reciprocal_pass",
     "fold_layout_chains_pass",
     "LAYOUT_PASSES",
     "pass_name",

@@ -1,5 +1,6 @@
 """Fold operators whose inputs are all constants into a constant (BROADCAST_TO, SELECT_V2, RESHAPE,
-TRANSPOSE, EXPAND_DIMS, SQUEEZE, and LOG, EXP, NEG, SQRT, RSQRT, ABS of float constants).
+TRANSPOSE, EXPAND_DIMS, SQUEEZE; LOG, EXP, NEG, SQRT, RSQRT, ABS of float constants; and ADD, SUB,
+MUL, DIV, FLOOR_DIV, POW of float constants without a fused activation).
 
 The converter leaves such operators in the graph: a Hugging Face ViT's attention mask is a
 BROADCAST_TO of a constant ``[1, 1, 197, 1]`` to ``[1, 1, 197, 197]`` and a SELECT_V2 of constants,
@@ -8,7 +9,9 @@ where it sits. Their value is known when converting: the pass computes it with n
 output tensor a constant, up to ``max_bytes`` per tensor (folding trades flash for operators).
 A mask written ``torch.tril(ones).log()`` in forward() is a SELECT_V2 and a LOG of constants,
 computed at run time into -inf: folded, it is a constant that quantization can saturate
-(``saturate_infinite_constants_pass``). Operators writing a subgraph output, and quantized
+(``saturate_infinite_constants_pass``). DETR's sine position embedding divides by
+``temperature ** (2 * (i // 2) / d)``, a POW of a MUL of a FLOOR_DIV of constants computed at every
+run; folded, the divisor is a constant (see ``multiply_by_reciprocal_pass``). Operators writing a subgraph output, and quantized
 operators whose input and output scales differ, are left alone. Folded operators can make the next ones all-constant: the pass repeats
 until nothing more folds (at most once per operator). Tensors only the folded operators read
 are dropped from the model (``drop_unused_tensors``).
@@ -28,7 +31,12 @@ _FLOAT_FUNCTIONS = {
     "LOG": np.log, "EXP": np.exp, "NEG": np.negative, "SQRT": np.sqrt, "ABS": np.abs,
     "RSQRT": lambda v: 1.0 / np.sqrt(v),
 }
-FOLDABLE_OPCODES = ("BROADCAST_TO", "SELECT_V2", "RESHAPE", "TRANSPOSE", "EXPAND_DIMS", "SQUEEZE", *_FLOAT_FUNCTIONS)
+# float32 in, float32 out, as LiteRT's reference kernels compute them (FLOOR_DIV: floor(a / b))
+_FLOAT_ARITHMETIC = {
+    "ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide, "POW": np.power,
+    "FLOOR_DIV": lambda a, b: np.floor(np.divide(a, b)),
+}
+FOLDABLE_OPCODES = ("BROADCAST_TO", "SELECT_V2", "RESHAPE", "TRANSPOSE", "EXPAND_DIMS", "SQUEEZE", *_FLOAT_FUNCTIONS, *_FLOAT_ARITHMETIC)
 _DEFAULT_MAX_BYTES = 1 << 20
 
 
@@ -49,7 +57,18 @@ def _evaluate(opcode: str, values: list[np.ndarray], out_shape: list[int]) -> np
     if opcode in _FLOAT_FUNCTIONS:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # log(0) is the mask's -inf
             return _FLOAT_FUNCTIONS[opcode](values[0])
+    if opcode in _FLOAT_ARITHMETIC:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # as the kernel: inf and NaN, no error
+            return _FLOAT_ARITHMETIC[opcode](values[0].astype(np.float32), values[1].astype(np.float32)).astype(np.float32)
     return values[0].reshape(out_shape)  # RESHAPE, EXPAND_DIMS, SQUEEZE: the output's static shape
+
+
+def _plain_float_arithmetic(sg: Any, op: Any) -> bool:
+    """Two unquantized float32 operands and no fused activation (a fused RELU would clip the value)."""
+    operands = [sg.tensors[i] for i in op.inputs] if op.inputs is not None and len(op.inputs) == 2 else []
+    if len(operands) != 2 or any(numpy_dtype(t) != np.float32 or not same_quantization(t, _UNQUANTIZED) for t in operands):
+        return False
+    return not getattr(op.builtinOptions, "fusedActivationFunction", 0)
 
 
 def _folded(model: Any, sg: Any, op: Any, max_bytes: int) -> np.ndarray | None:
@@ -66,7 +85,9 @@ def _folded(model: Any, sg: Any, op: Any, max_bytes: int) -> np.ndarray | None:
     data_inputs = [sg.tensors[i] for i in (op.inputs[1:] if opcode == "SELECT_V2" else op.inputs[:1])]
     if any(numpy_dtype(t) != dtype or not same_quantization(t, out) for t in data_inputs):
         return None
-    if opcode in _FLOAT_FUNCTIONS and (dtype != np.float32 or not same_quantization(out, _UNQUANTIZED)):
+    if opcode in (*_FLOAT_FUNCTIONS, *_FLOAT_ARITHMETIC) and (dtype != np.float32 or not same_quantization(out, _UNQUANTIZED)):
+        return None
+    if opcode in _FLOAT_ARITHMETIC and not _plain_float_arithmetic(sg, op):
         return None
     try:
         value = _evaluate(opcode, values, shape)

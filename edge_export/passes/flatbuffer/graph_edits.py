@@ -18,6 +18,7 @@ __all__ = [
     "producers_of",
     "constant_values",
     "add_int32_constant",
+    "add_float32_constant",
     "add_activation_like",
     "new_operator",
     "same_quantization",
@@ -103,6 +104,23 @@ def add_int32_constant(model: Any, sg: Any, values: Any, name: str) -> int:
     tensor.name = unique_name(sg, name)
     tensor.shape = [int(array.size)]
     tensor.type = schema.TensorType.INT32
+    tensor.buffer = len(model.buffers) - 1
+    sg.tensors.append(tensor)
+    return len(sg.tensors) - 1
+
+
+def add_float32_constant(model: Any, sg: Any, values: np.ndarray, name: str) -> int:
+    """A new float32 constant tensor holding ``values`` in their shape (a buffer of its own)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    array = np.ascontiguousarray(values, dtype=np.float32)
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(array.astype("<f4").tobytes(), dtype=np.uint8)
+    model.buffers.append(buffer)
+    tensor = schema.TensorT()
+    tensor.name = unique_name(sg, name)
+    tensor.shape = [int(d) for d in array.shape]
+    tensor.type = schema.TensorType.FLOAT32
     tensor.buffer = len(model.buffers) - 1
     sg.tensors.append(tensor)
     return len(sg.tensors) - 1
