@@ -213,3 +213,17 @@ def _reciprocal_of(divisor, reciprocal, op):
         sg.tensors.append(tensor)
     op.opcodeIndex = opcode_index(model, schema.BuiltinOperator.DIV)
     return reciprocal(model, sg, op)
+
+
+def test_the_mixed_precision_quantizer_starts_from_the_same_float_model(sine_positions):
+    """Sensitivity and mixed precision quantize the float model as the flatbuffer backend does: its
+    int8 variants have no DIV by a constant either, so they run."""
+    from edge_export.quantization import synthetic_calibration
+    from edge_export.quantization.sensitivity import RecipeQuantizer
+
+    _, fp32 = sine_positions
+    calibration = synthetic_calibration([InputSpec(shape=(1, 8, 1), name="x")], 8, seed=1)
+    model = read_flatbuffer(RecipeQuantizer(fp32, calibration).quantize("int8"))
+    assert "DIV" not in model.op_counts
+    x = (np.arange(8, dtype=np.float32) * 1.5).reshape(1, 8, 1)
+    assert np.isfinite(TFLiteRunner(model).run([x])[0]).all()
