@@ -444,6 +444,8 @@ def search_mixed_precision(
         reason += f"; the time budget ({budget.seconds:g} s) ended the search: {out_of_time} not tried"
     if split is not None and split.out_of_time:
         reason += f"; the time budget ({budget.seconds:g} s) ended the weight splitting: {split.out_of_time} not tried"
+    elif _SPLIT_UNTRIED in budget.skipped and not kept_check.met:
+        reason += f"; the time budget ({budget.seconds:g} s) ended the search before {_SPLIT_UNTRIED}"
     report = MixedPrecisionReport(
         mode=mode, precision=precision, target=target, met=kept_check.met, reason=reason,
         int8_sqnr_db=check.sqnr_db, int8_cosine=check.cosine, sqnr_db=kept_check.sqnr_db, cosine=kept_check.cosine,
@@ -606,12 +608,15 @@ def _recipe(report: MixedPrecisionReport) -> str:
     return f"static_wi8_ai8 + {raised} operator(s) at {report.precision}" + (f", {split} with split int8 weights" if split else "")
 
 
+_SPLIT_UNTRIED = "splitting int8 weights (the integer phase after every operator at int16)"
+
+
 def _split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, best_int16, boundary, budget):
     """Run weight splitting from the model with every operator at int16; its result when it beats
     the best int16 model (meets the target, or a higher SQNR), else None."""
     from .weight_splitting import search_split_weights
 
-    if not budget.allows("splitting int8 weights (the integer phase after every operator at int16)"):
+    if not budget.allows(_SPLIT_UNTRIED):
         return None
     split = search_split_weights(quantizer, order, heldout, heldout_refs, target, measured[len(order)], int8_io=bool(boundary), budget=budget)
     best = split.measured[split.kept][0]

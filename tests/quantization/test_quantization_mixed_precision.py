@@ -616,3 +616,17 @@ def test_a_met_int8_model_needs_no_ranking(search_setup):
     ).report
     assert report.met and not report.promoted
     assert report.reason.startswith("the int8 model meets the target") and report.reason.endswith("nothing promoted")
+
+
+def test_a_search_the_budget_ended_before_splitting_weights_says_so(search_setup):
+    """The zoo's CvT: every operator at int16 missed the target, and the budget ended the search
+    before the weight splitting; the reason named neither the budget nor the phase."""
+    from edge_export.quantization.mixed_precision import AccuracyTarget, search_mixed_precision
+
+    _, quantizer, ranking, heldout, refs = search_setup
+    report = search_mixed_precision(
+        quantizer, ranking, heldout, refs, AccuracyTarget(200.0), mode="int16", precision="int16", measure_latency=False,
+        budget=_StepsBudget(1),
+    ).report
+    assert not report.met and not any(s.split_weights for s in report.steps)
+    assert "ended the search before splitting int8 weights" in report.reason
