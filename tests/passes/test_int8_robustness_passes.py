@@ -227,3 +227,29 @@ def test_the_mixed_precision_quantizer_starts_from_the_same_float_model(sine_pos
     assert "DIV" not in model.op_counts
     x = (np.arange(8, dtype=np.float32) * 1.5).reshape(1, 8, 1)
     assert np.isfinite(TFLiteRunner(model).run([x])[0]).all()
+
+
+class CosineScores(torch.nn.Module):
+    """Swinv2's cosine attention: rows normalised by their 2-norm, written x.abs() ** 2 in the graph."""
+
+    def forward(self, x):
+        norm = torch.sqrt((x.abs() * x.abs()).sum(-1, keepdim=True) + 1e-6)
+        return x / norm
+
+
+def test_abs_before_a_square_is_dropped_and_int8_is_fully_integer():
+    """ai-edge-quantizer has no ABS recipe: the zoo's Swinv2 kept 16 ABS in float (not fully integer)."""
+    from edge_export.conversion import convert_module
+    from edge_export.passes.flatbuffer import drop_abs_before_square_pass
+    from edge_export.quantization import check_integer, synthetic_calibration
+    from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
+
+    module = CosineScores().eval()
+    fp32 = convert_module(module, (torch.randn(1, 6, 8),))
+    assert "ABS" in read_flatbuffer(fp32).op_counts  # the premise: the converter keeps |x| before the square
+    dropped = run_flatbuffer_passes(fp32, [drop_abs_before_square_pass])
+    assert "ABS" not in dropped.model.op_counts
+    x = np.random.default_rng(0).standard_normal((1, 6, 8)).astype(np.float32)
+    np.testing.assert_array_equal(TFLiteRunner(dropped.model).run([x])[0], TFLiteRunner(read_flatbuffer(fp32)).run([x])[0])
+    calibration = synthetic_calibration([InputSpec(shape=(1, 6, 8), name="x")], 8, seed=1)
+    assert check_integer(read_flatbuffer(quantize_flatbuffer(fp32, QuantizeMode.INT8, calibration))).fully_integer
