@@ -338,11 +338,25 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
             _finish_uninterrupted()  # the artifacts are committed
             display.stop()
             if not quiet:
-                from .reports.summary import print_summary
-
-                print_summary(result.run_report, term.out, term.err)
+                _print_summary(result, term)
             code = result.exit_code
     raise typer.Exit(code)
+
+
+def _print_summary(result: Any, term: Any) -> None:
+    """The run's summary. A reader that closed the pipe early (``| head``) ends the summary, not
+    the run: its artifacts are committed and its exit code stands (rich's console would exit 1,
+    the code of a failed parity)."""
+    from .reports.summary import print_summary
+
+    def closed_pipe() -> None:
+        raise BrokenPipeError
+
+    term.out.on_broken_pipe = closed_pipe
+    try:
+        print_summary(result.run_report, term.out, term.err)
+    except BrokenPipeError:
+        pass
 
 
 @app.command("export", help="Export MODEL to a LiteRT flatbuffer, check parity and write reports.\n\n" + EXIT_CODES_HELP)

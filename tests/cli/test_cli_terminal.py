@@ -194,3 +194,18 @@ def test_narrow_terminal_folds_tensor_names_instead_of_cutting_them(workdir, exp
     cells = [line.split("│")[2].strip() for line in inputs.splitlines() if line.count("│") == 6]
     assert "".join(cells) == "serving_default_x"  # the input is named after forward()'s parameter
     assert len([c for c in cells if c]) > 1  # folded over more than one line
+
+
+def test_a_reader_that_closed_the_pipe_keeps_the_runs_exit_code(workdir, exported):
+    """`edge-export ... | head -1`: the reader goes away before the summary. The run is done and its
+    files are written, so its exit code stands; rich's console made it 1 (a failed parity's code)."""
+    import subprocess
+
+    from cli_harness import _cli_command
+
+    proc = subprocess.Popen([*_cli_command(), "validate", str(exported), "--reference", "net.pt2"], cwd=workdir,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line: every write to stdout fails
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0, stderr
+    assert "Traceback" not in stderr and "Broken pipe" not in stderr
