@@ -345,14 +345,10 @@ def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
 
 def _print_summary(result: Any, term: Any) -> None:
     """The run's summary. A reader that closed the pipe early (``| head``) ends the summary, not
-    the run: its artifacts are committed and its exit code stands (rich's console would exit 1,
-    the code of a failed parity)."""
+    the run: its artifacts are committed and its exit code stands (terminal.EscapingConsole raises
+    BrokenPipeError where rich's console would exit 1, the code of a failed parity)."""
     from .reports.summary import print_summary
 
-    def closed_pipe() -> None:
-        raise BrokenPipeError
-
-    term.out.on_broken_pipe = closed_pipe
     try:
         print_summary(result.run_report, term.out, term.err)
     except BrokenPipeError:

@@ -51,6 +51,11 @@ class EscapingConsole(Console):
         safe = (seg if seg.control else Segment(for_terminal(seg.text), seg.style, seg.control) for seg in buffer)
         return super()._render_buffer(safe)
 
+    def on_broken_pipe(self) -> None:
+        """A reader that closed the pipe (``| head``): raise, so the caller decides the exit code
+        (rich's own handler exits 1, the code of a failed parity)."""
+        raise BrokenPipeError
+
 
 def _console(stream: Optional[IO[str]], stderr: bool) -> Console:
     if stream is None:

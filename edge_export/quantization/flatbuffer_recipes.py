@@ -308,8 +308,9 @@ def _tensor_shaped(qsvs: dict, float_model: FlatbufferModel) -> dict:
     return shaped
 
 
-def _fold_and_saturate_constants(float_bytes: bytes) -> bytes:
-    """Operators of constants folded (a mask's LOG of a constant would compute -inf at run time),
+def prepared_for_int8(float_bytes: bytes) -> bytes:
+    """The float model an int8 recipe calibrates and quantizes, here and in sensitivity and mixed
+    precision: operators of constants folded (a mask's LOG of a constant would compute -inf at run time),
     divisions by a constant written as products (an int8 divisor can land on its zero point:
     multiply_by_reciprocal_pass), ABS before a square dropped (it has no int8 recipe:
     drop_abs_before_square_pass), then the constants' infinities saturated
@@ -344,7 +345,7 @@ def quantize_flatbuffer(
             f"Unknown flatbuffer-backend observer '{observer}'.", f"Use one of {', '.join(FLATBUFFER_OBSERVERS)}."
         )
     if mode.needs_calibration:  # -inf in a constant (an additive mask) would set a scale of 1e36
-        float_bytes = _fold_and_saturate_constants(float_bytes)
+        float_bytes = prepared_for_int8(float_bytes)
     # The converter's bytes (an edge): read and verified once, for the calibration runs below.
     float_model = read_flatbuffer(float_bytes, origin="the float model") if mode.needs_calibration else None
     with quiet_libraries(verbose):

@@ -468,11 +468,11 @@ def _measure_every_operator(prefixes: _Prefixes, budget: TimeBudget) -> None:
     """The model with every operator that has an int16 recipe at int16, measured before the ranking:
     it needs no order, and when the ranking spends the time budget it is still there to keep (the
     zoo's MiniLM: the ranking of 109 operators used the 300 s, and the search measured int8 alone)."""
-    if not budget.allows(f"promoting more than 0 of {len(prefixes.by_index)} operators"):
+    every, _ = _promotable(_with_unranked((), prefixes.by_index), prefixes.by_index, prefixes.precision)
+    if not every or not budget.allows(f"promoting more than 0 of {len(every)} operators"):
         return
-    prefixes.order, _ = _promotable(_with_unranked((), prefixes.by_index), prefixes.by_index, prefixes.precision)
-    if prefixes.order:
-        prefixes.measure(len(prefixes.order))
+    prefixes.order = every
+    prefixes.measure(len(every))
 
 
 def _with_unranked(ranking: Sequence[LayerSensitivity], by_index: Mapping[int, Any]) -> list[LayerSensitivity]:

@@ -6,7 +6,8 @@ zeros and no patch is added to, a padded frame) the output is 0 whatever RSQRT g
 calibrated RSQRT range reaches 1/sqrt(eps): 1e6 for eps = 1e-12. Every other row's 1/sqrt(var + eps)
 (2 to 10 in the zoo's DeiT) then falls inside one int8 step, and the model reads 1 dB. A constant
 row calibrated nothing the model needs, so the RSQRT's upper bound is taken over the other rows.
-The rule is exact: only rows whose MEAN(z * z) is 0 are left out, and on those the output is 0.
+Only rows whose MEAN(z * z) + eps rounds to eps are left out (z is 0 there, or below float32's
+resolution of eps), and only RSQRTs that MULs alone read: on those rows the products are 0.
 """
 
 from __future__ import annotations
@@ -82,13 +83,15 @@ def normalization_rsqrts(model: FlatbufferModel) -> list[NormalizationRsqrt]:
             eps = _constant_scalar(model, add.inputs[eps_side])
             mean = _producer(model, add.inputs[mean_side])
             if eps is not None and eps > 0 and mean is not None and mean.opcode == "MEAN" and _is_square(model, mean.inputs[0]):
-                found.append(NormalizationRsqrt(model.tensors[op.inputs[0]].name, model.tensors[op.outputs[0]].name, eps,
-                                                _layout_copies(model, op.outputs[0])))
+                copies = _layout_copies(model, op.outputs[0])
+                if _only_products_read(model, (op.outputs[0], *copies)):
+                    found.append(NormalizationRsqrt(model.tensors[op.inputs[0]].name, model.tensors[op.outputs[0]].name, eps,
+                                                    tuple(model.tensors[i].name for i in copies)))
                 break
     return found
 
 
-def _layout_copies(model: FlatbufferModel, index: int) -> tuple[str, ...]:
+def _layout_copies(model: FlatbufferModel, index: int) -> tuple[int, ...]:
     """The tensors layout operators make of tensor ``index``, transitively (each operator once)."""
     copies, todo, seen = [], [index], set()
     while todo:
@@ -97,9 +100,19 @@ def _layout_copies(model: FlatbufferModel, index: int) -> tuple[str, ...]:
             if op.index in seen or op.opcode not in _LAYOUT or not op.inputs or op.inputs[0] != current:
                 continue
             seen.add(op.index)
-            copies.append(model.tensors[op.outputs[0]].name)
+            copies.append(op.outputs[0])
             todo.append(op.outputs[0])
     return tuple(copies)
+
+
+def _only_products_read(model: FlatbufferModel, tensors: tuple[int, ...]) -> bool:
+    """Whether only MULs (and the layout copies themselves) read these tensors: a product with a
+    zero row is zero whatever the RSQRT gave, which is what makes leaving constant rows out exact.
+    A RSQRT read any other way (an output, an ADD) keeps its calibrated range."""
+    if any(i in model.outputs for i in tensors):
+        return False
+    readers = [op for op in model.operators if any(i in tensors for i in op.inputs)]
+    return all(op.opcode == "MUL" or (op.opcode in _LAYOUT and op.outputs[0] in tensors) for op in readers)
 
 
 def without_constant_rows(model: FlatbufferModel, samples: Sequence[Sequence[np.ndarray]], qsvs: dict) -> tuple[dict, list[str]]:

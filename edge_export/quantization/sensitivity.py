@@ -113,7 +113,7 @@ class RecipeQuantizer:
 
         # The float model the flatbuffer backend calibrates (constants folded, divisions by a constant
         # written as products, infinities saturated): its int8 model is the one an export gets.
-        self.float_bytes = fr._fold_and_saturate_constants(bytes(float_bytes))
+        self.float_bytes = fr.prepared_for_int8(bytes(float_bytes))
         self.float_model = read_flatbuffer(self.float_bytes, origin="the float model")
         self.verbose = verbose
         self.calibration, self.observer = calibration, observer  # for a rewritten model's own calibration

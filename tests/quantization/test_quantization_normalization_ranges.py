@@ -117,3 +117,19 @@ def test_without_a_constant_row_nothing_runs_and_nothing_changes():
     qsvs = {norm.sum_name: {"min": np.float32([0.5]), "max": np.float32([9.0])},
             norm.output_name: {"min": np.float32([0.3]), "max": np.float32([1.4])}}
     assert normalization_ranges.without_constant_rows(model, [], qsvs) == (qsvs, [])
+
+
+class RsqrtOutput(nn.Module):
+    """The RSQRT itself is an output: a zero row's 1/sqrt(eps) is a value the model returns."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = torch.cat([torch.zeros(1, 1, 16), x], dim=1)
+        return torch.rsqrt(tokens.pow(2).mean(-1, keepdim=True) + 1e-6) + 1.0
+
+
+def test_a_rsqrt_read_other_than_by_products_keeps_its_range():
+    from edge_export.flatbuffer import read_flatbuffer
+
+    model = read_flatbuffer(_float_bytes(make(RsqrtOutput)), origin="test")
+    assert "RSQRT" in model.op_counts
+    assert normalization_ranges.normalization_rsqrts(model) == []

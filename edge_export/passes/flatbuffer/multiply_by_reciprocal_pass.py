@@ -26,7 +26,7 @@ def _reciprocal(model: Any, sg: Any, op: Any) -> np.ndarray | None:
     """1 / divisor when ``op`` is a float32 DIV of a constant divisor fit for it, else None."""
     from ai_edge_litert import schema_py_generated as schema
 
-    if opcode_name(model, op) != "DIV" or op.inputs is None or len(op.inputs) != 2 or len(op.outputs) != 1:
+    if opcode_name(model, op) != "DIV" or op.inputs is None or len(op.inputs) != 2 or op.outputs is None or len(op.outputs) != 1:
         return None
     if any(sg.tensors[i].type != schema.TensorType.FLOAT32 or sg.tensors[i].quantization is not None
            and sg.tensors[i].quantization.scale is not None and len(sg.tensors[i].quantization.scale)
