@@ -1,6 +1,8 @@
-"""Fold operators whose inputs are all constants into a constant (BROADCAST_TO, SELECT_V2, RESHAPE,
-TRANSPOSE, EXPAND_DIMS, SQUEEZE; LOG, EXP, NEG, SQRT, RSQRT, ABS of float constants; and ADD, SUB,
-MUL, DIV, FLOOR_DIV, POW of float constants without a fused activation).
+"""Fold operators whose inputs are all constants into a constant: BROADCAST_TO, SELECT_V2, RESHAPE,
+TRANSPOSE, EXPAND_DIMS, SQUEEZE, SLICE, STRIDED_SLICE, CONCATENATION, GATHER_ND,
+RESIZE_NEAREST_NEIGHBOR, CAST, CUMSUM and LOGICAL_AND/OR/NOT; LOG, EXP, NEG, SQRT, RSQRT, ABS, SIN,
+COS of float constants; and ADD, SUB, MUL, DIV, FLOOR_DIV, POW of float constants without a fused
+activation. The numpy kernels are in ``constant_kernels``.
 
 The converter leaves such operators in the graph: a Hugging Face ViT's attention mask is a
 BROADCAST_TO of a constant ``[1, 1, 197, 1]`` to ``[1, 1, 197, 197]`` and a SELECT_V2 of constants,
@@ -11,9 +13,11 @@ A mask written ``torch.tril(ones).log()`` in forward() is a SELECT_V2 and a LOG 
 computed at run time into -inf: folded, it is a constant that quantization can saturate
 (``saturate_infinite_constants_pass``). DETR's sine position embedding divides by
 ``temperature ** (2 * (i // 2) / d)``, a POW of a MUL of a FLOOR_DIV of constants computed at every
-run; folded, the divisor is a constant (see ``multiply_by_reciprocal_pass``). Operators writing a subgraph output, and quantized
-operators whose input and output scales differ, are left alone. Folded operators can make the next ones all-constant: the pass repeats
-until nothing more folds (at most once per operator). Tensors only the folded operators read
+run; folded, the divisor is a constant (see ``multiply_by_reciprocal_pass``). Its positions come
+from a mask of ones resized (RESIZE_NEAREST_NEIGHBOR), CAST, summed (CUMSUM), sliced and put through
+SIN and COS: none of those has an int8 recipe, so unfolded they kept the model partly float. Operators writing a subgraph output, and quantized
+operators whose input and output scales differ, are left alone. Folded operators can make the next ones all-constant: operators are in run
+order, so one sweep folds whole chains. Tensors only the folded operators read
 are dropped from the model (``drop_unused_tensors``).
 """
 
@@ -23,20 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from .constant_kernels import FLOAT_ARITHMETIC, FLOAT_FUNCTIONS, STRUCTURAL_KERNELS, evaluate
 from .model_graph import constant_value, drop_unused_tensors, numpy_dtype, opcode_name, same_quantization, set_constant
 
 __all__ = ["fold_constant_operators_pass", "FOLDABLE_OPCODES"]
 
-_FLOAT_FUNCTIONS = {
-    "LOG": np.log, "EXP": np.exp, "NEG": np.negative, "SQRT": np.sqrt, "ABS": np.abs,
-    "RSQRT": lambda v: 1.0 / np.sqrt(v),
-}
-# float32 in, float32 out, as LiteRT's reference kernels compute them (FLOOR_DIV: floor(a / b))
-_FLOAT_ARITHMETIC = {
-    "ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide, "POW": np.power,
-    "FLOOR_DIV": lambda a, b: np.floor(np.divide(a, b)),
-}
-FOLDABLE_OPCODES = ("BROADCAST_TO", "SELECT_V2", "RESHAPE", "TRANSPOSE", "EXPAND_DIMS", "SQUEEZE", *_FLOAT_FUNCTIONS, *_FLOAT_ARITHMETIC)
+# the operators whose output is the input's values under another type or layout, and those computed from float32 constants
+_FLOAT_OPCODES = (*FLOAT_FUNCTIONS, *FLOAT_ARITHMETIC)
+FOLDABLE_OPCODES = ("BROADCAST_TO", "SELECT_V2", "RESHAPE", "TRANSPOSE", "EXPAND_DIMS", "SQUEEZE", "CAST", *STRUCTURAL_KERNELS, *_FLOAT_OPCODES)
 _DEFAULT_MAX_BYTES = 1 << 20
 
 
@@ -47,22 +45,6 @@ class _Unquantized:
 _UNQUANTIZED = _Unquantized()
 
 
-def _evaluate(opcode: str, values: list[np.ndarray], out_shape: list[int]) -> np.ndarray:
-    if opcode == "BROADCAST_TO":
-        return np.broadcast_to(values[0], out_shape)
-    if opcode == "SELECT_V2":
-        return np.where(values[0], values[1], values[2])
-    if opcode == "TRANSPOSE":
-        return np.transpose(values[0], [int(p) for p in values[1]])
-    if opcode in _FLOAT_FUNCTIONS:
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # log(0) is the mask's -inf
-            return _FLOAT_FUNCTIONS[opcode](values[0])
-    if opcode in _FLOAT_ARITHMETIC:
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # as the kernel: inf and NaN, no error
-            return _FLOAT_ARITHMETIC[opcode](values[0].astype(np.float32), values[1].astype(np.float32)).astype(np.float32)
-    return values[0].reshape(out_shape)  # RESHAPE, EXPAND_DIMS, SQUEEZE: the output's static shape
-
-
 def _plain_float_arithmetic(sg: Any, op: Any) -> bool:
     """Two unquantized float32 operands and no fused activation (a fused RELU would clip the value)."""
     operands = [sg.tensors[i] for i in op.inputs] if op.inputs is not None and len(op.inputs) == 2 else []
@@ -71,44 +53,66 @@ def _plain_float_arithmetic(sg: Any, op: Any) -> bool:
     return not getattr(op.builtinOptions, "fusedActivationFunction", 0)
 
 
-def _folded(model: Any, sg: Any, op: Any, max_bytes: int) -> np.ndarray | None:
+def _data_inputs(opcode: str, op: Any) -> list[int]:
+    """The inputs whose values the output carries (the ones that must share its type and scale)."""
+    if opcode in ("CONCATENATION", "LOGICAL_AND", "LOGICAL_OR"):
+        return list(op.inputs)
+    return list(op.inputs[1:] if opcode == "SELECT_V2" else op.inputs[:1])
+
+
+def _computes_values(opcode: str) -> bool:
+    """Kernels that compute new numbers: only on unquantized tensors (a quantized CUMSUM would add zero points)."""
+    return opcode in _FLOAT_OPCODES or opcode in ("CUMSUM", "CAST")
+
+
+def _foldable(model: Any, sg: Any, op: Any, opcode: str, dtype: np.dtype) -> bool:
+    out = sg.tensors[op.outputs[0]]
+    if _computes_values(opcode):
+        operands = [sg.tensors[i] for i in op.inputs[:1]] if opcode == "CAST" else []
+        if not all(same_quantization(t, _UNQUANTIZED) for t in (out, *operands)):
+            return False
+    if opcode != "CAST" and any(numpy_dtype(sg.tensors[i]) != dtype or not same_quantization(sg.tensors[i], out) for i in _data_inputs(opcode, op)):
+        return False
+    if opcode in _FLOAT_OPCODES and dtype != np.float32:
+        return False
+    return opcode not in FLOAT_ARITHMETIC or _plain_float_arithmetic(sg, op)
+
+
+def _folded(model: Any, sg: Any, op: Any, max_bytes: int, outputs: set[int]) -> np.ndarray | None:
     """The output value of ``op`` when it can be folded, else None."""
     opcode = opcode_name(model, op)
-    if opcode not in FOLDABLE_OPCODES or len(op.outputs) != 1 or op.outputs[0] in set(sg.outputs):
+    if opcode not in FOLDABLE_OPCODES or len(op.outputs) != 1 or op.outputs[0] in outputs or op.inputs is None or -1 in op.inputs:
         return None
     out = sg.tensors[op.outputs[0]]
-    values = [constant_value(model, sg, i) for i in op.inputs]
     dtype = numpy_dtype(out)
     shape = [int(d) for d in (out.shape if out.shape is not None else [])]
-    if any(v is None for v in values) or dtype is None or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > max_bytes:
+    if dtype is None or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > max_bytes or not _foldable(model, sg, op, opcode, dtype):
         return None
-    data_inputs = [sg.tensors[i] for i in (op.inputs[1:] if opcode == "SELECT_V2" else op.inputs[:1])]
-    if any(numpy_dtype(t) != dtype or not same_quantization(t, out) for t in data_inputs):
-        return None
-    if opcode in (*_FLOAT_FUNCTIONS, *_FLOAT_ARITHMETIC) and (dtype != np.float32 or not same_quantization(out, _UNQUANTIZED)):
-        return None
-    if opcode in _FLOAT_ARITHMETIC and not _plain_float_arithmetic(sg, op):
+    values = [constant_value(model, sg, i) for i in op.inputs]
+    if any(v is None for v in values):
         return None
     try:
-        value = _evaluate(opcode, values, shape)
-    except ValueError:  # shapes that do not broadcast or reshape: leave it to the runtime's own check
+        value = evaluate(opcode, values, op.builtinOptions, shape, dtype)
+    except (ValueError, IndexError):  # shapes that do not broadcast, slice or reshape: the runtime's own check reports it
         return None
-    return value.astype(dtype) if tuple(value.shape) == tuple(shape) else None
+    return value.astype(dtype) if value is not None and tuple(value.shape) == tuple(shape) else None
 
 
 def fold_constant_operators_pass(model: Any, max_bytes: int = _DEFAULT_MAX_BYTES) -> bool:
-    """Replace operators of the main subgraph whose inputs are constants by their constant output."""
+    """Replace operators of the main subgraph whose inputs are constants by their constant output.
+
+    Operators are in run order, so one sweep sees each operator after everything it reads was folded."""
     sg = model.subgraphs[0]
-    inputs_of_folded: list[int] = []
-    while True:
-        for position, op in enumerate(sg.operators):
-            value = _folded(model, sg, op, max_bytes)
-            if value is not None:
-                set_constant(model, sg, op.outputs[0], value)
-                inputs_of_folded.extend(i for i in op.inputs if i >= 0)
-                del sg.operators[position]
-                break
-        else:
-            if inputs_of_folded:
-                drop_unused_tensors(model)
-            return bool(inputs_of_folded)
+    outputs = set(sg.outputs if sg.outputs is not None else [])
+    kept, folded = [], False
+    for op in sg.operators:
+        value = _folded(model, sg, op, max_bytes, outputs)
+        if value is None:
+            kept.append(op)
+            continue
+        set_constant(model, sg, op.outputs[0], value)
+        folded = True
+    if folded:
+        sg.operators = kept
+        drop_unused_tensors(model)
+    return folded
