@@ -47,6 +47,7 @@ from ..errors import QuantizationError, first_line
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..library_output import quiet_libraries
 from .calibration import CalibrationSet
+from .constant_matmul_operands import quantize_constant_operands_per_tensor
 from .discontinuous import keep_feeders_in_float
 
 __all__ = [
@@ -263,12 +264,15 @@ def _constant_tensor_names(float_model: FlatbufferModel) -> set[str]:
 
 def _calibrate(quantizer: Any, float_model: FlatbufferModel, float_bytes: bytes, data: dict, observer: str) -> dict:
     """Per-tensor ranges (percentile and mse narrow them afterwards), a normalization's RSQRT
-    without the rows that are constant (normalization_ranges)."""
+    without the rows that are constant (normalization_ranges), a max pool's padding without its
+    pad value (max_pool_padding)."""
+    from .max_pool_padding import without_max_pool_padding
     from .normalization_ranges import without_constant_rows
 
     qsvs = _min_max_ranges(quantizer, float_model, float_bytes, data, observer)
     samples = [list(sample.values()) for sample in next(iter(data.values()), [])]
-    return without_constant_rows(float_model, samples, qsvs)[0]
+    qsvs = without_constant_rows(float_model, samples, qsvs)[0]
+    return without_max_pool_padding(float_model, qsvs)[0]
 
 
 def _min_max_ranges(quantizer: Any, float_model: FlatbufferModel, float_bytes: bytes, data: dict, observer: str) -> dict:
@@ -355,7 +359,9 @@ def quantize_flatbuffer(
 
             qz = aeq.Quantizer(bytearray(float_bytes), _recipe(mode))
             if mode.needs_calibration:  # activations quantized: a step function's input stays float
-                keep_feeders_in_float(qz, float_model)
+                kept_float = keep_feeders_in_float(qz, float_model)
+                quantize_constant_operands_per_tensor(qz, float_model, 16 if mode == QuantizeMode.INT16X8 else 8,
+                                                      dict.fromkeys(kept_float, "float"))
             qsvs = None
             if qz.need_calibration:
                 float_model = float_model or read_flatbuffer(float_bytes, origin="the float model")

@@ -43,6 +43,7 @@ from ..provenance import operator_module
 from ..serialize import json_field
 from .budget import TimeBudget
 from .calibration import CalibrationSet
+from .constant_matmul_operands import quantize_constant_operands_per_tensor
 from .discontinuous import keep_feeders_in_float
 from .operator_scopes import LAYOUT_OPS, QuantizableOp, quantizable_ops
 
@@ -150,15 +151,18 @@ class RecipeQuantizer:
         try:
             with quiet_libraries(self.verbose):
                 qz = aeq.Quantizer(bytearray(self.float_bytes))
+                kept_float: dict[QuantizableOp, str] = {}
                 if base != "float":
                     qz.add_static_config(".*", TFLOperationName.ALL_SUPPORTED, _ACTIVATION_BITS[base], 8)
-                    keep_feeders_in_float(qz, self.float_model)  # as quantize_flatbuffer does
+                    kept_float = dict.fromkeys(keep_feeders_in_float(qz, self.float_model), "float")  # as quantize_flatbuffer does
                 for op, precision in overrides.items():
                     name = TFLOperationName(op.opcode)
                     if precision == "float":
                         qz.update_quantization_recipe(op.regex, name, algorithm_key=AlgorithmName.NO_QUANTIZE)
                     else:
                         qz.add_static_config(op.regex, name, _ACTIVATION_BITS[precision], 8)
+                if base != "float":
+                    quantize_constant_operands_per_tensor(qz, self.float_model, _ACTIVATION_BITS[base], {**kept_float, **overrides})
                 if not qz.get_quantization_recipe():
                     return self.float_bytes
                 variant = bytes(qz.quantize(self.qsvs, enable_progress_report=False).quantized_model)

@@ -235,3 +235,43 @@ def test_the_sine_position_embedding_quantizes_fully_integer(sine_embedding):
     want = module(torch.from_numpy(x)).detach().numpy()
     got = TFLiteRunner(model).run([x])[0]
     assert 10 * np.log10((want**2).sum() / ((got - want) ** 2).sum()) >= 25.0
+
+
+_W = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32)
+
+
+@pytest.mark.parametrize("activation", [0, 1, 3])
+@pytest.mark.parametrize("keep_num_dims", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_fully_connected(activation, keep_num_dims, with_bias):
+    bias = [np.float32([0.5, -1.0, 2.0, 0.0, 7.0])] if with_bias else []
+    options = _options("FullyConnected", fusedActivationFunction=activation, keepNumDims=keep_num_dims)
+    shape = (2, 3, 5) if keep_num_dims else (6, 5)
+    _assert_folds_like_the_runtime("FULLY_CONNECTED", [_X, _W, *bias], shape, options=options, exact=False)
+
+
+@pytest.mark.parametrize("adj_x, adj_y", [(False, False), (True, False), (False, True), (True, True)])
+def test_batch_matmul(adj_x, adj_y):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((2, 4, 3) if adj_x else (2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((1, 5, 4) if adj_y else (1, 4, 5)).astype(np.float32)  # broadcast over the batch
+    _assert_folds_like_the_runtime("BATCH_MATMUL", [a, b], (2, 3, 5), options=_options("BatchMatMul", adjX=adj_x, adjY=adj_y), exact=False)
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.25])
+def test_softmax(beta):
+    _assert_folds_like_the_runtime("SOFTMAX", [_X], _X.shape, options=_options("Softmax", beta=beta), exact=False)
+
+
+@pytest.mark.parametrize("axes, keep, shape", [([2], True, (2, 3, 1)), ([-1], False, (2, 3)), ([0, 2], False, (3,)), ([1, 0], True, (1, 1, 4))])
+def test_mean(axes, keep, shape):
+    _assert_folds_like_the_runtime("MEAN", [_X, np.int32(axes)], shape, options=_options("Reducer", keepDims=keep), exact=False)
+
+
+def test_squared_difference():
+    _assert_folds_like_the_runtime("SQUARED_DIFFERENCE", [_X, _X[:1, :1]], _X.shape, exact=False)
+
+
+def test_a_fully_connected_with_an_activation_the_fold_does_not_know_is_left_to_the_runtime():
+    options = _options("FullyConnected", fusedActivationFunction=4)  # TANH
+    assert evaluate("FULLY_CONNECTED", [_X, _W, None], options, [6, 5], np.dtype("float32")) is None

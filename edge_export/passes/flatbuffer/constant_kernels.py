@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["FLOAT_FUNCTIONS", "FLOAT_ARITHMETIC", "STRUCTURAL_KERNELS", "evaluate"]
+__all__ = ["FLOAT_FUNCTIONS", "FLOAT_ARITHMETIC", "FLOAT_LINEAR_ALGEBRA", "STRUCTURAL_KERNELS", "evaluate"]
 
 FLOAT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "LOG": np.log, "EXP": np.exp, "NEG": np.negative, "SQRT": np.sqrt, "ABS": np.abs,
@@ -101,6 +101,54 @@ def _gather_nd(values: list[np.ndarray], options: Any, shape: list[int]) -> np.n
     return params[tuple(np.moveaxis(indices, -1, 0))]
 
 
+_ACTIVATIONS: dict[int, Callable[[np.ndarray], np.ndarray]] = {
+    0: lambda v: v, 1: lambda v: np.maximum(v, 0), 2: lambda v: np.clip(v, -1, 1), 3: lambda v: np.clip(v, 0, 6),
+}
+
+
+def _fully_connected(values: list[np.ndarray | None], options: Any, shape: list[int]) -> np.ndarray | None:
+    """y = x W^T + b over the last axis of x, then the fused activation; the output's static shape
+    says whether the leading axes were kept (keep_num_dims) or flattened."""
+    x, weights, bias = values[0], values[1], values[2] if len(values) > 2 else None
+    activation = _ACTIVATIONS.get(int(getattr(options, "fusedActivationFunction", 0) or 0))
+    if activation is None or getattr(options, "weightsFormat", 0) or weights is None or weights.ndim != 2 or x.size % weights.shape[1]:
+        return None
+    y = x.reshape(-1, weights.shape[1]).astype(np.float32) @ weights.T.astype(np.float32)
+    if bias is not None:
+        y = y + bias.astype(np.float32)
+    return activation(y.astype(np.float32)).reshape(shape)
+
+
+def _batch_matmul(values: list[np.ndarray], options: Any, shape: list[int]) -> np.ndarray:
+    a, b = values[0].astype(np.float32), values[1].astype(np.float32)
+    a = np.swapaxes(a, -1, -2) if getattr(options, "adjX", False) else a
+    b = np.swapaxes(b, -1, -2) if getattr(options, "adjY", False) else b
+    return np.matmul(a, b)
+
+
+def _softmax(values: list[np.ndarray], options: Any, shape: list[int]) -> np.ndarray:
+    x = values[0].astype(np.float32) * np.float32(getattr(options, "beta", 1.0) or 0.0)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _mean(values: list[np.ndarray], options: Any, shape: list[int]) -> np.ndarray | None:
+    x, axes = values[0], np.asarray(values[1]).reshape(-1)
+    if x.ndim == 0 or ((axes < -x.ndim) | (axes >= x.ndim)).any():
+        return None
+    axis = tuple(sorted({int(a) % x.ndim for a in axes}))
+    return np.mean(x.astype(np.float32), axis=axis, keepdims=bool(getattr(options, "keepDims", False)), dtype=np.float32)
+
+
+# float32 kernels of several inputs whose results equal LiteRT's up to float rounding (the order of
+# a sum), not bit for bit: a folded decoder's first layer (DETR's queries start from zeros) reads
+# within 1e-6 of the kernels.
+FLOAT_LINEAR_ALGEBRA: dict[str, Callable[..., np.ndarray | None]] = {
+    "FULLY_CONNECTED": _fully_connected, "BATCH_MATMUL": _batch_matmul, "SOFTMAX": _softmax, "MEAN": _mean,
+    "SQUARED_DIFFERENCE": lambda values, options, shape: np.square(values[0].astype(np.float32) - values[1].astype(np.float32)),
+}
+
+
 STRUCTURAL_KERNELS: dict[str, Callable[..., np.ndarray | None]] = {
     "CUMSUM": _cumsum, "SLICE": _slice, "STRIDED_SLICE": _strided_slice, "CONCATENATION": _concatenation,
     "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "GATHER_ND": _gather_nd,
@@ -125,6 +173,8 @@ def evaluate(opcode: str, values: list[np.ndarray], options: Any, shape: list[in
             return FLOAT_FUNCTIONS[opcode](values[0])
         if opcode in FLOAT_ARITHMETIC:
             return FLOAT_ARITHMETIC[opcode](values[0].astype(np.float32), values[1].astype(np.float32)).astype(np.float32)
+        if opcode in FLOAT_LINEAR_ALGEBRA:
+            return FLOAT_LINEAR_ALGEBRA[opcode](values, options, shape)
     if opcode in STRUCTURAL_KERNELS:
         return STRUCTURAL_KERNELS[opcode](values, options, shape)
     return values[0].reshape(shape)  # RESHAPE, EXPAND_DIMS, SQUEEZE: the output's static shape

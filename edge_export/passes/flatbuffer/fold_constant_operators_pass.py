@@ -1,8 +1,9 @@
 """Fold operators whose inputs are all constants into a constant: BROADCAST_TO, SELECT_V2, RESHAPE,
 TRANSPOSE, EXPAND_DIMS, SQUEEZE, SLICE, STRIDED_SLICE, CONCATENATION, GATHER_ND,
 RESIZE_NEAREST_NEIGHBOR, CAST, CUMSUM and LOGICAL_AND/OR/NOT; LOG, EXP, NEG, SQRT, RSQRT, ABS, SIN,
-COS of float constants; and ADD, SUB, MUL, DIV, FLOOR_DIV, POW of float constants without a fused
-activation. The numpy kernels are in ``constant_kernels``.
+COS of float constants; ADD, SUB, MUL, DIV, FLOOR_DIV, POW of float constants without a fused
+activation; and FULLY_CONNECTED, BATCH_MATMUL, SOFTMAX, MEAN, SQUARED_DIFFERENCE of float constants.
+The numpy kernels are in ``constant_kernels``.
 
 The converter leaves such operators in the graph: a Hugging Face ViT's attention mask is a
 BROADCAST_TO of a constant ``[1, 1, 197, 1]`` to ``[1, 1, 197, 197]`` and a SELECT_V2 of constants,
@@ -15,7 +16,9 @@ computed at run time into -inf: folded, it is a constant that quantization can s
 ``temperature ** (2 * (i // 2) / d)``, a POW of a MUL of a FLOOR_DIV of constants computed at every
 run; folded, the divisor is a constant (see ``multiply_by_reciprocal_pass``). Its positions come
 from a mask of ones resized (RESIZE_NEAREST_NEIGHBOR), CAST, summed (CUMSUM), sliced and put through
-SIN and COS: none of those has an int8 recipe, so unfolded they kept the model partly float. Operators writing a subgraph output, and quantized
+SIN and COS: none of those has an int8 recipe, so unfolded they kept the model partly float. Its
+decoder's first self-attention reads only constants too (the queries start from zeros): int8
+operators of constants alone computed zeros in LiteRT, and the model read 7 dB. Operators writing a subgraph output, and quantized
 operators whose input and output scales differ, are left alone. Folded operators can make the next ones all-constant: operators are in run
 order, so one sweep folds whole chains. Tensors only the folded operators read
 are dropped from the model (``drop_unused_tensors``).
@@ -27,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from .constant_kernels import FLOAT_ARITHMETIC, FLOAT_FUNCTIONS, STRUCTURAL_KERNELS, evaluate
+from .constant_kernels import FLOAT_ARITHMETIC, FLOAT_FUNCTIONS, FLOAT_LINEAR_ALGEBRA, STRUCTURAL_KERNELS, evaluate
 from .model_graph import constant_value, drop_unused_tensors, numpy_dtype, opcode_name, same_quantization, set_constant
 
 __all__ = ["fold_constant_operators_pass", "FOLDABLE_OPCODES"]
 
 # the operators whose output is the input's values under another type or layout, and those computed from float32 constants
-_FLOAT_OPCODES = (*FLOAT_FUNCTIONS, *FLOAT_ARITHMETIC)
+_FLOAT_OPCODES = (*FLOAT_FUNCTIONS, *FLOAT_ARITHMETIC, *FLOAT_LINEAR_ALGEBRA)
 FOLDABLE_OPCODES = ("BROADCAST_TO", "SELECT_V2", "RESHAPE", "TRANSPOSE", "EXPAND_DIMS", "SQUEEZE", "CAST", *STRUCTURAL_KERNELS, *_FLOAT_OPCODES)
 _DEFAULT_MAX_BYTES = 1 << 20
 
@@ -75,21 +78,30 @@ def _foldable(model: Any, sg: Any, op: Any, opcode: str, dtype: np.dtype) -> boo
         return False
     if opcode in _FLOAT_OPCODES and dtype != np.float32:
         return False
+    if opcode in FLOAT_LINEAR_ALGEBRA:
+        operands = op.inputs[:1] if opcode == "MEAN" else [i for i in op.inputs if i >= 0]
+        return all(numpy_dtype(sg.tensors[i]) == np.float32 and same_quantization(sg.tensors[i], _UNQUANTIZED) for i in operands)
     return opcode not in FLOAT_ARITHMETIC or _plain_float_arithmetic(sg, op)
+
+
+def _inputs_present(opcode: str, op: Any) -> bool:
+    """Every input given, except a FULLY_CONNECTED's optional bias (-1)."""
+    required = op.inputs[:2] if opcode == "FULLY_CONNECTED" else op.inputs
+    return len(op.inputs) > 0 and all(i >= 0 for i in required)
 
 
 def _folded(model: Any, sg: Any, op: Any, max_bytes: int, outputs: set[int]) -> np.ndarray | None:
     """The output value of ``op`` when it can be folded, else None."""
     opcode = opcode_name(model, op)
-    if opcode not in FOLDABLE_OPCODES or len(op.outputs) != 1 or op.outputs[0] in outputs or op.inputs is None or -1 in op.inputs:
+    if opcode not in FOLDABLE_OPCODES or len(op.outputs) != 1 or op.outputs[0] in outputs or op.inputs is None or not _inputs_present(opcode, op):
         return None
     out = sg.tensors[op.outputs[0]]
     dtype = numpy_dtype(out)
     shape = [int(d) for d in (out.shape if out.shape is not None else [])]
     if dtype is None or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > max_bytes or not _foldable(model, sg, op, opcode, dtype):
         return None
-    values = [constant_value(model, sg, i) for i in op.inputs]
-    if any(v is None for v in values):
+    values = [constant_value(model, sg, i) if i >= 0 else None for i in op.inputs]
+    if any(v is None for v, i in zip(values, op.inputs) if i >= 0):
         return None
     try:
         value = evaluate(opcode, values, op.builtinOptions, shape, dtype)

@@ -1,0 +1,46 @@
+"""A BATCH_MATMUL operand that is a constant is quantized per tensor, not per channel.
+
+ai-edge-quantizer quantizes every constant operand as a weight, per output channel. LiteRT's integer
+BATCH_MATMUL reads one scale per operand: with per-channel constants it computed zeros. DETR's
+decoder attends with queries that are constants once its first layer is folded (its queries start
+from zeros), and its int8 model read 7 dB; per tensor, the operand is what the kernel expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..flatbuffer import FlatbufferModel
+from .operator_scopes import QuantizableOp, quantizable_ops
+
+__all__ = ["matmuls_of_constants", "quantize_constant_operands_per_tensor"]
+
+
+def matmuls_of_constants(model: FlatbufferModel) -> tuple[QuantizableOp, ...]:
+    """The BATCH_MATMULs of ``model`` that read a float constant."""
+    by_index = {op.index: op for op in model.operators}
+    found = []
+    for candidate in quantizable_ops(model):
+        op = by_index[candidate.index]
+        if op.opcode == "BATCH_MATMUL" and any(i >= 0 and model.tensors[i].is_constant and model.tensors[i].is_float for i in op.inputs):
+            found.append(candidate)
+    return tuple(found)
+
+
+def quantize_constant_operands_per_tensor(quantizer: Any, model: FlatbufferModel, activation_bits: int,
+                                          overrides: Mapping[QuantizableOp, str] | None = None) -> tuple[QuantizableOp, ...]:
+    """Give each BATCH_MATMUL of a constant a per-tensor static config in ``quantizer``'s recipe, at
+    ``activation_bits`` or the precision ``overrides`` gives it (left alone when that is float)."""
+    from ai_edge_quantizer.qtyping import QuantGranularity, TFLOperationName
+
+    bits = {"int8": 8, "int16": 16}
+    changed = []
+    for op in matmuls_of_constants(model):
+        precision = (overrides or {}).get(op)
+        if precision == "float":
+            continue
+        quantizer.add_static_config(op.regex, TFLOperationName.BATCH_MATMUL, bits.get(precision, activation_bits), 8,
+                                    weight_granularity=QuantGranularity.TENSORWISE)
+        changed.append(op)
+    return tuple(changed)
