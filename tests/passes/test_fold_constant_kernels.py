@@ -275,3 +275,9 @@ def test_squared_difference():
 def test_a_fully_connected_with_an_activation_the_fold_does_not_know_is_left_to_the_runtime():
     options = _options("FullyConnected", fusedActivationFunction=4)  # TANH
     assert evaluate("FULLY_CONNECTED", [_X, _W, None], options, [6, 5], np.dtype("float32")) is None
+
+
+def test_a_resize_to_or_from_an_empty_size_is_left_to_the_runtime():
+    x = np.zeros((1, 0, 3, 1), np.float32)
+    assert evaluate("RESIZE_NEAREST_NEIGHBOR", [x, np.int32([2, 2])], None, [1, 2, 2, 1], np.dtype("float32")) is None
+    assert evaluate("RESIZE_NEAREST_NEIGHBOR", [_X.reshape(1, 2, 3, 4), np.int32([0, 2])], None, [1, 0, 2, 4], np.dtype("float32")) is None

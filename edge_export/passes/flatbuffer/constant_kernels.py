@@ -76,7 +76,7 @@ def _nearest_source(size_in: int, size_out: int, align_corners: bool, half_pixel
 
 def _resize_nearest(values: list[np.ndarray], options: Any, shape: list[int]) -> np.ndarray | None:
     x = values[0]
-    if x.ndim != 4 or len(shape) != 4:
+    if x.ndim != 4 or len(shape) != 4 or min(*x.shape[1:3], *shape[1:3]) <= 0:
         return None
     align, half = bool(getattr(options, "alignCorners", False)), bool(getattr(options, "halfPixelCenters", False))
     rows = _nearest_source(x.shape[1], shape[1], align, half)

@@ -105,8 +105,8 @@ def _folded(model: Any, sg: Any, op: Any, max_bytes: int, outputs: set[int]) -> 
         return None
     try:
         value = evaluate(opcode, values, op.builtinOptions, shape, dtype)
-    except (ValueError, IndexError):  # shapes that do not broadcast, slice or reshape: the runtime's own check reports it
-        return None
+    except (ValueError, IndexError, ArithmeticError, TypeError):  # shapes that do not broadcast, slice or
+        return None  # reshape, values a kernel refuses: the runtime's own check reports them
     return value.astype(dtype) if value is not None and tuple(value.shape) == tuple(shape) else None
 
 
