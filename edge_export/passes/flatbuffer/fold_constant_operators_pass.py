@@ -18,10 +18,12 @@ run; folded, the divisor is a constant (see ``multiply_by_reciprocal_pass``). It
 from a mask of ones resized (RESIZE_NEAREST_NEIGHBOR), CAST, summed (CUMSUM), sliced and put through
 SIN and COS: none of those has an int8 recipe, so unfolded they kept the model partly float. Its
 decoder's first self-attention reads only constants too (the queries start from zeros): int8
-operators of constants alone computed zeros in LiteRT, and the model read 7 dB. Operators writing a subgraph output, and quantized
-operators whose input and output scales differ, are left alone. Folded operators can make the next ones all-constant: operators are in run
-order, so one sweep folds whole chains. Tensors only the folded operators read
-are dropped from the model (``drop_unused_tensors``).
+operators of constants alone computed zeros in LiteRT, and the model read 7 dB.
+
+Operators writing a subgraph output, and quantized operators whose input and output scales differ,
+are left alone; operators that compute new numbers fold only on unquantized tensors. Folded
+operators can make the next ones all-constant: operators are in run order, so one sweep folds whole
+chains. Tensors only the folded operators read are dropped from the model (``drop_unused_tensors``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from .model_graph import constant_value, drop_unused_tensors, numpy_dtype, opcod
 
 __all__ = ["fold_constant_operators_pass", "FOLDABLE_OPCODES"]
 
-# the operators whose output is the input's values under another type or layout, and those computed from float32 constants
+# the operators that compute float32 values from float32 constants (the rest move or select values, CAST and CUMSUM aside)
 _FLOAT_OPCODES = (*FLOAT_FUNCTIONS, *FLOAT_ARITHMETIC, *FLOAT_LINEAR_ALGEBRA)
 FOLDABLE_OPCODES = ("BROADCAST_TO", "SELECT_V2", "RESHAPE", "TRANSPOSE", "EXPAND_DIMS", "SQUEEZE", "CAST", *STRUCTURAL_KERNELS, *_FLOAT_OPCODES)
 _DEFAULT_MAX_BYTES = 1 << 20
