@@ -46,6 +46,19 @@ class ConstantQueries(nn.Module):
         return torch.matmul(self.queries, keys).softmax(-1)
 
 
+class ConstantKeys(nn.Module):
+    """Projected inputs (per head) against constant keys: the constant is the right operand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("keys", torch.randn(4, 8, 6))
+        self.queries = nn.Linear(16, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        queries = self.queries(x).reshape(1, 10, 4, 8).permute(0, 2, 1, 3)[0]  # (heads, tokens, 8)
+        return torch.matmul(queries, self.keys).softmax(-1)
+
+
 def _convert(module: nn.Module, shape: tuple[int, ...]) -> bytes:
     from edge_export.conversion import convert_module
 
@@ -115,3 +128,25 @@ def test_a_matmul_of_constant_queries_quantizes_per_tensor_and_computes():
     float_bytes = _convert(module, (1, 10, 16))
     assert len(matmuls_of_constants(read_flatbuffer(float_bytes, origin="test"))) == 1
     assert _int8_sqnr(module, (1, 10, 16), float_bytes) >= 25.0
+
+
+@pytest.mark.parametrize("module_class, constant_on_left", [(ConstantQueries, True), (ConstantKeys, False)])
+def test_the_mixed_precision_variants_quantize_the_constant_operand_per_tensor_too(module_class, constant_on_left):
+    """Sensitivity and mixed precision build their own recipes: at int8, and with the matmul at int16
+    (a constant on the left keeps it int8: LiteRT has no int16 x int8 in that order)."""
+    from edge_export.flatbuffer import read_flatbuffer
+    from edge_export.quantization.constant_matmul_operands import matmuls_of_constants
+    from edge_export.quantization.sensitivity import RecipeQuantizer
+    from edge_export.runtime import TFLiteRunner
+
+    torch.manual_seed(0)
+    module = make(module_class)
+    float_bytes = _convert(module, (1, 10, 16))
+    quantizer = RecipeQuantizer(float_bytes, synthetic_calibration([InputSpec((1, 10, 16), name="x")], n=16, seed=2))
+    ((matmul, on_left),) = matmuls_of_constants(quantizer.float_model)
+    assert on_left == constant_on_left
+    x = np.random.default_rng(7).standard_normal((1, 10, 16)).astype(np.float32)
+    want = module(torch.from_numpy(x)).detach().numpy()
+    for variant in (quantizer.quantize("int8"), quantizer.quantize("int8", {matmul: "int16"}), quantizer.quantize("int16")):
+        got = TFLiteRunner(read_flatbuffer(variant, origin="test")).run([x])[0]
+        assert 10 * np.log10((want**2).sum() / ((want - got) ** 2).sum()) >= 25.0
