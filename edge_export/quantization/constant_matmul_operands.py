@@ -37,18 +37,18 @@ def matmuls_of_constants(model: FlatbufferModel) -> tuple[tuple[QuantizableOp, b
     return tuple(found)
 
 
-def quantize_constant_operands_per_tensor(quantizer: Any, model: FlatbufferModel, activation_bits: int,
+def quantize_constant_operands_per_tensor(quantizer: Any, model: FlatbufferModel, activation_bits: int | None,
                                           overrides: Mapping[QuantizableOp, str] | None = None) -> tuple[QuantizableOp, ...]:
     """Give each BATCH_MATMUL of a constant a per-tensor static config in ``quantizer``'s recipe, at
-    ``activation_bits`` or the precision ``overrides`` gives it (left alone when that is float; int8
-    for int16 when the constant is on the left)."""
+    ``activation_bits`` (None: the recipe leaves operators float) or the precision ``overrides`` gives
+    it (left alone when that is float; int8 for int16 when the constant is on the left)."""
     from ai_edge_quantizer.qtyping import QuantGranularity, TFLOperationName
 
     bits = {"int8": 8, "int16": 16}
     changed = []
     for op, constant_on_left in matmuls_of_constants(model):
         precision = (overrides or {}).get(op)
-        if precision == "float":
+        if precision == "float" or (precision is None and activation_bits is None):
             continue
         activations = 8 if constant_on_left else bits.get(precision, activation_bits)
         quantizer.add_static_config(op.regex, TFLOperationName.BATCH_MATMUL, activations, 8,

@@ -161,8 +161,7 @@ class RecipeQuantizer:
                         qz.update_quantization_recipe(op.regex, name, algorithm_key=AlgorithmName.NO_QUANTIZE)
                     else:
                         qz.add_static_config(op.regex, name, _ACTIVATION_BITS[precision], 8)
-                if base != "float":
-                    quantize_constant_operands_per_tensor(qz, self.float_model, _ACTIVATION_BITS[base], {**kept_float, **overrides})
+                quantize_constant_operands_per_tensor(qz, self.float_model, _ACTIVATION_BITS.get(base), {**kept_float, **overrides})
                 if not qz.get_quantization_recipe():
                     return self.float_bytes
                 variant = bytes(qz.quantize(self.qsvs, enable_progress_report=False).quantized_model)
