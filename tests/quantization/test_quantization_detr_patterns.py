@@ -33,30 +33,30 @@ class PaddedMaxPool(nn.Module):
         return self.head(self.pool(torch.relu(self.conv(x))))
 
 
-class ConstantQueries(nn.Module):
-    """Attention scores of constant queries (per head) against projected inputs."""
+class _ConstantOperand(nn.Module):
+    """Attention scores between projected inputs (per head) and a constant, on the left or the right."""
+
+    left = True
 
     def __init__(self) -> None:
         super().__init__()
-        self.register_buffer("queries", torch.randn(4, 6, 8))
-        self.keys = nn.Linear(16, 32)
+        self.register_buffer("constant", torch.randn(4, 6, 8) if self.left else torch.randn(4, 8, 6))
+        self.project = nn.Linear(16, 32)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        keys = self.keys(x).reshape(1, 10, 4, 8).permute(0, 2, 3, 1)[0]  # (heads, 8, tokens)
-        return torch.matmul(self.queries, keys).softmax(-1)
+        heads = self.project(x).reshape(1, 10, 4, 8).permute(0, 2, 1, 3)[0]  # (heads, tokens, 8)
+        scores = torch.matmul(self.constant, heads.transpose(1, 2)) if self.left else torch.matmul(heads, self.constant)
+        return scores.softmax(-1)
 
 
-class ConstantKeys(nn.Module):
-    """Projected inputs (per head) against constant keys: the constant is the right operand."""
+class ConstantQueries(_ConstantOperand):
+    """Constant queries against projected inputs: the constant is the left operand (DETR's decoder)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("keys", torch.randn(4, 8, 6))
-        self.queries = nn.Linear(16, 32)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        queries = self.queries(x).reshape(1, 10, 4, 8).permute(0, 2, 1, 3)[0]  # (heads, tokens, 8)
-        return torch.matmul(queries, self.keys).softmax(-1)
+class ConstantKeys(_ConstantOperand):
+    """Projected inputs against constant keys: the constant is the right operand."""
+
+    left = False
 
 
 def _convert(module: nn.Module, shape: tuple[int, ...]) -> bytes:
