@@ -70,7 +70,7 @@ def _computes_values(opcode: str) -> bool:
     return opcode in _FLOAT_OPCODES or opcode in ("CUMSUM", "CAST")
 
 
-def _foldable(model: Any, sg: Any, op: Any, opcode: str, dtype: np.dtype) -> bool:
+def _foldable(sg: Any, op: Any, opcode: str, dtype: np.dtype) -> bool:
     out = sg.tensors[op.outputs[0]]
     if _computes_values(opcode):
         operands = [sg.tensors[i] for i in op.inputs[:1]] if opcode == "CAST" else []
@@ -100,7 +100,7 @@ def _folded(model: Any, sg: Any, op: Any, max_bytes: int, outputs: set[int]) -> 
     out = sg.tensors[op.outputs[0]]
     dtype = numpy_dtype(out)
     shape = [int(d) for d in (out.shape if out.shape is not None else [])]
-    if dtype is None or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > max_bytes or not _foldable(model, sg, op, opcode, dtype):
+    if dtype is None or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > max_bytes or not _foldable(sg, op, opcode, dtype):
         return None
     values = [constant_value(model, sg, i) if i >= 0 else None for i in op.inputs]
     if any(v is None for v, i in zip(values, op.inputs) if i >= 0):
