@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .attach_metadata_pass import attach_metadata_pass
 from .drop_abs_before_square_pass import drop_abs_before_square_pass
+from .expose_tensors_pass import expose_tensors_pass
 from .fold_constant_operators_pass import fold_constant_operators_pass
 from .fold_layout_chains_pass import fold_layout_chains_pass
 from .multiply_by_reciprocal_pass import multiply_by_reciprocal_pass
@@ -38,6 +39,7 @@ LAYOUT_PASSES = (rewrite_reduction_axes_pass, permute_fully_connected_weights_pa
 
 __all__ = [
     "attach_metadata_pass",
+    "expose_tensors_pass",
     "drop_abs_before_square_pass",
     "FlatbufferPass",
     "fold_constant_operators_pass",
