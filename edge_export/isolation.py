@@ -26,7 +26,10 @@ from typing import Any, Callable, TypeVar
 
 from .errors import RuntimeRunError
 
-__all__ = ["NativeCrashError", "run_isolated", "send_progress", "CRASH_HOOK_ENV"]
+__all__ = [
+    "BackgroundRun", "NativeCrashError", "run_isolated", "send_message", "send_progress", "start_isolated",
+    "CRASH_HOOK_ENV",
+]
 
 T = TypeVar("T")
 
@@ -87,6 +90,17 @@ def send_progress(label: str, index: int, total: int) -> bool:
     try:
         os.write(_progress_fd, line.encode("utf-8"))
     except OSError:  # the parent stopped listening: progress is only shown, never needed
+        pass
+    return True
+
+
+def send_message(value: Any) -> bool:
+    """In a child started by start_isolated: send one JSON value to the parent (BackgroundRun.events)."""
+    if _progress_fd is None:
+        return False
+    try:
+        os.write(_progress_fd, (json.dumps(value) + "\n").encode("utf-8"))
+    except OSError:  # the parent stopped listening: it decides without this message
         pass
     return True
 
@@ -209,6 +223,104 @@ def run_isolated(
         raise
     log_text = _forward_child_log(log)
     return _child_result(status, b"".join(chunks), log_text, stage, backend, hint)
+
+
+class BackgroundRun:
+    """A child started by ``start_isolated``: it sends messages (``events``) and ends with a result
+    (``result``), unless ``cancel`` kills it first."""
+
+    def __init__(self, pid: int, read_fd: int, message_fd: int, log: Any, describe: tuple[str, str, str]) -> None:
+        self.pid, self._read_fd, self._message_fd, self._log = pid, read_fd, message_fd, log
+        self._describe = describe  # stage, backend, hint (for the errors of run_isolated)
+        self._chunks: list[bytes] = []
+        self._pending = b""
+        self.finished = False  # its result pipe is closed: ``result`` does not block
+        self.ended = False  # collected or cancelled
+
+    def events(self, deadline: float = float("inf")) -> Any:
+        """Yield each message the child sends, until its result is in (then return); TimeoutError
+        once time.monotonic() passes ``deadline`` with the child still running."""
+        import select
+        import time
+
+        while not self.finished:
+            wait = None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
+            fds = [fd for fd in (self._message_fd, self._read_fd) if fd is not None]
+            ready, _, _ = select.select(fds, [], [], wait)
+            if not ready:
+                raise TimeoutError(f"{self._describe[0]}: still running at the deadline")
+            if self._message_fd in ready:
+                yield from self._read_messages()
+            if self._read_fd in ready:
+                self._read_result_chunk()
+        while self._message_fd is not None:  # what it sent just before its result (the pipe is at its end)
+            yield from self._read_messages()
+
+    def _read_messages(self) -> Any:
+        if self._message_fd is None:
+            return
+        chunk = os.read(self._message_fd, 1 << 16)
+        if not chunk:
+            os.close(self._message_fd)
+            self._message_fd = None
+            return
+        self._pending += chunk
+        *lines, self._pending = self._pending.split(b"\n")
+        for line in lines:
+            yield json.loads(line)
+
+    def _read_result_chunk(self) -> None:
+        chunk = os.read(self._read_fd, 1 << 20)
+        if chunk:
+            self._chunks.append(chunk)
+        else:
+            os.close(self._read_fd)
+            self._read_fd, self.finished = None, True
+
+    def result(self) -> Any:
+        """The child's return value (blocking until it ends), or its error, as run_isolated gives them."""
+        for _ in self.events():
+            pass
+        _, status = os.waitpid(self.pid, 0)
+        self._close()
+        return _child_result(status, b"".join(self._chunks), _forward_child_log(self._log), *self._describe)
+
+    def cancel(self) -> None:
+        """Kill the child (if it still runs) and drop what it made; nothing of it is reported."""
+        if self.ended:
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        self._close()
+        self._log.close()
+
+    def _close(self) -> None:
+        self.ended = True
+        for name in ("_message_fd", "_read_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+
+
+def start_isolated(
+    fn: Callable[..., Any], *args: Any, stage: str, backend: str, hint: str = _DEFAULT_HINT,
+    preload: tuple[str, ...] = (), **kwargs: Any,
+) -> BackgroundRun | None:
+    """``fn(*args, **kwargs)`` started in a forked child that this process goes on beside; None
+    where ``os.fork`` does not exist (the caller then runs it itself). In the child,
+    ``send_message`` reaches the parent's ``BackgroundRun.events``. torch runs on one thread there
+    (set_num_threads(2) after a fork hung in libgomp)."""
+    if not hasattr(os, "fork"):
+        return None
+    _preload(preload)
+    flush_std_streams()
+    log = tempfile.TemporaryFile()
+    pid, read_fd, message_fd = _fork_child(fn, args, kwargs, stage, log, with_progress=True)
+    return BackgroundRun(pid, read_fd, message_fd, log, (stage, backend, hint))
 
 
 def _preload(preload: tuple[str, ...]) -> None:

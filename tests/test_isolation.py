@@ -17,7 +17,7 @@ import torch
 from model_zoo import small_cnn
 
 from edge_export.errors import QuantizationError
-from edge_export.isolation import CRASH_HOOK_ENV, NativeCrashError, run_isolated
+from edge_export.isolation import CRASH_HOOK_ENV, NativeCrashError, run_isolated, send_message, start_isolated
 
 X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 
@@ -31,6 +31,52 @@ def test_result_and_exceptions_come_back():
     with pytest.raises(QuantizationError) as caught:
         run_isolated(refuse, stage="s", backend="b")
     assert (caught.value.message, caught.value.hint) == ("no recipe", "try fp16")
+
+
+def _talk(count: int, pause: float) -> bytes:
+    import time
+
+    for i in range(count):
+        send_message({"i": i, "x": float("nan") if i == 1 else i / 4})
+    time.sleep(pause)
+    return b"y" * 3_000_000
+
+
+def test_a_background_child_sends_messages_then_its_result():
+    import math
+
+    run = start_isolated(_talk, 5, 0.1, stage="s", backend="b")
+    messages = list(run.events())
+    assert [m["i"] for m in messages] == [0, 1, 2, 3, 4] and math.isnan(messages[1]["x"])
+    assert run.result() == b"y" * 3_000_000
+    assert run.ended
+    with pytest.raises(ChildProcessError):  # reaped
+        os.waitpid(run.pid, os.WNOHANG)
+
+
+def test_a_background_child_past_the_deadline_is_a_timeout_and_cancel_kills_it():
+    import time
+
+    run = start_isolated(_talk, 0, 30.0, stage="s", backend="b")
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        list(run.events(deadline=time.monotonic() + 0.3))
+    assert 0.3 <= time.monotonic() - start < 2.0
+    run.cancel()
+    run.cancel()  # twice is once
+    with pytest.raises(ChildProcessError):
+        os.waitpid(run.pid, os.WNOHANG)
+
+
+def test_a_background_childs_errors_and_crashes_come_back_as_run_isolateds():
+    def refuse():
+        raise QuantizationError("no recipe", "try fp16")
+
+    with pytest.raises(QuantizationError):
+        start_isolated(refuse, stage="s", backend="b").result()
+    with pytest.raises(NativeCrashError) as caught:
+        start_isolated(os.abort, stage="PT2E", backend="torchao").result()
+    assert caught.value.signal_name == "SIGABRT" and "PT2E" in caught.value.message
 
 
 def test_abort_in_the_child_is_a_named_error():

@@ -228,6 +228,8 @@ class _BackendJob:
     strict: bool
     verbose: bool
     budget: TimeBudget
+    beside: Any = None  # pt2e_beside.PT2EBeside: PT2E already forked (None: run here, when its turn comes)
+    target: ParityTarget | None = None  # the export's parity target (selection.misses_target_anyway)
 
     def recipe_and_observer(self, name: str) -> tuple[str, str | None]:
         recipe = RECIPES[self.mode] if name == "flatbuffer" else _pt2e_recipe_name(self.mode)
@@ -245,7 +247,7 @@ class _BackendRuns:
     screened_out: list[str] = field(default_factory=list)  # not run: an earlier result met the target
     # PT2E simulated, found unable to win: (backend, simulated dB, the attempt it cannot beat,
     # "16 of 128" when that was seen part-way through its calibration, else None)
-    not_lowered: tuple[str, float, BackendAttempt, str | None] | None = None
+    not_lowered: tuple[str, float, BackendAttempt, str | None, str] | None = None  # ..., why (selection.pt2e_settled)
 
     @property
     def have_model(self) -> bool:
@@ -269,6 +271,7 @@ def quantize_model(
     parity_samples: int = PARITY_SAMPLES,
     target: ParityTarget | None = None,
     budget: TimeBudget | None = None,
+    pt2e_beside: Any = None,
 ) -> QuantizationResult:
     """Quantize ``module`` (eval mode, already wrapped for its final I/O layout) and return the
     flatbuffer with what was tried and why it was kept.
@@ -283,6 +286,9 @@ def quantize_model(
     (``backend="pt2e"`` without ``float_model_bytes``) converts no float model and is not checked.
     ``budget`` (budget.TimeBudget) bounds the backends after the first model: once it is spent, the
     backends not yet run (or PT2E's unfinished calibration) are skipped and recorded in it.
+    ``pt2e_beside`` (pt2e_beside.start_pt2e_beside, started by the caller before it converted the
+    float model): PT2E's child process, used at PT2E's turn instead of running it here, and killed
+    when PT2E is not needed.
     """
     from . import selection
 
@@ -295,10 +301,14 @@ def quantize_model(
         float_model_bytes = _checked_float_model(module, example_inputs, float_model_bytes, parity_set[0], strict, verbose)
     job = _BackendJob(
         module, example_inputs, mode, backend, calibration, parity_set, selection.reference_outputs(module, parity_set),
-        float_model_bytes, pt2e_observer, flatbuffer_observer, strict, verbose, budget,
+        float_model_bytes, pt2e_observer, flatbuffer_observer, strict, verbose, budget, pt2e_beside, target,
     )
     skipped_before = len(budget.skipped)
-    runs = _run_backends(job, names, target)
+    try:
+        runs = _run_backends(job, names, target)
+    finally:
+        if pt2e_beside is not None:
+            pt2e_beside.cancel()  # not needed, or done: its child is gone either way
     best, reason = selection.choose_attempt(runs.attempts, require_full_integer)
     if best is None:
         raise QuantizationError(
@@ -367,9 +377,10 @@ class PT2ECannotWin(QuantizationError):
     """Raised part-way through PT2E's calibration when its ranges so far, simulated, cannot beat a
     result already measured: the rest of it is not run."""
 
-    def __init__(self, simulated_db: float, settled: BackendAttempt, samples_seen: int, total: int) -> None:
+    def __init__(self, simulated_db: float, settled: BackendAttempt, samples_seen: int, total: int, why: str = "below") -> None:
         super().__init__("PT2E cannot beat an earlier result")
         self.simulated_db, self.settled, self.samples_seen, self.total = simulated_db, settled, samples_seen, total
+        self.why = why
 
 
 def _pt2e_model(job: _BackendJob, runs: _BackendRuns) -> bytes | None:
@@ -379,6 +390,8 @@ def _pt2e_model(job: _BackendJob, runs: _BackendRuns) -> bytes | None:
     from . import pt2e, selection
 
     compete = job.backend == QuantBackend.AUTO and bool(runs.attempts)
+    if job.beside is not None:
+        return _pt2e_model_beside(job, runs, compete)
     try:
         converted, quantizer = pt2e.calibrate_pt2e(
             job.module, job.example_inputs, job.mode, job.calibration, observer=job.pt2e_observer, strict=job.strict,
@@ -386,15 +399,27 @@ def _pt2e_model(job: _BackendJob, runs: _BackendRuns) -> bytes | None:
             after_batch=partial(_early_look, job, runs.attempts) if compete else None,
         )
     except PT2ECannotWin as stop:
-        runs.not_lowered = ("pt2e", stop.simulated_db, stop.settled, f"{stop.samples_seen} of {stop.total}")  # type: ignore[assignment]
+        runs.not_lowered = ("pt2e", stop.simulated_db, stop.settled, f"{stop.samples_seen} of {stop.total}", stop.why)  # type: ignore[assignment]
         return None
     if compete:
         simulated = _simulated_sqnr(converted, job.parity_set, job.refs)
-        settled = None if simulated is None else selection.lowering_not_needed(simulated, runs.attempts)
+        settled = None if simulated is None else selection.pt2e_settled(simulated, runs.attempts, selection.LOWERING_MARGIN_DB, job.target)
         if settled is not None:
-            runs.not_lowered = ("pt2e", simulated, settled, None)  # type: ignore[assignment]
+            runs.not_lowered = ("pt2e", simulated, settled[0], None, settled[1])  # type: ignore[assignment]
             return None
     return pt2e.lower_pt2e(converted, quantizer, job.example_inputs, strict=job.strict, verbose=job.verbose)
+
+
+def _pt2e_model_beside(job: _BackendJob, runs: _BackendRuns, compete: bool) -> bytes | None:
+    """_pt2e_model's result, from the child pt2e_beside started: the same decisions on the same
+    simulated SQNRs it reports."""
+    from .pt2e_beside import NotLowered
+
+    outcome = job.beside.model(runs.attempts, job.budget, job.target, compete=compete, stoppable=runs.have_model)
+    if isinstance(outcome, NotLowered):
+        runs.not_lowered = ("pt2e", outcome.simulated_db, outcome.settled, outcome.part_way, outcome.why)  # type: ignore[assignment]
+        return None
+    return outcome
 
 
 def _early_look(job: _BackendJob, attempts: list[BackendAttempt], prepared: Any, done: int, total: int) -> None:
@@ -412,9 +437,9 @@ def _early_look(job: _BackendJob, attempts: list[BackendAttempt], prepared: Any,
         return
     count = selection.EARLY_LOOK_PARITY_SAMPLES
     simulated = _simulated_sqnr(snapshot, job.parity_set[:count], job.refs[:count])
-    settled = None if simulated is None else selection.lowering_not_needed(simulated, attempts, selection.EARLY_LOOK_MARGIN_DB)
+    settled = None if simulated is None else selection.pt2e_settled(simulated, attempts, selection.EARLY_LOOK_MARGIN_DB, job.target)
     if settled is not None:
-        raise PT2ECannotWin(simulated, settled, done, total)
+        raise PT2ECannotWin(simulated, settled[0], done, total, settled[1])
 
 
 def _flatbuffer_model(job: _BackendJob) -> bytes:
@@ -480,20 +505,33 @@ def _kept_reason(
             f"(--quant-backend {runs.screened_out[0]} runs it)"
         )
     elif runs.not_lowered is not None and len(runs.attempts) == 1:
-        not_lowered, simulated, _, part_way = runs.not_lowered
-        if part_way is None:
-            seen, margin, cut = "", selection.LOWERING_MARGIN_DB, "it was not lowered to a model"
-        else:
-            seen, margin = f" after {part_way} calibration samples", selection.EARLY_LOOK_MARGIN_DB
-            cut = "the rest of its calibration was not run and it was not lowered to a model"
-        reason = (
-            f"kept {chosen.backend} ({chosen.sqnr_db:.1f} dB, fully integer): {not_lowered}'s quantized graph{seen}, "
-            f"simulated in PyTorch, read {simulated:.1f} dB on the calibration inputs, more than "
-            f"{margin:g} dB below, so {cut} (--quant-backend {not_lowered} runs it)"
-        )
+        reason = _not_lowered_reason(runs.not_lowered, chosen, target)
     if skipped:
         reason += f"; not tried within the time budget ({job.budget.seconds:g} s): " + ", ".join(skipped)
     return reason
+
+
+def _not_lowered_reason(not_lowered: tuple, chosen: BackendAttempt, target: ParityTarget | None) -> str:
+    from . import selection
+
+    backend, simulated, _, part_way, why = not_lowered
+    if part_way is None:
+        seen, margin, cut = "", selection.LOWERING_MARGIN_DB, "it was not lowered to a model"
+    else:
+        seen, margin = f" after {part_way} calibration samples", selection.EARLY_LOOK_MARGIN_DB
+        cut = "the rest of its calibration was not run and it was not lowered to a model"
+    if why == "target" and target is not None and target.min_sqnr_db is not None:
+        judged = (
+            f"less than {selection.FULL_INTEGER_PREFERENCE_DB:g} dB above it and more than {margin:g} dB below the "
+            f"parity target ({target.min_sqnr_db:g} dB): neither model meets the target and PT2E could not change that"
+        )
+    else:
+        judged = f"more than {margin:g} dB below"
+    return (
+        f"kept {chosen.backend} ({chosen.sqnr_db:.1f} dB, fully integer): {backend}'s quantized graph{seen}, "
+        f"simulated in PyTorch, read {simulated:.1f} dB on the calibration inputs, {judged}, so {cut} "
+        f"(--quant-backend {backend} runs it)"
+    )
 
 
 def _result(

@@ -8,7 +8,10 @@ better is needed, so the slower backend is not run. When PT2E does run, its quan
 simulated in PyTorch, and it is lowered (about half its time) only if the simulation is not more than
 LOWERING_MARGIN_DB below a fully integer result already measured, i.e. only if it could be kept
 (``lowering_not_needed``); the same test with EARLY_LOOK_MARGIN_DB after its first EARLY_LOOK_SAMPLES
-calibration samples stops the calibration there. Otherwise, of every result, it keeps:
+calibration samples stops the calibration there. Either look also stops PT2E when its simulation reads
+more than the margin below the parity target's SQNR and less than FULL_INTEGER_PREFERENCE_DB above a
+fully integer result (``misses_target_anyway``): both models then fail the target, and PT2E could only
+trade one failing model for another by under 1 dB. Otherwise, of every result, it keeps:
 1. when a fully integer model is required (Edge TPU, microcontrollers): the fully integer result
    with the best parity; if none is fully integer, the best one, and the reason says so;
 2. otherwise the result with the best parity (lowest SQNR over the outputs), except that a fully
@@ -45,6 +48,8 @@ __all__ = [
     "check_integer",
     "choose_attempt",
     "lowering_not_needed",
+    "misses_target_anyway",
+    "pt2e_settled",
     "measure_parity",
     "module_path_for",
     "reference_outputs",
@@ -339,6 +344,34 @@ def lowering_not_needed(
     if best is not None and simulated_sqnr_db < best.sqnr_db - margin_db:
         return best
     return None
+
+
+def misses_target_anyway(
+    simulated_sqnr_db: float, attempts: Sequence[BackendAttempt], target: ParityTarget | None, margin_db: float
+) -> BackendAttempt | None:
+    """The fully integer attempt kept when the PT2E result would read less than
+    FULL_INTEGER_PREFERENCE_DB above it and more than ``margin_db`` below the parity target's SQNR
+    (None: go on). Both models then fail the target, and PT2E could win only where its model ends
+    fully integer, by under 1 dB: not worth the rest of its time (LeViT: 63 s for 0.5 dB at 2 dB)."""
+    if target is None or target.min_sqnr_db is None:
+        return None
+    settled = [a for a in attempts if a.ok and a.fully_integer and _measured(a.sqnr_db)]
+    best = max(settled, key=lambda a: a.sqnr_db, default=None)
+    if best is None or not simulated_sqnr_db < target.min_sqnr_db - margin_db:  # NaN: go on
+        return None
+    return best if simulated_sqnr_db < best.sqnr_db + FULL_INTEGER_PREFERENCE_DB else None
+
+
+def pt2e_settled(
+    simulated_sqnr_db: float, attempts: Sequence[BackendAttempt], margin_db: float, target: ParityTarget | None
+) -> tuple[BackendAttempt, str] | None:
+    """Whether PT2E, simulated at ``simulated_sqnr_db``, is stopped: (the attempt kept, why:
+    "below" it by more than ``margin_db`` (lowering_not_needed), or "target": misses_target_anyway)."""
+    below = lowering_not_needed(simulated_sqnr_db, attempts, margin_db)
+    if below is not None:
+        return below, "below"
+    anyway = misses_target_anyway(simulated_sqnr_db, attempts, target, margin_db)
+    return None if anyway is None else (anyway, "target")
 
 
 # ---- the choice -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ after the model."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -68,14 +69,17 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
 
     calibration, heldout = calibration_sets(options, prepared.loaded.specs, prepared.loaded.example)
     search_mode, promote_to = mixed_precision_plan(options, target)
-    if search_mode or options.sensitivity:  # per-operator recipes start from the float model
-        with clock.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
-            float_bytes = convert_module(prepared.module, prepared.example, strict=options.strict, verbose=options.verbose)
-    else:  # converted once here: the flatbuffer backend, the latency stage and the Edge TPU's explanation share it
-        float_bytes = float_model_for_flatbuffer_backend(prepared.module, prepared.example, options, clock)
-    # one budget for the whole quantization stage: backends, sensitivity, mixed precision
-    budget = TimeBudget(options.time_budget, on_progress=clock.on_progress)
-    result = _run_quantizer(prepared, options, target, calibration, float_bytes, budget, clock, wants_integer=promote_to == "int16")
+    # auto's PT2E, forked now: with a core idle it calibrates while the float model converts
+    with _pt2e_beside(prepared, options, calibration) or contextlib.nullcontext() as beside:
+        if search_mode or options.sensitivity:  # per-operator recipes start from the float model
+            with clock.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
+                float_bytes = convert_module(prepared.module, prepared.example, strict=options.strict, verbose=options.verbose)
+        else:  # converted once here: the flatbuffer backend, the latency stage and the Edge TPU's explanation share it
+            float_bytes = float_model_for_flatbuffer_backend(prepared.module, prepared.example, options, clock)
+        # one budget for the whole quantization stage: backends, sensitivity, mixed precision
+        budget = TimeBudget(options.time_budget, on_progress=clock.on_progress)
+        result = _run_quantizer(prepared, options, target, calibration, float_bytes, budget, clock,
+                                wants_integer=promote_to == "int16", pt2e_beside=beside)
     sensitivity = mixed = None
     if search_mode or options.sensitivity:
         label = "Ranking operators by sensitivity" + (" and searching for mixed precision" if search_mode else "")
@@ -89,8 +93,23 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
     return ConvertedRun(prepared, result.model, result, float_bytes, calibration, heldout, sensitivity, mixed)
 
 
+def _pt2e_beside(prepared: PreparedRun, options: ExportOptions, calibration: Any) -> Any:
+    """quantization.pt2e_beside's child for this export, or None (not auto int8, no fork)."""
+    from ..quantization.pt2e import DEFAULT_PT2E_OBSERVER
+    from ..quantization.pt2e_beside import start_pt2e_beside
+    from ..quantization import PARITY_SAMPLES
+    from ..quantization.ranges import observers_for
+
+    observer = observers_for(options.range_algorithm).get("pt2e_observer", DEFAULT_PT2E_OBSERVER)
+    return start_pt2e_beside(
+        prepared.module, prepared.example, options.quantize, calibration_in_layout(calibration, prepared.plan.inputs),
+        backend=options.quant_backend, parity_samples=PARITY_SAMPLES, observer=observer, strict=options.strict,
+        verbose=options.verbose,
+    )
+
+
 def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, calibration: Any, float_bytes: bytes | None, budget: Any, clock: StageClock,
-                   wants_integer: bool = False) -> Any:
+                   wants_integer: bool = False, pt2e_beside: Any = None) -> Any:
     from ..quantization import ParityTarget, quantize_model
     from ..quantization.ranges import observers_for
 
@@ -112,6 +131,7 @@ def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, c
             target=ParityTarget(gates.min_sqnr_db, gates.min_cosine),
             float_model_bytes=float_bytes,
             budget=budget,
+            pt2e_beside=pt2e_beside,
         )
 
 

@@ -84,6 +84,28 @@ def test_lowering_is_skipped_only_when_a_fully_integer_result_wins_by_more_than_
     assert lowering_not_needed(36.0, [kept, better]) is better
 
 
+def test_pt2e_stops_when_both_miss_the_target_and_it_could_gain_under_a_db():
+    """misses_target_anyway: PT2E's simulation more than the margin below the target's SQNR and less
+    than FULL_INTEGER_PREFERENCE_DB above the fully integer result: a failing model either way."""
+    from edge_export.quantization.selection import FULL_INTEGER_PREFERENCE_DB as PREFERENCE
+    from edge_export.quantization.selection import misses_target_anyway, pt2e_settled
+
+    kept, target = _attempt(2.0), ParityTarget(min_sqnr_db=20.0)
+    assert misses_target_anyway(2.5, [kept], target, 1.5) is kept  # LeViT: 2.2 dB against 1.7
+    assert misses_target_anyway(2.0 + PREFERENCE + 0.1, [kept], target, 1.5) is None  # could win by > 1 dB
+    assert misses_target_anyway(2.5, [kept], ParityTarget(min_sqnr_db=3.5), 1.5) is None  # could meet the target
+    assert misses_target_anyway(2.5, [kept], ParityTarget(), 1.5) is None  # nothing gated
+    assert misses_target_anyway(2.5, [kept], None, 1.5) is None
+    assert misses_target_anyway(2.5, [_attempt(2.0, fully_integer=False)], target, 1.5) is None
+    assert misses_target_anyway(float("nan"), [kept], target, 1.5) is None  # not measured: go on
+    assert misses_target_anyway(float("-inf"), [kept], target, 1.5) is kept
+    assert misses_target_anyway(2.5, [_attempt(float("nan"))], target, 1.5) is None
+    # pt2e_settled: the margin rule first, then this one, each named
+    assert pt2e_settled(0.1, [kept], 1.5, target) == (kept, "below")
+    assert pt2e_settled(2.5, [kept], 1.5, target) == (kept, "target")
+    assert pt2e_settled(9.0, [kept], 1.5, target) is None
+
+
 @pytest.fixture(scope="module")
 def skewed_calibration():
     """A first sample far smaller than the rest: PT2E's moving-average observer keeps ranges near the
