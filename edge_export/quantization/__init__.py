@@ -422,21 +422,30 @@ def _pt2e_model_beside(job: _BackendJob, runs: _BackendRuns, compete: bool) -> b
     return outcome
 
 
+def early_look_sqnr(prepared: Any, done: int, total: int, parity_set: list, refs: list) -> float | None:
+    """PT2E's simulated SQNR on EARLY_LOOK_PARITY_SAMPLES parity samples with the ranges after ``done``
+    calibration samples, when ``done`` is EARLY_LOOK_SAMPLES and at least as many are left; else None
+    (also when the snapshot or the simulation cannot run: calibrate on, as without the look)."""
+    from . import pt2e, selection
+
+    if done != selection.EARLY_LOOK_SAMPLES or total < 2 * done:
+        return None
+    try:
+        snapshot = pt2e.convert_snapshot(prepared)
+    except Exception:  # a graph the copy or torchao's convert cannot take
+        return None
+    count = selection.EARLY_LOOK_PARITY_SAMPLES
+    return _simulated_sqnr(snapshot, parity_set[:count], refs[:count])
+
+
 def _early_look(job: _BackendJob, attempts: list[BackendAttempt], prepared: Any, done: int, total: int) -> None:
     """After EARLY_LOOK_SAMPLES of PT2E's calibration samples (when at least as many are left), its
     ranges so far are simulated on a few parity samples: PT2ECannotWin when they read more than
     EARLY_LOOK_MARGIN_DB below a fully integer result already measured (the simulated SQNR moved by at
     most 0.5 dB from there to the end of the calibration on the models measured)."""
-    from . import pt2e, selection
+    from . import selection
 
-    if done != selection.EARLY_LOOK_SAMPLES or total < 2 * done:
-        return
-    try:
-        snapshot = pt2e.convert_snapshot(prepared)
-    except Exception:  # a graph the copy or torchao's convert cannot take: calibrate on, as without the look
-        return
-    count = selection.EARLY_LOOK_PARITY_SAMPLES
-    simulated = _simulated_sqnr(snapshot, job.parity_set[:count], job.refs[:count])
+    simulated = early_look_sqnr(prepared, done, total, job.parity_set, job.refs)
     settled = None if simulated is None else selection.pt2e_settled(simulated, attempts, selection.EARLY_LOOK_MARGIN_DB, job.target)
     if settled is not None:
         raise PT2ECannotWin(simulated, settled[0], done, total, settled[1])
@@ -488,8 +497,6 @@ def _kept_reason(
     skipped: list[str],
 ) -> str:
     """Why ``chosen`` was kept: the selection's reason, or the reason the other backends did not run."""
-    from . import selection
-
     mode = job.mode
     if mode == QuantizeMode.INT4:
         reason = "int4 weights come from ai-edge-quantizer only (the flatbuffer backend)"

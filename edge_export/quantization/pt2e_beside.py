@@ -24,6 +24,7 @@ two-thread run in the last float bits, as they do between machines with differen
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -110,18 +111,10 @@ def _simulated(converted: Any, parity_set: list, refs: list) -> float | None:
 
 
 def _send_early_look(parity_set: list, refs: list, prepared: Any, done: int, total: int) -> None:
-    """The simulated SQNR of the ranges after EARLY_LOOK_SAMPLES samples (quantization._early_look's
-    measurement; the parent judges it)."""
-    from . import pt2e, selection
+    """The early look's simulated SQNR (quantization.early_look_sqnr), sent for the parent to judge."""
+    from . import early_look_sqnr
 
-    if done != selection.EARLY_LOOK_SAMPLES or total < 2 * done:
-        return
-    try:
-        snapshot = pt2e.convert_snapshot(prepared)
-    except Exception:  # a graph the copy or torchao's convert cannot take: calibrate on, as without the look
-        return
-    count = selection.EARLY_LOOK_PARITY_SAMPLES
-    simulated = _simulated(snapshot, parity_set[:count], refs[:count])
+    simulated = early_look_sqnr(prepared, done, total, parity_set, refs)
     if simulated is not None:
         send_message({"early": simulated, "done": done, "total": total})
 
@@ -203,8 +196,8 @@ def start_pt2e_beside(module: Any, example_inputs: tuple, mode: QuantizeMode, ca
 
     with quiet_libraries(verbose):  # their imports print load warnings
         # imported before the fork (1.9 s), not in the child: the float conversion needs litert-torch here anyway
-        import litert_torch  # noqa: F401
-        import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
+        for name in ("litert_torch", "torchao.quantization.pt2e.quantize_pt2e"):
+            importlib.import_module(name)
     parity_set = calibration.samples[: max(1, parity_samples)]
     run = start_isolated(
         _pt2e_in_child, module, example_inputs, mode, calibration, parity_set, observer, strict, verbose,
