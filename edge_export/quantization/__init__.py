@@ -179,17 +179,6 @@ _CRASH_HINT = (
 )
 
 
-def _simulated_sqnr(converted: Any, parity_set, refs) -> float | None:
-    """Worst-output SQNR of PT2E's converted graph run in PyTorch, or None when it does not run
-    (then the graph is lowered and measured as before: the simulation only saves time)."""
-    from . import selection
-
-    try:
-        return selection.simulated_parity(converted, parity_set, refs)[0]
-    except Exception:  # any failure of the user's forward() in the simulated graph: measure for real
-        return None
-
-
 def _checked_float_model(module, example_inputs, float_model_bytes, sample, strict: bool, verbose: bool) -> bytes:
     """The float flatbuffer (converted here when the caller has none), checked to verify and run:
     TraceError or ConversionError otherwise, before any backend calibrates (preconditions.py)."""
@@ -402,7 +391,7 @@ def _pt2e_model(job: _BackendJob, runs: _BackendRuns) -> bytes | None:
         runs.not_lowered = ("pt2e", stop.simulated_db, stop.settled, f"{stop.samples_seen} of {stop.total}", stop.why)  # type: ignore[assignment]
         return None
     if compete:
-        simulated = _simulated_sqnr(converted, job.parity_set, job.refs)
+        simulated = pt2e.simulated_sqnr(converted, job.parity_set, job.refs)
         settled = None if simulated is None else selection.pt2e_settled(simulated, runs.attempts, selection.LOWERING_MARGIN_DB, job.target)
         if settled is not None:
             runs.not_lowered = ("pt2e", simulated, settled[0], None, settled[1])  # type: ignore[assignment]
@@ -422,30 +411,14 @@ def _pt2e_model_beside(job: _BackendJob, runs: _BackendRuns, compete: bool) -> b
     return outcome
 
 
-def early_look_sqnr(prepared: Any, done: int, total: int, parity_set: list, refs: list) -> float | None:
-    """PT2E's simulated SQNR on EARLY_LOOK_PARITY_SAMPLES parity samples with the ranges after ``done``
-    calibration samples, when ``done`` is EARLY_LOOK_SAMPLES and at least as many are left; else None
-    (also when the snapshot or the simulation cannot run: calibrate on, as without the look)."""
-    from . import pt2e, selection
-
-    if done != selection.EARLY_LOOK_SAMPLES or total < 2 * done:
-        return None
-    try:
-        snapshot = pt2e.convert_snapshot(prepared)
-    except Exception:  # a graph the copy or torchao's convert cannot take
-        return None
-    count = selection.EARLY_LOOK_PARITY_SAMPLES
-    return _simulated_sqnr(snapshot, parity_set[:count], refs[:count])
-
-
 def _early_look(job: _BackendJob, attempts: list[BackendAttempt], prepared: Any, done: int, total: int) -> None:
     """After EARLY_LOOK_SAMPLES of PT2E's calibration samples (when at least as many are left), its
     ranges so far are simulated on a few parity samples: PT2ECannotWin when they read more than
     EARLY_LOOK_MARGIN_DB below a fully integer result already measured (the simulated SQNR moved by at
     most 0.5 dB from there to the end of the calibration on the models measured)."""
-    from . import selection
+    from . import pt2e, selection
 
-    simulated = early_look_sqnr(prepared, done, total, job.parity_set, job.refs)
+    simulated = pt2e.early_look_sqnr(prepared, done, total, job.parity_set, job.refs)
     settled = None if simulated is None else selection.pt2e_settled(simulated, attempts, selection.EARLY_LOOK_MARGIN_DB, job.target)
     if settled is not None:
         raise PT2ECannotWin(simulated, settled[0], done, total, settled[1])

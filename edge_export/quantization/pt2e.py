@@ -44,6 +44,8 @@ __all__ = [
     "drop_integer_annotations",
     "freeze_parameter_observers",
     "convert_snapshot",
+    "early_look_sqnr",
+    "simulated_sqnr",
 ]
 
 PT2E_OBSERVERS = ("histogram", "minmax", "moving_average", "percentile")
@@ -327,3 +329,30 @@ def quantize_pt2e(
         module, example_inputs, mode, calibration, observer=observer, strict=strict, verbose=verbose
     )
     return lower_pt2e(converted, quantizer, example_inputs, strict=strict, verbose=verbose)
+
+
+def simulated_sqnr(converted: Any, parity_set: list, refs: list) -> float | None:
+    """Worst-output SQNR of a converted PT2E graph run in PyTorch (int8 rounding simulated), or None
+    when it does not run (then it is lowered and measured: the simulation only saves time)."""
+    from . import selection
+
+    try:
+        return selection.simulated_parity(converted, parity_set, refs)[0]
+    except Exception:  # any failure of the user's forward() in the simulated graph: measure for real
+        return None
+
+
+def early_look_sqnr(prepared: Any, done: int, total: int, parity_set: list, refs: list) -> float | None:
+    """The simulated SQNR on EARLY_LOOK_PARITY_SAMPLES parity samples of the ranges after ``done``
+    calibration samples, when ``done`` is EARLY_LOOK_SAMPLES and at least as many are left; else None
+    (also when the snapshot or the simulation cannot run: calibrate on, as without the look)."""
+    from . import selection
+
+    if done != selection.EARLY_LOOK_SAMPLES or total < 2 * done:
+        return None
+    try:
+        snapshot = convert_snapshot(prepared)
+    except Exception:  # a graph the copy or torchao's convert cannot take
+        return None
+    count = selection.EARLY_LOOK_PARITY_SAMPLES
+    return simulated_sqnr(snapshot, parity_set[:count], refs[:count])

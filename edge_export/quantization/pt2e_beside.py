@@ -94,7 +94,7 @@ def _pt2e_in_child(module: Any, example_inputs: tuple, mode: QuantizeMode, calib
             module, example_inputs, mode, calibration, observer=observer, strict=strict, verbose=verbose,
             each_batch=_report_batch, after_batch=partial(_send_early_look, parity_set, refs),
         )
-        send_message({"simulated": _simulated(converted, parity_set, refs)})
+        send_message({"simulated": pt2e.simulated_sqnr(converted, parity_set, refs)})
         return pt2e.lower_pt2e(converted, quantizer, example_inputs, strict=strict, verbose=verbose)
 
 
@@ -104,17 +104,11 @@ def _report_batch(index: int, total: int) -> None:
     TimeBudget(None).step(_CALIBRATION_LABEL, index, total)  # reaches the parent (send_progress)
 
 
-def _simulated(converted: Any, parity_set: list, refs: list) -> float | None:
-    from . import _simulated_sqnr
-
-    return _simulated_sqnr(converted, parity_set, refs)
-
-
 def _send_early_look(parity_set: list, refs: list, prepared: Any, done: int, total: int) -> None:
-    """The early look's simulated SQNR (quantization.early_look_sqnr), sent for the parent to judge."""
-    from . import early_look_sqnr
+    """The early look's simulated SQNR (pt2e.early_look_sqnr), sent for the parent to judge."""
+    from . import pt2e
 
-    simulated = early_look_sqnr(prepared, done, total, parity_set, refs)
+    simulated = pt2e.early_look_sqnr(prepared, done, total, parity_set, refs)
     if simulated is not None:
         send_message({"early": simulated, "done": done, "total": total})
 
@@ -186,11 +180,13 @@ def start_pt2e_beside(module: Any, example_inputs: tuple, mode: QuantizeMode, ca
                       verbose: bool = False) -> PT2EBeside | None:
     """PT2E forked for an ``auto`` int8 export that will run both backends, when a core is idle;
     None otherwise (then quantize_model runs PT2E itself at its turn, as before)."""
-    from . import _FIRST_SUCCESS_MODES, backends_for
+    from .pt2e import pt2e_supports
 
-    if QuantBackend(backend) != QuantBackend.AUTO or mode in _FIRST_SUCCESS_MODES:
+    # auto runs both backends exactly then (quantization.backends_for); dynamic-int8 runs PT2E only
+    # when the flatbuffer backend fails
+    if QuantBackend(backend) != QuantBackend.AUTO or mode == QuantizeMode.DYNAMIC_INT8 or not pt2e_supports(mode):
         return None
-    if backends_for(mode, QuantBackend.AUTO) != ["flatbuffer", "pt2e"] or not _core_idle():
+    if not _core_idle():
         return None
     from ..library_output import quiet_libraries
 
