@@ -148,39 +148,6 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, write_fd: int, log
 _PRELOAD = ("ai_edge_litert.interpreter",)
 
 
-def _read_result(read_fd: int, progress_fd: int | None, progress: Callable[[str, int, int], None] | None) -> list[bytes]:
-    """The child's result bytes; meanwhile its progress lines go to ``progress``."""
-    chunks: list[bytes] = []
-    if progress_fd is None or progress is None:
-        with os.fdopen(read_fd, "rb") as pipe:
-            while chunk := pipe.read(1 << 20):
-                chunks.append(chunk)
-        return chunks
-    import select
-
-    pending = b""
-    open_fds = {read_fd, progress_fd}
-    try:
-        while read_fd in open_fds:
-            ready, _, _ = select.select(list(open_fds), [], [])
-            for fd in ready:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    open_fds.discard(fd)
-                elif fd == read_fd:
-                    chunks.append(chunk)
-                else:
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        label, index, total = json.loads(line)
-                        progress(label, index, total)
-    finally:
-        os.close(read_fd)
-        os.close(progress_fd)
-    return chunks
-
-
 def flush_std_streams() -> None:
     """Before a fork: what Python buffered for stdout/stderr is written once, not by both processes."""
     for stream in (sys.stdout, sys.stderr):
@@ -204,32 +171,25 @@ def run_isolated(
     here; a NativeCrashError when a native library kills the child. ``stage`` and ``backend`` name
     what ran, for that message ("int16x8 quantization", "ai-edge-quantizer"); ``hint`` says what to
     try; ``preload`` names modules the child will import, imported here once."""
-    if not hasattr(os, "fork"):
+    run = start_isolated(fn, *args, stage=stage, backend=backend, hint=hint, preload=preload,
+                         messages=progress is not None, **kwargs)
+    if run is None:
         return fn(*args, **kwargs)
-    _preload(preload)
-    flush_std_streams()
-    log = tempfile.TemporaryFile()
-    pid, read_fd, progress_read = _fork_child(fn, args, kwargs, stage, log, with_progress=progress is not None)
     try:
-        chunks = _read_result(read_fd, progress_read, progress)
-        _, status = os.waitpid(pid, 0)
-    except BaseException:  # Ctrl-C or SIGTERM while the child runs: end it, then do as before
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass  # already reaped
-        log.close()
+        for message in run.events():
+            if progress is not None and isinstance(message, list):  # send_progress's [label, index, total]
+                progress(*message)
+        return run.result()
+    except BaseException:  # Ctrl-C or SIGTERM while the child runs (or its error): end it, then re-raise
+        run.cancel()
         raise
-    log_text = _forward_child_log(log)
-    return _child_result(status, b"".join(chunks), log_text, stage, backend, hint)
 
 
 class BackgroundRun:
     """A child started by ``start_isolated``: it sends messages (``events``) and ends with a result
     (``result``), unless ``cancel`` kills it first."""
 
-    def __init__(self, pid: int, read_fd: int, message_fd: int, log: Any, describe: tuple[str, str, str]) -> None:
+    def __init__(self, pid: int, read_fd: int, message_fd: int | None, log: Any, describe: tuple[str, str, str]) -> None:
         self.pid, self._read_fd, self._message_fd, self._log = pid, read_fd, message_fd, log
         self._describe = describe  # stage, backend, hint (for the errors of run_isolated)
         self._chunks: list[bytes] = []
@@ -308,18 +268,19 @@ class BackgroundRun:
 
 def start_isolated(
     fn: Callable[..., Any], *args: Any, stage: str, backend: str, hint: str = _DEFAULT_HINT,
-    preload: tuple[str, ...] = (), **kwargs: Any,
+    preload: tuple[str, ...] = (), messages: bool = True, **kwargs: Any,
 ) -> BackgroundRun | None:
     """``fn(*args, **kwargs)`` started in a forked child that this process goes on beside; None
     where ``os.fork`` does not exist (the caller then runs it itself). In the child,
-    ``send_message`` reaches the parent's ``BackgroundRun.events``. torch runs on one thread there
-    (set_num_threads(2) after a fork hung in libgomp)."""
+    ``send_message`` and ``send_progress`` reach the parent's ``BackgroundRun.events`` (with
+    ``messages``; without, they return False there). torch runs on one thread there
+    (set_num_threads(2) after a fork hung in libgomp). ``run_isolated`` is this and ``result``."""
     if not hasattr(os, "fork"):
         return None
     _preload(preload)
     flush_std_streams()
     log = tempfile.TemporaryFile()
-    pid, read_fd, message_fd = _fork_child(fn, args, kwargs, stage, log, with_progress=True)
+    pid, read_fd, message_fd = _fork_child(fn, args, kwargs, stage, log, with_progress=messages)
     return BackgroundRun(pid, read_fd, message_fd, log, (stage, backend, hint))
 
 
