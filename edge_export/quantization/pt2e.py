@@ -44,6 +44,7 @@ __all__ = [
     "drop_integer_annotations",
     "freeze_parameter_observers",
     "convert_snapshot",
+    "convert_calibrated",
     "early_look_sqnr",
     "simulated_sqnr",
 ]
@@ -189,7 +190,7 @@ def prepare_and_convert_pt2e(
     ``after_batch(prepared, done, total)`` after each (an early look at the ranges so far: it may
     raise to stop the calibration)."""
     import torch
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
     quantizer = make_pt2e_quantizer(mode, observer)
     exported = torch.export.export(module, tuple(example_inputs), strict=strict).module()
@@ -210,7 +211,7 @@ def prepare_and_convert_pt2e(
     finally:
         for observer_module in frozen:
             del observer_module.forward  # back to the class's forward
-    return convert_pt2e(prepared, fold_quantize=False), quantizer
+    return convert_calibrated(prepared), quantizer
 
 
 def convert_snapshot(prepared: Any) -> Any:
@@ -218,9 +219,49 @@ def convert_snapshot(prepared: Any) -> Any:
     calibrating (convert_pt2e changes the module it is given)."""
     import copy
 
+    return convert_calibrated(copy.deepcopy(prepared))
+
+
+def convert_calibrated(prepared: Any) -> Any:
+    """``convert_pt2e(prepared, fold_quantize=False)``, without torchao's search for the conv +
+    BatchNorm pattern of quantization-aware training when ``prepared`` has no fake-quantize module
+    (post-training quantization, which is all this backend does).
+
+    That search replaces the subgraph ``prepare_qat_pt2e`` writes (the BatchNorm's scale factor
+    multiplied into the weight before its fake-quant), which no graph ``prepare_pt2e`` wrote holds.
+    It runs whenever a BatchNorm node is left in the graph, and traces its 96 patterns with
+    torch.export on every call: 13 s on BiT (a BatchNorm standardizes its convolutions' weights)
+    and on LeViT (BatchNorm after Linear), paid twice by ``auto`` (its early look converts a copy).
+    The helper's other steps (each dequantize duplicated per user then merged, dead code removed)
+    still run, so the graph is the one the full convert gives (tests compare them)."""
+    from torchao.quantization.pt2e import qat_utils
+    from torchao.quantization.pt2e.fake_quantize import FakeQuantizeBase
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
-    return convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
+    helper = getattr(qat_utils, "_fold_conv_bn_qat_helper", None)
+    steps_known = all(hasattr(qat_utils, name) for name in ("_duplicate_dequantize_node", "_remove_extra_dequantize"))
+    if helper is None or not steps_known or any(isinstance(m, FakeQuantizeBase) for m in prepared.modules()):
+        return convert_pt2e(prepared, fold_quantize=False)
+    qat_utils._fold_conv_bn_qat_helper = _fold_conv_bn_without_qat_patterns
+    try:
+        return convert_pt2e(prepared, fold_quantize=False)
+    finally:
+        qat_utils._fold_conv_bn_qat_helper = helper
+
+
+def _fold_conv_bn_without_qat_patterns(m: Any, conv_fn: Any, example_inputs: Any, is_cuda: bool) -> Any:
+    """torchao's ``_fold_conv_bn_qat_helper`` (qat_utils) when no pattern matches: its steps
+    around the pattern search, in its order."""
+    from torchao.quantization.pt2e import qat_utils
+
+    m.graph.eliminate_dead_code()
+    m.recompile()
+    qat_utils._duplicate_dequantize_node(m)
+    m.recompile()
+    qat_utils._remove_extra_dequantize(m)
+    m.graph.eliminate_dead_code()
+    m.recompile()
+    return m
 
 
 def _identity(x: Any) -> Any:
