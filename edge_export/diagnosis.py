@@ -4,12 +4,16 @@ failed, where (nn.Module path and source line), PyTorch's reason in one line, an
 torch.export and the MLIR lowering both put the failing node and the user's source line into their
 messages ("While executing %node ... target=aten.X", "Original traceback: File ..., line N" or "The
 following call raised this error: File ..."). The exported graph's node metadata maps a source line
-to the nn.Module path, so when a graph is available we look the node up there.
+to the nn.Module path, so when a graph is available we look the node up there. LiteRT's converter
+passes report "<file>.py:<line>:<col>: error: <reason>" (MLIR's location of the operation): that
+line is the source, and what follows "error:" the reason.
 """
 
 from __future__ import annotations
 
+import linecache
 import re
+import sysconfig
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +25,7 @@ __all__ = ["FailureLocation", "locate_failure", "is_trace_failure", "reason_line
 _WHILE_EXECUTING = re.compile(r"While executing %(?P<node>[\w.]+)\s*:.*?target=(?P<target>[\w.:]+)")
 _FILE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\w+))?\n\s*(?P<code>[^\n]*)')
 _ATEN = re.compile(r"\b(aten[.:]{1,2}\w+(?:\.\w+)?)")
+_MLIR_ERROR = re.compile(r"(?P<file>[^\s:'\"]+\.py):(?P<line>\d+):\d+: error: (?P<reason>[^\n]+)")
 
 
 @dataclass(frozen=True)
@@ -121,13 +126,11 @@ def locate_failure(exc: BaseException, graph_module: Any = None) -> FailureLocat
     elif (a := _ATEN.search(text)) is not None:
         operator = a.group(1).replace("::", ".")
     source, code = _user_frame(text)
+    mlir = _MLIR_ERROR.search(text)
+    if source is None and mlir is not None:
+        source, code = _mlir_source(mlir)
     if source is None:
-        # fall back to the traceback's own frames (a Python error raised inside forward())
-        for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-            if "/torch/" not in frame.filename and "/site-packages/" not in frame.filename and "edge_export" not in frame.filename:
-                source = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
-                code = frame.line
-                break
+        source, code = _traceback_frame(exc)
     g_op, module_path, module_type = _module_from_graph(graph_module, node_name, source)
     return FailureLocation(
         operator=operator or g_op,
@@ -136,5 +139,24 @@ def locate_failure(exc: BaseException, graph_module: Any = None) -> FailureLocat
         module_type=module_type,
         source=source,
         code=code,
-        reason=reason_line(exc),
+        reason=f"LiteRT's converter: {mlir.group('reason').strip()[:300]}" if mlir else reason_line(exc),
     )
+
+
+def _mlir_source(found: re.Match) -> tuple[str, str | None]:
+    """An MLIR diagnostic's location as ("file.py:12", that line's code when the file is readable)."""
+    path, line = found.group("file"), int(found.group("line"))
+    code = linecache.getline(path, line).strip() or None
+    return f"{path.rsplit('/', 1)[-1]}:{line}", code
+
+
+def _traceback_frame(exc: BaseException) -> tuple[str | None, str | None]:
+    """The innermost traceback frame outside torch, the installed packages, the standard library and
+    edge_export (a Python error raised inside forward())."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        name = frame.filename
+        if "/torch/" in name or "/site-packages/" in name or "edge_export" in name or name.startswith(stdlib):
+            continue
+        return f"{name.rsplit('/', 1)[-1]}:{frame.lineno}", frame.line
+    return None, None
