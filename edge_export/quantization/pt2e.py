@@ -29,6 +29,7 @@ from ..config import QuantizeMode
 from ..conversion import convert_module
 from ..errors import ExportFailure, QuantizationError, map_exceptions
 from ..library_output import quiet_libraries
+from ..passes.fx.distinct_operand_scales_pass import distinct_operand_scales_pass
 from ..passes.fx.restore_source_functions_pass import restore_source_functions_pass
 from .calibration import CalibrationSet
 
@@ -211,7 +212,10 @@ def prepare_and_convert_pt2e(
     finally:
         for observer_module in frozen:
             del observer_module.forward  # back to the class's forward
-    return convert_calibrated(prepared), quantizer
+    converted = convert_calibrated(prepared)
+    if annotation_fixes:
+        distinct_operand_scales_pass(converted)  # else litert-torch may fail to lower equal-scale operands
+    return converted, quantizer
 
 
 def convert_snapshot(prepared: Any) -> Any:
@@ -219,7 +223,9 @@ def convert_snapshot(prepared: Any) -> Any:
     calibrating (convert_pt2e changes the module it is given)."""
     import copy
 
-    return convert_calibrated(copy.deepcopy(prepared))
+    converted = convert_calibrated(copy.deepcopy(prepared))
+    distinct_operand_scales_pass(converted)  # as prepare_and_convert_pt2e's
+    return converted
 
 
 def convert_calibrated(prepared: Any) -> Any:
