@@ -5,6 +5,7 @@ returns) and says what it changed. List them with ``python -m edge_export.passes
 
 from __future__ import annotations
 
+from .distinct_operand_scales_pass import distinct_operand_scales_pass
 from .permute_io_channels_last_pass import permute_io_channels_last_pass
 from .refuse_unrunnable_ops_pass import refuse_unrunnable_ops_pass
 from .restore_source_functions_pass import restore_source_functions_pass
@@ -14,6 +15,7 @@ from .rewrite_ops_for_edgetpu_pass import rewrite_ops_for_edgetpu_pass
 from .rewrite_sorts_as_topk_v2_pass import rewrite_sorts_as_topk_v2_pass
 
 __all__ = [
+    "distinct_operand_scales_pass",
     "permute_io_channels_last_pass",
     "refuse_unrunnable_ops_pass",
     "restore_source_functions_pass",

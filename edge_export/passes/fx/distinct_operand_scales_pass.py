@@ -1,5 +1,6 @@
-"""Give the two operands of a quantized ADD, SUB or MUL distinct quantization parameters, so that
-litert-torch can lower a PT2E graph where they were equal.
+"""Move equal scales of a quantized add/sub/mul's two operands one float32 step apart (PT2E).
+
+litert-torch could not lower a PT2E graph where they were equal.
 
 LiteRT's converter pass tfl-optimize moves a reshape pair across a binary op:
 ``reshape(add(reshape(a), reshape(b)))`` becomes ``add(a, b)`` followed by the outer reshape, when
