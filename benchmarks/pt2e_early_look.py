@@ -12,7 +12,6 @@ calibration so far]}.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 import time
@@ -25,7 +24,7 @@ LOOKS = (8, 16, 32, 64, 128)
 
 def trajectory(name: str) -> dict[int, list[float]]:
     import torch
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
     import zoo_models
     from edge_export.config import InputSpec, QuantizeMode
@@ -48,7 +47,7 @@ def trajectory(name: str) -> dict[int, list[float]]:
             prepared(*batch)
             if index + 1 in LOOKS:
                 look = time.perf_counter()
-                converted = convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
+                converted = pt2e.convert_snapshot(prepared)  # auto's early look, as auto converts it
                 on16 = selection.simulated_parity(converted, parity, refs)[0]
                 on4 = selection.simulated_parity(converted, parity[:4], refs[:4])[0]
                 out[index + 1] = [round(on16, 2), round(on4, 2), round(time.perf_counter() - look, 1), round(look - start, 1)]
