@@ -16,7 +16,9 @@ litert-torch's annotator finds add, cat, max-pool and add+relu patterns by the `
 metadata that only strict (dynamo) tracing records; the non-strict export used here, and any graph
 re-exported from an ExportedProgram's module, lack it, so those ops were left in float (DEQUANTIZE/
 ADD/QUANTIZE islands in every residual block). The FX pass ``restore_source_functions_pass``
-(``passes/fx/``) writes the metadata back from the aten targets before ``prepare_pt2e``.
+(``passes/fx/``) writes the metadata back from the aten targets before ``prepare_pt2e``. After the
+convert, ``distinct_operand_scales_pass`` moves apart equal operand scales of an add, sub or mul,
+which LiteRT's tfl-optimize pass otherwise turns into a RESHAPE it refuses (the AST's pooler).
 """
 
 from __future__ import annotations
