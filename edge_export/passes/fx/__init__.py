@@ -10,6 +10,7 @@ from .permute_io_channels_last_pass import permute_io_channels_last_pass
 from .refuse_unrunnable_ops_pass import refuse_unrunnable_ops_pass
 from .restore_source_functions_pass import restore_source_functions_pass
 from .rewrite_covering_pools_as_means_pass import rewrite_covering_pools_as_means_pass
+from .rewrite_expands_as_broadcasts_pass import rewrite_expands_as_broadcasts_pass
 from .rewrite_one_hot_as_comparison_pass import rewrite_one_hot_as_comparison_pass
 from .rewrite_ops_for_edgetpu_pass import rewrite_ops_for_edgetpu_pass
 from .rewrite_sorts_as_topk_v2_pass import rewrite_sorts_as_topk_v2_pass
@@ -20,6 +21,7 @@ __all__ = [
     "refuse_unrunnable_ops_pass",
     "restore_source_functions_pass",
     "rewrite_covering_pools_as_means_pass",
+    "rewrite_expands_as_broadcasts_pass",
     "rewrite_one_hot_as_comparison_pass",
     "rewrite_ops_for_edgetpu_pass",
     "rewrite_sorts_as_topk_v2_pass",

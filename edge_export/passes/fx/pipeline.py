@@ -15,6 +15,7 @@ from typing import Any
 
 from .refuse_unrunnable_ops_pass import refuse_unrunnable_ops_pass
 from .rewrite_covering_pools_as_means_pass import rewrite_covering_pools_as_means_pass
+from .rewrite_expands_as_broadcasts_pass import rewrite_expands_as_broadcasts_pass
 from .rewrite_one_hot_as_comparison_pass import rewrite_one_hot_as_comparison_pass
 from .rewrite_sorts_as_topk_v2_pass import rewrite_sorts_as_topk_v2_pass
 from .rewrites import FxRewrite
@@ -22,7 +23,12 @@ from .rewrites import FxRewrite
 __all__ = ["LiteRTGraph", "prepare_graph_for_litert"]
 
 # In order: refusals first (nothing is rewritten in a model that cannot run anyway).
-_REWRITES = (rewrite_sorts_as_topk_v2_pass, rewrite_covering_pools_as_means_pass, rewrite_one_hot_as_comparison_pass)
+_REWRITES = (
+    rewrite_sorts_as_topk_v2_pass,
+    rewrite_covering_pools_as_means_pass,
+    rewrite_one_hot_as_comparison_pass,
+    rewrite_expands_as_broadcasts_pass,
+)
 
 
 @dataclass(frozen=True)
