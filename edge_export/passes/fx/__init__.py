@@ -12,6 +12,7 @@ from .restore_source_functions_pass import restore_source_functions_pass
 from .rewrite_covering_pools_as_means_pass import rewrite_covering_pools_as_means_pass
 from .rewrite_expands_as_broadcasts_pass import rewrite_expands_as_broadcasts_pass
 from .rewrite_one_hot_as_comparison_pass import rewrite_one_hot_as_comparison_pass
+from .rewrite_patch_folds_as_reshapes_pass import rewrite_patch_folds_as_reshapes_pass
 from .rewrite_ops_for_edgetpu_pass import rewrite_ops_for_edgetpu_pass
 from .rewrite_sorts_as_topk_v2_pass import rewrite_sorts_as_topk_v2_pass
 
@@ -24,5 +25,6 @@ __all__ = [
     "rewrite_expands_as_broadcasts_pass",
     "rewrite_one_hot_as_comparison_pass",
     "rewrite_ops_for_edgetpu_pass",
+    "rewrite_patch_folds_as_reshapes_pass",
     "rewrite_sorts_as_topk_v2_pass",
 ]

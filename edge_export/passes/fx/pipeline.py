@@ -17,6 +17,7 @@ from .refuse_unrunnable_ops_pass import refuse_unrunnable_ops_pass
 from .rewrite_covering_pools_as_means_pass import rewrite_covering_pools_as_means_pass
 from .rewrite_expands_as_broadcasts_pass import rewrite_expands_as_broadcasts_pass
 from .rewrite_one_hot_as_comparison_pass import rewrite_one_hot_as_comparison_pass
+from .rewrite_patch_folds_as_reshapes_pass import rewrite_patch_folds_as_reshapes_pass
 from .rewrite_sorts_as_topk_v2_pass import rewrite_sorts_as_topk_v2_pass
 from .rewrites import FxRewrite
 
@@ -28,6 +29,7 @@ _REWRITES = (
     rewrite_covering_pools_as_means_pass,
     rewrite_one_hot_as_comparison_pass,
     rewrite_expands_as_broadcasts_pass,
+    rewrite_patch_folds_as_reshapes_pass,
 )
 
 
