@@ -33,9 +33,10 @@ def _aten(graph) -> set:
     return {n.target for n in graph.graph.nodes if n.op == "call_function"}
 
 
-@pytest.mark.parametrize("kernel", [(2, 2), (3, 4)], ids=["2x2", "3x4"])
-def test_non_overlapping_patches_become_reshapes_with_the_same_values(kernel):
-    module, x = Patches(kernel).eval(), _x()
+@pytest.mark.parametrize("kernel, shape", [((2, 2), (1, 8, 12, 16)), ((3, 4), (1, 8, 12, 16)), ((2, 2), (3, 8, 4, 6))],
+                         ids=["2x2", "3x4", "batch-of-3"])
+def test_non_overlapping_patches_become_reshapes_with_the_same_values(kernel, shape):
+    module, x = Patches(kernel).eval(), _x(shape)
     graph = torch.export.export(module, (x,)).module()
     rewrites = rewrite_patch_folds_as_reshapes_pass(graph)
     assert [r.kind for r in rewrites] == ["unfold as reshapes", "fold as reshapes"]

@@ -19,9 +19,10 @@ __all__ = ["rewrite_patch_folds_as_reshapes_pass"]
 
 
 def _unfold_patches(x: Any, kh: int, kw: int) -> Any:
-    """aten.im2col of [N, C, H, W] with stride = kernel: [N, C*kh*kw, (H/kh)*(W/kw)]."""
+    """aten.im2col of [N, C, H, W] with stride = kernel: [N, C*kh*kw, (H/kh)*(W/kw)]. N and C stay
+    in front, merged, so the TRANSPOSE is 5-D (TFLite Micro's takes at most 5)."""
     n, c, h, w = x.shape
-    patches = x.reshape(n, c, h // kh, kh, w // kw, kw).permute(0, 1, 3, 5, 2, 4)
+    patches = x.reshape(n * c, h // kh, kh, w // kw, kw).permute(0, 2, 4, 1, 3)
     return patches.reshape(n, c * kh * kw, (h // kh) * (w // kw))
 
 
@@ -29,7 +30,7 @@ def _fold_patches(x: Any, h: int, w: int, kh: int, kw: int) -> Any:
     """aten.col2im of [N, C*kh*kw, L] into [N, C, h, w] with stride = kernel (no overlap)."""
     n, ckk, _ = x.shape
     c = ckk // (kh * kw)
-    pixels = x.reshape(n, c, kh, kw, h // kh, w // kw).permute(0, 1, 4, 2, 5, 3)
+    pixels = x.reshape(n * c, kh, kw, h // kh, w // kw).permute(0, 3, 1, 4, 2)
     return pixels.reshape(n, c, h, w)
 
 
