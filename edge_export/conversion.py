@@ -95,6 +95,12 @@ def _hint_for(loc: FailureLocation, tracing: bool) -> str:
         )
     if "complex" in reason:
         return "LiteRT has no complex tensors: replace complex ops (e.g. torch.fft) with real-valued math."
+    if reason.startswith("litert's converter:"):  # diagnosis: an MLIR pass refused what was lowered
+        return (
+            "litert-torch lowered the operation, and one of LiteRT's converter passes refused the result: "
+            "a converter limitation, not a problem with your file. Write the line it names another way "
+            "(the same math with other operators), or run with --debug and report it to litert-torch."
+        )
     return (
         "The operator has no LiteRT lowering in this litert-torch version: replace it with supported "
         "ops (see litert-torch's supported-op list), or run with --debug for the full traceback."

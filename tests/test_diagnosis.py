@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
+from edge_export.conversion import _hint_for
 from edge_export.diagnosis import locate_failure
 
 
@@ -39,6 +40,9 @@ def test_a_converter_pass_error_names_the_source_line_and_the_reason(tmp_path):
     assert loc.reason.startswith("LiteRT's converter: 'tfl.reshape' op quantization parameters violate the same scale")
     assert "0.04:-7>" in loc.reason  # the path no longer eats the 300 characters
     assert loc.code is None  # that path does not exist here
+
+    hint = _hint_for(loc, tracing=False)
+    assert "converter passes refused" in hint and "no LiteRT lowering" not in hint
 
     real = message.replace(path, str(source))
     loc = locate_failure(_raised_in_a_standard_library_wrapper(real))
