@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .channels_last import ChannelsLastPlan, plan_channels_last  # noqa: F401  (re-exported)
-from .diagnosis import FailureLocation, is_trace_failure, locate_failure
+from .diagnosis import CONVERTER_PASS_REASON, FailureLocation, is_trace_failure, locate_failure
 from .errors import ConversionError, TraceError
 from .library_output import quiet_libraries
 
@@ -95,7 +95,7 @@ def _hint_for(loc: FailureLocation, tracing: bool) -> str:
         )
     if "complex" in reason:
         return "LiteRT has no complex tensors: replace complex ops (e.g. torch.fft) with real-valued math."
-    if reason.startswith("litert's converter:"):  # diagnosis: an MLIR pass refused what was lowered
+    if loc.reason.startswith(CONVERTER_PASS_REASON):  # an MLIR pass refused what litert-torch lowered
         return (
             "litert-torch lowered the operation, and one of LiteRT's converter passes refused the result: "
             "a converter limitation, not a problem with your file. Write the line it names another way "

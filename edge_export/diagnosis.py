@@ -11,7 +11,6 @@ line is the source, and what follows "error:" the reason.
 
 from __future__ import annotations
 
-import linecache
 import re
 import sysconfig
 import traceback
@@ -20,7 +19,9 @@ from typing import Any
 
 from .provenance import node_module
 
-__all__ = ["FailureLocation", "locate_failure", "is_trace_failure", "reason_line"]
+__all__ = ["CONVERTER_PASS_REASON", "FailureLocation", "locate_failure", "is_trace_failure", "reason_line"]
+
+CONVERTER_PASS_REASON = "LiteRT's converter: "  # a reason's start when a converter pass refused the lowered graph
 
 _WHILE_EXECUTING = re.compile(r"While executing %(?P<node>[\w.]+)\s*:.*?target=(?P<target>[\w.:]+)")
 _FILE_LINE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\w+))?\n\s*(?P<code>[^\n]*)')
@@ -128,7 +129,7 @@ def locate_failure(exc: BaseException, graph_module: Any = None) -> FailureLocat
     source, code = _user_frame(text)
     mlir = _MLIR_ERROR.search(text)
     if source is None and mlir is not None:
-        source, code = _mlir_source(mlir)
+        source, code = _mlir_source(mlir, graph_module)
     if source is None:
         source, code = _traceback_frame(exc)
     g_op, module_path, module_type = _module_from_graph(graph_module, node_name, source)
@@ -139,14 +140,23 @@ def locate_failure(exc: BaseException, graph_module: Any = None) -> FailureLocat
         module_type=module_type,
         source=source,
         code=code,
-        reason=f"LiteRT's converter: {mlir.group('reason').strip()[:300]}" if mlir else reason_line(exc),
+        reason=f"{CONVERTER_PASS_REASON}{mlir.group('reason').strip()[:300]}" if mlir else reason_line(exc),
     )
 
 
-def _mlir_source(found: re.Match) -> tuple[str, str | None]:
-    """An MLIR diagnostic's location as ("file.py:12", that line's code when the file is readable)."""
-    path, line = found.group("file"), int(found.group("line"))
-    code = linecache.getline(path, line).strip() or None
+def _mlir_source(found: re.Match, graph_module: Any) -> tuple[str, str | None]:
+    """An MLIR diagnostic's location as ("file.py:12", that line's code). The code comes from the
+    traced graph's recorded stack traces, never from reading the file the message names: a model's
+    metadata can name any path."""
+    path, line = found.group("file"), found.group("line")
+    code = None
+    for node in getattr(getattr(graph_module, "graph", None), "nodes", ()):
+        for frame in _FILE_LINE.finditer(node.meta.get("stack_trace") or ""):
+            if frame.group("file") == path and frame.group("line") == line:
+                code = frame.group("code").strip() or None
+                break
+        if code is not None:
+            break
     return f"{path.rsplit('/', 1)[-1]}:{line}", code
 
 

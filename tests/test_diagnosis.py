@@ -4,6 +4,7 @@ the text after "error:" the reason, and a standard-library frame is never "where
 from __future__ import annotations
 
 import contextlib
+from types import SimpleNamespace
 
 from edge_export.conversion import _hint_for
 from edge_export.diagnosis import locate_failure
@@ -44,8 +45,15 @@ def test_a_converter_pass_error_names_the_source_line_and_the_reason(tmp_path):
     hint = _hint_for(loc, tracing=False)
     assert "converter passes refused" in hint and "no LiteRT lowering" not in hint
 
+    # the file exists, but a path in a message can come from a model's metadata: it is not read
     real = message.replace(path, str(source))
     loc = locate_failure(_raised_in_a_standard_library_wrapper(real))
+    assert loc.source == "modeling_thing.py:2" and loc.code is None
+
+    # the code comes from the traced graph's own stack traces
+    trace = f'File "{source}", line 2, in f\n    return (x[:, 0] + x[:, 1]) / 2\n'
+    node = SimpleNamespace(op="placeholder", meta={"stack_trace": trace})
+    loc = locate_failure(_raised_in_a_standard_library_wrapper(real), SimpleNamespace(graph=SimpleNamespace(nodes=[node])))
     assert loc.source == "modeling_thing.py:2" and loc.code == "return (x[:, 0] + x[:, 1]) / 2"
 
 

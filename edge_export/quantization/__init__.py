@@ -234,9 +234,7 @@ class _BackendRuns:
     attempts: list[BackendAttempt] = field(default_factory=list)
     products: list[FlatbufferModel | None] = field(default_factory=list)
     screened_out: list[str] = field(default_factory=list)  # not run: an earlier result met the target
-    # PT2E simulated, found unable to win: (backend, simulated dB, the attempt it cannot beat,
-    # "16 of 128" when that was seen part-way through its calibration, else None)
-    not_lowered: tuple[str, float, BackendAttempt, str | None, str] | None = None  # ..., why (selection.pt2e_settled)
+    not_lowered: Any = None  # selection.NotLowered: PT2E simulated, found unable to change the outcome
 
     @property
     def have_model(self) -> bool:
@@ -388,13 +386,13 @@ def _pt2e_model(job: _BackendJob, runs: _BackendRuns) -> bytes | None:
             after_batch=partial(_early_look, job, runs.attempts) if compete else None,
         )
     except PT2ECannotWin as stop:
-        runs.not_lowered = ("pt2e", stop.simulated_db, stop.settled, f"{stop.samples_seen} of {stop.total}", stop.why)  # type: ignore[assignment]
+        runs.not_lowered = selection.NotLowered(stop.simulated_db, stop.settled, f"{stop.samples_seen} of {stop.total}", stop.why)
         return None
     if compete:
         simulated = pt2e.simulated_sqnr(converted, job.parity_set, job.refs)
         settled = None if simulated is None else selection.pt2e_settled(simulated, runs.attempts, selection.LOWERING_MARGIN_DB, job.target)
         if settled is not None:
-            runs.not_lowered = ("pt2e", simulated, settled[0], None, settled[1])  # type: ignore[assignment]
+            runs.not_lowered = selection.NotLowered(simulated, settled[0], None, settled[1])
             return None
     return pt2e.lower_pt2e(converted, quantizer, job.example_inputs, strict=job.strict, verbose=job.verbose)
 
@@ -402,11 +400,11 @@ def _pt2e_model(job: _BackendJob, runs: _BackendRuns) -> bytes | None:
 def _pt2e_model_beside(job: _BackendJob, runs: _BackendRuns, compete: bool) -> bytes | None:
     """_pt2e_model's result, from the child pt2e_beside started: the same decisions on the same
     simulated SQNRs it reports."""
-    from .pt2e_beside import NotLowered
+    from .selection import NotLowered
 
     outcome = job.beside.model(runs.attempts, job.budget, job.target, compete=compete, stoppable=runs.have_model)
     if isinstance(outcome, NotLowered):
-        runs.not_lowered = ("pt2e", outcome.simulated_db, outcome.settled, outcome.part_way, outcome.why)  # type: ignore[assignment]
+        runs.not_lowered = outcome
         return None
     return outcome
 
@@ -491,10 +489,10 @@ def _kept_reason(
     return reason
 
 
-def _not_lowered_reason(not_lowered: tuple, chosen: BackendAttempt, target: ParityTarget | None) -> str:
+def _not_lowered_reason(not_lowered: Any, chosen: BackendAttempt, target: ParityTarget | None) -> str:
     from . import selection
 
-    backend, simulated, _, part_way, why = not_lowered
+    backend, simulated, part_way, why = not_lowered.backend, not_lowered.simulated_db, not_lowered.part_way, not_lowered.why
     if part_way is None:
         seen, margin, cut = "", selection.LOWERING_MARGIN_DB, "it was not lowered to a model"
     else:

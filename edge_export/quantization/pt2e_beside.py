@@ -26,29 +26,17 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from ..config import QuantBackend, QuantizeMode
 from ..isolation import BackgroundRun, send_message, start_isolated
 
-__all__ = ["BESIDE_ENV", "PT2EBeside", "NotLowered", "start_pt2e_beside"]
+__all__ = ["BESIDE_ENV", "PT2EBeside", "start_pt2e_beside"]
 
 # "yes": run PT2E beside; "no": never; "auto" (default): when a core is idle (1-minute load average at
 # least 0.5 below the cores this process may use).
 BESIDE_ENV = "EDGE_EXPORT_PT2E_BESIDE"
 _CALIBRATION_LABEL = "Quantizing: PT2E calibration"
-
-
-@dataclass(frozen=True)
-class NotLowered:
-    """PT2E stopped because it cannot win: its simulated SQNR, the attempt it cannot beat, and
-    "16 of 128" when seen part-way through its calibration (else None)."""
-
-    simulated_db: float
-    settled: Any  # selection.BackendAttempt
-    part_way: str | None
-    why: str = "below"  # selection.pt2e_settled's
 
 
 def _fork_is_safe() -> bool:
@@ -130,8 +118,8 @@ class PT2EBeside:
     def cancel(self) -> None:
         self._run.cancel()
 
-    def model(self, attempts: list, budget: Any, target: Any, *, compete: bool, stoppable: bool) -> bytes | NotLowered:
-        """Its lowered model, or NotLowered once a simulated SQNR shows it cannot beat ``attempts``
+    def model(self, attempts: list, budget: Any, target: Any, *, compete: bool, stoppable: bool) -> Any:
+        """Its lowered model (bytes), or selection.NotLowered once a simulated SQNR shows it cannot beat ``attempts``
         (with ``compete``); TimeBudgetSpent when ``budget`` runs out first (with ``stoppable``: an
         earlier backend has a model). Its own errors are raised as run_isolated raises them."""
         from .budget import TimeBudgetSpent
@@ -155,7 +143,7 @@ class PT2EBeside:
                 budget.on_progress(*message)
         return None
 
-    def _judge(self, message: Any, attempts: list, budget: Any, target: Any) -> NotLowered | None:
+    def _judge(self, message: Any, attempts: list, budget: Any, target: Any) -> Any:
         """quantization._early_look's and _pt2e_model's decisions (selection.pt2e_settled), on the
         simulated SQNRs the child sends."""
         from . import selection
@@ -167,7 +155,7 @@ class PT2EBeside:
         else:
             simulated, margin, part_way = message.get("simulated"), selection.LOWERING_MARGIN_DB, None
         settled = None if simulated is None else selection.pt2e_settled(simulated, attempts, margin, target)
-        return None if settled is None else NotLowered(simulated, settled[0], part_way, settled[1])
+        return None if settled is None else selection.NotLowered(simulated, settled[0], part_way, settled[1])
 
     def _unfinished(self) -> str:
         if self._seen + 1 < self._total:

@@ -50,6 +50,7 @@ __all__ = [
     "lowering_not_needed",
     "misses_target_anyway",
     "pt2e_settled",
+    "NotLowered",
     "measure_parity",
     "module_path_for",
     "reference_outputs",
@@ -344,6 +345,19 @@ def lowering_not_needed(
     if best is not None and simulated_sqnr_db < best.sqnr_db - margin_db:
         return best
     return None
+
+
+@dataclass(frozen=True)
+class NotLowered:
+    """PT2E stopped because it cannot change the outcome (``pt2e_settled``): its simulated SQNR, the
+    attempt kept instead, "16 of 128" when seen part-way through its calibration (else None), and
+    why ("below" that attempt, or "target": misses_target_anyway)."""
+
+    simulated_db: float
+    settled: BackendAttempt
+    part_way: str | None
+    why: str = "below"
+    backend: str = "pt2e"
 
 
 def misses_target_anyway(

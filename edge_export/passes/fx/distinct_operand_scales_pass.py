@@ -14,8 +14,8 @@ Transformer's pooler, whose class and distillation tokens start equal (both zero
 
 Runs on the converted PT2E graph (quantize/dequantize pairs), before the lowering: when both
 operands of an add, sub or mul are dequantized with equal parameters from two different quantize
-nodes, the second quantize's scale (and its dequantize nodes') moves up by one float32 step (a relative change of 1.2e-7, far below
-int8's rounding). Operands that read one quantize node (``y + y``) are left alone: they are one
+nodes, the second quantize's scale (and its dequantize nodes') moves up by one float32 step (a
+relative change of 1.2e-7, far below int8's rounding). Operands that read one quantize node (``y + y``) are left alone: they are one
 tensor, and a different scale would need a requantize.
 """
 

@@ -47,22 +47,22 @@ def _shape(node: Any) -> tuple | None:
 
 
 def _rewrite_unfold(node: Any) -> bool:
-    kw_ = call_arguments(node)
-    patch = _non_overlapping(kw_["kernel_size"], kw_["dilation"], kw_["padding"], kw_["stride"])
-    shape = _shape(kw_["self"])
+    arguments = call_arguments(node)
+    patch = _non_overlapping(arguments["kernel_size"], arguments["dilation"], arguments["padding"], arguments["stride"])
+    shape = _shape(arguments["self"])
     if patch is None or shape is None or len(shape) != 4 or shape[2] % patch[0] or shape[3] % patch[1]:
         return False
-    node.target, node.args, node.kwargs = _unfold_patches, (kw_["self"], *patch), {}
+    node.target, node.args, node.kwargs = _unfold_patches, (arguments["self"], *patch), {}
     return True
 
 
 def _rewrite_fold(node: Any) -> bool:
-    kw_ = call_arguments(node)
-    patch = _non_overlapping(kw_["kernel_size"], kw_["dilation"], kw_["padding"], kw_["stride"])
-    shape, size = _shape(kw_["self"]), [int(s) for s in kw_["output_size"]]
+    arguments = call_arguments(node)
+    patch = _non_overlapping(arguments["kernel_size"], arguments["dilation"], arguments["padding"], arguments["stride"])
+    shape, size = _shape(arguments["self"]), [int(s) for s in arguments["output_size"]]
     if patch is None or shape is None or len(shape) != 3 or size[0] % patch[0] or size[1] % patch[1]:
         return False
-    node.target, node.args, node.kwargs = _fold_patches, (kw_["self"], *size, *patch), {}
+    node.target, node.args, node.kwargs = _fold_patches, (arguments["self"], *size, *patch), {}
     return True
 
 
