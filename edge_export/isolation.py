@@ -29,6 +29,7 @@ from .errors import RuntimeRunError
 __all__ = [
     "BackgroundRun", "NativeCrashError", "run_isolated", "send_message", "send_progress", "start_isolated",
     "CRASH_HOOK_ENV",
+    "PAUSE_HOOK_ENV",
 ]
 
 T = TypeVar("T")
@@ -36,6 +37,12 @@ T = TypeVar("T")
 # Test hook: when this names the stage being run, the child aborts the way a native library does
 # (the only way to test the crash path without a model that crashes LiteRT). Never set in normal use.
 CRASH_HOOK_ENV = "EDGE_EXPORT_TEST_NATIVE_CRASH"
+# Test hook: when this names a stage (an isolated child's, such as "parity check" or "int8
+# quantization", or a StageClock stage such as "load" or "write"), the run waits there for
+# PAUSE_SECONDS, so that a test can interrupt it in that stage. Never set in normal use.
+PAUSE_HOOK_ENV = "EDGE_EXPORT_TEST_PAUSE"
+PAUSE_SECONDS = 120.0
+_PR_SET_PDEATHSIG = 1
 
 # In a child started with ``progress=``: the pipe its progress lines go to (send_progress).
 _progress_fd: int | None = None
@@ -105,6 +112,30 @@ def send_message(value: Any) -> bool:
     return True
 
 
+def die_with_parent(parent: int) -> None:
+    """In a forked child: be killed when the process that forked it ends, however it ends. A parent
+    SIGKILLed cannot end its children itself, and a confined child killed by its own parent on
+    SIGTERM left the isolated child it ran (a parity check) running. Linux only (prctl)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # no prctl: the parent's own cleanup is all there is
+    if os.getppid() != parent:  # the parent ended before the prctl
+        os._exit(70)
+
+
+def pause_for_test(stage: str) -> None:
+    """The PAUSE_HOOK_ENV test hook: wait here when it names ``stage``."""
+    if os.environ.get(PAUSE_HOOK_ENV) == stage:
+        import time
+
+        time.sleep(PAUSE_SECONDS)
+
+
 def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, write_fd: int, log_fd: int, stage: str,
            progress_fd: int | None = None) -> None:
     """Runs in the forked child; never returns."""
@@ -124,6 +155,7 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, write_fd: int, log
             torch.set_num_threads(1)  # OpenMP's pool does not survive fork (as in DataLoader workers)
         if os.environ.get(CRASH_HOOK_ENV) == stage:
             os.abort()
+        pause_for_test(stage)
         try:
             payload = (True, fn(*args, **kwargs))
         except BaseException as exc:  # noqa: BLE001  (every exception goes back to the parent)
@@ -302,12 +334,14 @@ def _fork_child(
     ``log``); (its pid, the result pipe's read end, the progress pipe's read end or None)."""
     read_fd, write_fd = os.pipe()
     progress_read, progress_write = os.pipe() if with_progress else (None, None)
+    parent = os.getpid()
     with warnings.catch_warnings():
         # JAX (loaded by the converter) warns at every fork that JAX in the child may deadlock; the
         # child never calls JAX, so the warning would only be noise in the report.
         warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
         pid = os.fork()
     if pid == 0:
+        die_with_parent(parent)
         os.close(read_fd)
         if progress_read is not None:
             os.close(progress_read)

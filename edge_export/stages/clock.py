@@ -28,8 +28,11 @@ class StageClock:
 
     @contextmanager
     def run(self, name: str, label: str) -> Iterator[None]:
+        from ..isolation import pause_for_test
+
         if self._on_stage:
             self._on_stage(label)
+        pause_for_test(name)  # a test hook (isolation.PAUSE_HOOK_ENV): interrupting a run in this stage
         start = time.perf_counter()
         try:
             yield
