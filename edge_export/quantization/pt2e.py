@@ -32,6 +32,7 @@ from ..conversion import convert_module
 from ..errors import ExportFailure, QuantizationError, map_exceptions
 from ..library_output import quiet_libraries
 from ..passes.fx.distinct_operand_scales_pass import distinct_operand_scales_pass
+from ..passes.fx.prelu_operator import annotate_prelu_operators
 from ..passes.fx.restore_source_functions_pass import restore_source_functions_pass
 from .calibration import CalibrationSet
 
@@ -159,6 +160,8 @@ def _float_only(quantizer: Any) -> Any:
         def annotate(self, model):
             model = quantizer.annotate(model) or model
             drop_integer_annotations(model)
+            # an operator litert-torch's annotator does not know (LiteRT's PRELU) would stay float
+            annotate_prelu_operators(model, getattr(quantizer, "global_config", None))
             return model
 
         def validate(self, model) -> None:

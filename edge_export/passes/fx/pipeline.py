@@ -18,6 +18,7 @@ from .rewrite_covering_pools_as_means_pass import rewrite_covering_pools_as_mean
 from .rewrite_expands_as_broadcasts_pass import rewrite_expands_as_broadcasts_pass
 from .rewrite_one_hot_as_comparison_pass import rewrite_one_hot_as_comparison_pass
 from .rewrite_patch_folds_as_reshapes_pass import rewrite_patch_folds_as_reshapes_pass
+from .rewrite_prelus_as_litert_prelu_pass import rewrite_prelus_as_litert_prelu_pass
 from .rewrite_sorts_as_topk_v2_pass import rewrite_sorts_as_topk_v2_pass
 from .rewrites import FxRewrite
 
@@ -30,6 +31,7 @@ _REWRITES = (
     rewrite_one_hot_as_comparison_pass,
     rewrite_expands_as_broadcasts_pass,
     rewrite_patch_folds_as_reshapes_pass,
+    rewrite_prelus_as_litert_prelu_pass,
 )
 
 
