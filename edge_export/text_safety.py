@@ -1,40 +1,65 @@
 """One sanitiser per sink for text a model or file supplies (tensor, output, operator and module
-names, metadata, archive member names, error texts quoting them).
+names, metadata, archive member names, error texts quoting them), over one definition of what is
+unsafe to show (``unsafe_to_show``): control characters, format characters (bidi overrides and
+isolates, zero-width spaces and joiners, the byte-order mark), surrogates, private-use and
+unassigned code points, line and paragraph separators. Letters of any script are shown as they are.
 
-- the terminal: ``for_terminal`` shows control characters (ESC, CR, backspace, C1 codes, bidi
-  overrides) as visible escapes, so a name cannot clear the screen or move the cursor and print
-  "all checks PASSED"; ``terminal.py``'s consoles apply it to every text segment they write;
-- C source: ``for_c_comment`` (no newline, no ``*/``, no trigraph, no backslash that could continue
-  the line) and ``for_c_identifier``;
-- Markdown and HTML: ``reports/markdown.escape_markdown``; XML: ``reports/junit.py``.
+- the terminal: ``for_terminal`` shows those characters as visible escapes (``\\x1b``, ``\\u202e``),
+  so a name cannot clear the screen, move the cursor and print "all checks PASSED", or reorder what
+  follows it; ``terminal.py``'s consoles apply it to every text segment they write;
+- C source: ``for_c_comment`` (printable ASCII, an unsafe character as ``<U+202E>``, no newline, no
+  ``*/``, no trigraph, no backslash that could continue the line) and ``for_c_identifier``;
+- Markdown and HTML: ``reports/markdown.escape_markdown``; XML: ``reports/junit.py``; both show
+  unsafe characters with ``show_unsafe``.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
-__all__ = ["for_terminal", "for_c_comment", "for_c_identifier"]
+__all__ = ["unsafe_to_show", "show_unsafe", "for_terminal", "for_c_comment", "for_c_identifier"]
 
-# C0 controls except newline and tab, DEL, C1 controls, line/paragraph separators, bidi controls.
-_TERMINAL_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# An allow-list by Unicode category: everything outside these is shown (letters, marks, numbers,
+# punctuation, symbols, spaces). Cc: controls; Cf: format (U+202A-E and U+2066-9 bidi, U+200B-F,
+# U+2060, U+FEFF, U+061C, U+00AD); Cs: lone surrogates; Co: private use; Cn: unassigned (a newer
+# Unicode's character is escaped rather than trusted); Zl, Zp: U+2028, U+2029.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _C_COMMENT_SAFE = re.compile(r"[^A-Za-z0-9 _.,:;()+=<>#@%&^|~!?'\"\[\]{}$/-]")
 
 
-def _escaped(match: re.Match) -> str:
-    code = ord(match.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def unsafe_to_show(char: str) -> bool:
+    """Whether ``char`` (one character) could hide, reorder or act on text when shown raw."""
+    return unicodedata.category(char) in _UNSAFE_CATEGORIES
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def show_unsafe(text: object, keep: str = "") -> str:
+    """``text`` with every character ``unsafe_to_show`` (but those in ``keep``) as a visible escape:
+    ``\\x1b``, ``\\u202e``, ``\\U000f0000``."""
+    text = str(text)
+    if text.isprintable():  # no character of an unsafe category: the common case, at C speed
+        return text
+    return "".join(_escape(c) if c not in keep and unsafe_to_show(c) else c for c in text)
 
 
 def for_terminal(text: object, *, keep_newlines: bool = True) -> str:
-    """``text`` with every character a terminal would act on shown as an escape (``\\x1b``)."""
-    shown = _TERMINAL_UNSAFE.sub(_escaped, str(text))
+    """``text`` with every character a terminal would act on, or that would hide or reorder text,
+    shown as an escape (``\\x1b``, ``\\u202e``)."""
+    shown = show_unsafe(text, keep="\n\t")
     return shown if keep_newlines else shown.replace("\n", "\\n").replace("\t", "\\t")
 
 
 def for_c_comment(text: object) -> str:
-    """``text`` safe inside a ``//`` or ``/* */`` comment: printable ASCII only (others become
-    ``?``), no comment terminator, no trigraph, no backslash (a trailing one continues the line)."""
-    safe = _C_COMMENT_SAFE.sub("?", str(text))
+    """``text`` safe inside a ``//`` or ``/* */`` comment: printable ASCII only (a character unsafe to
+    show becomes ``<U+202E>``, any other ``?``), no comment terminator, no trigraph, no backslash (a
+    trailing one continues the line)."""
+    shown = "".join(f"<U+{ord(c):04X}>" if unsafe_to_show(c) else c for c in str(text))
+    safe = _C_COMMENT_SAFE.sub("?", shown)
     while "*/" in safe or "/*" in safe or "??" in safe:
         safe = safe.replace("*/", "*?").replace("/*", "/?").replace("??", "?_")
     return safe

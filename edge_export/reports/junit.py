@@ -9,12 +9,12 @@ details are its scalar fields under their JSON names (``serialize.json_keys``).
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
 from .model import SkippedValidation
 from ..serialize import json_keys, to_json_value
+from ..text_safety import show_unsafe
 
 if TYPE_CHECKING:
     from ..validators.layers import LayerParity
@@ -23,9 +23,11 @@ if TYPE_CHECKING:
 __all__ = ["render_junit"]
 
 # ElementTree escapes &, <, > and quotes but writes characters XML 1.0 forbids (an ESC in a module
-# name) as they are, which makes the whole file unparsable; they can only come from model-supplied
-# names, so they are dropped.
-_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# name; not even as &#27;) as they are, which makes the whole file unparsable. Those, and the bidi and
+# zero-width characters a CI page would show raw, can only come from model-supplied text: the whole
+# document goes through text_safety.show_unsafe (only its own newlines and tabs kept), so each is a
+# visible escape such as \x1b or \u202e.
+_DOCUMENT_WHITESPACE = "\n\t"
 
 
 def _fmt(v: Any) -> str:
@@ -119,4 +121,4 @@ def render_junit(report: RunReport) -> str:
     root.set("tests", suite.get("tests"))
     root.set("failures", suite.get("failures"))
     ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + _XML_ILLEGAL.sub("", ET.tostring(root, encoding="unicode")) + "\n"
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + show_unsafe(ET.tostring(root, encoding="unicode"), keep=_DOCUMENT_WHITESPACE) + "\n"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .model import SkippedValidation
 from ..serialize import to_json_value as _plain
+from ..text_safety import show_unsafe
 
 if TYPE_CHECKING:
     from ..constraints import PinnedSetCheck
@@ -37,13 +38,17 @@ _ICON = {"passed": "✅ PASSED", "failed": "❌ FAILED", "exported-unvalidated":
 # backtick code span (a backtick in it would end the span); <code> keeps the look.
 # Backslash-escaped: emphasis, code, links and images, table cells, strikethrough, math, headings,
 # and the ':' and '.' that GFM's bare-URL autolinks start from.
+# Characters that are unsafe to show (text_safety.unsafe_to_show: controls, bidi overrides, zero-width
+# and other format characters, U+2028/9) become visible escapes such as \u202e, whose backslash is
+# then escaped like any other; a line break or tab, which a message may hold, is a space.
 _MD_PUNCTUATION = re.compile(r"([\\`*_\[\]()#!|~$:.])")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_LINE_BREAKS = str.maketrans("\r\n\t", "   ")
 
 
 def escape_markdown(value) -> str:
-    """``value`` as literal text in Markdown and HTML: no markup of any kind survives."""
-    text = _CONTROL.sub(" ", str(value))
+    """``value`` as literal text in Markdown and HTML: no markup of any kind survives, and no
+    character that would hide or reorder the text around it."""
+    text = show_unsafe(str(value).translate(_LINE_BREAKS))
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MD_PUNCTUATION.sub(r"\\\1", text)
 

@@ -13,6 +13,7 @@ from report_fixtures import full_report
 from edge_export.reports.junit import render_junit
 from edge_export.reports.markdown import escape_markdown, render_markdown
 from edge_export.reports.model import RunReport
+from edge_export.text_safety import for_c_comment, for_terminal, unsafe_to_show
 
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
 
@@ -29,9 +30,10 @@ HOSTILE = [
 ]
 
 
-def hostile_report() -> RunReport:
+def hostile_report(names: tuple[str, ...] = tuple(HOSTILE)) -> RunReport:
     """A failing int8 Edge TPU + micro run (tests/report_fixtures.py) whose every model- or file-supplied
-    text is one of HOSTILE: outputs, layers, tensors, operators, modules, paths, messages."""
+    text is one of ``names`` (HOSTILE; at least 8): outputs, layers, tensors, operators, modules,
+    paths, messages."""
     from edge_export.config import Thresholds
     from edge_export.flatbuffer import TensorInfo
     from edge_export.quantization.calibration import CalibrationSummary
@@ -51,7 +53,6 @@ def hostile_report() -> RunReport:
     from edge_export.validators.parity import Check, OutputParity, ParityResult
 
     report = full_report()
-    names = tuple(HOSTILE)
     outputs = tuple(
         OutputParity(i, name, (1, 10), {"max_abs_error": 0.5, "sqnr_db": 10.0}, (Check("sqnr_db", 10.0, 30.0, ">=", False),), error=f"crashed on {name}")
         for i, name in enumerate(names)
@@ -203,3 +204,67 @@ def test_hostile_output_names_reach_report_md_escaped(cnn_models, tmp_path, run_
     assert md.startswith("# edge-export: ✅ PASSED")
     assert sum(line.startswith("#") and "PASSED" in line for line in md.splitlines()) == 1
     assert "<img" not in md and "&lt;img src=x&gt;" in md
+
+
+# Characters that show nothing or reorder what follows (issue 36): each appears in a sink only as a
+# visible escape. The Markdown source doubles the backslash, which renders as one.
+INVISIBLE = {
+    "\u202e": "\\u202e",  # right-to-left override: "gpj.exe" would read "exe.jpg"
+    "\u2066": "\\u2066",  # left-to-right isolate
+    "\u2069": "\\u2069",  # pop directional isolate
+    "\u200b": "\\u200b",  # zero-width space
+    "\ufeff": "\\ufeff",  # byte-order mark
+    "\u2028": "\\u2028",  # line separator
+    "\x07": "\\x07",  # bell, a C0 control XML 1.0 forbids even as &#7;
+    "\x0b": "\\x0b",  # vertical tab
+    "\x85": "\\x85",  # next line, a C1 control
+    "\U000f0001": "\\U000f0001",  # private use
+}
+INVISIBLE_NAMES = tuple(f"out{char}gpj.exe%0A::warning::x" for char in INVISIBLE) + ("%0D%0A::add-mask::y",)
+ORDINARY = ("conv_é", "日本語の層", "وزن", "Ελληνικά", "ok ✅ ⚠️")
+
+
+def raw_unsafe(text: str) -> list[str]:
+    """The characters of ``text`` unsafe to show, but a document's own line breaks and tabs."""
+    return [hex(ord(c)) for c in text if unsafe_to_show(c) and c not in "\n\t"]
+
+
+def test_invisible_characters_reach_markdown_only_escaped():
+    md = render_markdown(hostile_report(INVISIBLE_NAMES))
+    assert raw_unsafe(md) == []
+    for char, shown in INVISIBLE.items():
+        # a name in <code> (the worst output, the outputs table) and in prose
+        assert f"<code>out\\{shown}gpj\\.exe%0A\\:\\:warning\\:\\:x</code>" in md, repr(char)
+    assert "%0D%0A\\:\\:add-mask\\:\\:y" in md  # %-encoded text stays text, decoded nowhere
+    assert not any(line.lstrip().startswith("::") for line in md.splitlines())
+
+
+def test_invisible_characters_reach_junit_only_escaped():
+    xml = render_junit(hostile_report(INVISIBLE_NAMES))
+    assert raw_unsafe(xml) == []
+    root = ET.fromstring(xml)  # still XML 1.0
+    names = [case.get("name") for case in root.iter("testcase")]
+    for char, shown in INVISIBLE.items():
+        assert any(f"out{shown}gpj.exe%0A::warning::x" in name for name in names), repr(char)
+    messages = [f.get("message") for f in root.iter("failure")]
+    assert any("%0D%0A::add-mask::y" in m for m in messages)
+
+
+def test_invisible_characters_reach_the_terminal_and_c_comments_only_escaped():
+    for char, shown in INVISIBLE.items():
+        text = f"out{char}gpj.exe"
+        assert for_terminal(text) == f"out{shown}gpj.exe"
+        comment = for_c_comment(text)
+        assert comment == f"out<U+{ord(char):04X}>gpj.exe" and comment.isascii() and comment.isprintable()
+    assert for_terminal("a\nb\tc") == "a\nb\tc" and for_terminal("a\nb", keep_newlines=False) == "a\\nb"
+    assert for_terminal("\ud800") == "\\ud800"  # a lone surrogate, which no encoder would write
+
+
+def test_ordinary_names_stay_readable_in_every_sink():
+    for name in ORDINARY:
+        assert for_terminal(name) == name
+        assert escape_markdown(name) == name.replace("_", "\\_")
+    report = dataclasses.replace(full_report(), model=dataclasses.replace(full_report().model, source=" ".join(ORDINARY)))
+    suite = ET.fromstring(render_junit(report)).find("testsuite")
+    assert suite.get("name") == "edge-export parity: " + " ".join(ORDINARY)
+    assert "<code>conv\\_é 日本語の層 وزن Ελληνικά ok ✅ ⚠️</code>" in render_markdown(report)
