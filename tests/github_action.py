@@ -116,18 +116,17 @@ def _read_outputs(path: Path) -> dict[str, str]:
     return outputs
 
 
-def run_action(action_path: Path, workspace: Path, inputs: Mapping[str, str], env: Mapping[str, str], temp: Path) -> ActionRun:
-    """Run the composite action at ``action_path`` (its action.yml) with ``inputs`` in ``workspace``."""
-    action = load_action(action_path / "action.yml")
-    if action["runs"]["using"] != "composite":
-        raise UnsupportedAction("not a composite action")
-    context: dict[str, Any] = {
+def _context(action: dict, action_path: Path, workspace: Path, inputs: Mapping[str, str], temp: Path) -> dict[str, Any]:
+    return {
         "inputs": _inputs(action, inputs),
         "github": {"action_path": str(action_path), "workspace": str(workspace)},
         "runner": {"os": "Linux", "temp": str(temp)},
         "steps": {},
     }
-    base_env = {
+
+
+def _base_env(action_path: Path, workspace: Path, env: Mapping[str, str], temp: Path) -> dict[str, str]:
+    return {
         **env,
         "GITHUB_ACTIONS": "true",
         "CI": "true",
@@ -136,6 +135,15 @@ def run_action(action_path: Path, workspace: Path, inputs: Mapping[str, str], en
         "RUNNER_TEMP": str(temp),
         "RUNNER_OS": "Linux",
     }
+
+
+def run_action(action_path: Path, workspace: Path, inputs: Mapping[str, str], env: Mapping[str, str], temp: Path) -> ActionRun:
+    """Run the composite action at ``action_path`` (its action.yml) with ``inputs`` in ``workspace``."""
+    action = load_action(action_path / "action.yml")
+    if action["runs"]["using"] != "composite":
+        raise UnsupportedAction("not a composite action")
+    context = _context(action, action_path, workspace, inputs, temp)
+    base_env = _base_env(action_path, workspace, env, temp)
     runs: list[StepRun] = []
     exit_code = 0
     for index, step in enumerate(action["runs"]["steps"]):
@@ -156,6 +164,20 @@ def run_action(action_path: Path, workspace: Path, inputs: Mapping[str, str], en
             break
     outputs = {n: substitute(str(spec.get("value", "")), context) for n, spec in (action.get("outputs") or {}).items()}
     return ActionRun(exit_code, runs, outputs, "".join(r.summary for r in runs))
+
+
+def run_one_step(action_path: Path, step_id: str, workspace: Path, inputs: Mapping[str, str], env: Mapping[str, str],
+                 temp: Path, earlier_outputs: Mapping[str, Mapping[str, str]]) -> StepRun:
+    """Run only the ``run:`` step ``step_id`` of the action, as if the steps before it had set
+    ``earlier_outputs`` (step id -> outputs): for what a step does with its inputs alone, such as
+    refusing them, without the steps that install anything."""
+    action = load_action(action_path / "action.yml")
+    context = _context(action, action_path, workspace, inputs, temp)
+    context["steps"] = {sid: {"outputs": dict(outputs)} for sid, outputs in earlier_outputs.items()}
+    index, step = next((i, s) for i, s in enumerate(action["runs"]["steps"]) if s.get("id") == step_id)
+    if step.get("shell") != "bash" or "run" not in step:
+        raise UnsupportedAction(f"step {step_id!r} is not a shell: bash run step")
+    return _run_step(step_id, index, step, context, _base_env(action_path, workspace, env, temp), workspace, temp)
 
 
 def _run_step(name: str, index: int, step: dict, context: Mapping[str, Any], base_env: Mapping[str, str],

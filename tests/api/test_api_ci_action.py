@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from cli_harness import REPO, validate_report
-from github_action import ActionRun, run_action
+from github_action import ActionRun, StepRun, run_action, run_one_step
 
 WORKFLOW = REPO / "examples" / "ci" / "parity-gate.yml"
 # Only what cannot work on this machine differs from the workflow's inputs: the interpreter (no
@@ -195,3 +195,56 @@ def test_export_options_with_validate_are_exit_2_before_anything_runs(tmp_path, 
     assert "are export options" in run.steps[-1].stdout  # the ::error annotation the runner shows
     assert run.summary.startswith("# edge-export: ❌ exit code 2, no report")
     assert not any((repo / workflow_action_step()["with"]["output-dir"]).iterdir())  # nothing ran, nothing written
+
+
+# ---- workflow commands: only the action's own ------------------------------------------------------
+# The runner reads every line of a step's output that starts with '::' as a workflow command, and
+# decodes %25, %0D and %0A in a command's message (@actions/core's escapeData).
+INJECTED = "\n::warning::x\n::add-mask::y 100% %0A"
+
+
+def _edge_export_step(tmp_path: Path, **changed: str) -> StepRun:
+    """Only the step that runs edge-export, with the workflow's inputs (and ``changed``), as if the
+    install step had installed edge-export for this environment's Python (no pip run)."""
+    workspace = tmp_path / "user-repository"
+    workspace.mkdir()
+    inputs = {**workflow_action_step()["with"], **RUNNER_INPUTS, "python": sys.executable, **changed}
+    return run_one_step(REPO, "edge-export", workspace, inputs, _runner_env(), tmp_path / "runner-temp",
+                        {"install": {"python": sys.executable}})
+
+
+def _command_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.lstrip().startswith("::")]
+
+
+def _decoded(message: str) -> str:
+    return message.replace("%0A", "\n").replace("%0D", "\r").replace("%25", "%")
+
+
+def test_a_multi_line_command_input_starts_no_workflow_command_of_its_own(tmp_path):
+    step = _edge_export_step(tmp_path, command="export" + INJECTED)
+    assert step.exit_code == 2, step.stdout + step.stderr
+    (line,) = _command_lines(step.stdout)  # the whole of stdout: no ::warning::, no ::add-mask::
+    head = "::error title=edge-export action::"
+    assert line.startswith(head)
+    assert "%0A::warning::x%0A::add-mask::y 100%25 %250A'" in line  # encoded, '%' first
+    assert _decoded(line[len(head):]) == f"Unknown command 'export{INJECTED}': use export or validate."
+    assert _command_lines(step.stderr) == []
+    assert step.outputs == {"exit-code": "2", "verdict": "error"}
+
+
+def test_model_text_in_edge_exports_log_is_no_workflow_command(tmp_path):
+    """A .tflite path with line breaks: edge-export's error quotes it, and its lines that start with
+    '::' come while the runner ignores commands, between a random token's stop and resume."""
+    model = "gone" + INJECTED + ".tflite"
+    step = _edge_export_step(tmp_path, command="validate", model=model, reference="gone.pt2", baseline="", args="")
+    assert step.exit_code == 2, step.stdout + step.stderr
+    assert "\n::warning::x\n" in step.stderr  # the path as edge-export printed it (its own lines)
+    stop, resume = _command_lines(step.stdout)
+    token = stop.removeprefix("::stop-commands::")
+    assert len(token) == 32 and int(token, 16) >= 0 and resume == f"::{token}::"
+    assert token not in step.stderr
+    # GITHUB_OUTPUT: one name=value line per output, whatever line breaks the path had
+    names = [line.split("=", 1)[0] for line in step.output_file.splitlines()]
+    assert sorted(names) == sorted(["exit-code", "tflite", "report", "report-markdown", "junit", "worst-sqnr", "verdict"])
+    assert step.outputs["verdict"] == "error" and step.outputs["tflite"] == " ".join(model.splitlines())
