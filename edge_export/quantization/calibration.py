@@ -13,7 +13,8 @@ Accepted sources:
 - a folder of JPEG/PNG images (one 4-D image input): resized, scaled to [0, 1], normalized with
   ``mean``/``std`` and laid out as ``nchw`` or ``nhwc``.
 An array holds either one sample (the spec's shape) or a stack ``(N, *spec.shape)``; with batch 1 a
-stack ``(N, *spec.shape[1:])`` is read as N samples as well.
+stack ``(N, *spec.shape[1:])`` is read as N samples as well. How much a source may make edge-export
+read and decode is bounded before anything is decoded (calibration_bounds.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..config import InputSpec
 from ..errors import CalibrationDataError, UsageError, map_exceptions
+from .calibration_bounds import HINT_FEWER_ARRAYS, check_decode_budget, check_image_headers, list_calibration_folder, open_calibration_image
 
 __all__ = [
     "DEFAULT_CALIBRATION_SAMPLES",
@@ -183,11 +185,8 @@ def _samples_for(arr: np.ndarray, spec: InputSpec, position: int, origin: str) -
     return _split_samples(arr, spec, position, origin)
 
 
-def _check_npy_header(stream, stored_bytes: int, origin: str) -> None:
-    """Refuse an .npy whose header declares more data than the file holds or than memory can take,
-    before numpy allocates it (a 129-byte file can declare 256 GiB)."""
-    from ..memory import ensure_memory_for, format_bytes
-
+def _npy_header(stream) -> tuple[tuple, np.dtype] | None:
+    """(shape, dtype) from an .npy header; None for a newer format or no header (np.load reports it)."""
     try:
         version = np.lib.format.read_magic(stream)
         if version == (1, 0):
@@ -195,9 +194,34 @@ def _check_npy_header(stream, stored_bytes: int, origin: str) -> None:
         elif version == (2, 0):
             shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
         else:
-            return  # newer formats: np.load checks them itself
+            return None
     except (OSError, ValueError, EOFError):
-        return  # not an .npy header: np.load reports it
+        return None
+    return shape, dtype
+
+
+def _declared_npy_bytes(path: Path) -> int:
+    """What an .npy file's header says its array takes (0 when it has no readable header)."""
+    try:
+        with path.open("rb") as fh:
+            header = _npy_header(fh)
+    except OSError:
+        return 0  # np.load reports an unreadable file
+    if header is None:
+        return 0
+    shape, dtype = header
+    return int(np.prod(shape, dtype=object)) * dtype.itemsize
+
+
+def _check_npy_header(stream, stored_bytes: int, origin: str) -> None:
+    """Refuse an .npy whose header declares more data than the file holds or than memory can take,
+    before numpy allocates it (a 129-byte file can declare 256 GiB)."""
+    from ..memory import ensure_memory_for, format_bytes
+
+    header = _npy_header(stream)
+    if header is None:
+        return
+    shape, dtype = header
     declared = int(np.prod(shape, dtype=object)) * dtype.itemsize if dtype.itemsize else 0
     if declared > stored_bytes:
         raise CalibrationDataError(
@@ -253,12 +277,13 @@ def _from_npz(path: Path, specs: Sequence[InputSpec]) -> list[tuple]:
     ):
         try:
             with zipfile.ZipFile(path) as zf:
-                check_npz_members(zf, f"the calibration archive {path}")
+                declared = check_npz_members(zf, f"the calibration archive {path}")
         except UnsafeNpz as exc:
             raise CalibrationDataError(
                 f"The calibration archive {path} is not usable: {exc}.",
                 "Write it with numpy.savez or numpy.savez_compressed, one plain numeric array per input.",
             ) from None
+        check_decode_budget(path, declared, "arrays", hint=HINT_FEWER_ARRAYS)
         archive = np.load(path, allow_pickle=False)
     with archive:
         keys = list(archive.files)
@@ -308,6 +333,10 @@ def _from_npy(path: Path, specs: Sequence[InputSpec]) -> list[tuple]:
 
 def _from_npy_folder(path: Path, files: list[Path], specs: Sequence[InputSpec]) -> list[tuple]:
     spec = _single_input(specs, path, "The folder of .npy files")
+    total = 0
+    for f in files:  # every header first: the budget is refused before any array is read
+        total += _declared_npy_bytes(f)
+        check_decode_budget(path, total, "arrays", len(files))
     samples: list[tuple] = []
     for f in files:
         samples.extend((s,) for s in _samples_for(_load_array(f), spec, 0, str(f)))
@@ -370,28 +399,37 @@ def _from_images(
             raise UsageError(f"{label} has {values.size} values; the image input has {channels} channels.")
     if np.any(std_arr == 0):
         raise UsageError("--std has a zero value; it divides the pixel values.")
-    from ..memory import ensure_memory_for
-
+    files = files[: max_samples or len(files)]
+    # Pillow's decoders also raise SyntaxError ("broken PNG file") and struct.error on damaged files
+    errors = (UnidentifiedImageError, Image.DecompressionBombError, Image.DecompressionBombWarning, OSError, ValueError, SyntaxError, struct.error)
+    check_image_headers(path, files, errors)
     samples = []
-    for f in files[: max_samples or len(files)]:
-        with map_exceptions(
-            # Pillow's decoders also raise SyntaxError ("broken PNG file") and struct.error on damaged files
-            {(UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError, SyntaxError, struct.error): CalibrationDataError},
-            f"Cannot read the calibration image {f}: {{error}}.",
-            "Remove the file or replace it with a valid JPEG/PNG image.",
-        ):
-            with Image.open(f) as img:
-                # The header's size, before any pixel is decoded: RGB bytes plus the float32 copy.
-                ensure_memory_for(img.width * img.height * 4 * 16, f"The calibration image {f} ({img.width}x{img.height} pixels)",
-                                  "Resize the image files, or remove this one.", CalibrationDataError)
-                img = img.convert("RGB" if channels == 3 else "L").resize((width, height), Image.BILINEAR)
-                pixels = np.asarray(img, dtype=np.float32) / 255.0
+    for f in files:
+        pixels = _decoded_image(f, channels, (width, height), errors)
         if pixels.ndim == 2:
             pixels = pixels[:, :, None]
         pixels = (pixels - mean_arr) / std_arr  # HWC, normalized per channel
         arr = pixels.transpose(2, 0, 1) if layout == "nchw" else pixels
         samples.append((arr[None].astype(spec.dtype),))
     return samples
+
+
+def _decoded_image(path: Path, channels: int, size: tuple[int, int], errors: tuple[type[BaseException], ...]) -> np.ndarray:
+    """One image as float32 HWC (or HW) in [0, 1], resized to ``size`` (width, height)."""
+    from PIL import Image
+
+    from ..memory import ensure_memory_for
+
+    with map_exceptions(
+        {errors: CalibrationDataError},
+        f"Cannot read the calibration image {path}: {{error}}.",
+        "Remove the file or replace it with a valid JPEG/PNG image.",
+    ), open_calibration_image(path) as img:
+        # The header's size, before any pixel is decoded: RGB bytes plus the float32 copy.
+        ensure_memory_for(img.width * img.height * 4 * 16, f"The calibration image {path} ({img.width}x{img.height} pixels)",
+                          "Resize the image files, or remove this one.", CalibrationDataError)
+        img = img.convert("RGB" if channels == 3 else "L").resize(size, Image.BILINEAR)
+        return np.asarray(img, dtype=np.float32) / 255.0
 
 
 def load_calibration_data(
@@ -415,7 +453,7 @@ def load_calibration_data(
     if not p.exists():
         raise CalibrationDataError(f"Calibration data {p} does not exist.", "Check the --calibration-data path.")
     if p.is_dir():
-        entries = sorted(e for e in p.iterdir() if e.is_file() and not e.name.startswith("."))
+        entries = list_calibration_folder(p)
         npys = [e for e in entries if e.suffix.lower() == ".npy"]
         images = [e for e in entries if e.suffix.lower() in IMAGE_SUFFIXES]
         if not npys and not images:
@@ -429,7 +467,7 @@ def load_calibration_data(
                 "Keep one kind of calibration file per folder.",
             )
         if npys:
-            samples = _from_npy_folder(p, npys, input_specs)
+            samples = _from_npy_folder(p, npys[:max_samples], input_specs)  # each file holds a sample or more
         else:
             samples = _from_images(p, images, input_specs, image_size, mean, std, layout, max_samples)
     elif p.suffix.lower() == ".npz":

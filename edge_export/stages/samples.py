@@ -35,6 +35,10 @@ def calibration_sets(options: ExportOptions, specs: list[InputSpec], example: tu
     from ..quantization import DEFAULT_CALIBRATION_SAMPLES, load_calibration_data, synthetic_calibration
 
     if options.calibration_data:
+        # --calibration-samples N reads the files of N samples and of the held-out ones, no more: a
+        # folder is bounded by what it decodes to (quantization/calibration_bounds.py), and N is
+        # the way under that bound
+        wanted = options.calibration_samples + options.samples if options.calibration_samples else None
         data = load_calibration_data(
             options.calibration_data,
             specs,
@@ -42,6 +46,7 @@ def calibration_sets(options: ExportOptions, specs: list[InputSpec], example: tu
             mean=options.mean,
             std=options.std,
             layout=options.image_layout,
+            max_samples=wanted,
         )
         if len(data) < 2:
             raise UsageError(
@@ -49,8 +54,7 @@ def calibration_sets(options: ExportOptions, specs: list[InputSpec], example: tu
                 "(some are held out to check parity on inputs the model was not calibrated on).",
                 "Add more samples.",
             )
-        holdout_n = min(options.samples, max(1, len(data) // 4))
-        calibration, holdout = data.split(holdout_n)
+        calibration, holdout = data.split(holdout_count(len(data), options))
         calibration = calibration.limit(options.calibration_samples)
         parity = [tuple(torch.from_numpy(np_array_copy(a)) for a in sample) for sample in holdout.samples]
         return calibration, parity
@@ -58,6 +62,13 @@ def calibration_sets(options: ExportOptions, specs: list[InputSpec], example: tu
     # a seed apart from the parity inputs' seed, so parity never runs on calibration inputs
     calibration = synthetic_calibration(specs, n, seed=options.seed + 1_000_003, like=example, layout=options.image_layout)
     return calibration, None
+
+
+def holdout_count(available: int, options: ExportOptions) -> int:
+    """How many of the real samples parity checks instead of calibrating on: --samples of them, but
+    at most a quarter of the data, or, with --calibration-samples, what is left after those."""
+    left = available - options.calibration_samples if options.calibration_samples else available // 4
+    return min(options.samples, max(1, left))
 
 
 def np_array_copy(a: Any) -> Any:
