@@ -172,3 +172,45 @@ def test_stale_map_beside_a_file_that_kept_its_names_is_not_used(micro, run_cli,
     res = run_cli("validate", copy, "--reference", micro.source, "--per-layer")
     assert res.exit_code == 0, res.stderr
     assert json.loads((tmp_path / "cnn.validate.report.json").read_text())["per_layer"]["layers"]
+
+
+# ---- names that show nothing or reorder what follows (issue 36) ------------------------------------
+# An output key and a .tflite name a model's author chose: bidi overrides and isolates, zero-width
+# characters, a line separator, C0 controls and %-encoded text, through a real micro export.
+SPOOF_OUTPUT = "logits\u202e\u2066txt.exe\u2069\u200b\ufeff\u2028\x0b%0A::warning::x"
+SPOOF_STEM = "out\u2066\u200b"
+RAW = ("\u202e", "\u2066", "\u2069", "\u200b", "\ufeff", "\u2028", "\x0b")
+
+
+class _SpoofOutput(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return {SPOOF_OUTPUT: self.conv(x).mean(dim=(2, 3))}
+
+
+@pytest.mark.slow  # a micro export: 11 s (42 s under load) measured on the shared 2 cores
+def test_invisible_characters_reach_every_sink_only_escaped(tmp_path, run_cli):
+    source = tmp_path / "spoof.pt2"
+    torch.export.save(torch.export.export(_SpoofOutput().eval(), (torch.randn(1, 3, 8, 8),)), source)
+    out = tmp_path / f"{SPOOF_STEM}.tflite"
+    res = run_cli(source, "--target", "micro", "-o", out, "--junit", tmp_path / "spoof.junit.xml", "--samples", "2",
+                  "--calibration-samples", "16", "--quant-backend", "flatbuffer")
+    assert res.exit_code == 0, res.stderr
+    md = out.with_name(f"{SPOOF_STEM}.report.md").read_text()
+    xml = (tmp_path / "spoof.junit.xml").read_text()
+    bundle = "".join(p.read_text() for p in sorted(out.with_name(f"{SPOOF_STEM}_micro").iterdir()))
+    for sink, text in {"report.md": md, "junit": xml, "C bundle": bundle, "terminal": res.stdout + res.stderr}.items():
+        assert [hex(ord(c)) for c in text if c in RAW] == [], sink
+        assert not any(line.lstrip().startswith("::") for line in text.splitlines()), sink
+    assert "<code>logits\\\\u202e\\\\u2066txt\\.exe\\\\u2069\\\\u200b\\\\ufeff\\\\u2028\\\\x0b%0A\\:\\:warning\\:\\:x</code>" in md
+    assert "out\\\\u2066\\\\u200b\\.tflite" in md
+    import xml.etree.ElementTree as ET
+
+    names = [case.get("name") for case in ET.fromstring(xml).iter("testcase")]
+    assert "output 0 logits\\u202e\\u2066txt.exe\\u2069\\u200b\\ufeff\\u2028\\x0b%0A::warning::x (regression)" in names
+    assert "// out<U+2066><U+200B>.tflite as a C array" in bundle
+    assert "(logits<U+202E><U+2066>txt.exe<U+2069><U+200B><U+FEFF><U+2028><U+000B>%0A::warning::x)" in bundle
+    assert "logits\\u202e\\u2066txt.exe\\u2069\\u200b\\ufeff\\u2028" in res.stdout  # the summary's worst output
