@@ -15,6 +15,7 @@ from .rewrite_one_hot_as_comparison_pass import rewrite_one_hot_as_comparison_pa
 from .rewrite_patch_folds_as_reshapes_pass import rewrite_patch_folds_as_reshapes_pass
 from .rewrite_ops_for_edgetpu_pass import rewrite_ops_for_edgetpu_pass
 from .rewrite_prelus_as_litert_prelu_pass import rewrite_prelus_as_litert_prelu_pass
+from .rewrite_reflect_replicate_pads_pass import rewrite_reflect_replicate_pads_pass
 from .rewrite_sorts_as_topk_v2_pass import rewrite_sorts_as_topk_v2_pass
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "rewrite_one_hot_as_comparison_pass",
     "rewrite_ops_for_edgetpu_pass",
     "rewrite_prelus_as_litert_prelu_pass",
+    "rewrite_reflect_replicate_pads_pass",
     "rewrite_patch_folds_as_reshapes_pass",
     "rewrite_sorts_as_topk_v2_pass",
 ]

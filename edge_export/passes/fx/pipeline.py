@@ -19,6 +19,7 @@ from .rewrite_expands_as_broadcasts_pass import rewrite_expands_as_broadcasts_pa
 from .rewrite_one_hot_as_comparison_pass import rewrite_one_hot_as_comparison_pass
 from .rewrite_patch_folds_as_reshapes_pass import rewrite_patch_folds_as_reshapes_pass
 from .rewrite_prelus_as_litert_prelu_pass import rewrite_prelus_as_litert_prelu_pass
+from .rewrite_reflect_replicate_pads_pass import rewrite_reflect_replicate_pads_pass
 from .rewrite_sorts_as_topk_v2_pass import rewrite_sorts_as_topk_v2_pass
 from .rewrites import FxRewrite
 
@@ -32,6 +33,7 @@ _REWRITES = (
     rewrite_expands_as_broadcasts_pass,
     rewrite_patch_folds_as_reshapes_pass,
     rewrite_prelus_as_litert_prelu_pass,
+    rewrite_reflect_replicate_pads_pass,
 )
 
 
