@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelLoadError, UsageError, first_line
+from .safetensors_header import check_weight_files
 from .task import check_causal_lm_config
 
 __all__ = ["LanguageModelSource", "PICKLE_WEIGHT_SUFFIXES", "prepare_model_directory", "load_tokenizer", "check_chat_template"]
@@ -80,6 +81,7 @@ def prepare_model_directory(source: str, work: Path, *, tokenizer: str | None = 
             "(config.json, *.safetensors, tokenizer.json) or a package.module:attr returning a causal LM.",
             "Save the model with save_pretrained(folder) and its tokenizer beside it.",
         )
+    check_weight_files(folder)  # before transformers or litert-torch opens a weight file
     config = check_causal_lm_config(folder)
     tok_folder = _check_tokenizer_files(folder, Path(tokenizer) if tokenizer else None)
     safe, pickled = _weight_files(folder)
@@ -144,7 +146,9 @@ def load_tokenizer(folder: Path) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(folder))
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except MemoryError:  # the bounded check's memory limit: reported as such, not as a bad file
+        raise
     except Exception as exc:  # boundary: tokenizer files written by anyone
         raise ModelLoadError(f"Cannot load the tokenizer in {folder}: {first_line(exc)}.", "Save it again with save_pretrained().") from exc
 
@@ -159,6 +163,8 @@ def check_chat_template(tokenizer: Any) -> str | None:
         raise UsageError("The tokenizer has several named chat templates; edge-export packages one.", "Keep one template in chat_template.jinja.")
     try:
         text = tokenizer.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=False, add_generation_prompt=True)
+    except MemoryError:  # the bounded check's memory limit: reported as such, not as a bad template
+        raise
     except Exception as exc:  # boundary: the template is user-written Jinja
         raise UsageError(
             f"The tokenizer's chat template does not render a user message: {first_line(exc)}.",
