@@ -57,6 +57,21 @@ def fold_layout_transposes(model_bytes: bytes) -> bytes:
     return pack_model(model, source=model_bytes) if any(changed) else model_bytes
 
 
+def reset_lstm_states(model_bytes: bytes) -> bytes:
+    """The model with a FILL zeroing each fused LSTM's state before every invocation
+    (``passes.flatbuffer.reset_lstm_states_pass``: otherwise each call starts from the previous
+    call's final state), or the same bytes when it has no UNIDIRECTIONAL_SEQUENCE_LSTM."""
+    from .flatbuffer import has_builtin_operator
+
+    if not has_builtin_operator(model_bytes, "UNIDIRECTIONAL_SEQUENCE_LSTM"):
+        return model_bytes
+    from .flatbuffer import pack_model, read_model
+    from .passes.flatbuffer.reset_lstm_states_pass import reset_lstm_states_pass
+
+    model = read_model(model_bytes)
+    return pack_model(model, source=model_bytes) if reset_lstm_states_pass(model) else model_bytes
+
+
 def _has_transpose(model_bytes: bytes) -> bool:
     from .flatbuffer import has_builtin_operator
 
@@ -160,8 +175,8 @@ def convert_module(
         else:
             check_converted_model(converted)  # outside the handler: its errors are already ours
             failure = None
-    if failure is None:  # our own rewrite, outside the boundary: a bug in it is not the model's failure
-        return fold_layout_transposes(converted)
+    if failure is None:  # our own rewrites, outside the boundary: a bug in them is not the model's failure
+        return reset_lstm_states(fold_layout_transposes(converted))
     stage = "Tracing the model with torch.export" if tracing else "Converting the traced graph to LiteRT"
     where = loc.describe()
     message = f"{stage} failed" + (f" {where}" if where else "") + f". PyTorch says: {loc.reason}"

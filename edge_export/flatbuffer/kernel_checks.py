@@ -215,15 +215,18 @@ def check_dataflow(
 ) -> None:
     """Operators run in file order: no tensor may be written twice, or over a subgraph input or a
     constant, or read before the operator that writes it. A mutated output index that broke this
-    (a RESHAPE writing over a CONV_2D's output) segfaulted XNNPACK."""
+    (a RESHAPE writing over a CONV_2D's output) segfaulted XNNPACK. The one variable an operator
+    may write is a fused LSTM's state (inputs 18 and 19): the converter writes an initial state
+    computed at run time there, and edge-export a FILL that resets it before every invocation."""
     constant = {t.index for t in tensors if t.is_constant or math.prod(t.shape) == 0}
+    states = {op.inputs[k] for op in ops if op.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM" for k in (18, 19) if k < len(op.inputs)}
     writer: dict[int, int] = {}
     for op in ops:
         where = f"operator {op.index} of subgraph {sg_index} ({op.opcode})"
         for o in op.outputs:
             if o in writer:
                 raise malformed(f"{where} writes tensor {o}, which operator {writer[o]} already writes")
-            if o in inputs or o in constant or o in variables:
+            if o in inputs or o in constant or (o in variables and o not in states):
                 raise malformed(f"{where} writes over tensor {o}, an input or constant of the subgraph")
             writer[o] = op.index
     # A tensor that no operator writes is left as the runtime allocates it (a test model may mean

@@ -19,6 +19,7 @@ from .pipeline import FlatbufferPass, PassPipelineResult, pass_name, run_flatbuf
 from .quantize_embedding_tables_pass import quantize_embedding_tables_pass
 from .remove_noop_operators_pass import remove_noop_operators_pass
 from .rename_signature_pass import rename_signature_pass
+from .reset_lstm_states_pass import reset_lstm_states_pass
 from .repair_signature_outputs_pass import repair_signature_outputs_pass
 from .saturate_infinite_constants_pass import saturate_infinite_constants_pass
 from .round_to_float16_pass import round_to_float16_pass
@@ -52,6 +53,7 @@ __all__ = [
     "quantize_embedding_tables_pass",
     "remove_noop_operators_pass",
     "rename_signature_pass",
+    "reset_lstm_states_pass",
     "reorder_operators_for_edgetpu_pass",
     "repair_signature_outputs_pass",
     "restore_tensor_names_pass",

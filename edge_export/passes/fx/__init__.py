@@ -11,6 +11,7 @@ from .refuse_unrunnable_ops_pass import refuse_unrunnable_ops_pass
 from .restore_source_functions_pass import restore_source_functions_pass
 from .rewrite_covering_pools_as_means_pass import rewrite_covering_pools_as_means_pass
 from .rewrite_expands_as_broadcasts_pass import rewrite_expands_as_broadcasts_pass
+from .rewrite_lstms_as_sequence_lstm_pass import rewrite_lstms_as_sequence_lstm_pass
 from .rewrite_one_hot_as_comparison_pass import rewrite_one_hot_as_comparison_pass
 from .rewrite_patch_folds_as_reshapes_pass import rewrite_patch_folds_as_reshapes_pass
 from .rewrite_ops_for_edgetpu_pass import rewrite_ops_for_edgetpu_pass
@@ -25,6 +26,7 @@ __all__ = [
     "restore_source_functions_pass",
     "rewrite_covering_pools_as_means_pass",
     "rewrite_expands_as_broadcasts_pass",
+    "rewrite_lstms_as_sequence_lstm_pass",
     "rewrite_one_hot_as_comparison_pass",
     "rewrite_ops_for_edgetpu_pass",
     "rewrite_prelus_as_litert_prelu_pass",

@@ -16,6 +16,7 @@ from typing import Any
 from .refuse_unrunnable_ops_pass import refuse_unrunnable_ops_pass
 from .rewrite_covering_pools_as_means_pass import rewrite_covering_pools_as_means_pass
 from .rewrite_expands_as_broadcasts_pass import rewrite_expands_as_broadcasts_pass
+from .rewrite_lstms_as_sequence_lstm_pass import rewrite_lstms_as_sequence_lstm_pass
 from .rewrite_one_hot_as_comparison_pass import rewrite_one_hot_as_comparison_pass
 from .rewrite_patch_folds_as_reshapes_pass import rewrite_patch_folds_as_reshapes_pass
 from .rewrite_prelus_as_litert_prelu_pass import rewrite_prelus_as_litert_prelu_pass
@@ -32,6 +33,7 @@ _REWRITES = (
     rewrite_one_hot_as_comparison_pass,
     rewrite_expands_as_broadcasts_pass,
     rewrite_patch_folds_as_reshapes_pass,
+    rewrite_lstms_as_sequence_lstm_pass,
     rewrite_prelus_as_litert_prelu_pass,
     rewrite_reflect_replicate_pads_pass,
 )
