@@ -66,7 +66,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from ...errors import UsageError
-from ..base import FinishedRun, FinishedTarget, TargetCheck, TargetContext, TargetOption, TargetPlugin, register_target
+from ..base import (
+    FinishedRun, FinishedTarget, RewrittenFlatbuffer, TargetCheck, TargetContext, TargetOption, TargetPlugin, register_target,
+)
 from ..operator_rules import OperatorRules
 from ..registry import ReportSection
 from .precision import GPU_PRECISION_REPORT_SECTION
@@ -583,6 +585,15 @@ class GpuTarget(TargetPlugin):
                 "Drop --quantize, or use --quantize fp16 (half the size, the delegate's native precision).",
             )
         return options, []
+
+    def rewrite_flatbuffer(self, model: FlatbufferModel) -> RewrittenFlatbuffer:
+        # FLATBUFFER PASS: operands of different ranks (a Linear's [T, D] folded into a residual ADD
+        # with [1, T, D]) split the delegate's partitions; one rank, the same values
+        from ...passes.flatbuffer.pipeline import run_flatbuffer_passes
+        from ...passes.flatbuffer.reshape_operands_to_one_rank_pass import reshape_operands_to_one_rank_pass
+
+        result = run_flatbuffer_passes(model, (reshape_operands_to_one_rank_pass,), origin="the GPU model")
+        return RewrittenFlatbuffer(result.model)
 
     def check(self, context: TargetContext) -> TargetCheck:
         analyzer = run_gpu_analyzer(context.model)
