@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from ..errors import ModelLoadError, UsageError, first_line
 from .evaluation import judge_prompt, thresholds_for
 from .export import export_float_flatbuffer
-from .loading import LanguageModelSource, check_chat_template, load_tokenizer, prepare_model_directory
+from .loading import LanguageModelSource, load_tokenizer, prepare_model_directory
 from .options import LanguageModelOptions
 from .packaging import PackageMetadata, build_litertlm, package_metadata
 from .parity import ReferenceRun, reference_runs, runtime_texts
@@ -19,6 +19,7 @@ from .recipes import AUTO_ORDER, quantize_language_model, weight_groups
 from .report import LanguageModelSection, LlmMeasurements, LlmRecipeAttempt
 from .signatures import SignatureDriver
 from .task import TEXT_GENERATION
+from .tokenizer_check import check_tokenizer_bounded
 
 __all__ = ["RecipeContext", "RecipeResult", "check_prompt_lengths", "recipes_to_try", "prepare", "reference_context", "check_recipe", "check_recipes", "export_and_check"]
 
@@ -93,9 +94,9 @@ def prepare(source: str, work: Path, prompts: tuple[str, ...], options: Language
     """Every check that needs no export: the extra, the directory, tokenizer, chat template and prompt lengths."""
     check_llm_extra()
     src = prepare_model_directory(source, work / "model", tokenizer=options.tokenizer, trust_pickle=options.trust_pickle)
-    tokenizer = load_tokenizer(src.folder)
-    template = check_chat_template(tokenizer)
-    check_prompt_lengths(tokenizer, prompts, options)
+    # first in a confined child with time and memory limits: the tokenizer files and template are the folder's code
+    template = check_tokenizer_bounded(src.folder, lambda tok: check_prompt_lengths(tok, prompts, options))
+    tokenizer = load_tokenizer(src.folder)  # the same files, now known to load within those limits
     return src, tokenizer, template, package_metadata(tokenizer, src.config, options.cache_length, template)
 
 
