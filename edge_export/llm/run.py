@@ -95,7 +95,8 @@ def prepare(source: str, work: Path, prompts: tuple[str, ...], options: Language
     check_llm_extra()
     src = prepare_model_directory(source, work / "model", tokenizer=options.tokenizer, trust_pickle=options.trust_pickle)
     # first in a confined child with time and memory limits: the tokenizer files and template are the folder's code
-    template = check_tokenizer_bounded(src.folder, lambda tok: check_prompt_lengths(tok, prompts, options))
+    template = check_tokenizer_bounded(src.folder, lambda tok: check_prompt_lengths(tok, prompts, options),
+                                       shown=Path(options.tokenizer or source))
     tokenizer = load_tokenizer(src.folder)  # the same files, now known to load within those limits
     return src, tokenizer, template, package_metadata(tokenizer, src.config, options.cache_length, template)
 

@@ -57,7 +57,7 @@ def tokenizer_limits() -> TokenizerLimits:
     return TokenizerLimits(_number(TIME_LIMIT_ENV, _DEFAULT_SECONDS, 1, 3600), int(_number(MEMORY_LIMIT_ENV, _DEFAULT_MIB, 64, 1 << 20)))
 
 
-def _checked_in_child(folder: Path, check_prompts: Callable[[Any], None] | None, channel: Any) -> str | None:
+def _checked_in_child(folder: Path, shown: Path, check_prompts: Callable[[Any], None] | None, channel: Any) -> str | None:
     """Runs in the confined child: every step that reads the tokenizer files or runs the template."""
     from .loading import check_chat_template, load_tokenizer
 
@@ -78,7 +78,7 @@ def _checked_in_child(folder: Path, check_prompts: Callable[[Any], None] | None,
         raise
     except BaseException as exc:  # boundary: any failure (a Rust panic is a BaseException) of someone else's files
         raise ModelLoadError(
-            f"The tokenizer in {folder} failed while {step}: {first_line(exc, with_type=True)}.",
+            f"The tokenizer in {shown} failed while {step}: {first_line(exc, with_type=True)}.",
             "Check tokenizer.json and tokenizer_config.json, or save the tokenizer again with save_pretrained().",
         ) from None
 
@@ -99,11 +99,13 @@ def _preload() -> None:
             pass  # the child reports it the way the load does
 
 
-def check_tokenizer_bounded(folder: Path, check_prompts: Callable[[Any], None] | None = None) -> str | None:
+def check_tokenizer_bounded(folder: Path, check_prompts: Callable[[Any], None] | None = None, *, shown: Path | None = None) -> str | None:
     """Load the tokenizer in ``folder``, check its chat template renders and run ``check_prompts`` on
     it, in a confined child within the limits; the template (None without one). Exit 2 for a bad
-    tokenizer or template, and for either limit hit."""
+    tokenizer or template, and for either limit hit. ``shown``: the folder the user named, for the
+    messages (``folder`` may be a private work copy)."""
     limits = tokenizer_limits()
+    shown = shown or folder
     if not hasattr(os, "fork"):  # Windows: no child to bound; the checks run here as before
         from .loading import check_chat_template, load_tokenizer
 
@@ -117,17 +119,17 @@ def check_tokenizer_bounded(folder: Path, check_prompts: Callable[[Any], None] |
     _preload()
     steps: list[str] = []
     try:
-        template, _ = run_confined(_checked_in_child, folder, check_prompts, on_stage=steps.append,
+        template, _ = run_confined(_checked_in_child, folder, shown, check_prompts, on_stage=steps.append,
                                    time_limit=limits.seconds, memory_limit=limits.mib << 20)
     except LimitExceeded as exc:
         step = steps[-1] if steps and steps[-1] in (_LOADING, _RENDERING, _TOKENIZING) else _LOADING
-        raise _limit_error(folder, step, exc, limits) from None
+        raise _limit_error(shown, step, exc, limits) from None
     except EdgeExportError:
         raise
     except RuntimeError as exc:  # the child ended some other way (its text, never an object, came back)
-        raise ModelLoadError(f"The tokenizer check of {folder} failed: {first_line(exc)}.", "Check tokenizer.json and tokenizer_config.json.") from None
+        raise ModelLoadError(f"The tokenizer check of {shown} failed: {first_line(exc)}.", "Check tokenizer.json and tokenizer_config.json.") from None
     if template is not None and not isinstance(template, str):
-        raise ModelLoadError(f"The tokenizer check of {folder} returned a {type(template).__name__}.", "Report this with the folder.")
+        raise ModelLoadError(f"The tokenizer check of {shown} returned a {type(template).__name__}.", "Report this with the folder.")
     return template
 
 

@@ -27,10 +27,9 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.ji
 
 
 @pytest.fixture(scope="module")
-def llama_folder(tmp_path_factory) -> Path:
-    from testing_language_models import build_decoder
-
-    return build_decoder("llama", tmp_path_factory.mktemp("untrusted") / "llama")
+def llama_folder(llm_exports) -> Path:
+    """The session's tiny Llama folder (conftest.py), shared with the export tests; never modified here."""
+    return llm_exports.model_folder("llama")
 
 
 def _copy(folder: Path, tmp_path: Path) -> Path:
@@ -65,6 +64,19 @@ def test_a_looping_chat_template_is_exit_2_within_its_time_limit(run_cli, llama_
     assert f"The chat template {model / 'chat_template.jinja'} did not finish within 2 s" in paragraph
     assert "rendering the chat template" in paragraph and TIME_LIMIT_ENV in paragraph and "remove or fix the template" in paragraph.lower()
     assert seconds < 30
+
+
+def test_with_tokenizer_the_message_names_the_users_folder_not_the_work_copy(run_cli, llama_folder, tmp_path, monkeypatch):
+    """--tokenizer: the export reads a private copy of the files; the error names the user's folder."""
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    for name in _TOKENIZER_FILES:
+        shutil.copy2(llama_folder / name, tokenizer / name)
+    (tokenizer / "chat_template.jinja").write_text(TEMPLATE_MUTANTS["loop"], encoding="utf-8")
+    monkeypatch.setenv(TIME_LIMIT_ENV, "2")
+    out = tmp_path / "out"
+    result = run_cli(llama_folder, "-o", out / "m.tflite", "--tokenizer", tokenizer, "--prefill-lengths", str(PREFILL), "--cache-length", str(CACHE))
+    assert f"The chat template {tokenizer / 'chat_template.jinja'} did not finish within 2 s" in _paragraph(result, out)
 
 
 def test_the_default_time_limit_stops_a_loop_within_30_s(monkeypatch):
