@@ -83,11 +83,14 @@ def make_entry(folder: Path, outside: Path, kind: str, index: int, rng: random.R
         raise ValueError(kind)
 
 
-def make_case(folder: Path, outside: Path, rng: random.Random, entries: int = 4) -> list[str]:
-    """A folder of a few random entries, at least one an image candidate; the kinds made."""
+def make_case(folder: Path, outside: Path, rng: random.Random) -> list[str]:
+    """A folder of one to three good images and up to two entries of any kind (none in about a
+    quarter of the cases, so that some folders still calibrate); the kinds made, shuffled."""
     folder.mkdir(parents=True)
     outside.mkdir(parents=True, exist_ok=True)
-    kinds = [rng.choice(KINDS) for _ in range(entries)]
+    kinds = [rng.choice(("good-png", "good-jpeg")) for _ in range(rng.randint(1, 3))]
+    kinds += [rng.choice(KINDS) for _ in range(rng.choice((0, 1, 1, 2)))]
+    rng.shuffle(kinds)
     for index, kind in enumerate(kinds):
         make_entry(folder, outside, kind, index, rng)
     return kinds

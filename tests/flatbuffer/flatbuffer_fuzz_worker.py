@@ -11,6 +11,9 @@ Two modes:
   ``validate FILE --reference REFERENCE``; outcome ``inspect=<flag> validate=<flag>`` where a flag is
   the exit code, or ``traceback``, ``internal-error`` or ``native-crash`` (a crash that the child-process
   isolation caught) when the output shows one.
+- ``--vectors TESTDATA SCRATCH``: the real CLI's ``bench FILE`` and ``validate FILE --test-vectors TESTDATA``,
+  each in an empty folder of its own under SCRATCH; outcome ``bench=<flag> vectors=<flag>``, where a flag is also
+  ``partial-output`` when a failed command (exit 2 or 3) left a file, or any command a temporary file.
 """
 
 from __future__ import annotations
@@ -92,10 +95,41 @@ def check_one_cli(path: str, reference: str, shape: str) -> str:
     return f"inspect={inspect} validate={validate}"
 
 
+def run_cli_in_empty_folder(args: list[str], folder: str) -> str:
+    """``run_cli`` with ``folder`` (empty) as the working directory; ``partial-output`` when a failed
+    command left anything there, or any command a temporary file."""
+    os.makedirs(folder)
+    saved = os.getcwd()
+    os.chdir(folder)
+    try:
+        flag = run_cli(args)
+    finally:
+        os.chdir(saved)
+    left = os.listdir(folder)
+    if any(name.endswith(".tmp") or name.endswith(".lock") for name in left) or (flag in ("2", "3") and left):
+        return "partial-output"
+    return flag
+
+
+def check_one_vectors(path: str, vectors: str, scratch: str, i: int) -> str:
+    path = os.path.abspath(path)
+    bench = run_cli_in_empty_folder(["bench", path, "--runs", "2", "--warmup", "0"], os.path.join(scratch, f"b{i}"))
+    report = os.path.join(scratch, f"v{i}", "m.validate")
+    checked = run_cli_in_empty_folder(
+        ["validate", path, "--test-vectors", vectors, "--report", report, "--quiet"], os.path.dirname(report)
+    )
+    return f"bench={bench} vectors={checked}"
+
+
 def main() -> None:
-    cli = sys.argv[1:2] == ["--cli"]
-    if cli:
+    cli = sys.argv[1] if sys.argv[1:2] in (["--cli"], ["--vectors"]) else None
+    if cli == "--vectors":
+        vectors, scratch = os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
+        check = lambda line, i: check_one_vectors(line, vectors, scratch, i)  # noqa: E731
+    elif cli:
         reference, shape = sys.argv[2], sys.argv[3]
+        check = lambda line, i: check_one_cli(line, reference, shape)  # noqa: E731
+    if cli:
         # The protocol goes to the original stdout; the CLI's own tables go nowhere.
         protocol = os.fdopen(os.dup(1), "w", buffering=1)
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -105,7 +139,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     for i, line in enumerate(sys.stdin):
         print(f"START {i}", file=protocol, flush=True)
-        outcome = check_one_cli(line.strip(), reference, shape) if cli else check_one(line.strip(), rng)
+        outcome = check(line.strip(), i) if cli else check_one(line.strip(), rng)
         print(f"DONE {i} {outcome}", file=protocol, flush=True)
 
 

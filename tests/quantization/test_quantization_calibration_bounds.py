@@ -184,14 +184,22 @@ def test_the_cli_refuses_a_bounded_folder_with_exit_2(run_cli, tiny_pt2, tmp_pat
     assert time.perf_counter() - start < 30
 
 
-@pytest.mark.slow
-def test_the_cli_calibrates_on_a_normal_folder(run_cli, tiny_pt2, tmp_path):
-    from cli_harness import read_report
+def test_calibration_samples_read_only_their_files_and_the_held_out_ones(tmp_path):
+    """--calibration-samples 4 with --samples 2: the first 6 images are read (4 calibrate, 2 check
+    parity), so bombs after them are never opened. (A normal folder through the CLI:
+    test_quantization_cli.py::test_calibration_images_folder.)"""
+    import torch
 
-    folder = _images(tmp_path / "calib", 12)
-    out = tmp_path / "out" / "m.tflite"
-    res = run_cli(tiny_pt2, "-o", out, "--quantize", "int8", "--quant-backend", "flatbuffer", "--no-latency",
-                  "--calibration-data", folder, "--calibration-samples", "4", "--samples", "2")
-    assert res.exit_code in (0, 1), res.stderr
-    calibration = read_report(out)["quantization"]["calibration"]
-    assert calibration["samples"] == 4 and calibration["real_data"] is True
+    from edge_export.config import QuantizeMode
+    from edge_export.options import ExportOptions
+    from edge_export.stages.samples import calibration_sets
+
+    folder = _images(tmp_path / "calib", 6)
+    for i in range(30):
+        (folder / f"z{i:03d}.png").write_bytes(png_declaring(9000, 9000))
+    options = ExportOptions(quantize=QuantizeMode.INT8, calibration_data=str(folder), calibration_samples=4, samples=2)
+    calibration, heldout = calibration_sets(options, [IMG], (torch.zeros(1, 3, 8, 8),))
+    assert len(calibration) == 4 and len(heldout) == 2
+    without = ExportOptions(quantize=QuantizeMode.INT8, calibration_data=str(folder), samples=2)
+    with pytest.raises(CalibrationDataError, match="--calibration-samples"):
+        calibration_sets(without, [IMG], (torch.zeros(1, 3, 8, 8),))
