@@ -581,10 +581,12 @@ class MicroTarget(TargetPlugin):
 
         report = check_micro(context.model)
         if report.unsupported_ops:
+            from ...operator_origins import describe_operator_origins
+
+            # each refused operator with the aten call, module and line it came from
+            origins = describe_operator_origins(context.model, report.unsupported_ops, context.source_module)
             raise ConversionError(
-                "The model cannot run on TFLite Micro: it has no kernel for "
-                + ", ".join(report.unsupported_ops)
-                + ". " + " ".join(report.problems),
+                f"The model cannot run on TFLite Micro: it has no kernel for {origins}. " + " ".join(report.problems),
                 "Replace those operators in the model (or pick --target cpu).",
             )
         from ...isolation import run_isolated
