@@ -68,14 +68,15 @@ def export(
         for _, path in target_outputs:
             check_writable_folder(path, created)
         from .library_output import quiet_libraries
+        from .loading import needs_confinement
         from .sandbox import run_for_model
 
         with quiet_libraries(options.verbose or not options.quiet_libraries):
             report, files = run_for_model(
-                model, options.trust_pickle, clock, _run_export, model, example_inputs, options, target, clock, paths, implied,
+                needs_confinement(model, options.trust_pickle), clock, _run_export, model, example_inputs, options, target, clock, paths, implied,
             )
             check_artifact_paths(files, expected + overlay_outputs(options, paths.tflite))
-            return write_run(report, files, options, clock)
+            return write_run(report, files, options, clock, paths)
     except BaseException:
         remove_created_folders(created)
         raise

@@ -179,7 +179,10 @@ def check_graph_targets(path: Path, graph_module: Any) -> None:
             if node.op != "call_function":
                 continue
             target = node.target
-            if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)):
+            if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+                _check_operator(path, node, target)
+                continue
+            if isinstance(target, torch._ops.HigherOrderOperator):
                 continue
             if any(target is t for t in allowed_plain):
                 continue
@@ -190,3 +193,21 @@ def check_graph_targets(path: Path, graph_module: Any) -> None:
                 "by default.",
                 _TRUST_HINT,
             )
+
+
+def _check_operator(path: Path, node: Any, target: Any) -> None:
+    """A PyTorch operator may still reach outside the model (``aten.from_file`` reads any file into
+    a tensor): only those operator_policy allows."""
+    from .operator_policy import operator_refusal, schema_refusal
+
+    schema = getattr(target, "_schema", None)
+    name = getattr(schema, "name", None) or str(getattr(target, "_qualified_op_name", target))
+    reason = operator_refusal(name)
+    if reason is None and schema is not None:
+        reason = schema_refusal(schema)
+    if reason:
+        raise UnsafeArchiveMember(
+            f"{path} is an ExportedProgram archive whose graph calls {name} (node {node.name}), which is not "
+            f"allowed on an untrusted model: {reason}.",
+            _TRUST_HINT,
+        )

@@ -3,7 +3,8 @@
     EdgeExportError              every error meant for the user (has .exit_code and .hint)
     ├── UsageError               exit 2: bad option values, bad shapes, unwritable output
     │   ├── ModelLoadError       exit 2: the model file/reference is missing, unreadable or not a model
-    │   │   └── UnsafeArchiveMember  exit 2: an archive member that could run code (archive_safety.py)
+    │   │   ├── UnsafeArchiveMember  exit 2: an archive member that could run code (archive_safety.py)
+    │   │   └── UnsafeTorchScript    exit 2: TorchScript code or data outside the allow-list (torchscript_archive.py)
     │   ├── InputSpecError       exit 2: the inputs do not fit the model
     │   ├── CalibrationDataError exit 2: calibration data does not match the model
     │   ├── FlatbufferError      exit 2: a .tflite file that is not a valid LiteRT flatbuffer

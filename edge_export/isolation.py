@@ -159,12 +159,9 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, write_fd: int, log
         try:
             payload = (True, fn(*args, **kwargs))
         except BaseException as exc:  # noqa: BLE001  (every exception goes back to the parent)
-            exc_text = "".join(traceback.format_exception(exc))
-            try:
-                pickle.dumps(exc)
-                payload = (False, (exc, exc_text))
-            except Exception:  # an exception that does not pickle: send its text
-                payload = (False, (RuntimeError(f"{type(exc).__name__}: {exc}"), exc_text))
+            from .child_results import transportable_error
+
+            payload = (False, (transportable_error(exc), "".join(traceback.format_exception(exc))))
         data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(data)
         while view:
@@ -380,10 +377,17 @@ def _child_result(status: int, data: bytes, log_text: str, stage: str, backend: 
             "Run with --verbose to see the library's own output.",
             stage=stage, backend=backend,
         )
-    ok, value = pickle.loads(data)
+    from .child_results import loads_child_result
+
+    payload = loads_child_result(data)  # the child may have run a hostile model: its bytes are data
+    if not (isinstance(payload, tuple) and len(payload) == 2):
+        raise RuntimeError(f"the {stage} child returned something other than a result")
+    ok, value = payload
     if ok:
         return value
-    exc, exc_text = value
+    exc, exc_text = value if isinstance(value, tuple) and len(value) == 2 else (RuntimeError(str(value)[:500]), "")
+    if not isinstance(exc, BaseException):
+        raise RuntimeError(f"the {stage} child returned an error that is not an exception")
     if hasattr(exc, "add_note"):
         exc.add_note(f"(raised in the isolated child process of the {stage}:)\n{exc_text}")
     raise exc

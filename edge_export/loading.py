@@ -24,7 +24,7 @@ from typing import Any
 
 from .errors import InputSpecError, ModelLoadError, UsageError, first_line, map_exceptions
 
-__all__ = ["ModelKind", "LoadedModel", "detect_kind", "load_model", "is_module_reference"]
+__all__ = ["ModelKind", "LoadedModel", "detect_kind", "load_model", "is_module_reference", "needs_confinement"]
 
 _REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _PICKLE_PROTOCOL_PREFIX = b"\x80"
@@ -56,6 +56,16 @@ class LoadedModel:
 
 def is_module_reference(text: str) -> bool:
     return bool(_REFERENCE.match(text)) and not Path(text).exists()
+
+
+def needs_confinement(model: Any, trusted: bool) -> bool:
+    """An archive file (ExportedProgram or TorchScript) not marked trusted: it is read in a child."""
+    if trusted or not isinstance(model, (str, Path)) or is_module_reference(str(model)):
+        return False
+    try:
+        return detect_kind(Path(model)) in (ModelKind.EXPORTED_PROGRAM, ModelKind.TORCHSCRIPT)
+    except ModelLoadError:
+        return False  # the loader reports the bad file, in the child or here
 
 
 def detect_kind(path: Path) -> ModelKind:
@@ -179,20 +189,78 @@ def _is_refused_unpickling(exc: BaseException) -> bool:
     return False
 
 
-def _load_torchscript(path: Path, example_inputs: tuple | None) -> LoadedModel:
-    import torch
-
+def _load_torchscript(path: Path, example_inputs: tuple | None, trust_pickle: bool = False) -> LoadedModel:
+    """Trusted: torch.jit.load here. Untrusted: the allow-list reader first (torchscript_archive),
+    then torch.jit.load and the conversion in a child that may read only Python's own files, which
+    hands back a .pt2 read through the .pt2 allow-list reader (its graph's operators checked again)."""
+    checked = None if trust_pickle else _checked_torchscript(path)  # None: trusted, or the test hook
     if example_inputs is None:
         raise InputSpecError(
             f"{path} is a TorchScript archive, which does not record its input shapes.",
             "Pass them with --input-shape (once per input, in forward() order), e.g. --input-shape 1,3,224,224.",
         )
+    if checked is not None:
+        checked.check_inputs(len(example_inputs))
+    if trust_pickle:
+        converted = convert_torchscript(path.read_bytes(), tuple(example_inputs), str(path))
+    else:
+        data = path.read_bytes() if checked is None else checked.canonical_bytes()
+        converted = _convert_confined(data, tuple(example_inputs), str(path))
+    ep = _program_from_pt2(path, converted.pt2, trusted=trust_pickle)
+    return LoadedModel(ep.module(), ModelKind.TORCHSCRIPT, str(path), None, converted.class_name, converted.input_names)
+
+
+def _checked_torchscript(path: Path) -> Any:
+    """The allow-list reader's result; None under the test hook that shows the confinement alone."""
+    import os
+
+    from .pt2_archive import DISABLE_CHECKS_ENV
+    from .torchscript_archive import read_checked_torchscript
+
+    if os.environ.get(DISABLE_CHECKS_ENV) == "1":
+        return None
+    return read_checked_torchscript(path)
+
+
+@dataclass(frozen=True)
+class ConvertedTorchScript:
+    """What the TorchScript loader's child sends back: plain bytes and names, no object of the model's."""
+
+    pt2: bytes  # torch.export.save of the converted ExportedProgram
+    class_name: str
+    input_names: tuple[str, ...]
+
+
+def _convert_confined(data: bytes, example_inputs: tuple, shown: str) -> ConvertedTorchScript:
+    import os
+
+    from .sandbox import python_reads, run_confined
+
+    if not hasattr(os, "fork"):
+        return convert_torchscript(data, example_inputs, shown)  # the reader's checks stand alone here
+    result, _ = run_confined(_convert_in_child, data, example_inputs, shown, reads=python_reads())
+    if not isinstance(result, ConvertedTorchScript) or not isinstance(result.pt2, bytes):
+        raise ModelLoadError(f"{shown}: the TorchScript loader's child returned no program.", "Run with --debug and report it.")
+    return result
+
+
+def _convert_in_child(data: bytes, example_inputs: tuple, shown: str, _channel: Any) -> ConvertedTorchScript:
+    return convert_torchscript(data, example_inputs, shown)
+
+
+def convert_torchscript(data: bytes, example_inputs: tuple, shown: str) -> ConvertedTorchScript:
+    """torch.jit.load of ``data`` (a TorchScript archive's bytes) and torch's TorchScript-to-
+    ExportedProgram converter; the program comes back as .pt2 bytes."""
+    import io
+
+    import torch
+
     with map_exceptions(
         {Exception: ModelLoadError},  # torch.jit.load raises RuntimeError, ValueError, ... on a bad archive
-        f"{path} is a TorchScript archive that torch.jit.load cannot read: {{error}}.",
+        f"{shown} is a TorchScript archive that torch.jit.load cannot read: {{error}}.",
         "It may be truncated; save it again with torch.jit.save.",
     ):
-        scripted = torch.jit.load(str(path), map_location="cpu")
+        scripted = torch.jit.load(io.BytesIO(data), map_location="cpu")
     scripted.eval()
     try:
         from torch._export.converter import TS2EPConverter
@@ -200,14 +268,45 @@ def _load_torchscript(path: Path, example_inputs: tuple | None) -> LoadedModel:
         ep = TS2EPConverter(scripted, tuple(example_inputs)).convert()
     except Exception as exc:  # boundary: the converter runs the user's TorchScript code
         raise ModelLoadError(
-            f"{path}: torch's TorchScript-to-ExportedProgram converter failed: "
-            f"{first_line(exc, 200)}.",
+            f"{shown}: torch's TorchScript-to-ExportedProgram converter failed: {first_line(exc, 200)}.",
             "Check --input-shape against the model, or export the original nn.Module with "
             "torch.export.save and pass the .pt2 instead.",
         ) from exc
-    return LoadedModel(
-        ep.module(), ModelKind.TORCHSCRIPT, str(path), None, scripted.original_name, _torchscript_input_names(scripted)
-    )
+    # exported again from the converted module at the example shapes: the converter's program keeps
+    # symbolic sizes and guard code, which the .pt2 reader refuses, and fixed shapes need neither
+    with map_exceptions(
+        {Exception: ModelLoadError},  # torch.export on the converted module: the model's own limits
+        f"{shown}: the program converted from TorchScript cannot be exported at the given shapes: {{error}}.",
+        "Check --input-shape against the model, or export the original nn.Module with torch.export.save.",
+    ):
+        ep = torch.export.export(ep.module(), tuple(example_inputs))
+    buffer = io.BytesIO()
+    torch.export.save(ep, buffer)
+    return ConvertedTorchScript(buffer.getvalue(), str(scripted.original_name), _torchscript_input_names(scripted))
+
+
+def _program_from_pt2(path: Path, data: bytes, trusted: bool) -> Any:
+    """The converted program, through the .pt2 allow-list reader unless trusted."""
+    import io
+    import tempfile
+
+    import torch
+
+    if trusted:
+        return torch.export.load(io.BytesIO(data))
+    from .archive_safety import load_untrusted_archive
+    from .pt2_refusals import UnsafeArchiveMember
+
+    with tempfile.TemporaryDirectory() as work:  # the child's private folder when confined
+        converted = Path(work) / "converted.pt2"
+        converted.write_bytes(data)
+        try:
+            return load_untrusted_archive(converted)
+        except UnsafeArchiveMember as exc:
+            raise UnsafeArchiveMember(
+                f"{path}: the program converted from this TorchScript archive was refused: "
+                f"{exc.message.replace(str(converted), 'it')}", exc.hint,
+            ) from None
 
 
 def _torchscript_input_names(scripted: Any) -> tuple[str, ...]:
@@ -363,5 +462,5 @@ def load_model(
     if kind is ModelKind.EXPORTED_PROGRAM:
         return _load_exported_program(path, trust_pickle)
     if kind is ModelKind.TORCHSCRIPT:
-        return _load_torchscript(path, example_inputs)
+        return _load_torchscript(path, example_inputs, trust_pickle)
     return _load_pickle(path, trust_pickle)

@@ -104,7 +104,7 @@ def read_checked_archive(path: Path, limits: ArchiveLimits | None = None) -> Che
     limits = limits or ArchiveLimits.from_environment()
     size = path.stat().st_size
     with path.open("rb") as fh, zipfile.ZipFile(fh) as zf:
-        infos = _checked_directory(path, zf, size, limits)
+        infos = checked_directory(path, zf, size, limits)
         root = infos[0].filename.split("/", 1)[0]
         tails = {info.filename.split("/", 1)[1]: info for info in infos}
         models = _model_names(path, tails)
@@ -112,7 +112,7 @@ def read_checked_archive(path: Path, limits: ArchiveLimits | None = None) -> Che
         for tail in tails:
             if tail not in expected:
                 raise refusal(path, f"{root}/{tail}", "is not one the archive format defines")
-        members = {tail: _read(path, zf, tails[tail], expected[tail]) for tail in sorted(expected)}
+        members = {tail: read_member(path, zf, tails[tail], expected[tail]) for tail in sorted(expected)}
     for tail, pattern in {**{k: re.compile(re.escape(v)) for k, v in _FORMAT_FILES.items()}, **_FREE_FORMAT_FILES}.items():
         if tail in members and not pattern.fullmatch(members[tail].strip()):
             raise refusal(path, f"{root}/{tail}", "does not hold the value the format defines")
@@ -121,31 +121,35 @@ def read_checked_archive(path: Path, limits: ArchiveLimits | None = None) -> Che
     return CheckedArchive(root, members)
 
 
-def _checked_directory(path: Path, zf: zipfile.ZipFile, size: int, limits: ArchiveLimits) -> list[zipfile.ZipInfo]:
+def checked_directory(
+    path: Path, zf: zipfile.ZipFile, size: int, limits: ArchiveLimits, refuse: Any = refusal, names: re.Pattern = _MEMBER_NAME,
+) -> list[zipfile.ZipInfo]:
+    """The zip's members, each checked from the central directory before a byte is inflated (names,
+    duplicates, one root folder, methods, declared sizes); ``refuse`` words the error for the format."""
     infos = zf.infolist()
     if not infos or len(infos) > limits.max_members:
-        raise refusal(path, "(the zip directory)", f"lists {len(infos)} members (1 to {limits.max_members} allowed)")
+        raise refuse(path, "(the zip directory)", f"lists {len(infos)} members (1 to {limits.max_members} allowed)")
     seen: set[str] = set()
     roots = set()
     total = 0
     for info in infos:
         name = info.filename
         if name in seen:
-            raise refusal(path, _shown(name), "appears twice in the zip directory (readers disagree on which one counts)")
+            raise refuse(path, _shown(name), "appears twice in the zip directory (readers disagree on which one counts)")
         seen.add(name)
-        if not _MEMBER_NAME.fullmatch(name) or "/../" in f"/{name}/" or "/./" in f"/{name}/":
-            raise refusal(path, _shown(name), "has a name of a form the archive format does not use")
+        if not names.fullmatch(name) or "/../" in f"/{name}/" or "/./" in f"/{name}/":
+            raise refuse(path, _shown(name), "has a name of a form the archive format does not use")
         roots.add(name.split("/", 1)[0])
         if info.flag_bits & 0x1 or info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            raise refusal(path, name, "is encrypted or compressed with a method the format does not use")
+            raise refuse(path, name, "is encrypted or compressed with a method the format does not use")
         ceiling = max(limits.small_member, info.compress_size * limits.inflate_ratio)
         if info.file_size > ceiling or (info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size):
-            raise refusal(path, name, f"declares {info.file_size} bytes from {info.compress_size} compressed", size=True)
+            raise refuse(path, name, f"declares {info.file_size} bytes from {info.compress_size} compressed", size=True)
         total += info.file_size
     if total > size * limits.inflate_ratio + limits.small_member:
-        raise refusal(path, "(the zip directory)", f"declares {total} bytes in all, more than {limits.inflate_ratio:g}x the file", size=True)
+        raise refuse(path, "(the zip directory)", f"declares {total} bytes in all, more than {limits.inflate_ratio:g}x the file", size=True)
     if len(roots) != 1:
-        raise refusal(path, "(the zip directory)", "has members in more than one root folder")
+        raise refuse(path, "(the zip directory)", "has members in more than one root folder")
     return infos
 
 
@@ -155,17 +159,17 @@ def _shown(name: str) -> str:
     return for_terminal(name[:120])
 
 
-def _read(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+def read_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, refuse: Any = refusal) -> bytes:
     """The member's bytes, never more than ``limit`` (a lying header cannot inflate past it)."""
     if info.file_size > limit:
-        raise refusal(path, info.filename, f"declares {info.file_size} bytes, more than the {limit} its role allows", size=True)
+        raise refuse(path, info.filename, f"declares {info.file_size} bytes, more than the {limit} its role allows", size=True)
     try:
         with zf.open(info) as fh:
             data = fh.read(limit + 1)
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
         raise ModelLoadError(f"{path} is a damaged archive: member {info.filename} cannot be read ({exc}).", "Save the model again.") from exc
     if len(data) != info.file_size:
-        raise refusal(path, info.filename, "inflates to a size other than the one its header declares")
+        raise refuse(path, info.filename, "inflates to a size other than the one its header declares")
     return data
 
 
@@ -196,7 +200,7 @@ def _expected_members(path: Path, zf: zipfile.ZipFile, root: str, tails: dict, m
             if config not in tails:
                 continue
             expected[config] = 16 << 20
-            entries = _payload_config(path, root, config, _read(path, zf, tails[config], 16 << 20))
+            entries = _payload_config(path, root, config, read_member(path, zf, tails[config], 16 << 20))
             for meta in entries.values():
                 tail = folder + meta["path_name"]
                 if tail in tails:

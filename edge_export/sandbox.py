@@ -36,10 +36,11 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .child_results import RestrictedUnpickler
 from .errors import EdgeExportError
 
 __all__ = [
-    "SandboxStatus", "LimitExceeded", "run_confined", "run_for_model", "needs_confinement", "confine_current_process",
+    "SandboxStatus", "LimitExceeded", "run_confined", "python_reads", "run_for_model", "confine_current_process",
     "RestrictedUnpickler",
 ]
 
@@ -55,6 +56,7 @@ _CLONE_NEWNET = 0x40000000
 _FS_WRITE_V1 = (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)
 _FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
 _FS_WRITE_FILE = 1 << 1
+_FS_READ = (1 << 0) | (1 << 2) | (1 << 3)  # EXECUTE, READ_FILE, READ_DIR (ABI 1)
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 # Test hook: "off" runs the child unconfined (to measure the cost); never set in normal use.
@@ -66,11 +68,13 @@ class SandboxStatus:
     landlock_abi: int  # 0: not available
     network_namespace: bool
     reason: str = ""  # why a mechanism is missing
+    reads_confined: bool = False  # Landlock also limits what it reads
 
     def describe(self) -> str:
         parts = []
         if self.landlock_abi:
-            parts.append(f"Landlock ABI {self.landlock_abi} (writes only to a private temporary folder"
+            what = "reads only Python's own files and " if self.reads_confined else ""
+            parts.append(f"Landlock ABI {self.landlock_abi} ({what}writes only to a private temporary folder"
                          + (", no TCP" if self.landlock_abi >= 4 else "") + ")")
         if self.network_namespace:
             parts.append("a network namespace (no network)")
@@ -79,25 +83,12 @@ class SandboxStatus:
         return "confined child process: " + " and ".join(parts) + (f"; {self.reason}" if self.reason else "")
 
 
-def needs_confinement(model: Any, trusted: bool) -> bool:
-    """An archive file (ExportedProgram or TorchScript) not marked trusted: it is read in a child."""
-    from pathlib import Path
-
-    from .loading import ModelKind, detect_kind, is_module_reference
-
-    if trusted or not isinstance(model, (str, Path)) or is_module_reference(str(model)):
-        return False
-    try:
-        return detect_kind(Path(model)) in (ModelKind.EXPORTED_PROGRAM, ModelKind.TORCHSCRIPT)
-    except EdgeExportError:
-        return False  # the loader reports the bad file, in the child or here
-
-
-def run_for_model(model: Any, trusted: bool, stages: Any, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``: in a confined child when ``model`` is an untrusted archive, else here. The
-    report of a confined run says how the child was confined (``model.isolation``). ``stages`` (one
-    of ``args``) sends its labels to the parent's display from the child."""
-    if not hasattr(os, "fork") or not needs_confinement(model, trusted):
+def run_for_model(confine: bool, stages: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``: in a confined child when ``confine`` (the model is an untrusted archive:
+    ``loading.needs_confinement``), else here. The report of a confined run says how the child was
+    confined (``model.isolation``). ``stages`` (one of ``args``) sends its labels to the parent's
+    display from the child."""
+    if not hasattr(os, "fork") or not confine:
         return fn(*args)
     import copy
 
@@ -135,8 +126,9 @@ def _libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _landlock(private_dir: str) -> tuple[int, str]:
-    """Restrict this process's writes to ``private_dir`` (and /dev/null); (ABI used, or 0 and why)."""
+def _landlock(private_dir: str, reads: tuple[str, ...] | None = None) -> tuple[int, str]:
+    """Restrict this process's writes to ``private_dir`` (and /dev/null), and with ``reads`` its
+    reads to those paths, ``private_dir`` and /dev/null; (ABI used, or 0 and why)."""
     if not sys.platform.startswith("linux"):
         return 0, f"Landlock is Linux-only ({sys.platform})"
     libc = _libc()
@@ -144,14 +136,15 @@ def _landlock(private_dir: str) -> tuple[int, str]:
     if abi < 1:
         return 0, f"Landlock unavailable ({os.strerror(ctypes.get_errno())})"
     fs = _FS_WRITE_V1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
-    attr = _RulesetAttr(fs, (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
+    read = _FS_READ if reads is not None else 0
+    attr = _RulesetAttr(fs | read, (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
                         (_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0)
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
     ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         return 0, f"Landlock ruleset refused ({os.strerror(ctypes.get_errno())})"
     try:
-        for target, access in ((private_dir, fs), ("/dev/null", _FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0))):
+        for target, access in _rules(private_dir, fs, read, abi, reads):
             fd = os.open(target, os.O_PATH | os.O_CLOEXEC)
             try:
                 rule = _PathBeneathAttr(access, fd)
@@ -166,6 +159,14 @@ def _landlock(private_dir: str) -> tuple[int, str]:
     return abi, ""
 
 
+def _rules(private_dir: str, fs: int, read: int, abi: int, reads: tuple[str, ...] | None) -> list[tuple[str, int]]:
+    """(path, rights) for each Landlock rule: the private folder, /dev/null, and each read root
+    (a file gets no directory right: Landlock refuses it)."""
+    file_read = read & ~(1 << 3)
+    rules = [(private_dir, fs | read), ("/dev/null", _FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0) | file_read)]
+    return rules + [(p, read if os.path.isdir(p) else file_read) for p in reads or () if os.path.exists(p)]
+
+
 def _network_namespace() -> tuple[bool, str]:
     if not sys.platform.startswith("linux"):
         return False, ""
@@ -176,15 +177,16 @@ def _network_namespace() -> tuple[bool, str]:
     return False, f"no network namespace ({os.strerror(ctypes.get_errno())})"
 
 
-def confine_current_process(private_dir: str) -> SandboxStatus:
-    """Confine this (child) process; irreversible. Call before touching untrusted input."""
+def confine_current_process(private_dir: str, reads: tuple[str, ...] | None = None) -> SandboxStatus:
+    """Confine this (child) process; irreversible. Call before touching untrusted input. With
+    ``reads``, it may read only beneath those paths (and ``private_dir``) as well."""
     if os.environ.get(SANDBOX_ENV) == "off":
         return SandboxStatus(0, False, f"{SANDBOX_ENV}=off")
     netns, net_reason = _network_namespace()  # before Landlock: unshare may need to write /proc files
-    abi, fs_reason = _landlock(private_dir)
+    abi, fs_reason = _landlock(private_dir, reads)
     os.environ["TMPDIR"] = private_dir
     tempfile.tempdir = private_dir
-    return SandboxStatus(abi, netns, "; ".join(r for r in (fs_reason, net_reason) if r))
+    return SandboxStatus(abi, netns, "; ".join(r for r in (fs_reason, net_reason) if r), bool(abi) and reads is not None)
 
 
 # --- the child's messages: a 1-byte kind, a 4-byte length, the body ---------------------------------
@@ -196,7 +198,7 @@ def _send(fd: int, kind: bytes, body: bytes) -> None:
 
 
 def _child(fn: Callable[..., Any], args: tuple, fd: int, private_dir: str, torch_threads_unsafe: bool,
-           memory_limit: int | None = None) -> None:
+           memory_limit: int | None = None, reads: tuple[str, ...] | None = None) -> None:
     status = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -204,7 +206,7 @@ def _child(fn: Callable[..., Any], args: tuple, fd: int, private_dir: str, torch
         _renew_thread_pools(torch_threads_unsafe)
         if memory_limit is not None:
             _limit_address_space(memory_limit)
-        sandbox = confine_current_process(private_dir)
+        sandbox = confine_current_process(private_dir, reads)
         _send(fd, b"I", pickle.dumps(sandbox))
         try:
             result = fn(*args, _Channel(fd))
@@ -269,11 +271,13 @@ class LimitExceeded(Exception):
 
 def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], None] | None = None,
                  on_progress: Callable[[str, int, int], None] | None = None,
-                 time_limit: float | None = None, memory_limit: int | None = None) -> tuple[Any, SandboxStatus]:
+                 time_limit: float | None = None, memory_limit: int | None = None,
+                 reads: tuple[str, ...] | None = None) -> tuple[Any, SandboxStatus]:
     """``fn(*args, emit_stage)`` in a confined child: its result and how the child was confined.
     The child's EdgeExportError is raised here; any other exception becomes a RuntimeError with its text.
     ``time_limit`` (seconds, wall clock) and ``memory_limit`` (bytes the child may map beyond what it
-    inherits): past either, the child is killed and LimitExceeded raised."""
+    inherits): past either, the child is killed and LimitExceeded raised. With ``reads``, the child
+    reads only beneath those paths (``python_reads()``: the interpreter's own files)."""
     from .isolation import flush_std_streams
 
     private_dir = tempfile.mkdtemp(prefix="edge-export-sandbox-")
@@ -289,7 +293,7 @@ def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], N
         pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child(fn, args, write_fd, private_dir, torch_threads_unsafe, memory_limit)
+        _child(fn, args, write_fd, private_dir, torch_threads_unsafe, memory_limit, reads)
     os.close(write_fd)
     deadline = None if time_limit is None else time.monotonic() + time_limit
     try:
@@ -303,6 +307,21 @@ def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], N
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)
     return _outcome(messages, status, memory_limit)
+
+
+def python_reads() -> tuple[str, ...]:
+    """What the interpreter itself reads while it runs: its installation, its site folders, the
+    folders of edge_export and torch (an editable install lives elsewhere) and the system's shared
+    libraries; nothing of the user's."""
+    import site
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), "/usr/lib", "/usr/lib64", "/lib",
+             "/lib64", "/usr/local/lib", "/etc/ld.so.cache"}
+    for name in ("edge_export", "torch"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            roots.add(os.path.dirname(os.path.abspath(module.__file__)))
+    return tuple(sorted(os.path.realpath(r) for r in roots if r))
 
 
 def _renew_thread_pools(torch_threads_unsafe: bool) -> None:
@@ -417,47 +436,6 @@ def _check_memory_outcome(messages: dict[bytes, bytes], status: int, memory_limi
         if number not in (signal.SIGINT, signal.SIGTERM):
             name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else f"signal {number}"
             raise LimitExceeded("memory", memory_limit, f"ended by {name}")
-
-
-class RestrictedUnpickler(pickle.Unpickler):
-    """Builds only what a run's result is made of; a child that ran hostile code cannot make the
-    parent call anything else."""
-
-    _PLAIN = {
-        ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"), ("builtins", "slice"),
-        ("builtins", "bytearray"), ("collections", "OrderedDict"), ("pathlib", "PosixPath"),
-        ("pathlib", "PurePosixPath"), ("pathlib", "Path"), ("numpy", "dtype"), ("numpy", "ndarray"),
-        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-        # a contiguous array under pickle protocol 5: its bytes, dtype, shape and order, nothing else
-        ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
-    }
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self._PLAIN:
-            return super().find_class(module, name)
-        if module.startswith("numpy") and name.endswith("DType") and "." not in name:
-            return super().find_class(module, name)  # numpy 2's dtype classes (Float32DType, ...)
-        if module == "edge_export" or module.startswith("edge_export."):
-            value = super().find_class(module, name)
-            if _is_result_type(value):
-                return value
-        if (module == "ai_edge_litert.schema_py_generated" or (module, name) == ("flatbuffers.table", "Table")) and name.isidentifier():
-            # the flatbuffer's generated classes (object API and accessors over bytes): plain
-            # attribute holders, built without running any of their code
-            value = super().find_class(module, name)
-            if isinstance(value, type) and not {"__setstate__", "__reduce__", "__reduce_ex__", "__new__"} & set(vars(value)):
-                return value
-        raise pickle.UnpicklingError(f"the confined run's result names {module}.{name}, which a result never holds")
-
-
-def _is_result_type(value: Any) -> bool:
-    import dataclasses
-    import enum
-
-    return isinstance(value, type) and (
-        dataclasses.is_dataclass(value) or issubclass(value, (enum.Enum, EdgeExportError))
-    )
 
 
 def _restricted_loads(data: bytes) -> Any:

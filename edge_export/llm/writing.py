@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..reports.model import ArtifactsSection, ExportSection, ModelSection, RunReport, SkippedValidation
@@ -45,8 +46,10 @@ def build_run_report(source: str, class_name: str, paths: dict, tflite: bytes, s
 
 def write_language_model(source: str, class_name: str, paths: dict, tflite: bytes, litertlm: bytes, section: LanguageModelSection, stages, options) -> Any:
     """Every artifact committed together (stages/write.py: the reports rendered from the typed report)."""
+    from ..stages.paths import RunPaths
     from ..stages.write import write_run
 
     report = build_run_report(source, class_name, paths, tflite, section, stages, options.junit)
-    written = write_run(report, [(paths["tflite"], tflite), (paths["litertlm"], litertlm)], options, stages)
+    run_paths = RunPaths(Path(paths["tflite"]), Path(paths["json"]), Path(paths["md"]))
+    written = write_run(report, [(paths["tflite"], tflite), (paths["litertlm"], litertlm)], options, stages, run_paths)
     return LanguageModelResult(written.tflite_path, written.report_json_path, written.report_md_path, report, litertlm_path=paths["litertlm"])

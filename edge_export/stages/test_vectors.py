@@ -16,7 +16,7 @@ from ..reports.model import ArtifactsSection, InputSection, ModelSection, RunRep
 from .assemble import app_section, flatbuffer_section, tool_header, with_baseline
 from .clock import StageClock
 from .precision import infer_precision
-from .paths import check_side_outputs, input_paths, side_outputs, validate_report_paths
+from .paths import RunPaths, check_side_outputs, input_paths, side_outputs, validate_report_paths
 from .samples import to_layout
 from .write import ExportResult, write_run
 
@@ -84,7 +84,7 @@ def validate_with_test_vectors(
             with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
                 parity, runtimes = parity_on_vectors(fb, vectors, options)
         report = _vectors_report(fb, vectors, vectors_path, parity, runtimes, options, (tflite_path, json_path, md_path), stages)
-        return write_run(with_baseline(report, options.baseline), [], options, stages)
+        return write_run(with_baseline(report, options.baseline), [], options, stages, RunPaths(tflite_path, json_path, md_path))
     except BaseException:
         remove_created_folders(created)
         raise

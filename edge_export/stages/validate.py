@@ -17,7 +17,7 @@ from .load import load_with_inputs
 from .finish import overlay_artifacts
 from .parity import check_parity, validate_sensitivity
 from .precision import infer_precision
-from .paths import check_side_outputs, input_paths, side_outputs, validate_report_paths
+from .paths import RunPaths, check_side_outputs, input_paths, side_outputs, validate_report_paths
 from .write import ExportResult, write_run
 
 if TYPE_CHECKING:
@@ -136,15 +136,16 @@ def validate_flatbuffer(
 
     with quiet_libraries(options.verbose or not options.quiet_libraries):
         from ..reports.model_explorer import overlay_path
+        from ..loading import needs_confinement
         from ..sandbox import run_for_model
 
         report, files = run_for_model(
-            reference, options.trust_pickle, stages, validate_against_reference,
+            needs_confinement(reference, options.trust_pickle), stages, validate_against_reference,
             fb, file_fb, tflite_path, reference, example_inputs, options, json_path, md_path, stages,
         )
         overlay_stem = Path(str(json_path)[: -len(".report.json")] + ".tflite")
         check_artifact_paths(files, [(kind, overlay_path(overlay_stem, kind)) for kind in ("sensitivity", "per_layer")])
-        return write_run(report, files, options, stages)
+        return write_run(report, files, options, stages, RunPaths(tflite_path, json_path, md_path))
 
 
 def validate_against_reference(

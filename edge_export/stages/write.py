@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -12,6 +12,7 @@ from ..errors import EXIT_OK
 from ..options import ExportOptions
 from ..reports.model import RunReport
 from .clock import StageClock
+from .paths import RunPaths
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,19 @@ class ExportResult:
         return self.report.get("validation")
 
 
-def write_run(report: RunReport, files: Sequence[tuple[Path, bytes]], options: ExportOptions, stages: StageClock) -> ExportResult:
+def write_run(
+    report: RunReport, files: Sequence[tuple[Path, bytes]], options: ExportOptions, stages: StageClock, paths: RunPaths,
+) -> ExportResult:
     """The atomic write of every artifact: the model files given, then the renderings of the report
-    (at the paths its artifacts section names)."""
+    at ``paths``, the caller's own. A report built in a confined child names paths too, but
+    nothing it says decides where a file goes: its artifacts section is set to these."""
     from ..reports.json_report import render_json
     from ..reports.markdown import render_markdown
 
-    paths = report.artifacts
     json_path, md_path = Path(paths.report_json), Path(paths.report_markdown)
+    junit = str(options.junit) if options.junit else None
+    artifacts = replace(report.artifacts, tflite=str(paths.tflite), report_json=str(json_path), report_markdown=str(md_path), junit=junit)
+    report = replace(report, artifacts=artifacts)
     result = ExportResult(Path(paths.tflite), json_path, md_path, report)
     layers = report.per_layer
     data = result.report  # the JSON form, computed once: written and returned
