@@ -90,3 +90,13 @@ def test_the_micro_refusal_names_the_aten_call_module_and_line(tmp_path):
     assert refused.value.exit_code == 3
     assert f"no kernel for GELU (from aten.gelu) in module 'block' (Block), at {_line_of(Block, 'F.gelu(')}" in refused.value.message
     assert not (tmp_path / "gelu.tflite").exists()  # no partial output
+
+
+def test_the_tflite_micro_interpreter_rejection_names_the_module():
+    from edge_export.errors import RuntimeRunError
+    from edge_export.targets.micro.target import MicroRunner
+
+    model = _converted(GeluNet(), (torch.randn(1, 8),))
+    with pytest.raises(RuntimeRunError) as rejected:  # TFLM's own log, read by MicroRunner
+        MicroRunner(model)
+    assert "it has no kernel for GELU in module 'block' (Block)." in rejected.value.message

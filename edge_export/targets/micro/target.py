@@ -355,10 +355,21 @@ class MicroRunner:
                 interp = None
         return interp, captured.text
 
+    def _module_of(self, index: int) -> str:
+        """`` in module 'path' (Type)`` of operator ``index`` (TFLM's node number), from its tensors' names."""
+        from ...provenance import describe_location, flatbuffer_operator_module
+
+        if not 0 <= index < len(self.model.operators):
+            return ""
+        found = flatbuffer_operator_module(self.model, self.model.operators[index])
+        return describe_location(found.path, found.type_name, None) if found else ""
+
     def _rejection(self, log: str, arena: int) -> RuntimeRunError:
+        from ...operator_origins import describe_operator_origins
+
         missing = _MISSING_OP.findall(log)
         if missing:
-            names = ", ".join(dict.fromkeys(missing))
+            names = describe_operator_origins(self.model, tuple(dict.fromkeys(missing)))  # with their modules
             return RuntimeRunError(
                 f"The TFLite Micro interpreter rejected the model: it has no kernel for {names}.",
                 "Replace the layer that produces this operator, or register a custom TFLM kernel for it.",
@@ -367,7 +378,8 @@ class MicroRunner:
         if node:
             return RuntimeRunError(
                 f"The TFLite Micro interpreter rejected the model: operator {node.group(1)} "
-                f"(number {node.group(2)}) failed to {node.group(3)}. TFLM said: {_first_lines(log)}",
+                f"(number {node.group(2)}){self._module_of(int(node.group(2)))} failed to {node.group(3)}. "
+                f"TFLM said: {_first_lines(log)}",
                 "TFLM kernels support fewer types and options than LiteRT; export with full-integer "
                 "int8 (--quantize int8 --io-dtype int8).",
             )
