@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -104,6 +105,7 @@ def check_model_accepts(module: Any, example: tuple, specs: Sequence[InputSpec])
     except (Exception, SystemExit) as exc:  # the model's own errors are the user's, sys.exit included
         shapes = " and ".join(f"({s.shape_text}) {s.dtype}" for s in specs)
         first = first_line(exc)
+        _raise_if_out_of_memory(exc, shapes)
         if isinstance(exc, SystemExit):
             first = f"forward() called {first}"
         hint = "Pass --input-shape once per forward() argument, in order, with the shape the model expects."
@@ -114,3 +116,22 @@ def check_model_accepts(module: Any, example: tuple, specs: Sequence[InputSpec])
                 "(torch.export.save), and the samples are drawn in the examples' range."
             )
         raise InputSpecError(f"The model rejects input {shapes}: PyTorch says: {first[:300]}", hint) from exc
+
+
+_ALLOCATION = re.compile(r"(?:tried to allocate|allocate) (\d+) bytes")
+
+
+def _raise_if_out_of_memory(exc: BaseException, shapes: str) -> None:
+    """A forward() that allocates more than the machine has is the model's demand, not a wrong
+    input shape: say how much it asked for (a hostile .pt2 can create a 64 GiB tensor)."""
+    text = str(exc)
+    if not isinstance(exc, MemoryError) and "can't allocate memory" not in text and "Cannot allocate memory" not in text:
+        return
+    found = _ALLOCATION.search(text)
+    asked = f" {int(found.group(1)) / 2**30:.1f} GiB in one tensor" if found else " more memory than is free"
+    raise InputSpecError(
+        f"Running the model once on input {shapes} failed: its forward() asked for{asked}, more than this "
+        "machine can give (the inputs themselves are small).",
+        "The model creates that tensor itself: check the sizes in its forward() (or the file's origin), or run "
+        "on a machine with enough memory.",
+    ) from exc

@@ -204,3 +204,17 @@ def test_integer_inputs_out_of_a_models_range_say_how_to_give_the_range(tmp_path
     text = " ".join(res.stderr.split())
     assert "torch.export.save" in text and "Traceback" not in res.stderr
     assert not (tmp_path / "out" / "m.tflite").exists()
+
+
+class _AllocatesSixtyFourGiB(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.zeros(4, 4, 1024, 1024, 1024).sum()  # 64 GiB of float32, made by the model
+
+
+def test_a_model_that_allocates_more_than_the_machine_has_is_named_as_such(tmp_path, run_cli):
+    """Not "the model rejects input (2,4)": the input is fine, the model asks for 64 GiB."""
+    src = tmp_path / "big.pt2"
+    torch.export.save(torch.export.export(_AllocatesSixtyFourGiB(), (torch.randn(2, 4),)), src)
+    res = run_cli(src, "-o", tmp_path / "out" / "big.tflite")
+    _check(res, 2, "64.0 GiB", "forward() asked for")
+    assert "rejects input" not in res.stderr and not (tmp_path / "out").exists()
