@@ -55,7 +55,7 @@ def _paragraph(result, out: Path) -> str:
 
 def test_a_looping_chat_template_is_exit_2_within_its_time_limit(run_cli, llama_folder, tmp_path, monkeypatch):
     """The security test's template (range(100000) twice) ran for 100 s until killed; now the child
-    rendering it is killed at the limit (2 s here, 20 s by default) and the run is exit 2."""
+    rendering it is killed at the limit (2 s here, 15 s by default) and the run is exit 2."""
     model = _copy(llama_folder, tmp_path)
     (model / "chat_template.jinja").write_text(TEMPLATE_MUTANTS["loop"], encoding="utf-8")
     monkeypatch.setenv(TIME_LIMIT_ENV, "2")
