@@ -122,3 +122,28 @@ def test_the_reflect_padded_vad_runs_on_tflite_micro(tmp_path):
     assert report["validation"]["runtime"] == "TFLite Micro host interpreter"
     assert report["quantization"]["fully_integer"] is True
     assert _opcodes((tmp_path / "vad.tflite").read_bytes()).count("MIRROR_PAD") == 2
+
+
+class ReflectImage(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3)
+
+    def forward(self, x):
+        return self.conv(F.pad(x, (2, 1, 1, 2), mode="reflect"))
+
+
+@pytest.mark.parametrize(("module", "example"), [(ReflectVAD(), (_waveform(),)), (ReflectImage(), (torch.randn(1, 2, 8, 8),))])
+def test_the_edge_tpu_gets_reflect_pads_as_slices(module, example):
+    from edge_export.conversion import convert_module
+    from edge_export.passes.fx import rewrite_ops_for_edgetpu_pass
+
+    module = module.eval()
+    graph = torch.export.export(module, example).module()
+    rewrite_reflect_replicate_pads_pass(graph)  # every target's pass first, as prepare runs them
+    prepared = rewrite_ops_for_edgetpu_pass(graph)
+    assert {r.kind for r in prepared.rewrites} == {"reflect-pad-as-slices"}
+    with torch.no_grad():
+        assert torch.equal(prepared.module(*example), module(*example))
+    ops = set(_opcodes(convert_module(prepared.module, example)))
+    assert "MIRROR_PAD" not in ops and {"SLICE", "CONCATENATION"} <= ops  # both on the Edge TPU's list

@@ -3,7 +3,8 @@
 The graph-level twin of ``targets/edgetpu_rewrites.prepare_module_for_edgetpu`` (an
 ExportedProgram's GraphModule has no submodules to swap, and functional calls in forward() are only
 visible in the traced graph): max_pool2d padding as replicate padding, a global spatial mean as an
-average pool, hardswish/hardsigmoid through relu6, GELU and SiLU through sigmoid. Returns a
+average pool, hardswish/hardsigmoid through relu6, GELU and SiLU through sigmoid, reflect padding
+as SLICE + CONCATENATION (no MIRROR_PAD on the Edge TPU). Returns a
 rewritten copy and the rewrites applied (its ``rewrites`` say whether anything changed).
 """
 
@@ -87,6 +88,23 @@ def _is_global_spatial(node: Any) -> bool:
     return sorted(int(d) % 4 for d in dims) == [2, 3] and node.kwargs.get("dtype") is None
 
 
+def _reflect_pad_for_edgetpu(node: Any) -> AppliedRewrite | None:
+    """A reflect pad (aten.pad, or the device-graph pass's 1-D form) as SLICEs concatenated: MIRROR_PAD
+    is not on the Edge TPU's list."""
+    import torch
+
+    from .rewrite_reflect_replicate_pads_pass import reflect_pad_by_slices, reflect_pad_sequence
+
+    if node.target is reflect_pad_sequence:
+        x, pads = node.args[0], tuple(node.args[1:3])
+    elif node.target is torch.ops.aten.pad.default and (node.args[2:3] or (node.kwargs.get("mode"),))[0] == "reflect":
+        x, pads = node.args[0], tuple(node.args[1])
+    else:
+        return None
+    node.target, node.args, node.kwargs = reflect_pad_by_slices, (x, pads), {}
+    return AppliedRewrite(_node_module_path(node), "reflect-pad-as-slices", "MIRROR_PAD is not supported")
+
+
 def rewrite_ops_for_edgetpu_pass(module: Any) -> EdgeTPUPreparation:
     """The same rewrites as for an nn.Module, as an FX pass over the aten calls. Each replaced node
     keeps its metadata so the flatbuffer's tensor names still carry the module path."""
@@ -139,6 +157,8 @@ def rewrite_ops_for_edgetpu_pass(module: Any) -> EdgeTPUPreparation:
                     "a mean over H, W lowers to MEAN on non-x/y axes; AVERAGE_POOL_2D maps",
                 )
             )
+        elif (padded := _reflect_pad_for_edgetpu(node)) is not None:
+            rewrites.append(padded)
         elif node.target in activations:
             fn, kind, why = activations[node.target]
             node.target = fn

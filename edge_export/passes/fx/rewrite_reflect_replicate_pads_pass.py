@@ -17,10 +17,10 @@ from typing import Any
 
 from .rewrites import FxRewrite, call_arguments, node_location
 
-__all__ = ["rewrite_reflect_replicate_pads_pass"]
+__all__ = ["reflect_pad_by_slices", "reflect_pad_sequence", "rewrite_reflect_replicate_pads_pass"]
 
 
-def _reflect_pad_sequence(x: Any, left: int, right: int) -> Any:
+def reflect_pad_sequence(x: Any, left: int, right: int) -> Any:
     """``F.pad(x, (left, right), mode="reflect")`` of ``[N, C, L]`` or ``[C, L]`` as a 2-D
     reflect pad of ``[N, C, 1, L]`` (litert-torch's MIRROR_PAD composite)."""
     import torch.nn.functional as F
@@ -29,6 +29,21 @@ def _reflect_pad_sequence(x: Any, left: int, right: int) -> Any:
     four = x.unsqueeze(0).unsqueeze(2) if unbatched else x.unsqueeze(2)
     padded = F.pad(four, (left, right, 0, 0), mode="reflect").squeeze(2)
     return padded.squeeze(0) if unbatched else padded
+
+
+def reflect_pad_by_slices(x: Any, pads: tuple[int, ...]) -> Any:
+    """``F.pad(x, pads, mode="reflect")`` as one-wide SLICEs concatenated, last axis first: for a
+    target without MIRROR_PAD (the Edge TPU's list has PAD, SLICE and CONCATENATION)."""
+    import torch
+
+    for axis in range(len(pads) // 2):
+        before, after, dim = pads[2 * axis], pads[2 * axis + 1], x.dim() - 1 - axis
+        if before or after:
+            size = x.shape[dim]
+            head = [x.narrow(dim, i, 1) for i in range(before, 0, -1)]
+            tail = [x.narrow(dim, size - 1 - i, 1) for i in range(1, after + 1)]
+            x = torch.cat([*head, x, *tail], dim=dim)
+    return x
 
 
 def _replicate_pad(x: Any, pads: tuple[int, ...]) -> Any:
@@ -71,7 +86,7 @@ def _rewrite(node: Any) -> tuple[str, str] | None:
         node.target, node.args, node.kwargs = _replicate_pad, (x, pads), {}
         return "replicate pad as edge slices", "litert-torch lowers it to GATHER_ND (or MIRROR_PAD SYMMETRIC, by 1 only)"
     if mode == "reflect" and len(pads) == 2 and val.dim() in (2, 3):
-        node.target, node.args, node.kwargs = _reflect_pad_sequence, (x, *pads), {}
+        node.target, node.args, node.kwargs = reflect_pad_sequence, (x, *pads), {}
         return "reflect pad as MIRROR_PAD", "litert-torch lowers a 1-D reflect pad to SELECT and GATHER_ND index arithmetic"
     return None
 
