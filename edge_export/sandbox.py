@@ -278,7 +278,7 @@ def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], N
     ``time_limit`` (seconds, wall clock) and ``memory_limit`` (bytes the child may map beyond what it
     inherits): past either, the child is killed and LimitExceeded raised. With ``reads``, the child
     reads only beneath those paths (``python_reads()``: the interpreter's own files)."""
-    from .isolation import flush_std_streams
+    from .isolation import die_with_parent, flush_std_streams
 
     private_dir = tempfile.mkdtemp(prefix="edge-export-sandbox-")
     flush_std_streams()
@@ -290,8 +290,9 @@ def run_confined(fn: Callable[..., Any], *args: Any, on_stage: Callable[[str], N
     with warnings.catch_warnings():
         # JAX warns at every fork; the child renews the one JAX pool it uses (_renew_thread_pools)
         warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-        pid = os.fork()
+        parent, pid = os.getpid(), os.fork()
     if pid == 0:
+        die_with_parent(parent)  # a parent SIGKILLed cannot end this child: it would run the export on
         os.close(read_fd)
         _child(fn, args, write_fd, private_dir, torch_threads_unsafe, memory_limit, reads)
     os.close(write_fd)

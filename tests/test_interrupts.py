@@ -104,7 +104,7 @@ def _deliver(run: Run) -> None:
     if run.sig == signal.SIGINT:
         os.killpg(run.proc.pid, signal.SIGINT)
     else:
-        run.proc.send_signal(signal.SIGTERM)
+        run.proc.send_signal(run.sig)
     run.signalled_at = time.monotonic()
 
 
@@ -141,6 +141,8 @@ def _run_all(runs: list[Run], timeout: float = 240) -> None:
 
 
 def _check(run: Run) -> list[str]:
+    if run.sig == signal.SIGKILL:
+        return _check_killed(run)
     problems = []
     err = run.log.read_text(errors="replace")
     code, expected = run.proc.returncode, 130 if run.sig == signal.SIGINT else 143
@@ -165,16 +167,30 @@ def _check(run: Run) -> list[str]:
     return [f"{run.name}: {p}\n{err[-600:]}" for p in problems]
 
 
+def _check_killed(run: Run) -> list[str]:
+    """SIGKILL cannot be handled: the output folder it created stays (the next run removes what it
+    left), but its children die with it (isolation.die_with_parent)."""
+    time.sleep(0.5)
+    left = _session_members(run.proc.pid)
+    if left:
+        os.killpg(run.proc.pid, signal.SIGKILL)
+    problems = [f"exit {run.proc.returncode}"] if run.proc.returncode != -signal.SIGKILL else []
+    problems += [f"processes still running: {left}"] if left else []
+    return [f"{run.name}: {p}" for p in problems]
+
+
 @pytest.mark.slow
 def test_an_interrupt_in_any_stage_leaves_nothing(model_folder, tmp_path):
     """Every stage on both paths (confined .pt2, in-process reference; the write stage, the
-    parent's on both, once), Ctrl-C on one path and SIGTERM on the other."""
+    parent's on both, once), Ctrl-C on one path and SIGTERM on the other; and a SIGKILL."""
     cases = []
     for i, case in enumerate(STAGES):
         first, second = (signal.SIGINT, signal.SIGTERM) if i % 2 == 0 else (signal.SIGTERM, signal.SIGINT)
         cases.append((case, "confined", first))
         if case != "write":  # the parent writes on both paths, the confined child long gone
             cases.append((case, "in-process", second))
+    # kill -9 of edge-export while the confined child's isolated child runs: both die with it
+    cases.append(("parity child", "confined", signal.SIGKILL))
     runs = [_start(model_folder, tmp_path, *c) for c in cases]
     _run_all(runs)
     problems = [p for run in runs for p in _check(run)]
