@@ -240,3 +240,11 @@ def test_fuzzed_headers_are_refused_cleanly_or_sound(valid, tmp_path):
         outcomes["accepted"] += 1
     assert outcomes["refused"] > 700 and outcomes["accepted"] > 10, outcomes
     assert time.monotonic() - started < 20
+
+
+def test_a_hostile_tensor_name_is_shown_escaped_and_cut(tmp_path):
+    """Names come from the file: in a message they are a repr (no raw escape sequence), at most 80 characters."""
+    name = "\x1b[2J\x1b[Hall checks PASSED" + "x" * 500
+    header = {name: {"dtype": "U8", "shape": [9], "data_offsets": [0, 4]}}
+    reason = _refusal(_write(tmp_path, join_safetensors(header, b"abcd")))
+    assert "\x1b" not in reason and "'\\x1b[2J\\x1b[Hall checks PASSED" in reason and "x" * 100 not in reason
