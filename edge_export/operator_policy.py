@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["operator_refusal", "schema_refusal"]
+__all__ = ["operator_names", "operator_refusal", "schema_refusal"]
 
 _NAMESPACES = ("aten", "prim")
 _VALUE_TYPES = frozenset({
@@ -66,6 +66,12 @@ def operator_refusal(qualified: str) -> str | None:
         if reason:
             return reason
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def operator_names() -> frozenset[str]:
+    """Every ``namespace::name`` this torch defines."""
+    return frozenset(_schemas())
 
 
 @functools.lru_cache(maxsize=1)

@@ -210,6 +210,11 @@ class _References(ast.NodeVisitor):
         if parts[0] == "__torch__" and dotted.startswith("__torch__.torch.classes"):
             self._refused(dotted, "is a custom C++ class, whose code is not in the archive", line)
         if parts[0] not in ("torch", "ops"):
+            # a method of a value (``w.set_(storage)``) resolves to the aten operator of its name
+            if len(parts) > 1 and parts[0] != "__torch__" and f"aten::{parts[-1]}" in _aten_names():
+                reason = operator_refusal(f"aten::{parts[-1]}")
+                if reason:
+                    self._refused(dotted, reason, line)
             return
         qualified = _operator_name(parts)
         reason = operator_refusal(qualified) if qualified else "it is not an operator"
@@ -218,6 +223,12 @@ class _References(ast.NodeVisitor):
 
     def _refused(self, name: str, reason: str, line: int) -> None:
         raise _refuse(self.path, self.member, f"calls {_shown(name)} (line {line}), which is not allowed: {reason}")
+
+
+def _aten_names() -> frozenset[str]:
+    from .operator_policy import operator_names
+
+    return operator_names()
 
 
 def _operator_name(parts: list[str]) -> str | None:

@@ -287,3 +287,11 @@ def test_damaged_archive_is_a_load_error(tmp_path):
     path.write_bytes(b"PK\x03\x04" + b"\0" * 40)
     with pytest.raises(ModelLoadError):
         read_checked_torchscript(path)
+
+
+def test_a_method_call_resolving_to_a_refused_operator_is_refused(archives, tmp_path):
+    """``w.set_(storage)`` in TorchScript is aten::set_, whose Storage overloads point a tensor at raw
+    memory: refused though it is written as a method of a value."""
+    bad = _rewritten(archives / "clean.pt", tmp_path / "bad.pt", lambda m: _with_code(m, b"torch.relu(", b"lin.set_("))
+    with pytest.raises(UnsafeTorchScript, match=r"lin\.set_.*Storage"):
+        read_checked_torchscript(bad)
