@@ -91,11 +91,16 @@ class CheckedArchive:
 
     def canonical_bytes(self) -> bytes:
         """The checked members as a new zip (stored, one entry each): what torch reads."""
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
-            for tail, data in self.members.items():
-                zf.writestr(f"{self.root}/{tail}", data)
-        return buf.getvalue()
+        return canonical_zip(self.root, self.members)
+
+
+def canonical_zip(root: str, members: dict[str, bytes]) -> bytes:
+    """``members`` (tail -> bytes) as a fresh zip under ``root``, stored, one entry each."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for tail, data in members.items():
+            zf.writestr(f"{root}/{tail}", data)
+    return buf.getvalue()
 
 
 def read_checked_archive(path: Path, limits: ArchiveLimits | None = None) -> CheckedArchive:

@@ -23,7 +23,6 @@ with ``reads``) and takes back an ExportedProgram, read through the ``.pt2`` all
 from __future__ import annotations
 
 import ast
-import io
 import pickletools
 import re
 import zipfile
@@ -84,11 +83,10 @@ class CheckedTorchScript:
             )
 
     def canonical_bytes(self) -> bytes:
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
-            for tail, data in self.members.items():
-                zf.writestr(f"{self.root}/{tail}", data)
-        return buf.getvalue()
+        """The checked members as a fresh zip: all torch.jit.load is given."""
+        from .pt2_archive import canonical_zip
+
+        return canonical_zip(self.root, self.members)
 
 
 def read_checked_torchscript(path: Path) -> CheckedTorchScript:
