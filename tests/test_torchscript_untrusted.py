@@ -9,12 +9,10 @@ their test hook, the confinement alone keeps the secret out and the marker unwri
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 import zipfile
 from pathlib import Path
-from typing import Tuple
 
 import pytest
 import torch
@@ -31,7 +29,6 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 def _reader_module(secret: Path) -> torch.nn.Module:
     source = f'''
 import torch
-from typing import Tuple
 
 class Reader(torch.nn.Module):
     def __init__(self):
@@ -56,7 +53,6 @@ class Reader(torch.nn.Module):
 def _writer_module(marker: Path) -> torch.nn.Module:
     source = f'''
 import torch
-from typing import Tuple
 
 class Writer(torch.nn.Module):
     def __init__(self):
