@@ -317,17 +317,21 @@ def prepared_for_int8(float_bytes: bytes) -> bytes:
     precision: operators of constants folded (a mask's LOG of a constant would compute -inf at run time),
     divisions by a constant written as products (an int8 divisor can land on its zero point:
     multiply_by_reciprocal_pass), ABS before a square dropped (it has no int8 recipe:
-    drop_abs_before_square_pass), then the constants' infinities saturated
-    (see saturate_infinite_constants_pass)."""
+    drop_abs_before_square_pass), PRELU as RELU/MUL/MUL/SUB (it has no recipe: split_prelu_pass),
+    then the constants' infinities saturated (see saturate_infinite_constants_pass)."""
     from ..passes.flatbuffer import (
         drop_abs_before_square_pass,
         fold_constant_operators_pass,
         multiply_by_reciprocal_pass,
         run_flatbuffer_passes,
         saturate_infinite_constants_pass,
+        split_prelu_pass,
     )
 
-    passes = [fold_constant_operators_pass, multiply_by_reciprocal_pass, drop_abs_before_square_pass, saturate_infinite_constants_pass]
+    passes = [
+        fold_constant_operators_pass, multiply_by_reciprocal_pass, drop_abs_before_square_pass, split_prelu_pass,
+        saturate_infinite_constants_pass,
+    ]
     result = run_flatbuffer_passes(float_bytes, passes, origin="the float model")
     return result.model_bytes if result.modified else float_bytes
 

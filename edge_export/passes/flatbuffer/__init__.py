@@ -28,6 +28,7 @@ from .restore_tensor_names_pass import restore_tensor_names_pass
 from .rewrite_reduction_axes_pass import rewrite_reduction_axes_pass
 from .set_io_dtype_pass import set_io_dtype_pass
 from .share_quantization_vectors_pass import share_quantization_vectors_pass
+from .split_prelu_pass import split_prelu_pass
 from .split_squared_difference_pass import split_squared_difference_pass
 from .split_weights_pass import split_weights_pass
 from .strip_tensor_names_pass import strip_tensor_names_pass
@@ -63,6 +64,7 @@ __all__ = [
     "saturate_infinite_constants_pass",
     "set_io_dtype_pass",
     "share_quantization_vectors_pass",
+    "split_prelu_pass",
     "split_squared_difference_pass",
     "split_weights_pass",
     "strip_tensor_names_pass",
