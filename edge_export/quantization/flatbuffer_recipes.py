@@ -49,6 +49,7 @@ from ..library_output import quiet_libraries
 from .calibration import CalibrationSet
 from .constant_matmul_operands import quantize_constant_operands_per_tensor
 from .discontinuous import keep_feeders_in_float
+from .sequence_lstm_int8 import quantize_sequence_lstm_model, takes_sequence_lstm_model
 
 __all__ = [
     "DEFAULT_FLATBUFFER_OBSERVER",
@@ -354,6 +355,8 @@ def quantize_flatbuffer(
         )
     if mode.needs_calibration:  # -inf in a constant (an additive mask) would set a scale of 1e36
         float_bytes = prepared_for_int8(float_bytes)
+    if mode == QuantizeMode.INT8 and takes_sequence_lstm_model(float_bytes):  # ai-edge-quantizer has no LSTM recipe
+        return quantize_sequence_lstm_model(float_bytes, calibration.samples)
     # The converter's bytes (an edge): read and verified once, for the calibration runs below.
     float_model = read_flatbuffer(float_bytes, origin="the float model") if mode.needs_calibration else None
     with quiet_libraries(verbose):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .graph_edits import add_int32_constant, new_operator, opcode_name, producers_of, unique_name
+from .graph_edits import add_int32_constant, drop_unused_tensors, new_operator, opcode_name, producers_of, unique_name
 
 __all__ = ["reset_lstm_states_pass", "drop_lstm_state_resets"]
 
@@ -83,10 +83,24 @@ def reset_lstm_states_pass(model: Any) -> bool:
 
 
 def drop_lstm_state_resets(model: Any) -> bool:
-    """Remove the FILLs ``reset_lstm_states_pass`` added; True when any was removed."""
+    """Remove the FILLs ``reset_lstm_states_pass`` added, their constants, and the FILL operator
+    code when nothing else uses it (the calibrator's interpreter has no FILL kernel and refuses a
+    model that lists it); True when any was removed."""
     sg = model.subgraphs[0]
     states = set(_state_tensors(model, sg))
     kept = [op for op in sg.operators if not (opcode_name(model, op) == "FILL" and int(op.outputs[0]) in states)]
-    changed = len(kept) != len(sg.operators)
+    if len(kept) == len(sg.operators):
+        return False
     sg.operators = kept
-    return changed
+    drop_unused_tensors(model)
+    _drop_unused_operator_codes(model)
+    return True
+
+
+def _drop_unused_operator_codes(model: Any) -> None:
+    used = sorted({int(op.opcodeIndex) for sg in model.subgraphs for op in sg.operators or ()})
+    new = {old: i for i, old in enumerate(used)}
+    model.operatorCodes = [model.operatorCodes[old] for old in used]
+    for sg in model.subgraphs:
+        for op in sg.operators or ():
+            op.opcodeIndex = new[int(op.opcodeIndex)]

@@ -1,0 +1,86 @@
+"""sequence_lstm_int8: a model with fused LSTMs is fully int8 through TFLite's quantizer (int16 cell
+state, the state resets kept), and near its float model; the flatbuffer backend sends it there only
+when every other operator is one that quantizer is trusted with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edge_export.errors import UsageError
+from edge_export.quantization.sequence_lstm_int8 import quantize_sequence_lstm_model, takes_sequence_lstm_model
+
+STEPS, FEATURES = 24, 6
+
+
+class Tagger(torch.nn.Module):
+    """2-layer LSTM and a linear head per step; ``normalized`` ends in an L2 norm (SUM, SQRT, DIV)."""
+
+    def __init__(self, normalized: bool = False) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(FEATURES, 16, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(16, 4)
+        self.normalized = normalized
+
+    def forward(self, x):
+        y = self.head(self.lstm(x)[0])
+        return y / y.norm(dim=-1, keepdim=True) if self.normalized else y
+
+
+def _samples(n: int, seed: int) -> list[np.ndarray]:
+    g = torch.Generator().manual_seed(seed)
+    t = torch.arange(STEPS, dtype=torch.float32)[None, :, None]
+    # smooth sequences with the scale of features, not white noise
+    return [(torch.sin(t / 3 + torch.randn(1, 1, FEATURES, generator=g)) * 2 + 0.2 * torch.randn(1, STEPS, FEATURES, generator=g)).numpy()
+            for _ in range(n)]
+
+
+def _float_model(normalized: bool) -> tuple[torch.nn.Module, bytes]:
+    from edge_export.conversion import convert_module
+    from edge_export.passes.fx.pipeline import prepare_graph_for_litert
+
+    torch.manual_seed(0)
+    module = Tagger(normalized).eval()
+    example = (torch.from_numpy(_samples(1, 0)[0]),)
+    return module, convert_module(prepare_graph_for_litert(module, example).module, example)
+
+
+@pytest.fixture(scope="module")
+def tagger():
+    module, fp32 = _float_model(False)
+    return module, fp32, quantize_sequence_lstm_model(fp32, [[s] for s in _samples(16, 1)])
+
+
+@pytest.mark.slow
+def test_the_quantized_model_is_fully_int8_with_the_states_reset_and_near_float(tagger):
+    from edge_export.flatbuffer import read_flatbuffer
+    from edge_export.runtime import TFLiteRunner
+    from edge_export.validators.metrics import sqnr_db
+
+    module, _, int8 = tagger
+    model = read_flatbuffer(int8)
+    assert model.is_fully_integer
+    assert model.op_counts["UNIDIRECTIONAL_SEQUENCE_LSTM"] == 2 and model.op_counts["FILL"] == 4
+    lstm = next(op for op in model.operators if op.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM")
+    assert model.tensors[lstm.inputs[0]].dtype == "int8" and model.tensors[lstm.inputs[19]].dtype == "int16"  # the cell state
+    runner = TFLiteRunner(model)
+    heldout = _samples(4, 2)  # not the calibration samples
+    first = [runner.run([x])[0] for x in heldout]
+    for x, y in zip(heldout, first):
+        np.testing.assert_array_equal(runner.run([x])[0], y)  # again: the same, from the reset state
+        with torch.no_grad():
+            assert sqnr_db(module(torch.from_numpy(x)).numpy(), y) >= 25.0
+
+
+@pytest.mark.slow
+def test_an_operator_tflites_quantizer_is_not_trusted_with_keeps_the_model_on_ai_edge_quantizer(tagger):
+    assert takes_sequence_lstm_model(tagger[1])
+    assert not takes_sequence_lstm_model(_float_model(True)[1])  # SUM, SQRT and DIV: 1.3 dB in TFLite's int8
+
+
+def test_int16_activations_and_an_empty_calibration_set_are_refused(tagger):
+    with pytest.raises(UsageError, match="no 16x8 LSTM"):
+        quantize_sequence_lstm_model(tagger[1], [[s] for s in _samples(2, 1)], "int16x8")
+    with pytest.raises(UsageError, match="needs calibration samples"):
+        quantize_sequence_lstm_model(tagger[1], [])
