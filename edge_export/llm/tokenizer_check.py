@@ -114,13 +114,15 @@ def check_tokenizer_bounded(folder: Path, check_prompts: Callable[[Any], None] |
         if check_prompts is not None:
             check_prompts(tokenizer)
         return template
-    from ..sandbox import LimitExceeded, run_confined
+    from ..sandbox import LimitExceeded, python_reads, run_confined
 
     _preload()
     steps: list[str] = []
     try:
+        # reads too are confined: Python's own files and the folder, nothing else of the user's
         template, _ = run_confined(_checked_in_child, folder, shown, check_prompts, on_stage=steps.append,
-                                   time_limit=limits.seconds, memory_limit=limits.mib << 20)
+                                   time_limit=limits.seconds, memory_limit=limits.mib << 20,
+                                   reads=(*python_reads(), str(folder)))
     except LimitExceeded as exc:
         step = steps[-1] if steps and steps[-1] in (_LOADING, _RENDERING, _TOKENIZING) else _LOADING
         raise _limit_error(shown, step, exc, limits) from None
