@@ -280,13 +280,20 @@ def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:
         source_module=loaded.module, verbose=options.verbose,
     )
     top = ", ".join(layer.label for layer in sensitivity.layers[:3])
-    note = (
-        f"Parity failed, and --target {target.name} has no int16 or float kernels to raise a layer to. "
-        f"The layers that limit accuracy most (sensitivity ranks 1-3): {top}. Real --calibration-data "
-        "(ranges from the inputs the model will see) or a rewrite of those layers (bounded activations "
-        "such as ReLU6, no outlier channels) is what helps there."
-    )
+    note = limiting_note(target.name, top, getattr(converted.calibration, "real_data", False))
     return replace(sensitivity, notes=(note, *sensitivity.notes))
+
+
+def limiting_note(target: str, top: str, real_data: bool) -> str:
+    """What helps a failed int8 parity on a target with int8 kernels only; with real calibration
+    data already given, asking for it again would send the user in a circle."""
+    rewrite = "a rewrite of those layers (bounded activations such as ReLU6, no outlier channels)"
+    remedy = (f"The calibration already used real data, so {rewrite} is what helps there." if real_data else
+              f"Real --calibration-data (ranges from the inputs the model will see) or {rewrite} is what helps there.")
+    return (
+        f"Parity failed, and --target {target} has no int16 or float kernels to raise a layer to. "
+        f"The layers that limit accuracy most (sensitivity ranks 1-3): {top}. {remedy}"
+    )
 
 
 def validate_sensitivity(module: Any, example: tuple, specs: list[InputSpec], options: ExportOptions, plan: Any) -> Any:

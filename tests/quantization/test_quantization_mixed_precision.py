@@ -172,7 +172,17 @@ def test_on_the_edge_tpu_a_failed_parity_names_the_layers_that_limit_accuracy(tm
     sensitivity = result.report["sensitivity"]
     assert {layer["module_path"] for layer in sensitivity["layers"][:2]} == {"conv1", "conv2"}
     assert "no int16 or float kernels" in sensitivity["notes"][0] and "conv1 (CONV_2D)" in sensitivity["notes"][0]
+    assert "Real --calibration-data" in sensitivity["notes"][0]  # it calibrated on synthetic inputs
     assert "mixed_precision" not in result.report and "sensitivity_overlay" not in result.report["artifacts"]
+
+
+def test_the_edge_tpu_note_does_not_ask_for_real_data_it_already_has():
+    """A trained face detector calibrated on real photos was told to 'pass real --calibration-data'."""
+    from edge_export.stages.parity import limiting_note
+
+    given = limiting_note("edgetpu", "conv1 (CONV_2D)", real_data=True)
+    assert "already used real data" in given and "--calibration-data" not in given
+    assert "Real --calibration-data" in limiting_note("edgetpu", "conv1 (CONV_2D)", real_data=False)
 
 
 @pytest.mark.slow
