@@ -112,6 +112,7 @@ class OutputKind(str, enum.Enum):
     CLASSIFICATION = "classification"  # class logits or probabilities along the last axis
     EMBEDDING = "embedding"  # vectors along the last axis, compared by direction
     REGRESSION = "regression"  # any other numeric output
+    PROBABILITIES = "probabilities"  # softmax / sigmoid output: judged by its decisions and probability error
 
 
 # The Thresholds fields that gate each kind of output; the others are reported but not checked.
@@ -122,6 +123,9 @@ KIND_THRESHOLDS: dict[OutputKind, tuple[str, ...]] = {
     ),
     OutputKind.EMBEDDING: ("min_cosine", "min_neighbour_agreement"),
     OutputKind.REGRESSION: ("atol", "min_sqnr_db", "max_rel_l2", "max_error_steps"),
+    OutputKind.PROBABILITIES: (
+        "atol", "min_sqnr_db", "max_rel_l2", "max_error_steps", "max_probability_error", "min_decision_agreement"
+    ),
 }
 
 _THRESHOLD_FIELDS = (
@@ -133,12 +137,15 @@ _THRESHOLD_FIELDS = (
     "min_neighbour_agreement",
     "max_rel_l2",
     "max_error_steps",
+    "min_decision_agreement",
+    "max_probability_error",
 )
 _FRACTIONS = {
     "min_cosine": "--min-cosine",
     "min_top1": "--min-top1",
     "min_top5": "--min-top5",
     "min_neighbour_agreement": "--min-neighbour-agreement",
+    "min_decision_agreement": "--min-decision-agreement",
 }
 
 
@@ -155,6 +162,8 @@ class Thresholds:
     min_neighbour_agreement: float | None = None
     max_rel_l2: float | None = None
     max_error_steps: float | None = None  # max abs error in output quantization steps (integer outputs)
+    min_decision_agreement: float | None = None  # probabilities: argmax (and sigmoid 0.5) decisions that agree
+    max_probability_error: float | None = None  # probabilities: max abs error of the probabilities
 
     def __post_init__(self) -> None:
         for name in _THRESHOLD_FIELDS:
@@ -181,23 +190,36 @@ class Thresholds:
 # SQNR, cosine, top-k and neighbours since absolute error depends on the output range. int8's 20 dB
 # floor is loose on purpose: parity runs on random inputs. Top-1/top-5 are not gated at fp32/fp16,
 # where the error gates are far stricter. Neighbour agreement below 1 tolerates a flip between two
-# samples that are almost equally near in PyTorch (7 of 8 is 0.875).
+# samples that are almost equally near in PyTorch (7 of 8 is 0.875). Probabilities (softmax/sigmoid
+# outputs) are judged by their decisions, gated at every precision: int8's 0.9 fails the pitch model
+# whose argmax agreed on 72.7% of frames, and PyTorch's near-ties (within one int8 probability step,
+# validators/probabilities.DECISION_TIE_MARGIN) count as agreement, so the gate sees real flips only.
 DEFAULT_THRESHOLDS: dict[QuantizeMode, Thresholds] = {
-    QuantizeMode.NONE: Thresholds(atol=1e-4, min_sqnr_db=60.0, min_cosine=0.99999, min_neighbour_agreement=0.85),
-    QuantizeMode.FP16: Thresholds(atol=5e-2, min_sqnr_db=35.0, min_cosine=0.999, min_neighbour_agreement=0.85),
+    QuantizeMode.NONE: Thresholds(
+        atol=1e-4, min_sqnr_db=60.0, min_cosine=0.99999, min_neighbour_agreement=0.85,
+        min_decision_agreement=0.99, max_probability_error=1e-4,
+    ),
+    QuantizeMode.FP16: Thresholds(
+        atol=5e-2, min_sqnr_db=35.0, min_cosine=0.999, min_neighbour_agreement=0.85,
+        min_decision_agreement=0.99, max_probability_error=1e-2,
+    ),
     QuantizeMode.DYNAMIC_INT8: Thresholds(
-        min_sqnr_db=20.0, min_cosine=0.99, min_top1=0.75, min_top5=0.85, min_neighbour_agreement=0.75
+        min_sqnr_db=20.0, min_cosine=0.99, min_top1=0.75, min_top5=0.85, min_neighbour_agreement=0.75,
+        min_decision_agreement=0.9, max_probability_error=0.05,
     ),
     QuantizeMode.INT8: Thresholds(
-        min_sqnr_db=20.0, min_cosine=0.99, min_top1=0.75, min_top5=0.85, min_neighbour_agreement=0.75
+        min_sqnr_db=20.0, min_cosine=0.99, min_top1=0.75, min_top5=0.85, min_neighbour_agreement=0.75,
+        min_decision_agreement=0.9, max_probability_error=0.05,
     ),
     QuantizeMode.INT16X8: Thresholds(
-        min_sqnr_db=30.0, min_cosine=0.999, min_top1=0.85, min_top5=0.95, min_neighbour_agreement=0.85
+        min_sqnr_db=30.0, min_cosine=0.999, min_top1=0.85, min_top5=0.95, min_neighbour_agreement=0.85,
+        min_decision_agreement=0.95, max_probability_error=0.01,
     ),
     # int4 weights have 16 levels: each layer's weight error is ~24 dB worse than int8's, so a
     # random-weight small CNN or transformer reads 17-20 dB (docs/BENCHMARKS.md section 15).
     QuantizeMode.INT4: Thresholds(
-        min_sqnr_db=15.0, min_cosine=0.97, min_top1=0.6, min_top5=0.75, min_neighbour_agreement=0.6
+        min_sqnr_db=15.0, min_cosine=0.97, min_top1=0.6, min_top5=0.75, min_neighbour_agreement=0.6,
+        min_decision_agreement=0.8, max_probability_error=0.1,
     ),
 }
 

@@ -33,6 +33,8 @@ class ExportOptions:
     min_neighbour_agreement: float | None = None
     max_rel_l2: float | None = None
     max_error_steps: float | None = None
+    min_decision_agreement: float | None = None  # probabilities outputs (validators/probabilities.py)
+    max_probability_error: float | None = None
     # what each output is: "KIND" for all, "NAME=KIND" pairs, or {name: kind} (see output_kinds.py)
     output_kinds: Any = ()
     labels: Any = ()  # "FILE" for the classifier output, "NAME=FILE" pairs, or {name: file}
@@ -159,6 +161,8 @@ class ExportOptions:
             "min_neighbour_agreement": self.min_neighbour_agreement,
             "max_rel_l2": self.max_rel_l2,
             "max_error_steps": self.max_error_steps,
+            "min_decision_agreement": self.min_decision_agreement,
+            "max_probability_error": self.max_probability_error,
         }
 
 

@@ -92,12 +92,13 @@ def render_junit(report: RunReport) -> str:
             [f"kind: {kind} (decided by {o.decision.source.value})"]
             + [f"{k}: {'not computable: ' + o.not_computable[k] if k in o.not_computable else _fmt(v)}" for k, v in o.metrics.items()]
         )
-        failed = [c for c in o.checks if c.passed is False]
+        failed = [("", c) for c in o.checks if c.passed is False]
+        failed += [(f"{p.part}: ", c) for p in o.failed_parts for c in p.checks if c.passed is False]
         failure = None
         if o.error:
             failure = o.error
         elif failed:
-            failure = "; ".join(f"{c.metric} {_fmt(c.value)} not {c.op} {_fmt(c.threshold)}" for c in failed)
+            failure = "; ".join(f"{where}{c.metric} {_fmt(c.value)} not {c.op} {_fmt(c.threshold)}" for where, c in failed)
         _case(suite, "edge_export.parity.outputs", f"output {o.index} {o.name} ({kind})", failure, details)
     layers = report.per_layer.layers if report.per_layer is not None else ()
     culprit = report.per_layer.first_jump if report.per_layer is not None else None

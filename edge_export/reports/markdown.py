@@ -139,6 +139,7 @@ def _headline(report: RunReport) -> list[str]:
                 f"Worst output: {_code(worst.output)} ({_e(worst.kind.value)}; "
                 f"SQNR {_fmt(worst.sqnr_db)} dB, max abs error "
                 f"{_fmt(worst.max_abs_error)}; failed checks: {failed})."
+                + (f" Worst part: {_code(worst.part)} (SQNR {_fmt(worst.part_sqnr_db)} dB)." if worst.part else "")
             )
     lines.append("")
     base = report.baseline
@@ -189,12 +190,19 @@ _METRIC_COLUMNS = (
     ("worst-sample cosine", "worst_sample_cosine", 6),
     ("neighbours", "neighbour_agreement", 4),
 )
+# Only a table with a probabilities output has these columns (ordinary reports keep theirs).
+_PROBABILITY_COLUMNS = (
+    ("probability err", "probability_error", 4),
+    ("decisions", "decision_agreement", 4),
+    ("decisions at 0.5", "threshold_agreement", 4),
+)
 # Which thresholds gate which kind of output (config.KIND_THRESHOLDS, restated: reports never import
 # the pipeline's modules) and how each reads in the Markdown.
 _GATES_BY_KIND = {
     "classification": ("atol", "min_sqnr_db", "min_cosine", "max_rel_l2", "max_error_steps", "min_top1", "min_top5"),
     "embedding": ("min_cosine", "min_neighbour_agreement"),
     "regression": ("atol", "min_sqnr_db", "max_rel_l2", "max_error_steps"),
+    "probabilities": ("atol", "min_sqnr_db", "max_rel_l2", "max_error_steps", "max_probability_error", "min_decision_agreement"),
 }
 _GATE_TEXT = {
     "atol": "max abs error ≤ {}",
@@ -205,24 +213,39 @@ _GATE_TEXT = {
     "min_top1": "top-1 ≥ {}",
     "min_top5": "top-5 ≥ {} (10+ classes)",
     "min_neighbour_agreement": "neighbour agreement ≥ {}",
+    "max_probability_error": "probability error ≤ {}",
+    "min_decision_agreement": "decision agreement ≥ {}",
 }
+
+
+def _shape_cell(shape) -> str:
+    return _e("×".join(str(d) for d in _plain(shape)))
+
+
+def _cells(o, columns) -> str:
+    """An output's (or part's) metric cells: n/c where it could not be computed."""
+    return " | ".join("n/c" if key in o.not_computable else _fmt(o.metrics.get(key), digits) for _, key, digits in columns)
 
 
 def _outputs_section(val: ParityResult) -> list[str]:
     lines = [f"## Outputs ({_e(val.samples)} samples, {_e(val.runtime)})", ""]
-    head = ["output", "kind", "shape", *(c[0] for c in _METRIC_COLUMNS), "verdict"]
+    columns = _METRIC_COLUMNS + (_PROBABILITY_COLUMNS if any("decision_agreement" in o.metrics for o in val.outputs) else ())
+    head = ["output", "kind", "shape", *(c[0] for c in columns), "verdict"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for o in val.outputs:
         failed = [c.metric for c in o.checks if c.passed is False]
+        failed += [f"{c.metric} of {p.part}" for p in o.failed_parts for c in p.checks if c.passed is False]
         status = "✅" if o.passed else "❌ " + _e(o.error or ", ".join(failed))
         kind_cell = f"{_e(o.kind.value)} ({_e(o.decision.source.value)})"
-        cells = [
-            "n/c" if key in o.not_computable else _fmt(o.metrics.get(key), digits) for _, key, digits in _METRIC_COLUMNS
-        ]
-        lines.append(
-            f"| {_code(o.name)} | {kind_cell} | {_e('×'.join(str(d) for d in _plain(o.shape)))} | " + " | ".join(cells) + f" | {status} |"
-        )
+        lines.append(f"| {_code(o.name)} | {kind_cell} | {_shape_cell(o.shape)} | " + _cells(o, columns) + f" | {status} |")
+        for p in o.parts or ():
+            shape = [p.stop - p.start if i == p.axis else d for i, d in enumerate(_plain(o.shape))]
+            part_status = "✅" if p.passed else "❌ " + _e(", ".join(c.metric for c in p.checks if c.passed is False))
+            lines.append(
+                f"| ↳ part {_code(p.part)} | max abs {_fmt(p.reference_max_abs)} | {_shape_cell(shape)} | "
+                + _cells(p, columns) + f" | {part_status} |"
+            )
     lines.append("")
     # n/c cells: why is in the notes (checks that could not be computed) or in the verdict (NaN/Inf)
     for note in val.notes:

@@ -114,6 +114,9 @@ def _print_headline(report: RunReport, out: Console, err: Console) -> None:
             + (f"; failed: {', '.join(failed)}" if failed else "")
             + (f"; {worst.error}" if worst.error else ""),
         )
+        if worst.part is not None:
+            part_sqnr = _number(worst.part_sqnr_db)
+            _plain(out, f"  worst part {worst.part}: SQNR {'–' if part_sqnr is None else f'{part_sqnr:.1f}'} dB (the output's parts are judged one by one)")
         for note in val.notes:
             _plain(out, f"  note: {note}")
 

@@ -83,7 +83,7 @@ def run_parity(
     if order is not None:  # both sides name their outputs: pair by name, not by position
         references = [[ref[i] for i in order] for ref in references]
         torch_names = [torch_names[i] for i in order]
-    results = _compare_runs(references, runs, names, torch_names, scales, options)
+    results = _compare_runs(references, runs, names, torch_names, scales, options, fb)
     if results[0].passed is False:
         results = _with_reference_stability(results, module, samples, plan, references, names, order)
     checked = (feeds, references)
@@ -177,11 +177,16 @@ def runtime_runners(runtime: str, runner_factory: Any = None) -> tuple[list, str
     return factories, backend
 
 
-def _compare_runs(references: list, runs: list[tuple], names: list[str], torch_names: list[str | None], scales: list, options: ExportOptions) -> list:
-    """One ParityResult per runtime, each output judged by its kind."""
+def _compare_runs(
+    references: list, runs: list[tuple], names: list[str], torch_names: list[str | None], scales: list, options: ExportOptions, fb: Any = None
+) -> list:
+    """One ParityResult per runtime, each output judged by its kind (probabilities when the converted
+    model's softmax/sigmoid, or PyTorch's values, say so)."""
     from ..validators.parity import compare_outputs
+    from ..validators.probabilities import probability_kinds
 
     kinds = output_kinds(names, torch_names, [tuple(r.shape) for r in references[0]], options)
+    kinds = probability_kinds(kinds, fb, names, references)
     unnamed = [n for n, d in zip(names, kinds) if d.source.value == "default"]
     notes = (
         [

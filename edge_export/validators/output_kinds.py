@@ -11,6 +11,10 @@ nothing. In order, the first that speaks decides:
 3. ``labels``: ``--labels [NAME=]FILE`` was given for it: a classifier;
 4. ``default``: ``regression``.
 
+Parity then makes an output that is not an embedding, and whose kind no option gave, a
+``probabilities`` output (source ``graph`` or ``values``) when a softmax or sigmoid makes it
+(probabilities.py: that needs the converted model and PyTorch's values, which this module never sees).
+
 Import-light (no numpy, no torch): the CLI checks these options before any heavy work.
 """
 
@@ -44,6 +48,8 @@ class KindSource(str, enum.Enum):
     NAME = "name"
     LABELS = "labels"
     DEFAULT = "default"
+    GRAPH = "graph"  # probabilities: the exported graph's softmax/sigmoid makes the output (probabilities.py)
+    VALUES = "values"  # probabilities: PyTorch's values are in [0, 1] and sum to 1 along the last axis
 
 
 # Whole names (case-insensitive). Suffixes below catch `start_logits`, `image_embeds`, ...
@@ -110,6 +116,8 @@ class KindDecision:
     kind: OutputKind
     source: KindSource = json_field(name="kind_source")
     labels: LabelsFile | None = json_field(default=None, omit_none=True)  # only with --labels
+    # probabilities: "softmax", "log_softmax" or "sigmoid" when known (probabilities.py)
+    activation: str | None = json_field(default=None, omit_none=True)
 
     @property
     def labels_file(self) -> str | None:
@@ -120,7 +128,7 @@ class KindDecision:
         return self.labels.count if self.labels else None
 
 
-_KIND_HINT = "Use classification, embedding or regression, e.g. --output-kind embedding=embedding."
+_KIND_HINT = "Use classification, embedding, regression or probabilities, e.g. --output-kind embedding=embedding."
 
 
 def _kind(text: str, given: str) -> OutputKind:
@@ -269,7 +277,7 @@ def resolve_output_kinds(
                 )
             target = classifiers[0]
         kind, source = decided.get(target.index, (OutputKind.CLASSIFICATION, KindSource.LABELS))
-        if kind is not OutputKind.CLASSIFICATION:
+        if kind not in (OutputKind.CLASSIFICATION, OutputKind.PROBABILITIES):
             why = "--output-kind" if source is KindSource.OPTION else "its name"
             raise UsageError(
                 f"--labels {path} was given for the output '{target.name}', which {why} makes "

@@ -16,10 +16,12 @@ import numpy as np
 from ..config import OutputKind, Thresholds
 from . import metrics
 from ..serialize import json_field
+from . import probabilities
 from .output_kinds import KindDecision, KindSource
+from .output_parts import PartSlice, find_parts
 from .stability import ReferenceStability
 
-__all__ = ["Check", "OutputParity", "ParityResult", "WorstOutput", "compare_outputs"]
+__all__ = ["Check", "OutputPart", "OutputParity", "ParityResult", "WorstOutput", "compare_outputs"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,27 @@ _DEFAULT_DECISION = KindDecision(OutputKind.REGRESSION, KindSource.DEFAULT)
 
 
 @dataclass(frozen=True)
+class OutputPart:
+    """One part of an output whose range differs from the rest (output_parts.py), judged by its
+    output's kind and thresholds as if it were an output of its own."""
+
+    part: str  # e.g. output_0[:, 4:84, :]
+    axis: int
+    start: int
+    stop: int
+    reference_max_abs: float  # PyTorch's max |x| over the part
+    metrics: dict
+    checks: tuple[Check, ...]
+    not_computable: Mapping[str, str] = field(default_factory=dict)
+
+    JSON_KEYS = ("part", "axis", "start", "stop", "reference_max_abs", "metrics", "not_computable", "checks", "passed")
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed is not False for c in self.checks)
+
+
+@dataclass(frozen=True)
 class OutputParity:
     index: int
     name: str
@@ -49,16 +72,22 @@ class OutputParity:
     error: str | None = None  # e.g. a shape mismatch or NaN: the output fails
     decision: KindDecision = json_field(default=_DEFAULT_DECISION, flatten=True)  # kind, kind_source, labels
     not_computable: Mapping[str, str] = field(default_factory=dict)  # metric -> why it has no value
+    # the parts whose ranges differ by PART_RANGE_FACTOR or more (None: an ordinary output)
+    parts: tuple[OutputPart, ...] | None = json_field(default=None, omit_none=True)
 
-    JSON_KEYS = ("index", "name", "decision", "shape", "metrics", "not_computable", "checks", "error", "passed")
+    JSON_KEYS = ("index", "name", "decision", "shape", "metrics", "not_computable", "checks", "parts", "error", "passed")
 
     @property
     def kind(self) -> OutputKind:
         return self.decision.kind
 
     @property
+    def failed_parts(self) -> tuple[OutputPart, ...]:
+        return tuple(p for p in self.parts or () if not p.passed)
+
+    @property
     def passed(self) -> bool:
-        return self.error is None and all(c.passed is not False for c in self.checks)
+        return self.error is None and all(c.passed is not False for c in self.checks) and not self.failed_parts
 
 
 @dataclass(frozen=True)
@@ -82,19 +111,21 @@ class ParityResult:
         return "passed" if self.passed else "failed"
 
     def worst(self) -> WorstOutput | None:
-        """Among the failing outputs (all of them when none fails), the one with the lowest SQNR; an
-        unknown SQNR (NaN/Inf, shape mismatch) counts as the lowest."""
+        """Among the failing outputs (all of them when none fails), the one with the lowest SQNR (its
+        own, or a failing part's); an unknown SQNR (NaN/Inf, shape mismatch) counts as the lowest."""
         if not self.outputs:
             return None
         failing = [o for o in self.outputs if not o.passed]
         pool = failing or list(self.outputs)
 
         def sqnr(o: OutputParity) -> float:
-            value = o.metrics.get("sqnr_db") if o.metrics else None
-            return float("-inf") if value is None else value
+            values = [o.metrics.get("sqnr_db") if o.metrics else None, *(p.metrics.get("sqnr_db") for p in o.failed_parts)]
+            return min(float("-inf") if v is None else v for v in values)
 
         o = min(pool, key=sqnr)
         failed = [c.metric for c in o.checks if c.passed is False]
+        part = min(o.failed_parts, key=lambda p: _sqnr_or_lowest(p.metrics), default=None)
+        failed += [f"{c.metric} of {p.part}" for p in o.failed_parts for c in p.checks if c.passed is False]
         return WorstOutput(
             output=o.name,
             index=o.index,
@@ -103,20 +134,29 @@ class ParityResult:
             max_abs_error=o.metrics.get("max_abs_error") if o.metrics else None,
             failed_checks=tuple(failed),
             error=o.error,
+            part=part.part if part is not None else None,
+            part_sqnr_db=part.metrics.get("sqnr_db") if part is not None else None,
         )
+
+
+def _sqnr_or_lowest(m: Mapping) -> float:
+    value = m.get("sqnr_db")
+    return float("-inf") if value is None else value
 
 
 @dataclass(frozen=True)
 class WorstOutput:
-    """The output a summary leads with: the failing (or lowest-SQNR) one."""
+    """The output a summary leads with: the failing (or lowest-SQNR) one, and its worst failing part."""
 
     output: str  # its name
     index: int
     kind: OutputKind
     sqnr_db: float | None
     max_abs_error: float | None
-    failed_checks: tuple[str, ...]
+    failed_checks: tuple[str, ...]  # a part's as "sqnr_db of output_0[:, 4:84, :]"
     error: str | None
+    part: str | None = json_field(default=None, omit_none=True)  # e.g. output_0[:, 4:84, :]
+    part_sqnr_db: float | None = json_field(default=None, omit_none=True)
 
 
 # (threshold field, metric, op) per gate; which gates an output gets is KIND_THRESHOLDS[kind].
@@ -128,6 +168,9 @@ _GATES = (
     ("min_top1", "top1_agreement", ">="),
     ("min_top5", "top5_agreement", ">="),
     ("min_neighbour_agreement", "neighbour_agreement", ">="),
+    ("max_probability_error", "probability_error", "<="),
+    ("min_decision_agreement", "decision_agreement", ">="),
+    ("min_decision_agreement", "threshold_agreement", ">="),
 )
 # min_cosine gates the worst sample of an embedding, and the cosine over all samples otherwise.
 _COSINE_METRIC = {OutputKind.EMBEDDING: "worst_sample_cosine"}
@@ -148,9 +191,11 @@ _METRIC_KEYS = (
     "worst_sample_cosine",
     "neighbour_agreement",
 )
+# Only a probabilities output has these (ordinary outputs' reports keep the keys above).
+_PROBABILITY_KEYS = ("probability_error", "decision_agreement", "threshold_agreement")
 
 
-def _applicable(kind: OutputKind, shape: tuple[int, ...], scale: float | None) -> list[str]:
+def _applicable(kind: OutputKind, shape: tuple[int, ...], scale: float | None, activation: str | None = None) -> list[str]:
     """The metrics an output of this kind and shape has (the others are null: not applicable)."""
     keys = ["max_abs_error", "mean_abs_error", "relative_l2_error", "cosine", "sqnr_db", "worst_sample_sqnr_db"]
     if scale:
@@ -161,10 +206,25 @@ def _applicable(kind: OutputKind, shape: tuple[int, ...], scale: float | None) -
             keys.append("top5_agreement")
     elif kind is OutputKind.EMBEDDING:
         keys += ["worst_sample_cosine", "neighbour_agreement"]
+    elif kind is OutputKind.PROBABILITIES:
+        keys += ["probability_error", "decision_agreement"]
+        if activation == "sigmoid":  # a multi-label reader decides each value at 0.5
+            keys.append("threshold_agreement")
     return keys
 
 
-def _metric(key: str, ref: np.ndarray, out: np.ndarray, refs: list, outs: list, scale: float | None) -> float:
+def _probability_metric(key: str, ref: np.ndarray, out: np.ndarray, activation: str | None) -> float:
+    p_ref, p_out = probabilities.as_probabilities(ref, activation), probabilities.as_probabilities(out, activation)
+    if key == "probability_error":
+        return metrics.max_abs_error(p_ref, p_out)
+    if key == "decision_agreement":
+        return probabilities.decision_agreement(p_ref, p_out)
+    return probabilities.threshold_agreement(p_ref, p_out)
+
+
+def _metric(key: str, ref: np.ndarray, out: np.ndarray, refs: list, outs: list, scale: float | None, activation: str | None = None) -> float:
+    if key in _PROBABILITY_KEYS:
+        return _probability_metric(key, ref, out, activation)
     if key == "max_abs_error":
         return metrics.max_abs_error(ref, out)
     if key == "mean_abs_error":
@@ -230,6 +290,53 @@ def _checks(m: dict, t: Thresholds, kind: OutputKind, not_computable: Mapping[st
     return tuple(checks)
 
 
+def _measure(
+    decision: KindDecision, ref: np.ndarray, out: np.ndarray, refs: list, outs: list, scale: float | None, error: str | None
+) -> tuple[dict, dict[str, str]]:
+    """The metrics of one output (or part) and why each missing one has no value."""
+    keys = _applicable(decision.kind, tuple(ref.shape[1:]), scale, decision.activation)
+    m: dict = {key: None for key in (*_METRIC_KEYS, *(k for k in _PROBABILITY_KEYS if k in keys))}
+    not_computable: dict[str, str] = {}
+    for key in keys:
+        if error is not None:
+            not_computable[key] = error
+            continue
+        try:
+            value = _metric(key, ref, out, refs, outs, scale, decision.activation)
+        except metrics.NotComputable as exc:
+            not_computable[key] = exc.reason
+            continue
+        if np.isnan(value):
+            not_computable[key] = "the metric came out NaN"
+            continue
+        if not np.isfinite(value):  # JSON has no inf (e.g. relative error against an all-zero reference)
+            value = float(np.sign(value) * 1e300)
+        m[key] = value
+    return m, not_computable
+
+
+def _judge_parts(
+    name: str, decision: KindDecision, ref: np.ndarray, out: np.ndarray, scale: float | None, thresholds: Thresholds
+) -> tuple[OutputPart, ...] | None:
+    """The output's parts (output_parts.py), each measured and gated as its output is; None when
+    the output has none."""
+    found = find_parts(ref)
+    if not found:
+        return None
+    return tuple(_judge_part(name, part, decision, ref, out, scale, thresholds) for part in found)
+
+
+def _judge_part(
+    name: str, part: PartSlice, decision: KindDecision, ref: np.ndarray, out: np.ndarray, scale: float | None, thresholds: Thresholds
+) -> OutputPart:
+    r, o = part.take(ref), part.take(out)
+    m, not_computable = _measure(decision, r, o, list(r), list(o), scale, None)
+    checks = _checks(m, thresholds, decision.kind, not_computable, None)
+    return OutputPart(
+        part.label(name, ref.ndim - 1), part.axis, part.start, part.stop, part.reference_max_abs, m, checks, not_computable
+    )
+
+
 def compare_outputs(
     reference: Sequence[Sequence[np.ndarray]],
     candidate: Sequence[Sequence[np.ndarray]],
@@ -242,11 +349,11 @@ def compare_outputs(
     kinds: Sequence[KindDecision] | None = None,
 ) -> ParityResult:
     """``reference[s][k]`` / ``candidate[s][k]``: output k of sample s, already in the same layout.
-    ``kinds[k]`` says what output k is (default: regression, decided by default)."""
-    n_out = len(names)
+    ``kinds[k]`` says what output k is (default: regression, decided by default). An output whose
+    parts differ in range (output_parts.py) is also judged part by part."""
     outputs = []
     all_notes = list(notes)
-    for k in range(n_out):
+    for k in range(len(names)):
         decision = kinds[k] if kinds else _DEFAULT_DECISION
         refs = [np.asarray(r[k]) for r in reference]
         outs = [np.asarray(c[k]) for c in candidate]
@@ -262,27 +369,12 @@ def compare_outputs(
         ref = np.stack(refs).astype(np.float64)
         out = np.stack(outs).astype(np.float64)
         scale = output_scales[k] if output_scales else None
-        m: dict = {key: None for key in _METRIC_KEYS}
-        not_computable: dict[str, str] = {}
         error = _non_finite(ref, out)
-        for key in _applicable(decision.kind, shape, scale):
-            if error is not None:
-                not_computable[key] = error
-                continue
-            try:
-                value = _metric(key, ref, out, refs, outs, scale)
-            except metrics.NotComputable as exc:
-                not_computable[key] = exc.reason
-                continue
-            if np.isnan(value):
-                not_computable[key] = "the metric came out NaN"
-                continue
-            if not np.isfinite(value):  # JSON has no inf (e.g. relative error against an all-zero reference)
-                value = float(np.sign(value) * 1e300)
-            m[key] = value
+        m, not_computable = _measure(decision, ref, out, refs, outs, scale, error)
         checks = _checks(m, thresholds, decision.kind, not_computable, error)
-        for c in checks:
+        parts = None if error is not None else _judge_parts(names[k], decision, ref, out, scale, thresholds)
+        for c in (*checks, *(c for p in parts or () for c in p.checks)):
             if c.passed is None:
                 all_notes.append(f"{names[k]}: {c.metric} not computable ({c.reason}); counted as neither pass nor fail")
-        outputs.append(OutputParity(k, names[k], shape, m, checks, error, decision, not_computable))
+        outputs.append(OutputParity(k, names[k], shape, m, checks, error, decision, not_computable, parts))
     return ParityResult(len(reference), thresholds, tuple(outputs), runtime, tuple(all_notes))
