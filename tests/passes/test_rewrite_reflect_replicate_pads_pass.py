@@ -147,3 +147,19 @@ def test_the_edge_tpu_gets_reflect_pads_as_slices(module, example):
         assert torch.equal(prepared.module(*example), module(*example))
     ops = set(_opcodes(convert_module(prepared.module, example)))
     assert "MIRROR_PAD" not in ops and {"SLICE", "CONCATENATION"} <= ops  # both on the Edge TPU's list
+
+
+def test_the_gpu_delegate_takes_the_reflect_mirror_pad_but_not_a_symmetric_one():
+    from edge_export.conversion import convert_module
+    from edge_export.flatbuffer import read_flatbuffer
+    from edge_export.targets.gpu.target import check_gpu
+
+    module, example = ReflectVAD().eval(), (_waveform(),)
+    graph = torch.export.export(module, example).module()
+    rewrite_reflect_replicate_pads_pass(graph)
+    report = check_gpu(read_flatbuffer(convert_module(graph, example)))
+    assert report.num_partitions == 1 and report.fully_delegated, report.summary()
+    # litert-torch's own replicate pad by 1 is MIRROR_PAD SYMMETRIC, which the delegate refuses
+    # (the pass writes slices instead)
+    symmetric = read_flatbuffer(convert_module(nn.ReplicationPad2d(1).eval(), (torch.randn(1, 2, 6, 6),)))
+    assert "SYMMETRIC" in check_gpu(symmetric).first_unsupported.reason

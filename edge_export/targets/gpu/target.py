@@ -108,6 +108,9 @@ GPU_MAX_VERSIONS: Mapping[str, int | None] = {
     "MINIMUM": None,
     "MUL": None,
     "PAD": None,
+    # MIRROR_PAD: the model builder's PadOperationParser (REFLECT only, see its rule); LiteRT's own
+    # analyzer (the cross-check) passes it too. A 1-D reflect pad becomes one (rewrite_reflect_replicate_pads_pass).
+    "MIRROR_PAD": None,
     "PRELU": None,
     "RELU": None,
     "RELU6": None,
@@ -207,6 +210,13 @@ def _broadcast_the_delegate_knows(op: OperatorInfo, model: FlatbufferModel, cons
         if not ok:
             return f"{op.opcode} broadcasting {list(a)} with {list(b)}, which the delegate does not support"
     return None
+
+
+@gpu_rule("MIRROR_PAD")
+def _reflective_mirror_pad(op: OperatorInfo, model: FlatbufferModel, constants: Mapping[int, list[int]]) -> str | None:
+    # "Only Reflective padding is supported for Mirror Pad operation." (MirrorPadMode REFLECT = 0)
+    mode = int(getattr(op.options, "mode", 0) or 0)
+    return None if mode == 0 else "MIRROR_PAD in SYMMETRIC mode (the delegate takes REFLECT only)"
 
 
 @gpu_rule("FULLY_CONNECTED")
