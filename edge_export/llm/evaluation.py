@@ -7,10 +7,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .parity import ReferenceRun, first_text_divergence, logit_metrics
-from .report import LlmPromptParity, LlmThresholds
+from .parity import ChatReference, ReferenceRun, first_text_divergence, logit_metrics
+from .report import LlmChatParity, LlmPromptParity, LlmThresholds
 
-__all__ = ["thresholds_for", "judge_prompt", "KL_FLOAT", "KL_QUANTIZED"]
+__all__ = ["thresholds_for", "judge_prompt", "judge_chat", "KL_FLOAT", "KL_QUANTIZED"]
 
 ATOL_FLOAT = 1e-4  # max |Δlogit| of a float32 export (measured: 1e-5 on the test models)
 KL_FLOAT = 1e-6
@@ -64,3 +64,19 @@ def judge_prompt(ref: ReferenceRun, logits: np.ndarray, runtime_text: str | None
         first_failing_step=first[0] if first else None, failing_reason=first[1] if first else None,
         reference_text=ref.text, runtime_text=runtime_text, text_divergence_step=divergence, passed=not failed,
     )
+
+
+def judge_chat(ref: ChatReference, runtime_text: str | None, error: str | None, t: LlmThresholds, tokenizer: Any,
+               stop_ids: Sequence[int], start_token: int | None = None) -> LlmChatParity:
+    """The chat turn: failed when the runtime could not run it and, for float32, when its reply is
+    not transformers' (a quantized recipe's chat reply is reported, like its prompts' texts)."""
+    reason = error
+    if reason is None and t.identical_text and runtime_text != ref.text:
+        step = first_text_divergence(tokenizer, ref.generated_ids, runtime_text or "", stop_ids)
+        reason = f"LiteRT-LM's chat reply parts from transformers' at step {step}"
+        if start_token is not None and ref.prompt_ids[:1] != (start_token,):
+            # the runtime prepends the start token to every prompt, chat too; transformers' template does not
+            reason += (f" (the runtime prepends the start token {start_token} to every prompt, chat too, but transformers' "
+                       "chat prompt does not start with it: print {{ bos_token }} first in the template, with bos_token set in "
+                       "tokenizer_config.json)")
+    return LlmChatParity(ref.message, len(ref.prompt_ids), ref.text, runtime_text, reason, reason is None)

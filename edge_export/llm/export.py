@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConversionError, first_line
+from ..errors import ConversionError, UsageError, first_line
 from .litert_torch_compat import import_export_hf
 
 __all__ = ["FloatExport", "export_float_flatbuffer"]
@@ -31,7 +31,13 @@ class FloatExport:
 def export_float_flatbuffer(folder: Path, prefill_lengths: tuple[int, ...], cache_length: int) -> FloatExport:
     """Export ``folder`` (a checked causal-LM directory) to a float flatbuffer with prefill and
     decode signatures over an external KV cache of ``cache_length`` positions."""
-    export_hf = import_export_hf()
+    try:
+        export_hf = import_export_hf()
+    except (ImportError, OSError) as exc:  # the environment (litert-torch, torch, ai-edge-litert), not the model
+        raise UsageError(
+            f"litert-torch's generative export cannot be imported: {first_line(exc, with_type=True)}.",
+            "pip install 'edge-export[llm]' (litert-torch and ai-edge-litert at the versions edge-export constraints prints).",
+        ) from exc
     with tempfile.TemporaryDirectory(prefix="edge-export-llm-") as out:
         try:
             export_hf.export(

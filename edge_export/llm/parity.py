@@ -11,6 +11,9 @@ Two checks per prompt, both greedy over ``max_new_tokens`` steps:
 - **end to end**: the .litertlm in the LiteRT-LM runtime (litert-lm-api, CPU, top-k 1): its text
   against transformers' ``generate()`` text; the first step where they part is reported with both
   continuations. Verdicts never use the runtime's text scoring (LiteRT-LM issue 3561).
+- **chat**, when the package has a chat template: one user turn through the runtime's Conversation
+  API (the packaged template, greedy) against transformers' ``apply_chat_template(...,
+  add_generation_prompt=True)`` + ``generate()`` (greedy), compared as text.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 
 from ..errors import RuntimeRunError, first_line
 
-__all__ = ["continuation_text", "ReferenceRun", "StepMetrics", "reference_runs", "logit_metrics", "runtime_texts", "first_text_divergence"]
+__all__ = ["continuation_text", "ReferenceRun", "ChatReference", "reference_chat", "runtime_chat_text", "import_runtime", "StepMetrics", "reference_runs", "logit_metrics", "runtime_texts", "first_text_divergence"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,35 @@ class StepMetrics:
     top1_agree: tuple[bool, ...]
 
 
+@dataclass(frozen=True)
+class ChatReference:
+    message: str  # the user's turn
+    prompt_ids: tuple[int, ...]  # transformers' chat-template prompt
+    generated_ids: tuple[int, ...]
+    text: str
+
+
+def _greedy(model: Any, tokenizer: Any, ids: Any, max_new_tokens: int, stop_ids: Sequence[int]) -> Any:
+    import torch
+
+    with torch.no_grad():
+        return model.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
+            eos_token_id=list(stop_ids) or None, pad_token_id=tokenizer.pad_token_id,
+            output_logits=True, return_dict_in_generate=True,
+        )
+
+
+def reference_chat(model: Any, tokenizer: Any, message: str, prompt_ids: Sequence[int], max_new_tokens: int, stop_ids: Sequence[int]) -> ChatReference:
+    """transformers' greedy reply to ``message`` from its chat-template prompt ``prompt_ids``
+    (rendered in the bounded child: tokenizer_check.chat_prompt_ids_bounded)."""
+    import torch
+
+    out = _greedy(model, tokenizer, torch.tensor([list(prompt_ids)]), max_new_tokens, stop_ids)
+    generated = out.sequences[0, len(prompt_ids):].tolist()
+    return ChatReference(message, tuple(prompt_ids), tuple(generated), continuation_text(tokenizer, generated, stop_ids))
+
+
 def reference_runs(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int, stop_ids: Sequence[int]) -> list[ReferenceRun]:
     """transformers' greedy continuation of each prompt and its logits at every step."""
     import torch
@@ -49,12 +81,7 @@ def reference_runs(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_t
     runs = []
     for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt").input_ids
-        with torch.no_grad():
-            out = model.generate(
-                ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
-                eos_token_id=list(stop_ids) or None, pad_token_id=tokenizer.pad_token_id,
-                output_logits=True, return_dict_in_generate=True,
-            )
+        out = _greedy(model, tokenizer, ids, max_new_tokens, stop_ids)
         generated = out.sequences[0, ids.shape[1]:].tolist()
         logits = torch.cat([step[0:1] for step in out.logits]).double().numpy() if out.logits else np.zeros((0, 0))
         text = continuation_text(tokenizer, generated, stop_ids)
@@ -90,16 +117,52 @@ def logit_metrics(reference: np.ndarray, exported: np.ndarray) -> StepMetrics:
     return StepMetrics(tuple(r[0] for r in rows), tuple(r[1] for r in rows), tuple(r[2] for r in rows))
 
 
+def import_runtime() -> Any:
+    """The LiteRT-LM runtime module; missing or failing to import (its shared library), exit 3
+    naming the environment, not a bug."""
+    try:
+        import litert_lm
+    except (ImportError, OSError) as exc:
+        raise RuntimeRunError(
+            f"The LiteRT-LM runtime (litert-lm-api) cannot be imported ({first_line(exc, with_type=True)}), so the .litertlm cannot be run.",
+            "pip install 'edge-export[llm]' (the runtime is how the .litertlm is checked and run).",
+        ) from exc
+    return litert_lm
+
+
+def message_text(message: Any) -> str:
+    """The text of a Conversation reply (litert_lm's Message: its text parts joined)."""
+    if hasattr(message, "contents"):
+        return str(message.contents)
+    content = message.get("content") if isinstance(message, dict) else message
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content)
+
+
+def runtime_chat_text(litertlm_path: str, message: str, max_new_tokens: int) -> str:
+    """The runtime's greedy reply to one user turn through its Conversation API (the packaged template)."""
+    litert_lm = import_runtime()
+    try:
+        with litert_lm.Engine(litertlm_path, backend=litert_lm.Backend.CPU(thread_count=1)) as engine:
+            conv = engine.create_conversation(sampler_config=litert_lm.SamplerConfig(top_k=1), max_output_tokens=max_new_tokens)
+            try:
+                return message_text(conv.send_message({"role": "user", "content": message}))
+            finally:
+                conv.close()
+    except Exception as exc:  # boundary: the runtime renders the packaged template in C++ and says only "failed"
+        raise RuntimeRunError(
+            f"LiteRT-LM's Conversation API failed on the packaged chat template: {first_line(exc)}.",
+            "Run with --verbose to see the runtime's own message; the chat template may use Jinja the runtime does not support.",
+        ) from exc
+
+
 def runtime_texts(litertlm_path: str, prompts: Sequence[str], max_new_tokens: int) -> tuple[list[str], float | None, float | None]:
     """Each prompt's greedy continuation in the LiteRT-LM runtime (CPU, one thread), and the
     prefill and decode tokens/s of the last prompt as the runtime measures them."""
-    try:
-        import litert_lm
-    except ImportError as exc:
-        raise RuntimeRunError(
-            "The LiteRT-LM runtime (litert-lm-api) is not installed, so the .litertlm cannot be run.",
-            "pip install 'edge-export[llm]' (the runtime is how the .litertlm is checked).",
-        ) from exc
+    litert_lm = import_runtime()
     texts, prefill_tps, decode_tps = [], None, None
     try:
         engine = litert_lm.Engine(litertlm_path, backend=litert_lm.Backend.CPU(thread_count=1), enable_benchmark=True)

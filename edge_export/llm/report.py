@@ -8,6 +8,7 @@ renderings (called by reports/markdown.py, junit.py and summary.py when the sect
       attempts: LlmRecipeAttempt[]              every recipe checked (one without auto)
         weights: WeightGroup[]                  bytes and storage type per group (embedding, attention, mlp, lm_head)
         thresholds: LlmThresholds, prompts: LlmPromptParity[]
+        chat: LlmChatParity | None              one user turn through LiteRT-LM's Conversation API
       measurements: LlmMeasurements             sizes, KV-cache bytes, peak RSS, tokens/s
       passed (derived: the chosen attempt passed)
 
@@ -23,7 +24,7 @@ from .packaging import PackageMetadata
 from .recipes import WeightGroup
 
 __all__ = [
-    "LlmThresholds", "LlmPromptParity", "LlmRecipeAttempt", "LlmMeasurements", "LanguageModelSection",
+    "LlmThresholds", "LlmPromptParity", "LlmChatParity", "LlmRecipeAttempt", "LlmMeasurements", "LanguageModelSection",
     "markdown_lines", "junit_cases", "summary_lines",
 ]
 
@@ -54,6 +55,19 @@ class LlmPromptParity:
 
 
 @dataclass(frozen=True)
+class LlmChatParity:
+    """One user turn: LiteRT-LM's Conversation API (the packaged chat template) against
+    transformers' apply_chat_template(add_generation_prompt=True) + greedy generate()."""
+
+    message: str
+    prompt_tokens: int  # transformers' chat-template prompt
+    reference_text: str
+    runtime_text: str | None  # None: the runtime failed (failing_reason says how)
+    failing_reason: str | None
+    passed: bool
+
+
+@dataclass(frozen=True)
 class LlmRecipeAttempt:
     recipe: str
     model_bytes: int
@@ -65,6 +79,7 @@ class LlmRecipeAttempt:
     identical_texts: int | None  # prompts whose runtime text equals transformers' (None: runtime not run)
     prompts: tuple[LlmPromptParity, ...]
     passed: bool
+    chat: LlmChatParity | None = None  # None: the package has no chat template
 
 
 @dataclass(frozen=True)
@@ -129,7 +144,8 @@ def markdown_lines(lm: LanguageModelSection, escape) -> list[str]:
         f"- recipe: {escape(lm.chosen)} (asked: {escape(lm.quantize)}{'' if lm.block_size is None else f', block size {lm.block_size}'})",
         f"- sizes: .tflite {_kib(m.tflite_bytes)}, .litertlm {_kib(m.litertlm_bytes)}, KV cache {_kib(m.kv_cache_bytes)} at {lm.cache_length} tokens",
         f"- host (LiteRT-LM CPU, 1 thread): prefill {_rate(m.prefill_tokens_per_second)} tokens/s, decode {_rate(m.decode_tokens_per_second)} tokens/s; peak RSS {_kib(m.peak_rss_bytes)}",
-        f"- package: start token {lm.package.start_token_id}, stop tokens {list(lm.package.stop_token_ids)}, max {lm.package.max_num_tokens} tokens, chat template {'yes' if lm.package.chat_template else 'no'}",
+        f"- package: start token {lm.package.start_token_id}, stop tokens {list(lm.package.stop_token_ids)}, max {lm.package.max_num_tokens} tokens, "
+        f"chat template {'yes (adapted: message content parts joined for the runtime)' if lm.package.chat_template else 'no'}, sampler {escape(lm.package.sampler or 'the runtime default')}",
         "", "| recipe | size | max abs Δlogit | mean KL | token agreement | identical texts | weights | result |", "|---|---|---|---|---|---|---|---|",
     ]
     for a in lm.attempts:
@@ -140,6 +156,12 @@ def markdown_lines(lm: LanguageModelSection, escape) -> list[str]:
     for i, p in enumerate(chosen.prompts):
         failing = "none" if p.first_failing_step is None else f"{p.first_failing_step}: {escape(p.failing_reason or '')}"
         lines.append(f"| {i} | {escape(p.prompt)} | {p.steps} | {_num(p.max_abs_logit_diff)} | {p.token_agreement:.3f} | {failing} | {escape(p.reference_text)} | {escape(p.runtime_text if p.runtime_text is not None else 'not run')} |")
+    if chosen.chat is not None:
+        c = chosen.chat
+        lines += ["", f"Chat turn (LiteRT-LM Conversation API vs transformers' chat template): {'passed' if c.passed else 'failed'}"
+                  + (f": {escape(c.failing_reason)}" if c.failing_reason else ""), "",
+                  "| message | prompt tokens | transformers | LiteRT-LM |", "|---|---|---|---|",
+                  f"| {escape(c.message)} | {c.prompt_tokens} | {escape(c.reference_text)} | {escape(c.runtime_text if c.runtime_text is not None else 'failed')} |"]
     return lines + [""]
 
 
@@ -151,6 +173,10 @@ def junit_cases(lm: LanguageModelSection) -> list[tuple[str, str, str | None, st
                    f"token agreement {p.token_agreement:.3f}; transformers: {p.reference_text!r}; LiteRT-LM: {p.runtime_text!r}")
         failure = None if p.passed else f"step {p.first_failing_step}: {p.failing_reason}"
         cases.append(("edge_export.language_model.prompts", f"prompt {i}", failure, details))
+    chat = lm.chosen_attempt.chat
+    if chat is not None:
+        details = f"recipe {lm.chosen}; transformers: {chat.reference_text!r}; LiteRT-LM Conversation: {chat.runtime_text!r}"
+        cases.append(("edge_export.language_model.chat", "chat turn", None if chat.passed else chat.failing_reason, details))
     return cases
 
 
@@ -168,4 +194,6 @@ def summary_lines(lm: LanguageModelSection) -> list[str]:
     for i, p in enumerate(a.prompts):
         if not p.passed:
             lines.append(f"prompt {i} fails at step {p.first_failing_step}: {p.failing_reason}")
+    if a.chat is not None:
+        lines.append(f"chat turn (LiteRT-LM Conversation API): {'identical to transformers' if a.chat.passed else a.chat.failing_reason}")
     return lines

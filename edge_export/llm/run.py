@@ -8,18 +8,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ModelLoadError, UsageError, first_line
-from .evaluation import judge_prompt, thresholds_for
+from ..errors import ModelLoadError, RuntimeRunError, UsageError, first_line
+from .evaluation import judge_chat, judge_prompt, thresholds_for
 from .export import export_float_flatbuffer
 from .loading import LanguageModelSource, load_tokenizer, prepare_model_directory
 from .options import LanguageModelOptions
+from .generation_config import GenerationDefaults, read_generation_config
 from .packaging import PackageMetadata, build_litertlm, package_metadata
-from .parity import ReferenceRun, reference_runs, runtime_texts
+from .parity import ChatReference, ReferenceRun, reference_chat, reference_runs, runtime_chat_text, runtime_texts
 from .recipes import AUTO_ORDER, quantize_language_model, weight_groups
-from .report import LanguageModelSection, LlmMeasurements, LlmRecipeAttempt
+from .report import LanguageModelSection, LlmChatParity, LlmMeasurements, LlmRecipeAttempt
 from .signatures import SignatureDriver
-from .task import TEXT_GENERATION
-from .tokenizer_check import check_tokenizer_bounded
+from .task import TEXT_GENERATION, check_cache_length, check_causal_lm_config
+from .tokenizer_check import chat_prompt_ids_bounded, check_tokenizer_bounded
 
 __all__ = ["RecipeContext", "RecipeResult", "check_prompt_lengths", "recipes_to_try", "prepare", "reference_context", "check_recipe", "check_recipes", "export_and_check"]
 
@@ -27,7 +28,7 @@ __all__ = ["RecipeContext", "RecipeResult", "check_prompt_lengths", "recipes_to_
 @dataclass(frozen=True)
 class RecipeContext:
     """What judging a recipe needs: the checked source, its tokenizer, the package metadata and
-    transformers' reference runs."""
+    transformers' reference runs (and its chat turn when the package has a chat template)."""
 
     src: LanguageModelSource
     tokenizer: Any
@@ -37,6 +38,8 @@ class RecipeContext:
     refs: tuple[ReferenceRun, ...]
     options: LanguageModelOptions
     work: Path
+    chat: ChatReference | None = None
+    generation: GenerationDefaults | None = None
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,11 @@ def _reference_model(folder: Path) -> Any:
 
 def check_llm_extra() -> None:
     """The LiteRT-LM runtime and builder are an optional extra: missing, it is exit 2 up front,
-    not exit 3 after a minute of export."""
+    not exit 3 after a minute of export; installed but failing to import (environment.py), exit 2
+    naming the import error."""
     import importlib.util
+
+    from .environment import require_llm_extra
 
     missing = [dist for module, dist in (("litert_lm", "litert-lm-api"), ("litert_lm_builder", "litert-lm-builder")) if importlib.util.find_spec(module) is None]
     if missing:
@@ -88,23 +94,43 @@ def check_llm_extra() -> None:
             f"--task text-generation needs {' and '.join(missing)} (the .litertlm is built and run for parity), which is not installed.",
             "pip install 'edge-export[llm]'.",
         )
+    for module in ("litert_lm", "litert_lm_builder"):
+        require_llm_extra(module, "for --task text-generation (the .litertlm is built and run for parity)")
 
 
 def prepare(source: str, work: Path, prompts: tuple[str, ...], options: LanguageModelOptions) -> tuple[LanguageModelSource, Any, str | None, PackageMetadata]:
     """Every check that needs no export: the extra, the directory, tokenizer, chat template and prompt lengths."""
+    if Path(source).is_dir():  # a config litert-torch cannot export is refused before any library is imported
+        check_causal_lm_config(Path(source))
     check_llm_extra()
     src = prepare_model_directory(source, work / "model", tokenizer=options.tokenizer, trust_pickle=options.trust_pickle)
+    check_cache_length(src.config, options.cache_length)
     # first in a confined child with time and memory limits: the tokenizer files and template are the folder's code
     template = check_tokenizer_bounded(src.folder, lambda tok: check_prompt_lengths(tok, prompts, options),
                                        shown=Path(options.tokenizer or source))
     tokenizer = load_tokenizer(src.folder)  # the same files, now known to load within those limits
-    return src, tokenizer, template, package_metadata(tokenizer, src.config, options.cache_length, template)
+    generation = read_generation_config(src.folder)
+    return src, tokenizer, template, package_metadata(tokenizer, src.config, options.cache_length, template, generation)
 
 
 def reference_context(src: LanguageModelSource, tokenizer: Any, template: str | None, meta: PackageMetadata,
                       prompts: tuple[str, ...], options: LanguageModelOptions, work: Path) -> RecipeContext:
-    refs = reference_runs(_reference_model(src.folder), tokenizer, prompts, options.max_new_tokens, meta.stop_token_ids)
-    return RecipeContext(src, tokenizer, template, meta, prompts, tuple(refs), options, work)
+    model = _reference_model(src.folder)
+    refs = reference_runs(model, tokenizer, prompts, options.max_new_tokens, meta.stop_token_ids)
+    chat = _chat_reference(model, tokenizer, src, prompts[0], options, meta) if template else None
+    return RecipeContext(src, tokenizer, template, meta, prompts, tuple(refs), options, work, chat, read_generation_config(src.folder))
+
+
+def _chat_reference(model: Any, tokenizer: Any, src: LanguageModelSource, message: str, options: LanguageModelOptions, meta: PackageMetadata) -> ChatReference:
+    """transformers' reply to the first prompt as a user turn (its template rendered in the bounded child)."""
+    ids = chat_prompt_ids_bounded(src.folder, message, shown=Path(options.tokenizer or src.source))
+    if len(ids) + options.max_new_tokens > options.cache_length:
+        raise UsageError(
+            f"The chat template turns the first prompt into {len(ids)} tokens; with --max-new-tokens {options.max_new_tokens} "
+            f"the chat check needs more than --cache-length {options.cache_length}.",
+            "Raise --cache-length (the phone's chat needs that room too) or shorten the first prompt.",
+        )
+    return reference_chat(model, tokenizer, message, ids, options.max_new_tokens, meta.stop_token_ids)
 
 
 def _vocab(config: dict) -> int:
@@ -112,7 +138,7 @@ def _vocab(config: dict) -> int:
     return int(text.get("vocab_size") or 0)
 
 
-def _attempt(recipe: str, tflite: bytes, judged: tuple, t, config: dict) -> LlmRecipeAttempt:
+def _attempt(recipe: str, tflite: bytes, judged: tuple, t, config: dict, chat: LlmChatParity | None) -> LlmRecipeAttempt:
     steps = [p.steps for p in judged]
     total = max(sum(steps), 1)
     return LlmRecipeAttempt(
@@ -120,7 +146,8 @@ def _attempt(recipe: str, tflite: bytes, judged: tuple, t, config: dict) -> LlmR
         max_abs_logit_diff=max(p.max_abs_logit_diff for p in judged),
         mean_kl=sum(p.mean_kl * n for p, n in zip(judged, steps)) / total,
         token_agreement=sum(p.token_agreement * n for p, n in zip(judged, steps)) / total,
-        identical_texts=sum(p.text_divergence_step is None for p in judged), prompts=judged, passed=all(p.passed for p in judged),
+        identical_texts=sum(p.text_divergence_step is None for p in judged), prompts=judged,
+        passed=all(p.passed for p in judged) and (chat is None or chat.passed), chat=chat,
     )
 
 
@@ -137,7 +164,7 @@ def _worst_logits(driver: SignatureDriver, ref: ReferenceRun) -> Any:
 def check_recipe(recipe: str, float_tflite: bytes, ctx: RecipeContext) -> RecipeResult:
     """One recipe: its flatbuffer and package, judged on every prompt."""
     tflite = quantize_language_model(float_tflite, recipe, ctx.options.block_size)
-    litertlm = build_litertlm(tflite, ctx.src.folder / "tokenizer.json", ctx.meta, ctx.template)
+    litertlm = build_litertlm(tflite, ctx.src.folder / "tokenizer.json", ctx.meta, ctx.template, ctx.generation)
     ctx.work.mkdir(parents=True, exist_ok=True)
     package = ctx.work / f"{recipe}.litertlm"
     package.write_bytes(litertlm)
@@ -148,7 +175,20 @@ def check_recipe(recipe: str, float_tflite: bytes, ctx: RecipeContext) -> Recipe
         judge_prompt(ref, _worst_logits(driver, ref), text, t, ctx.tokenizer, ctx.meta.stop_token_ids)
         for ref, text in zip(ctx.refs, texts)
     )
-    return RecipeResult(_attempt(recipe, tflite, judged, t, ctx.src.config), tflite, litertlm, prefill_tps, decode_tps, driver.kv_cache_bytes)
+    chat = _judge_chat(ctx, package, t)
+    return RecipeResult(_attempt(recipe, tflite, judged, t, ctx.src.config, chat), tflite, litertlm, prefill_tps, decode_tps, driver.kv_cache_bytes)
+
+
+def _judge_chat(ctx: RecipeContext, package: Path, t) -> LlmChatParity | None:
+    """The chat turn through the runtime's Conversation API; a template the runtime cannot render
+    fails the check (exit 1, the report says why), since the package's chat would fail on the phone too."""
+    if ctx.chat is None:
+        return None
+    try:
+        text, error = runtime_chat_text(str(package), ctx.chat.message, ctx.options.max_new_tokens), None
+    except RuntimeRunError as exc:
+        text, error = None, exc.message
+    return judge_chat(ctx.chat, text, error, t, ctx.tokenizer, ctx.meta.stop_token_ids, ctx.meta.start_token_id)
 
 
 def check_recipes(float_tflite: bytes, ctx: RecipeContext, quantize: str, stages=None) -> tuple[list[LlmRecipeAttempt], RecipeResult]:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from ..errors import EdgeExportError, ModelLoadError, UsageError, first_line
 
-__all__ = ["TIME_LIMIT_ENV", "MEMORY_LIMIT_ENV", "TokenizerLimits", "tokenizer_limits", "check_tokenizer_bounded"]
+__all__ = ["TIME_LIMIT_ENV", "MEMORY_LIMIT_ENV", "TokenizerLimits", "tokenizer_limits", "check_tokenizer_bounded", "chat_prompt_ids_bounded"]
 
 TIME_LIMIT_ENV = "EDGE_EXPORT_TOKENIZER_TIME_LIMIT"  # seconds
 MEMORY_LIMIT_ENV = "EDGE_EXPORT_TOKENIZER_MEMORY_LIMIT"  # MiB
@@ -133,6 +133,40 @@ def check_tokenizer_bounded(folder: Path, check_prompts: Callable[[Any], None] |
     if template is not None and not isinstance(template, str):
         raise ModelLoadError(f"The tokenizer check of {shown} returned a {type(template).__name__}.", "Report this with the folder.")
     return template
+
+
+def _chat_ids(folder: Path, message: str, channel: Any = None) -> tuple[int, ...]:
+    """transformers' chat prompt for one user message, as ``apply_chat_template`` tokenizes it
+    (add_generation_prompt, no special tokens added beyond the template's)."""
+    from .loading import load_tokenizer
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    if channel is not None:
+        channel.stage(_RENDERING)
+    tokenizer = load_tokenizer(folder)
+    text = tokenizer.apply_chat_template([{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True)
+    return tuple(int(i) for i in tokenizer(text, add_special_tokens=False).input_ids)
+
+
+def chat_prompt_ids_bounded(folder: Path, message: str, *, shown: Path | None = None) -> tuple[int, ...]:
+    """The chat-template prompt ids of one user ``message`` (the chat parity's reference), rendered
+    in a confined child within the same limits: the parent never renders the template."""
+    limits, shown = tokenizer_limits(), shown or folder
+    if not hasattr(os, "fork"):
+        return _chat_ids(folder, message)
+    from ..sandbox import LimitExceeded, run_confined
+
+    try:
+        ids, _ = run_confined(_chat_ids, folder, message, time_limit=limits.seconds, memory_limit=limits.mib << 20)
+    except LimitExceeded as exc:
+        raise _limit_error(shown, _RENDERING, exc, limits) from None
+    except EdgeExportError:
+        raise
+    except RuntimeError as exc:
+        raise ModelLoadError(f"The chat template of {shown} failed on a user message: {first_line(exc)}.", "Fix the chat template.") from None
+    if not (isinstance(ids, tuple) and all(isinstance(i, int) for i in ids)):
+        raise ModelLoadError(f"The chat-template check of {shown} returned a {type(ids).__name__}.", "Report this with the folder.")
+    return ids
 
 
 def _named_file(folder: Path, step: str) -> str:

@@ -37,6 +37,8 @@ def test_float_export_matches_transformers_token_for_token(llm_exports, report_s
         assert prompt["max_abs_logit_diff"] <= 1e-4
         assert prompt["token_agreement"] == 1.0
         assert prompt["runtime_text"] == prompt["reference_text"] and prompt["text_divergence_step"] is None
+    chat = attempt["chat"]  # one user turn through LiteRT-LM's Conversation API and the packaged template
+    assert chat["passed"] and chat["runtime_text"] == chat["reference_text"] != "", chat
     m = lm["measurements"]
     assert m["kv_cache_bytes"] == 2 * 2 * 2 * 128 * 16 * 4  # layers x (K, V) x KV heads x cache x head dim x float32
     assert m["tflite_bytes"] == run.tflite.stat().st_size and m["litertlm_bytes"] == run.litertlm.stat().st_size
@@ -159,7 +161,7 @@ def test_a_failed_language_model_is_exit_1_with_the_step_in_every_rendering(llm_
     jsonschema.validate(data, report_schema)
     assert data["language_model"]["passed"] is False
     cases = ET.fromstring(render_junit(report)).findall(".//testcase")
-    assert [c.get("name") for c in cases] == [f"prompt {i}" for i in range(len(PROMPTS))]
+    assert [c.get("name") for c in cases] == [f"prompt {i}" for i in range(len(PROMPTS))] + ["chat turn"]  # the Conversation API turn
     failure = cases[0].find("failure")
     assert failure is not None and "step 0: decode at position" in failure.get("message", failure.text or "")
     markdown = render_markdown(report)
@@ -191,12 +193,13 @@ def test_a_tokenizer_that_prepends_bos_gets_a_start_token_and_no_second_bos(llm_
     import shutil
 
     from edge_export.llm.run import check_recipe
-    from testing_language_models import train_tokenizer
+    from testing_language_models import CHAT_TEMPLATE, train_tokenizer
 
     run = llm_exports("llama")
     folder = tmp_path / "llama-bos"
     shutil.copytree(run.folder, folder)
-    tokenizer = train_tokenizer(prepend_bos=True)
+    # a template printing {{ bos_token }}: transformers' chat prompt then starts with the BOS the runtime prepends
+    tokenizer = train_tokenizer(prepend_bos=True, chat_template="{{ bos_token }}" + CHAT_TEMPLATE)
     tokenizer.save_pretrained(folder)
     assert tokenizer("hello").input_ids[0] == tokenizer.bos_token_id
     ctx = _context_for(llm_exports, folder, tmp_path)
@@ -204,6 +207,7 @@ def test_a_tokenizer_that_prepends_bos_gets_a_start_token_and_no_second_bos(llm_
     assert all(ref.prompt_ids[0] == tokenizer.bos_token_id and ref.prompt_ids[1] != tokenizer.bos_token_id for ref in ctx.refs)
     attempt = check_recipe("none", run.tflite.read_bytes(), ctx).attempt
     assert attempt.passed and attempt.identical_texts == len(PROMPTS), [(p.reference_text, p.runtime_text) for p in attempt.prompts]
+    assert attempt.chat.passed, attempt.chat
 
 
 def _context_for(llm_exports, folder, work):
