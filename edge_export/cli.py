@@ -453,13 +453,14 @@ def validate_command(
     _run(call, checking["quiet"], checking["debug"], checking["verbose"])
 
 
-def _run_tool(call, debug: bool, verbose: bool = False) -> None:
-    """Run a command that prints its own result (inspect, bench) with ``call(out_console)``."""
+def _run_tool(call, debug: bool, verbose: bool = False, *, with_err: bool = False) -> None:
+    """Run a command that prints its own result (inspect, bench) with ``call(out_console)``
+    (``with_err``: ``call(out_console, err_console)``)."""
     from .terminal import TerminalSession
 
     with TerminalSession(capture=not verbose) as term:
         try:
-            call(term.out)
+            call(term.out, term.err) if with_err else call(term.out)
         except (Exception, KeyboardInterrupt) as exc:  # the boundary: _fail maps every error to its exit code
             code = _fail(exc, debug, term.err)
         else:
@@ -471,10 +472,11 @@ def _run_tool(call, debug: bool, verbose: bool = False) -> None:
     "inspect",
     help="Describe a .tflite file: signatures, inputs and outputs with dtypes, shapes and quantization, "
     "operator table, tensor count, size, whether it is fully integer, and the minimum runtime version. "
-    "Exit code 2 when the file is not a valid LiteRT flatbuffer.",
+    "A .litertlm package: its sections, tokenizer, start and stop tokens, chat template, sampler, signatures and sizes. "
+    "Exit code 2 when the file is not a valid LiteRT flatbuffer (or .litertlm package).",
 )
 def inspect_command(
-    tflite: Path = typer.Argument(..., help="The .tflite flatbuffer."),
+    tflite: Path = typer.Argument(..., help="The .tflite flatbuffer or .litertlm package."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     debug: DebugOpt = False,
 ) -> None:
@@ -482,8 +484,14 @@ def inspect_command(
         import json
 
         from .inspection import inspect_flatbuffer, render_inspection
+        from .llm.litertlm_file import is_litertlm_path
         from .serialize import to_json_value
 
+        if is_litertlm_path(tflite):
+            from .llm.litertlm_inspection import describe_litertlm
+
+            describe_litertlm(tflite, out, as_json)
+            return
         report = inspect_flatbuffer(tflite)
         if as_json:
             out.print_json(json.dumps(to_json_value(report)))
@@ -512,8 +520,12 @@ def bench_command(
 
         from .flatbuffer import load_flatbuffer
         from .latency import benchmark_latency, render_latency
+        from .llm.litertlm_file import is_litertlm_path
         from .serialize import to_json_value
 
+        if is_litertlm_path(tflite):
+            raise UsageError(f"{tflite} is a LiteRT-LM package: bench times a .tflite's single invocation, not a language model's prefill and decode.",
+                             f"Run edge-export generate {tflite} \"a prompt\" (it prints decode and prefill tokens/s), or bench the .tflite beside it.")
         report = benchmark_latency(load_flatbuffer(tflite), threads=threads, runs=runs, warmup=warmup)
         if as_json:
             out.print_json(json.dumps(to_json_value(report)))
@@ -534,7 +546,30 @@ def constraints_command() -> None:
     sys.stdout.write(constraints_text())  # verbatim: pip reads it, so no console markup or wrapping
 
 
-_COMMANDS = {"export", "validate", "inspect", "bench", "constraints"}
+@app.command(
+    "generate",
+    help="Generate text from an exported .litertlm with the LiteRT-LM runtime (CPU), streaming it to stdout as it "
+    "is decoded; tokens/s go to stderr. Greedy unless --sample. The package is checked before the runtime opens it. "
+    "Exit code 2 for a missing or invalid file or bad usage, 3 when the runtime fails.",
+)
+def generate_command(
+    model: Path = typer.Argument(..., help="The .litertlm package (edge-export writes it beside the .tflite)."),
+    prompt: str = typer.Argument(..., help="The prompt: raw text, or with --chat the user's message."),
+    chat: bool = typer.Option(False, "--chat", help="Send the prompt as one user turn through the Conversation API and the packaged chat template."),
+    max_tokens: int = typer.Option(64, "--max-tokens", help="The most tokens to generate."),
+    sample: bool = typer.Option(False, "--sample", help="Use the package's sampler defaults instead of greedy (top-k 1)."),
+    verbose: VerboseOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    def call(out: Console, err: Console) -> None:
+        from .llm.generate_command import run_generate
+
+        run_generate(model, prompt, out, err, chat=chat, max_tokens=max_tokens, sample=sample)
+
+    _run_tool(call, debug, verbose, with_err=True)
+
+
+_COMMANDS = {"export", "validate", "inspect", "bench", "generate", "constraints"}
 
 
 class _Terminated(KeyboardInterrupt):
