@@ -10,19 +10,31 @@ import numpy as np
 from .parity import ChatReference, ReferenceRun, first_text_divergence, logit_metrics
 from .report import LlmChatParity, LlmPromptParity, LlmThresholds
 
-__all__ = ["thresholds_for", "judge_prompt", "judge_chat", "KL_FLOAT", "KL_QUANTIZED"]
+__all__ = ["thresholds_for", "default_float_atol", "judge_prompt", "judge_chat", "KL_FLOAT", "KL_QUANTIZED"]
 
 ATOL_FLOAT = 1e-4  # max |Δlogit| of a float32 export (measured: 1e-5 on the test models)
+# float32 rounding grows with the logits' magnitude: measured 1.3e-5 at max |logit| 6.4 on the tiny
+# Llama (2e-6 relative). The default is ATOL_FLOAT or this fraction of the largest |logit| transformers
+# gave, whichever is larger (8x the measured ratio), so a real model's logits of 30-40 are not
+# held to a bound set on logits of 6.
+ATOL_FLOAT_RELATIVE = 1.25e-5
 KL_FLOAT = 1e-6
 KL_QUANTIZED = 0.05  # nats, mean over steps
 AGREEMENT_QUANTIZED = 0.9
 
 
-def thresholds_for(recipe: str, atol: float | None, min_token_agreement: float | None) -> LlmThresholds:
-    """Float32 must match to ``atol`` with every token and text identical; a quantized recipe is
-    judged by its mean KL and token agreement (``--min-top1``), its text reported only."""
+def default_float_atol(logit_scale: float) -> float:
+    """The float32 max |Δlogit| when --atol is not given, for logits up to ``logit_scale`` in size."""
+    return max(ATOL_FLOAT, ATOL_FLOAT_RELATIVE * logit_scale) if np.isfinite(logit_scale) else ATOL_FLOAT
+
+
+def thresholds_for(recipe: str, atol: float | None, min_token_agreement: float | None, logit_scale: float = 0.0) -> LlmThresholds:
+    """Float32 must match to ``atol`` (default: default_float_atol of the reference's largest
+    |logit|) with every token and text identical; a quantized recipe is judged by its mean KL and
+    token agreement (``--min-top1``), its text reported only."""
     if recipe == "none":
-        return LlmThresholds(atol if atol is not None else ATOL_FLOAT, KL_FLOAT, min_token_agreement if min_token_agreement is not None else 1.0, True)
+        limit = atol if atol is not None else default_float_atol(logit_scale)
+        return LlmThresholds(limit, KL_FLOAT, min_token_agreement if min_token_agreement is not None else 1.0, True)
     return LlmThresholds(atol, KL_QUANTIZED, min_token_agreement if min_token_agreement is not None else AGREEMENT_QUANTIZED, False)
 
 

@@ -161,6 +161,14 @@ def _worst_logits(driver: SignatureDriver, ref: ReferenceRun) -> Any:
     return max(runs, key=lambda logits: float(np.nan_to_num(np.max(np.abs(logits - ref.logits), initial=0.0), nan=np.inf)))
 
 
+def _logit_scale(refs: Sequence[ReferenceRun]) -> float:
+    """The largest finite |logit| transformers gave (the float32 threshold scales with it)."""
+    import numpy as np
+
+    finite = [np.abs(r.logits[np.isfinite(r.logits)]) for r in refs if r.logits.size]
+    return max((float(a.max()) for a in finite if a.size), default=0.0)
+
+
 def check_recipe(recipe: str, float_tflite: bytes, ctx: RecipeContext) -> RecipeResult:
     """One recipe: its flatbuffer and package, judged on every prompt."""
     tflite = quantize_language_model(float_tflite, recipe, ctx.options.block_size)
@@ -170,7 +178,7 @@ def check_recipe(recipe: str, float_tflite: bytes, ctx: RecipeContext) -> Recipe
     package.write_bytes(litertlm)
     driver = SignatureDriver(tflite, ctx.tokenizer.pad_token_id or 0)
     texts, prefill_tps, decode_tps = runtime_texts(str(package), ctx.prompts, ctx.options.max_new_tokens)
-    t = thresholds_for(recipe, ctx.options.atol, ctx.options.min_token_agreement)
+    t = thresholds_for(recipe, ctx.options.atol, ctx.options.min_token_agreement, _logit_scale(ctx.refs))
     judged = tuple(
         judge_prompt(ref, _worst_logits(driver, ref), text, t, ctx.tokenizer, ctx.meta.stop_token_ids)
         for ref, text in zip(ctx.refs, texts)

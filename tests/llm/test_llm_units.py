@@ -111,3 +111,14 @@ def test_a_missing_llm_extra_is_exit_2_naming_the_install(monkeypatch):
     assert "edge-export[llm]" in str(info.value) and info.value.exit_code == 2
     monkeypatch.undo()
     check_llm_extra()  # installed here (the dev extra)
+
+
+def test_the_float32_logit_threshold_scales_with_the_logits_magnitude():
+    """1e-4 for the test models' logits (up to ~6), 1.25e-5 of the largest |logit| beyond 8; --atol wins."""
+    from edge_export.llm.evaluation import default_float_atol
+
+    assert thresholds_for("none", None, None, 6.4).max_abs_logit_diff == 1e-4
+    assert thresholds_for("none", None, None, 40.0).max_abs_logit_diff == pytest.approx(5e-4)
+    assert thresholds_for("none", 2e-3, None, 40.0).max_abs_logit_diff == 2e-3
+    assert default_float_atol(float("inf")) == 1e-4
+    assert thresholds_for("int4", None, None, 40.0).max_abs_logit_diff is None
