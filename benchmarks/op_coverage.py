@@ -132,9 +132,11 @@ def _targets(result: dict, model: Any, mode: str, example: Sequence[Any], refere
             "first_unmapped": None if cut is None else f"{cut.opcode}: {cut.reason}",
         }
     else:
-        from edge_export.targets.gpu.target import check_gpu
+        from edge_export.targets.gpu.target import GpuTarget, check_gpu
 
-        gpu = check_gpu(model)
+        gpu_model = GpuTarget().rewrite_flatbuffer(model).model  # what --target gpu predicts on
+        gpu = check_gpu(gpu_model)
+        result["gpu_ops"] = [op.opcode for op in gpu_model.operators]
         first = gpu.first_unsupported
         result["gpu"] = {
             "on_gpu": gpu.num_on_gpu,
@@ -144,6 +146,22 @@ def _targets(result: dict, model: Any, mode: str, example: Sequence[Any], refere
             "first_unsupported": None if first is None else f"{first.opcode}: {first.reason}",
         }
     result["micro"] = _micro(model, example, reference)
+
+
+def _litert_torch_ops(module: Any, example: Sequence[Any]) -> list[str] | str:
+    """The operators litert-torch alone writes for the case (no edge-export pass), or its error."""
+    import litert_torch
+
+    from edge_export.errors import first_line
+    from edge_export.flatbuffer import read_flatbuffer
+    from edge_export.library_output import quiet_libraries
+
+    try:
+        with quiet_libraries():
+            data = bytes(litert_torch.convert(module, tuple(example)).model_content())
+        return [op.opcode for op in read_flatbuffer(data).operators]
+    except Exception as exc:  # noqa: BLE001 - the failure is the cell's content
+        return f"fails: {first_line(exc, with_type=True)}"
 
 
 def run_case(name: str, mode: str, workdir: Path) -> dict:
@@ -190,6 +208,8 @@ def run_case(name: str, mode: str, workdir: Path) -> dict:
                 backend=report["quantization"]["backend"],
                 attempts=_attempts(report),
             )
+        if mode == "fp32":
+            result.update(ops=[op.opcode for op in model.operators], litert_torch_ops=_litert_torch_ops(module, example))
         _targets(result, model, mode, example, reference)
     result["seconds"] = round(time.perf_counter() - start, 1)
     return result
@@ -365,6 +385,39 @@ def _tally(results: Sequence[dict], mode: str) -> str:
     return f"{mode}: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "passed")
 
 
+def _op_list(ops: Sequence[str] | str) -> str:
+    """``RELU, MUL x2, SUB``: operators in graph order, repeats next to each other counted."""
+    if isinstance(ops, str):
+        return _md(ops)
+    runs: list[list] = []
+    for op in ops:
+        if runs and runs[-1][0] == op:
+            runs[-1][1] += 1
+        else:
+            runs.append([op, 1])
+    return ", ".join(op if n == 1 else f"{op} x{n}" for op, n in runs) or "nothing"
+
+
+def _lowering_section(results: Sequence[dict]) -> list[str]:
+    """The fp32 cases whose operators edge-export's passes change: litert-torch's lowering, then the file's."""
+    changed = [
+        r for r in results
+        if r["mode"] == "fp32" and "ops" in r and (r.get("litert_torch_ops") not in (None, r["ops"]) or r.get("gpu_ops") not in (None, r["ops"]))
+    ]
+    lines = [
+        f"## Lowerings edge-export's passes change ({len(changed)})", "",
+        "fp32: the operators litert-torch writes for the case by itself, then those of the file edge-export",
+        "writes (its FX passes before conversion, its flatbuffer passes after), and where `--target gpu`'s",
+        "own flatbuffer pass changes more, the model the GPU column predicts on. Rows swept before",
+        "2026-12-03 recorded no operators and are not listed: a full sweep lists every case.", "",
+    ]
+    for r in changed:
+        gpu = r.get("gpu_ops")
+        extra = f"; `--target gpu`: {_op_list(gpu)}" if gpu and gpu != r["ops"] else ""
+        lines.append(f"- `{_md(r['case'])}`: litert-torch: {_op_list(r['litert_torch_ops'])}; edge-export: {_op_list(r['ops'])}{extra}")
+    return lines + ([] if changed else ["None."]) + [""]
+
+
 def render_markdown(results: Sequence[dict], *, command: str, date: str, seconds: float | None = None, reruns: Sequence[dict] = ()) -> str:
     table = _by_case(results)
     took = f" ({seconds / 60:.0f} min, one process per operator, on a shared 2-core machine)" if seconds else ""
@@ -389,7 +442,8 @@ def render_markdown(results: Sequence[dict], *, command: str, date: str, seconds
         "  compiler would cut (the compiler is not installed here; the cpu export, without the Edge TPU",
         "  target's module rewrites).",
         "- **GPU** (fp32; `--target gpu` refuses int8): operators predicted on the delegate / all, the",
-        "  number of partitions and the first operator left on the CPU.",
+        "  number of partitions and the first operator left on the CPU (after `--target gpu`'s own",
+        "  flatbuffer pass, `reshape_operands_to_one_rank_pass`).",
         "- **micro**: the TFLite Micro host interpreter loads and runs the file; SQNR against PyTorch.",
         "",
         "| operator | family | fp32 cpu | GPU | fp32 micro | int8 cpu | int8 integer | Edge TPU | int8 micro |",
@@ -427,6 +481,7 @@ def render_markdown(results: Sequence[dict], *, command: str, date: str, seconds
     ]
     lines += [f"- {_md(case)}" for case in disagree] or ["None."]
     lines.append("")
+    lines += _lowering_section(results)
     micro_no = [f"{r['case']} ({r['mode']}): {r['micro']['error']}" for r in results if r.get("micro") and not r["micro"]["runs"]]
     lines += [f"## Not run by the TFLite Micro host interpreter ({len(micro_no)})", ""]
     lines += [f"- {_md(item)}" for item in micro_no] or ["None."]

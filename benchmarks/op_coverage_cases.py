@@ -122,6 +122,12 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, tuple]]]] = {
     "where": ("elementwise", _fn(lambda m, x: torch.where(x > 0, x, 0.1 * x))),
     "masked_fill": ("elementwise", _fn(lambda m, x: x.masked_fill(m.mask, -1.0), mask=torch.rand(1, 8, 16) > 0.5)),
     "clamp": ("elementwise", _fn(lambda m, x: torch.clamp(x, -0.5, 0.7))),
+    "residual_add_ranks": ("elementwise", lambda: (_Residual(), _seq())),
+    # padding other than with a constant
+    "reflect_pad1d": ("padding", _fn(lambda m, x: F.pad(x, (2, 2), mode="reflect"))),
+    "reflect_pad2d": ("padding", _layer(lambda: nn.ReflectionPad2d(2))),
+    "replicate_pad1d": ("padding", _layer(lambda: nn.ReplicationPad1d(3), _seq)),
+    "replicate_pad2d": ("padding", _layer(lambda: nn.ReplicationPad2d(2))),
     # layout
     "roll": ("layout", _fn(lambda m, x: torch.roll(x, 3, dims=-1))),
     "flip": ("layout", _fn(lambda m, x: torch.flip(x, dims=[-1]))),
@@ -215,6 +221,17 @@ CASES: dict[str, tuple[str, Callable[[], tuple[nn.Module, tuple]]]] = {
     "cdist": ("distance", _fn(lambda m, x: torch.cdist(x, m.centers), centers=torch.randn(1, 5, 16))),
     "cosine_similarity": ("distance", _fn(lambda m, x: F.cosine_similarity(x, m.other, dim=-1), other=torch.randn(1, 8, 16))),
 }
+
+
+class _Residual(nn.Module):
+    """A transformer's residual add around a Linear: litert-torch adds the Linear's [T, D] to [1, T, D]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return x + self.fc(x)
 
 
 class _MHA(nn.Module):
