@@ -12,7 +12,7 @@ broken is the finding the issue asks for.
 Setup (a benchmark-only environment; never the project's .venv; torch must stay 2.13.0):
 
     python3 -m venv /work/bench-venv
-    /work/bench-venv/bin/pip install -c constraints.txt -e .
+    /work/bench-venv/bin/pip install -c constraints.txt -e ".[micro]"
     /work/bench-venv/bin/pip install --no-deps -r benchmarks/requirements-trained.txt
     /work/bench-venv/bin/pip install -c constraints.txt scikit-image scikit-learn
     /work/bench-venv/bin/python -c "import torch; print(torch.__version__)"   # 2.13.0
@@ -26,6 +26,7 @@ row):
         [--work /tmp/trained] [--out benchmarks/results]
     /work/bench-venv/bin/python benchmarks/trained_models.py --table    # re-print from --work
     /work/bench-venv/bin/python benchmarks/trained_models.py --list
+    /work/bench-venv/bin/python benchmarks/trained_models.py --rescore --models crepe_tiny   # metrics only
 
 Results: <out>/trained_<commit>.json and .md (commit = the checkout's short HEAD).
 """
@@ -265,10 +266,11 @@ def crepe_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case:
     within = np.abs(cents_r - cents_o) <= 20
     result = {"frames": len(r), "voiced_frames": int(voiced.sum()),
               "argmax_agreement": float(np.mean(r.argmax(1) == o.argmax(1))),
+              "argmax_agreement_voiced": float(np.mean(r.argmax(1)[voiced] == o.argmax(1)[voiced])) if voiced.any() else None,
               "within_20_cents_voiced": float(np.mean(within[voiced])) if voiced.any() else None,
               "voicing_agreement": float(np.mean(voiced == (o.max(axis=1) >= 0.5))), "sqnr_db": sqnr_db(r, o)}
-    result["headline"] = (f"argmax {result['argmax_agreement']:.3f}, <=20c {result['within_20_cents_voiced']:.3f} "
-                          f"of {result['voiced_frames']} voiced")
+    result["headline"] = (f"argmax {result['argmax_agreement']:.3f} (voiced {result['argmax_agreement_voiced']:.3f}), "
+                          f"<=20c {result['within_20_cents_voiced']:.3f} of {result['voiced_frames']} voiced")
     result["broken"] = (result["within_20_cents_voiced"] or 0) < 0.95 or result["voicing_agreement"] < 0.95
     return result
 
@@ -354,18 +356,23 @@ class TfliteModel:
     (int8/uint8/int16 tensors are quantized and dequantized with their own scale and zero point),
     NHWC inputs and outputs transposed back where the export made them channels-last."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, parameters: list[str]) -> None:
         from ai_edge_litert.interpreter import Interpreter
 
         self.interpreter = Interpreter(model_path=str(path), num_threads=1)
         self.runner = self.interpreter.get_signature_runner()
         self.inputs = self.runner.get_input_details()
         self.outputs = self.runner.get_output_details()
+        # Inputs are named after forward()'s parameters when they keep them, else args_<i>.
+        if set(self.inputs) <= set(parameters):
+            self.order = sorted(self.inputs, key=parameters.index)
+        else:
+            self.order = sorted(self.inputs, key=_position)
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
         feed = {}
-        for (name, detail), array in zip(sorted(self.inputs.items(), key=lambda kv: _position(kv[0])), arrays):
-            feed[name] = _to_tensor(array, detail)
+        for name, array in zip(self.order, arrays):
+            feed[name] = _to_tensor(array, self.inputs[name])
         result = self.runner(**feed)
         return [_from_tensor(result[name], self.outputs[name]) for name in sorted(result, key=_position)]
 
@@ -422,7 +429,9 @@ def _nchw_outputs(outputs: list[list[np.ndarray]], ref: list[list[np.ndarray]]) 
 
 def held_out_metric(case: Case, tflite: Path) -> dict:
     """The task metric of the .tflite against PyTorch on the held-out set."""
-    model = TfliteModel(tflite)
+    import inspect
+
+    model = TfliteModel(tflite, list(inspect.signature(case.module.forward).parameters))
     if case.sequence_runner is not None:
         ref = case.sequence_runner(case, _torch_step(case.module))
         out = case.sequence_runner(case, model)
@@ -481,7 +490,10 @@ def run_cli(case: Case, mode: str, pt2: Path, npz: Path, timeout: float = 1800) 
         row["tool_worst_output"] = worst.get("output")
         row["backend"] = (report.get("quantization") or {}).get("backend")
     if tflite.exists() and row.get("exit_code") in (0, 1):
-        row["task"] = held_out_metric(case, tflite)
+        try:
+            row["task"] = held_out_metric(case, tflite)
+        except Exception as exc:  # the harness's own failure: the CLI's figures stay in the row
+            row["error"] = f"task metric failed: {type(exc).__name__}: {exc}"[:400]
     return row
 
 
@@ -854,9 +866,103 @@ def digits_cnn(work: Path) -> Case:
                 labels=[int(digits.target[i]) for i in held])
 
 
+def yolo_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: Case) -> dict:
+    """Detection: per (anchor, class) pair that PyTorch scores above 0.25 (or, where an image has
+    fewer than 20 such pairs, its 100 best pairs), whether the .tflite's score is on the same side of
+    0.25 (for the 100 best: whether they are among the .tflite's 100 best) and the IoU of the two
+    boxes; per-part SQNR of the boxes and the class scores."""
+    ious, agree, chosen_by_rank = [], [], 0
+    for r, o in zip(ref, out):
+        r, o = r[0][0], o[0][0]  # (4 + classes, anchors)
+        scores_r, scores_o = r[4:], o[4:]
+        pairs = np.argwhere(scores_r > 0.25)
+        if len(pairs) < 20:  # too few detections: the 100 best pairs, and whether the .tflite ranks them top-100 too
+            chosen_by_rank += 1
+            flat = np.argsort(scores_r.ravel())[::-1][:100]
+            pairs = np.stack(np.unravel_index(flat, scores_r.shape), axis=1)
+            agree.append(np.isin(flat, np.argsort(scores_o.ravel())[::-1][:100]))
+        else:
+            agree.append((scores_r[pairs[:, 0], pairs[:, 1]] > 0.25) == (scores_o[pairs[:, 0], pairs[:, 1]] > 0.25))
+        anchor = pairs[:, 1]
+        ious.append(_iou_xywh(r[:4, anchor].T, o[:4, anchor].T))
+    iou, same = np.concatenate(ious), np.concatenate(agree)
+    boxes_r, boxes_o = _stack([[x[0][:, :4]] for x in ref], 0), _stack([[x[0][:, :4]] for x in out], 0)
+    scores_r, scores_o = _stack([[x[0][:, 4:]] for x in ref], 0), _stack([[x[0][:, 4:]] for x in out], 0)
+    result = {"pairs": int(iou.size), "images_by_rank": chosen_by_rank, "iou_mean": float(iou.mean()),
+              "iou_p05": float(np.percentile(iou, 5)), "decision_agreement": float(same.mean()),
+              "box_sqnr_db": sqnr_db(boxes_r, boxes_o), "score_sqnr_db": sqnr_db(scores_r, scores_o)}
+    result["headline"] = (f"IoU mean {result['iou_mean']:.3f} (p5 {result['iou_p05']:.3f}), {'top-100' if chosen_by_rank else '0.25'} agree "
+                          f"{result['decision_agreement']:.3f}; SQNR box {result['box_sqnr_db']:.1f} / score {result['score_sqnr_db']:.1f} dB")
+    result["broken"] = result["iou_mean"] < 0.9 or result["decision_agreement"] < 0.95
+    return result
+
+
+def _iou_xywh(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def corners(x):
+        return x[:, 0] - x[:, 2] / 2, x[:, 1] - x[:, 3] / 2, x[:, 0] + x[:, 2] / 2, x[:, 1] + x[:, 3] / 2
+
+    ax0, ay0, ax1, ay1 = corners(a.astype(np.float64))
+    bx0, by0, bx1, by1 = corners(b.astype(np.float64))
+    inter = np.clip(np.minimum(ax1, bx1) - np.maximum(ax0, bx0), 0, None) * np.clip(np.minimum(ay1, by1) - np.maximum(ay0, by0), 0, None)
+    union = (ax1 - ax0) * (ay1 - ay0) + (bx1 - bx0) * (by1 - by0) - inter
+    return inter / np.maximum(union, 1e-12)
+
+
+def _detection_model_class() -> Any:
+    """ultralytics.nn.tasks.DetectionModel. Ultralytics reads torchvision's version at import
+    (utils/__init__.py) though building and running a model never imports it; torchvision is not
+    installed here (its PyPI build for torch 2.13 is CUDA-only and breaks transformers' imports), so
+    the version lookup answers for it during that import only."""
+    import importlib.metadata as metadata
+
+    original = metadata.version
+    metadata.version = lambda name: "0.0.0" if name == "torchvision" else original(name)
+    try:
+        from ultralytics.nn.tasks import DetectionModel
+    finally:
+        metadata.version = original
+    return DetectionModel
+
+
+def yolo11n(work: Path) -> Case:
+    """YOLO11n from its yaml (random weights: Ultralytics' trained weights download), BatchNorm
+    statistics measured on 64 photo crops (train mode, no gradient step) so its ranges look trained."""
+    import torch
+
+    net = _detection_model_class()("yolo11n.yaml", verbose=False)
+    images = list(photos().values())
+    to_input = lambda x: (x.astype(np.float32) / 255).transpose(0, 3, 1, 2)  # noqa: E731
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.reset_running_stats()
+            m.momentum = None  # a cumulative average over the batches
+    net.train()
+    with torch.no_grad():
+        for batch in np.split(to_input(crops(images, 320, 64, np.random.default_rng(20))), 8):
+            net(torch.from_numpy(batch))
+    net.eval()
+
+    class Boxes(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.net(x)
+            return y[0] if isinstance(y, (tuple, list)) else y
+
+    cal = [(x[None],) for x in to_input(crops(images, 320, 64, np.random.default_rng(21)))]
+    held = [(x[None],) for x in to_input(crops(images, 320, 24, np.random.default_rng(22)))]
+    return Case("yolo11n", "detection (80 classes, 2100 anchors at 320x320)", "ultralytics 8.4.190 yolo11n.yaml (random init, BN measured)",
+                "scikit-image photo crops, 320x320", Boxes().eval(), cal, held, yolo_metric, ["fp32", "int8", "int16x8"],
+                ["--output-kind", "regression"],
+                notes="not trained: random weights with BatchNorm statistics measured on photos (Ultralytics' weights download)")
+
+
 CASES: dict[str, Callable[[Path], Case]] = {
     "crepe_tiny": crepe_tiny, "resemblyzer": resemblyzer, "silero_vad": silero_vad, "minilm": minilm,
     "mtcnn_pnet": mtcnn_pnet, "mtcnn_rnet": mtcnn_rnet, "mtcnn_onet": mtcnn_onet, "digits_cnn": digits_cnn,
+    "yolo11n": yolo11n,
 }
 
 
@@ -932,6 +1038,24 @@ def run(models: list[str], modes: list[str] | None, work: Path, out: Path, commi
                   f"{(row.get('task') or {}).get('headline') or row.get('error')} ({row.get('seconds')} s) -> {path}", flush=True)
 
 
+def rescore(models: list[str], work: Path, out: Path, commit: str) -> None:
+    """Recompute the task metric of rows already measured, from the .tflite files in --work (after
+    a change to a metric; no export runs)."""
+    payload = json.loads((out / f"trained_{commit}.json").read_text())
+    for name in models:
+        rows = [r for r in payload["rows"] if r["model"] == name]
+        if not rows:
+            continue
+        case = CASES[name](work)
+        for row in rows:
+            tflite = work / name / f"{name}_{row['mode']}.tflite"
+            if tflite.exists() and row.get("exit_code") in (0, 1):
+                row["task"] = held_out_metric(case, tflite)
+                row.pop("error", None)
+                save(row, {}, out, commit)
+                print(f"{name} {row['mode']}: {row['task']['headline']}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(CASES))
@@ -941,6 +1065,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", default=None, help="the results' name (default: the checkout's short HEAD)")
     parser.add_argument("--table", action="store_true", help="print the table of <out>/trained_<commit>.json")
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--rescore", action="store_true", help="recompute the task metrics of measured rows (no export)")
     args = parser.parse_args(argv)
     if args.list:
         print("\n".join(CASES))
@@ -955,6 +1080,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(CASES)}")
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.rescore:
+        rescore(models, args.work, args.out, commit)
+        return 0
     run(models, args.modes.split(",") if args.modes else None, args.work, args.out, commit)
     return 0
 
