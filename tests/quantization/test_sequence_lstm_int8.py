@@ -84,3 +84,40 @@ def test_int16_activations_and_an_empty_calibration_set_are_refused(tagger):
         quantize_sequence_lstm_model(tagger[1], [[s] for s in _samples(2, 1)], "int16x8")
     with pytest.raises(UsageError, match="needs calibration samples"):
         quantize_sequence_lstm_model(tagger[1], [])
+
+
+class Counter(torch.nn.Module):
+    """An LSTM whose cells count up by one a step (gates saturated open): |c| reaches 100, past the
+    integer kernel's cell range (|c| < 64), as a trained LSTM's did (92)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(FEATURES, 8, batch_first=True)
+        with torch.no_grad():
+            self.lstm.bias_ih_l0[:24] = 20.0  # input, forget and cell gates at 1 whatever the input
+            self.lstm.weight_ih_l0[:24] = 0.0
+            self.lstm.weight_hh_l0.zero_()
+
+    def forward(self, x):
+        return self.lstm(x)[0]
+
+
+@pytest.mark.slow
+def test_a_cell_state_beyond_the_integer_kernels_range_saturates_instead_of_wrapping():
+    from edge_export.conversion import convert_module
+    from edge_export.flatbuffer import read_flatbuffer
+    from edge_export.passes.fx.pipeline import prepare_graph_for_litert
+    from edge_export.runtime import TFLiteRunner
+    from edge_export.validators.metrics import sqnr_db
+
+    torch.manual_seed(0)
+    module = Counter().eval()
+    g = torch.Generator().manual_seed(0)
+    samples = [torch.randn(1, 100, FEATURES, generator=g) for _ in range(9)]
+    fp32 = convert_module(prepare_graph_for_litert(module, (samples[0],)).module, (samples[0],))
+    model = read_flatbuffer(quantize_sequence_lstm_model(fp32, [[s.numpy()] for s in samples[:8]]))
+    lstm = next(op for op in model.operators if op.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM")
+    assert model.tensors[lstm.inputs[19]].quant.scales[0] == 2.0**-9  # the quantizer chose 2**-5
+    with torch.no_grad():
+        want = module(samples[8]).numpy()
+    assert sqnr_db(want, TFLiteRunner(model).run([samples[8].numpy()])[0]) >= 25.0
