@@ -124,7 +124,7 @@ def test_the_int8_cnn_is_fully_integer_with_prelu_above_30_db(tmp_path, target):
     import edge_export
 
     calibration = tmp_path / "digits.npy"
-    np.save(calibration, _digits(128))
+    np.save(calibration, _digits(64))
     options = {"no_emit_c": True} if target == "micro" else {}
     result = edge_export.export(
         _cnn(), example_inputs=(torch.from_numpy(_digits(1)),), output=tmp_path / "prelu.tflite", target=target,

@@ -70,7 +70,8 @@ def annotate_prelu_operators(graph_module: Any, config: Any) -> int:
     activations, alpha per tensor. In place; returns how many nodes were annotated."""
     from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
 
-    if config is None or config.input_activation is None:  # dynamic or weight-only: nothing to observe
+    activation = getattr(config, "input_activation", None)
+    if activation is None or getattr(activation, "is_dynamic", False):  # weight-only or dynamic: PRELU has no weight
         return 0
     count = 0
     for node in graph_module.graph.nodes:
