@@ -136,10 +136,11 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
         atol=options.atol, min_sqnr_db=options.min_sqnr, min_cosine=options.min_cosine, min_top1=options.min_top1,
         min_top5=options.min_top5, min_neighbour_agreement=options.min_neighbour_agreement,
         max_rel_l2=options.max_rel_l2, max_error_steps=options.max_error_steps,
+        min_decision_agreement=options.min_decision_agreement, max_probability_error=options.max_probability_error,
     )
     thresholds = [t.override(**overrides) for t in vectors.thresholds]
     notes = _vector_notes(fb, vectors)
-    results = [_judge_run(vectors, names, expected, [torch_layout(o) for o in outs], thresholds, scales, runtime, notes)
+    results = [_judge_run(vectors, names, expected, [torch_layout(o) for o in outs], thresholds, scales, runtime, notes, fb)
                for outs, scales, runtime in runs]
     if options.runtime == "interpreter":
         return results[0], None
@@ -186,13 +187,17 @@ def _vector_notes(fb: FlatbufferModel, vectors: Any) -> list[str]:
     return notes
 
 
-def _judge_run(vectors: Any, names: list[str], expected: list, candidate: list, thresholds: list, scales: list, runtime: str, notes: list[str]) -> Any:
-    """One runtime's ParityResult: each output judged with its stored kind and thresholds."""
+def _judge_run(
+    vectors: Any, names: list[str], expected: list, candidate: list, thresholds: list, scales: list, runtime: str, notes: list[str], fb: Any = None
+) -> Any:
+    """One runtime's ParityResult: each output judged with its stored kind and thresholds (a
+    probabilities output's activation read from the flatbuffer again: the vectors do not store it)."""
     from dataclasses import replace
 
     from ..config import OutputKind
     from ..validators.output_kinds import KindDecision, KindSource
     from ..validators.parity import ParityResult, compare_outputs
+    from ..validators.probabilities import graph_activation
 
     merged: dict = {}
     for t in thresholds:
@@ -202,6 +207,8 @@ def _judge_run(vectors: Any, names: list[str], expected: list, candidate: list, 
     per_output = []
     for k, name in enumerate(names):
         decision = KindDecision(OutputKind(vectors.kinds[k]), KindSource(vectors.kind_sources[k]))
+        if decision.kind is OutputKind.PROBABILITIES and fb is not None:
+            decision = replace(decision, activation=graph_activation(fb, name))
         per_output.append(compare_outputs(
             [[e[k]] for e in expected], [[c[k]] for c in candidate], names=[name], thresholds=thresholds[k],
             runtime=runtime, output_scales=[scales[k]], kinds=[decision],

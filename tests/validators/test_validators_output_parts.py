@@ -97,3 +97,25 @@ def test_an_ordinary_output_keeps_its_json():
         "max_abs_error_steps", "top1_agreement", "top5_agreement", "worst_sample_cosine", "neighbour_agreement",
     }
     assert result.passed
+
+
+def test_the_renderers_name_the_collapsed_part():
+    import dataclasses
+
+    from rich.console import Console
+
+    from edge_export.reports.junit import render_junit
+    from edge_export.reports.markdown import render_markdown
+    from edge_export.reports.summary import print_summary
+    from report_fixtures import skipped_report
+
+    reference = _detector_outputs()
+    result = compare_outputs(
+        [[r] for r in reference], [[_int8_one_scale(r)] for r in reference], names=["output_0"], thresholds=INT8, runtime="t"
+    )
+    report = dataclasses.replace(skipped_report(), validation=result)
+    out = Console(record=True, width=300, highlight=False, soft_wrap=True, force_terminal=False)
+    print_summary(report, out, Console(record=True, width=300, force_terminal=False))
+    assert "worst part output_0[:, 4:84, :]: SQNR" in out.export_text()
+    assert r"↳ part <code>output\_0\[\:, 4\:84, \:\]</code>" in render_markdown(report)
+    assert "output_0[:, 4:84, :]: sqnr_db" in render_junit(report)
