@@ -42,12 +42,17 @@ class BaselineTolerance:
     top5_agreement: float = 0.01  # absolute drop allowed
     worst_sample_cosine: float = 1e-4  # absolute drop allowed
     neighbour_agreement: float = 0.01  # absolute drop allowed
+    decision_agreement: float = 0.01  # absolute drop allowed (probabilities outputs)
+    threshold_agreement: float = 0.01  # absolute drop allowed (sigmoid probabilities)
     error_ratio: float = 0.10  # errors may grow by 10 %
     error_floor: float = 1e-6  # ...or by this much in absolute terms (fp32 noise)
 
 
-_HIGHER = ("sqnr_db", "cosine", "top1_agreement", "top5_agreement", "worst_sample_cosine", "neighbour_agreement")
-_LOWER = ("max_abs_error", "mean_abs_error", "relative_l2_error", "max_abs_error_steps")
+_HIGHER = (
+    "sqnr_db", "cosine", "top1_agreement", "top5_agreement", "worst_sample_cosine", "neighbour_agreement",
+    "decision_agreement", "threshold_agreement",
+)
+_LOWER = ("max_abs_error", "mean_abs_error", "relative_l2_error", "max_abs_error_steps", "probability_error")
 
 
 @dataclass(frozen=True)

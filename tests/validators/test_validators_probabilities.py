@@ -149,3 +149,19 @@ def test_a_log_softmax_is_judged_on_its_probabilities_and_a_sigmoid_also_at_one_
     result = compare_outputs([[r] for r in p], [[r] for r in p], names=["o"], thresholds=INT8, runtime="t", kinds=[sig])
     assert {c.metric for c in result.outputs[0].checks} >= {"decision_agreement", "threshold_agreement", "probability_error"}
     assert result.passed
+
+
+def test_a_baseline_flags_lost_decisions_and_a_grown_probability_error():
+    from report_fixtures import report_with_outputs
+
+    from edge_export.reports.baseline import compare_with_baseline
+    from edge_export.validators.parity import OutputParity
+
+    def now(metrics):
+        return report_with_outputs(OutputParity(0, "p", (1, 10), metrics, (), decision=KindDecision(P, KindSource.GRAPH, activation="softmax")))
+
+    earlier = {"name": "p", "kind": "probabilities", "passed": True, "metrics": {"decision_agreement": 1.0, "probability_error": 0.004}}
+    baseline = {"validation": {"status": "passed", "outputs": [earlier]}}
+    assert compare_with_baseline(now(dict(earlier["metrics"])), baseline) == []
+    worse = compare_with_baseline(now({"decision_agreement": 0.875, "probability_error": 0.02}), baseline)
+    assert [r.metric for r in worse] == ["decision_agreement", "probability_error"]
