@@ -165,3 +165,13 @@ def test_a_baseline_flags_lost_decisions_and_a_grown_probability_error():
     assert compare_with_baseline(now(dict(earlier["metrics"])), baseline) == []
     worse = compare_with_baseline(now({"decision_agreement": 0.875, "probability_error": 0.02}), baseline)
     assert [r.metric for r in worse] == ["decision_agreement", "probability_error"]
+
+
+def test_output_kind_declares_probabilities_and_labels_may_name_them(tmp_path):
+    from edge_export.validators.output_kinds import OutputIdentity, parse_labels, parse_output_kinds, resolve_output_kinds
+
+    assert parse_output_kinds("pitch=probabilities") == (("pitch", P),)
+    labels = tmp_path / "labels.txt"
+    labels.write_text("a\nb\nc\n")
+    (decision,) = resolve_output_kinds([OutputIdentity(0, ("pitch",), (1, 3))], parse_output_kinds("probabilities"), parse_labels(str(labels)))
+    assert (decision.kind, decision.source, decision.labels_count) == (P, KindSource.OPTION, 3)
