@@ -258,8 +258,9 @@ def test_generate_refuses_a_damaged_package_before_the_runtime_opens_it(llm_expo
     def no_runtime():
         raise AssertionError("the runtime was reached")
 
+    package = llm_exports("llama").litertlm  # exported (and run) before the runtime is taken away
+    data = package.read_bytes()
     monkeypatch.setattr(parity, "import_runtime", no_runtime)
-    data = llm_exports("llama").litertlm.read_bytes()
     for name, mutated in _mutations(data).items():
         path = tmp_path / f"{name.replace(' ', '-')}.litertlm"
         path.write_bytes(mutated)
@@ -269,6 +270,11 @@ def test_generate_refuses_a_damaged_package_before_the_runtime_opens_it(llm_expo
         assert str(path) in str(info.value), name
     with pytest.raises(EdgeExportError, match="does not exist"):
         generate_text(tmp_path / "absent.litertlm", "hello", io.StringIO())
+    with pytest.raises(EdgeExportError, match="--max-tokens 0") as info:  # usage, checked before the runtime too
+        generate_text(package, "hello", io.StringIO(), max_tokens=0)
+    assert info.value.exit_code == 2
+    with pytest.raises(EdgeExportError, match="prompt is empty"):
+        generate_text(package, "", io.StringIO())
     with pytest.raises(EdgeExportError, match="not a regular file"):
         generate_text(tmp_path, "hello", io.StringIO())
 
