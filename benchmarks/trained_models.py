@@ -307,14 +307,32 @@ def face_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: 
     r, o = _stack(ref, prob_index), _stack(out, prob_index)
     pr, po = _face_prob(r), _face_prob(o)
     decided_r, decided_o = pr > threshold, po > threshold
+    iou = _refined_box_iou(_stack(ref, 0), _stack(out, 0))[decided_r]
     result = {"threshold": threshold, "decisions": int(decided_r.size), "faces_torch": int(decided_r.sum()),
               "decision_agreement": float(np.mean(decided_r == decided_o)),
               "prob_max_abs_error": float(np.abs(pr - po).max()),
+              "refined_box_iou_mean": float(iou.mean()) if iou.size else None,
+              "refined_box_iou_min": float(iou.min()) if iou.size else None,
               "head_sqnr_db": [sqnr_db(_stack(ref, i), _stack(out, i)) for i in range(len(ref[0]))]}
     result["headline"] = (f"decisions agree {result['decision_agreement']:.4f} ({result['faces_torch']} faces of "
-                          f"{result['decisions']}), box SQNR {result['head_sqnr_db'][0]:.1f} dB")
-    result["broken"] = result["decision_agreement"] < 0.99
+                          f"{result['decisions']}), refined-box IoU mean {result['refined_box_iou_mean'] or 0:.3f} "
+                          f"(min {result['refined_box_iou_min'] or 0:.3f}), box SQNR {result['head_sqnr_db'][0]:.1f} dB")
+    result["broken"] = result["decision_agreement"] < 0.99 or (iou.size > 0 and float(iou.mean()) < 0.9)
     return result
+
+
+def _refined_box_iou(reg_r: np.ndarray, reg_o: np.ndarray) -> np.ndarray:
+    """IoU of the boxes MTCNN makes from its offsets: the window [0, 0, 1, 1] moved by (dx1, dy1,
+    dx2, dy2) in window units, per sample (R/O-Net) or per position (P-Net, offsets (N, 4*H*W))."""
+    r, o = reg_r.reshape(len(reg_r), 4, -1), reg_o.reshape(len(reg_o), 4, -1)
+
+    def boxes(reg):
+        return reg[:, 0], reg[:, 1], 1 + reg[:, 2], 1 + reg[:, 3]
+
+    (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = boxes(r.astype(np.float64)), boxes(o.astype(np.float64))
+    inter = np.clip(np.minimum(ax1, bx1) - np.maximum(ax0, bx0), 0, None) * np.clip(np.minimum(ay1, by1) - np.maximum(ay0, by0), 0, None)
+    union = np.abs((ax1 - ax0) * (ay1 - ay0)) + np.abs((bx1 - bx0) * (by1 - by0)) - inter
+    return inter / np.maximum(union, 1e-12)
 
 
 def _face_prob(probs: np.ndarray) -> np.ndarray:
