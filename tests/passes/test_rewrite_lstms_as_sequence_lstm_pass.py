@@ -82,6 +82,17 @@ def test_a_bidirectional_lstm_is_two_fused_operators_per_layer_over_the_reversed
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_an_lstm_without_biases_is_fused_too():
+    torch.manual_seed(0)
+    module = Recurrent(2, False, "output_h", bias=False).eval()
+    graph, records = _rewritten(module, _inputs(module, False))
+    assert [r.kind for r in records] == ["nn.LSTM as UNIDIRECTIONAL_SEQUENCE_LSTM (2 layers)"]
+    other = _inputs(module, False, seed=4)
+    with torch.no_grad():
+        for got, want in zip(_flat(graph(*other)), _flat(module(*other)), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 class SameState(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

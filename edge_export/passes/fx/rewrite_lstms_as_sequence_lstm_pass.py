@@ -47,10 +47,10 @@ def lstm_as_sequence_lstm(x: Any, hx: list, params: list, has_biases: bool, num_
         for direction in range(directions):
             k = layer * directions + direction
             w_ih, w_hh, *biases = params[k * per:(k + 1) * per]
-            bias = biases[0] + biases[1] if biases else w_ih.new_zeros(w_ih.shape[0])
+            b_ih, b_hh = biases if biases else (None, None)
             h0, c0 = (hx[0][k], hx[1][k]) if hx else (None, None)
             sequence = x.flip(time) if direction else x
-            out = lstm(sequence, w_ih, w_hh, bias, h0, c0, batch_first)
+            out = lstm(sequence, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_first)
             out = out.flip(time) if direction else out
             outputs.append(out)
             finals.append(out.select(time, 0 if direction else -1))

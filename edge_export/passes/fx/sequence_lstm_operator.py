@@ -24,14 +24,16 @@ from typing import Any
 __all__ = ["sequence_lstm_operator"]
 
 _OPERATOR = "edge_export::sequence_lstm"
-_SCHEMA = "(Tensor x, Tensor w_ih, Tensor w_hh, Tensor bias, Tensor? h0, Tensor? c0, bool batch_first) -> Tensor"
+_SCHEMA = "(Tensor x, Tensor w_ih, Tensor w_hh, Tensor? b_ih, Tensor? b_hh, Tensor? h0, Tensor? c0, bool batch_first) -> Tensor"
 _registered: list[Any] = []
 
 
 def sequence_lstm_operator() -> Any:
     """``torch.ops.edge_export.sequence_lstm.default``, registered (with its lowering) on first use:
-    ``(x, w_ih, w_hh, bias, h0, c0, batch_first) -> output``; x is [B, T, I] when batch_first, else
-    [T, B, I]; w_ih [4H, I], w_hh [4H, H], bias [4H]; h0, c0 [B, H] or None (zeros)."""
+    ``(x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_first) -> output``; x is [B, T, I] when
+    batch_first, else [T, B, I]; w_ih [4H, I], w_hh [4H, H], b_ih and b_hh [4H] or None (no bias);
+    h0, c0 [B, H] or None (zeros). The biases come apart and are summed in the lowering, where the
+    converter folds the sum: summed in the graph, PT2E quantized the sum and the conversion failed."""
     if not _registered:
         _registered.append(_register())
     return _registered[0]
@@ -41,15 +43,16 @@ def _register() -> Any:
     import torch
 
     @torch.library.custom_op(_OPERATOR, mutates_args=(), schema=_SCHEMA)  # a schema: annotations are strings here
-    def sequence_lstm(x, w_ih, w_hh, bias, h0, c0, batch_first):
+    def sequence_lstm(x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_first):
         batch = x.shape[0 if batch_first else 1]
         zeros = x.new_zeros((1, batch, w_hh.shape[1]))
         hx = (zeros if h0 is None else h0.unsqueeze(0), zeros if c0 is None else c0.unsqueeze(0))
-        params = [w_ih, w_hh, bias, torch.zeros_like(bias)]
+        none = w_ih.new_zeros(w_ih.shape[0])
+        params = [w_ih, w_hh, none if b_ih is None else b_ih, none if b_hh is None else b_hh]
         return torch.lstm(x, hx, params, True, 1, 0.0, False, False, batch_first)[0].contiguous()
 
     @sequence_lstm.register_fake
-    def _(x, w_ih, w_hh, bias, h0, c0, batch_first):
+    def _(x, w_ih, w_hh, b_ih, b_hh, h0, c0, batch_first):
         return x.new_empty((*x.shape[:2], w_hh.shape[1]))
 
     _register_lowering(torch.ops.edge_export.sequence_lstm.default)
@@ -84,7 +87,19 @@ def _zero_state(batch: int, hidden: int) -> Any:
     return stablehlo.constant(ir.DenseElementsAttr.get(np.zeros((batch, hidden), np.float32)))
 
 
-def _lower_sequence_lstm(lctx: Any, x: Any, w_ih: Any, w_hh: Any, bias: Any, h0: Any, c0: Any, batch_first: bool) -> Any:
+def _bias(b_ih: Any, b_hh: Any, gates: int) -> Any:
+    import numpy as np
+    from litert_converter.mlir import ir
+    from litert_converter.mlir.dialects import stablehlo
+
+    present = [b for b in (b_ih, b_hh) if b is not None]
+    if not present:
+        return stablehlo.constant(ir.DenseElementsAttr.get(np.zeros((gates,), np.float32)))
+    return present[0] if len(present) == 1 else stablehlo.add(*present)
+
+
+def _lower_sequence_lstm(lctx: Any, x: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any, h0: Any, c0: Any,
+                         batch_first: bool) -> Any:
     from litert_converter.mlir import ir
 
     out = lctx.node.meta["val"]
@@ -97,7 +112,7 @@ def _lower_sequence_lstm(lctx: Any, x: Any, w_ih: Any, w_hh: Any, bias: Any, h0:
     # weights, 3 peephole weights, 4 gate biases, projection weights and bias, the two states,
     # 4 layer-norm coefficients.
     operands = [x, *_gate_slices(w_ih, hidden), *_gate_slices(w_hh, hidden), none, none, none,
-                *_gate_slices(bias, hidden), none, none, h0, c0, none, none, none, none]
+                *_gate_slices(_bias(b_ih, b_hh, 4 * hidden), hidden), none, none, h0, c0, none, none, none, none]
     attributes = {
         "fused_activation_function": ir.StringAttr.get("TANH"),
         "time_major": ir.BoolAttr.get(not batch_first),
