@@ -114,6 +114,9 @@ def _fuse(gm: Any, node: Any, kw: dict) -> None:
     node.args = (kw["input"], [] if zeros else kw["hx"], kw["params"], kw["has_biases"], kw["num_layers"],
                  kw["bidirectional"], kw["batch_first"])
     node.kwargs = {}
+    for state in dict.fromkeys(kw["hx"] if zeros else ()):  # the zeros nobody reads now
+        if not state.users:
+            gm.graph.erase_node(state)
 
 
 def _record(node: Any, kind: str, why: str) -> FxRewrite:
@@ -144,7 +147,6 @@ def rewrite_lstms_as_sequence_lstm_pass(gm: Any) -> tuple[FxRewrite, ...]:
             records.append(_record(node, f"{_FUSED} ({layers})", _UNROLLED_WHY))
             fused = True
     if fused:
-        gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()
     return tuple(records)
