@@ -34,6 +34,7 @@ Results: <out>/trained_<commit>.json and .md (commit = the checkout's short HEAD
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import json
 import os
@@ -474,7 +475,9 @@ def prepare(case: Case, work: Path) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     pt2, npz = folder / f"{case.name}.pt2", folder / "calibration.npz"
     example = tuple(torch.from_numpy(a) for a in case.calibration[0])
-    torch.export.save(torch.export.export(case.module, example), pt2)
+    # A copy: tracing can leave traced tensors cached on the module (Ultralytics' Detect keeps its
+    # anchors), and the reference outputs must come from the untouched one.
+    torch.export.save(torch.export.export(copy.deepcopy(case.module), example), pt2)
     arrays = {str(i): np.stack([s[i] for s in case.calibration]) for i in range(len(case.calibration[0]))}
     np.savez(npz, **arrays)
     return pt2, npz
@@ -947,6 +950,7 @@ def yolo11n(work: Path) -> Case:
     statistics measured on 64 photo crops (train mode, no gradient step) so its ranges look trained."""
     import torch
 
+    torch.manual_seed(0)  # the same random weights in every process (--rescore rebuilds the model)
     net = _detection_model_class()("yolo11n.yaml", verbose=False)
     images = list(photos().values())
     to_input = lambda x: (x.astype(np.float32) / 255).transpose(0, 3, 1, 2)  # noqa: E731
