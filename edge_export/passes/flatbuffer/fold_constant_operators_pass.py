@@ -120,7 +120,9 @@ def fold_constant_operators_pass(model: Any, max_bytes: int = _DEFAULT_MAX_BYTES
     outputs = set(sg.outputs if sg.outputs is not None else [])
     kept, folded = [], False
     for op in sg.operators:
-        value = _folded(model, sg, op, max_bytes, outputs)
+        # an operator writing a variable (a fused LSTM's state reset) runs at every call: never a constant
+        writes_variable = any(o >= 0 and sg.tensors[o].isVariable for o in op.outputs)
+        value = None if writes_variable else _folded(model, sg, op, max_bytes, outputs)
         if value is None:
             kept.append(op)
             continue

@@ -42,7 +42,7 @@ def remove_noop_operators_pass(model: Any) -> bool:
     sg = model.subgraphs[0]
     kept, changed = [], False
     for op in sg.operators:
-        if _is_noop(model, sg, op):
+        if _is_noop(model, sg, op) and not any(o >= 0 and sg.tensors[o].isVariable for o in op.outputs):  # a state reset writes it
             replace_reads(sg, op.outputs[0], op.inputs[0])
             changed = True
         else:

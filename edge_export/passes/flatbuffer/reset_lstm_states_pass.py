@@ -4,8 +4,9 @@ The fused LSTM keeps its hidden and cell state in variable tensors (inputs 18 an
 kernel overwrites with the final state; LiteRT zeroes them only when tensors are allocated. So an
 exported LSTM whose initial state is zero started the second invocation from the first one's final
 state (a 3-layer LSTM's output fell from 135 dB to 25 dB SQNR on its second call, the same input).
-A FILL of the state's zero (its zero point, when quantized) in front of the graph writes it at
-every invocation; the tensor stays variable, as the kernel requires. States another operator
+A FILL of the state's zero in front of the graph writes it at every invocation (for a quantized
+state a BROADCAST_TO of its zero point: TFLite Micro's FILL takes only float32); the tensor stays
+variable, as the kernel requires. States another operator
 writes (an initial state from the model's inputs) are left alone, and so is a state holding a
 non-zero constant (never written by ``rewrite_lstms_as_sequence_lstm_pass``).
 
@@ -24,6 +25,7 @@ from .graph_edits import add_int32_constant, drop_unused_tensors, new_operator, 
 __all__ = ["reset_lstm_states_pass", "drop_lstm_state_resets"]
 
 _STATES = (18, 19)  # the hidden and cell state operands of UNIDIRECTIONAL_SEQUENCE_LSTM
+_RESETS = ("FILL", "BROADCAST_TO")
 
 
 def _state_tensors(model: Any, sg: Any) -> list[int]:
@@ -53,7 +55,8 @@ def _zero_value(model: Any, sg: Any, state: int) -> int:
     buffer.data = np.frombuffer(np.array(zero, dtype=dtype).tobytes(), dtype=np.uint8)
     model.buffers.append(buffer)
     value = copy.deepcopy(tensor)
-    value.name, value.shape, value.shapeSignature = unique_name(sg, f"{_name(tensor)};zero"), [], None
+    shape = [] if tensor.type == schema.TensorType.FLOAT32 else [1] * len(tensor.shape)  # FILL's scalar, BROADCAST_TO's input
+    value.name, value.shape, value.shapeSignature = unique_name(sg, f"{_name(tensor)};zero"), shape, None
     value.isVariable, value.buffer = False, len(model.buffers) - 1
     sg.tensors.append(value)
     return len(sg.tensors) - 1
@@ -76,19 +79,25 @@ def reset_lstm_states_pass(model: Any) -> bool:
                 schema.TensorType.FLOAT32, schema.TensorType.INT8, schema.TensorType.INT16):
             continue
         dims = add_int32_constant(model, sg, tensor.shape, f"{_name(tensor)};shape")
-        fills.append(new_operator(model, "FILL", [dims, _zero_value(model, sg, state)], [state], schema.FillOptionsT()))
+        zero = _zero_value(model, sg, state)
+        if tensor.type == schema.TensorType.FLOAT32:
+            fills.append(new_operator(model, "FILL", [dims, zero], [state], schema.FillOptionsT()))
+        else:
+            fills.append(new_operator(model, "BROADCAST_TO", [zero, dims], [state], schema.BroadcastToOptionsT()))
+            code = model.operatorCodes[fills[-1].opcodeIndex]
+            code.version = max(code.version or 1, 2)  # LiteRT registers BROADCAST_TO from version 2
         tensor.buffer = 0  # an activation now: the FILL writes it
     sg.operators = fills + list(sg.operators)
     return bool(fills)
 
 
 def drop_lstm_state_resets(model: Any) -> bool:
-    """Remove the FILLs ``reset_lstm_states_pass`` added, their constants, and the FILL operator
-    code when nothing else uses it (the calibrator's interpreter has no FILL kernel and refuses a
-    model that lists it); True when any was removed."""
+    """Remove the resets ``reset_lstm_states_pass`` added, their constants, and the operator codes
+    nothing else uses (the calibrator's interpreter has no FILL kernel and refuses a model that
+    lists it); True when any was removed."""
     sg = model.subgraphs[0]
     states = set(_state_tensors(model, sg))
-    kept = [op for op in sg.operators if not (opcode_name(model, op) == "FILL" and int(op.outputs[0]) in states)]
+    kept = [op for op in sg.operators if not (opcode_name(model, op) in _RESETS and int(op.outputs[0]) in states)]
     if len(kept) == len(sg.operators):
         return False
     sg.operators = kept
