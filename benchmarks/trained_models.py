@@ -186,6 +186,8 @@ class Case:
     held_out: list[tuple[np.ndarray, ...]]
     metric: Callable[[list[list[np.ndarray]], list[list[np.ndarray]], "Case"], dict]
     modes: list[str]
+    # Extra CLI options. Embeddings and classifiers say so (--output-kind), as their users would;
+    # probability outputs (CREPE's sigmoid, MTCNN's softmax) get the tool's own kind detection.
     cli_args: list[str] = field(default_factory=list)
     labels: list[Any] = field(default_factory=list)  # per held-out sample, when the task has them
     # A stateful model (VAD) runs its held-out sequences closed-loop; runs(case, call) -> outputs.
@@ -557,7 +559,7 @@ def _crepe(capacity: str, work: Path, modes: list[str]) -> Case:
         "espeak-ng speech, 1024-sample frames", net.eval(),
         _crepe_frames(speech(CAL_SENTENCES, CAL_VOICES, work), 128, rng),
         _crepe_frames(speech(HELD_SENTENCES, HELD_VOICES, work), 400, rng),
-        crepe_metric, modes, ["--output-kind", "regression"])
+        crepe_metric, modes, [])
 
 
 def crepe_tiny(work: Path) -> Case:
@@ -862,7 +864,7 @@ def _mtcnn_case(net_name: str, size: int, cal: int, held: int) -> Case:
     return Case(f"mtcnn_{net_name.lower()}", f"face detection (MTCNN {net_name}, {size}x{size})",
                 f"facenet-pytorch 2.6.0 data/{net_name.lower()}.pt", "scikit-image photos: face-cascade crops + random crops",
                 net.eval(), [(x[None],) for x in cal_x], [(x[None],) for x in held_x], face_metric,
-                ["fp32", "int8", "int16x8", "edgetpu", "micro"], ["--output-kind", "regression"])
+                ["fp32", "int8", "int16x8", "edgetpu", "micro"], [])
 
 
 def mtcnn_pnet(work: Path) -> Case:
@@ -1015,14 +1017,16 @@ def _db(value: Any) -> str:
 
 
 def markdown(rows: list[dict], cases: dict[str, dict]) -> str:
-    lines = ["| model | task | data | mode | verdict (exit) | tool worst SQNR dB | task metric (held out, apart from the tool) | task broken | export s | load |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | task | data | mode | output kind | verdict (exit) | tool worst SQNR dB | task metric (held out, apart from the tool) | task broken | export s | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         info = cases.get(row["model"], {})
         task = row.get("task") or {}
         verdict = f"{row.get('verdict') or '-'} ({row.get('exit_code')})"
         broken = {True: "**yes**", False: "no"}.get(task.get("broken"), "-")
-        lines.append(f"| {row['model']} | {info.get('task', '')} | {info.get('data', '')} | {row['mode']} | {verdict} | "
+        command = row.get("command") or []
+        kind = command[command.index("--output-kind") + 1] if "--output-kind" in command else "detected"
+        lines.append(f"| {row['model']} | {info.get('task', '')} | {info.get('data', '')} | {row['mode']} | {kind} | {verdict} | "
                      f"{_db(row.get('tool_worst_sqnr_db'))} | {task.get('headline') or row.get('error') or '-'} | {broken} | "
                      f"{row.get('seconds', '-')} | {row.get('load_average', 0):.1f} |")
     findings = [r for r in rows if str(r.get("verdict")).lower() == "passed" and (r.get("task") or {}).get("broken")]
