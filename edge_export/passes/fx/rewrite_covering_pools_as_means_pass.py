@@ -17,7 +17,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from .rewrites import FxRewrite, call_arguments, node_location
+from .rewrites import FxRewrite, call_arguments, rewrite_calls
 
 __all__ = ["rewrite_covering_pools_as_means_pass", "covering_pool_scale"]
 
@@ -130,11 +130,4 @@ def rewrite_covering_pools_as_means_pass(gm: Any) -> tuple[FxRewrite, ...]:
     """avg/max_pool1d and 2d calls with one window covering their input become mean / amax.
 
     Changes the GraphModule in place; returns the rewrites made (empty: nothing changed)."""
-    rewrites = []
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and (done := _rewrite(node)) is not None:
-            rewrites.append(FxRewrite(*node_location(node), *done))
-    if rewrites:
-        gm.graph.lint()
-        gm.recompile()
-    return tuple(rewrites)
+    return rewrite_calls(gm, _rewrite)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rewrites import FxRewrite, call_arguments, node_location
+from .rewrites import FxRewrite, call_arguments, rewrite_calls
 
 __all__ = ["reflect_pad_by_slices", "reflect_pad_sequence", "rewrite_reflect_replicate_pads_pass"]
 
@@ -94,11 +94,4 @@ def _rewrite(node: Any) -> tuple[str, str] | None:
 def rewrite_reflect_replicate_pads_pass(gm: Any) -> tuple[FxRewrite, ...]:
     """1-D reflect pads become a 2-D one (MIRROR_PAD), replicate pads concatenated edge slices.
     Changes the GraphModule in place; returns the rewrites made (empty: nothing changed)."""
-    rewrites = []
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and (done := _rewrite(node)) is not None:
-            rewrites.append(FxRewrite(*node_location(node), *done))
-    if rewrites:
-        gm.graph.lint()
-        gm.recompile()
-    return tuple(rewrites)
+    return rewrite_calls(gm, _rewrite)

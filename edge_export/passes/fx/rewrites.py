@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FxRewrite", "call_arguments", "node_location"]
+__all__ = ["FxRewrite", "call_arguments", "node_location", "rewrite_calls"]
 
 
 @dataclass(frozen=True)
@@ -38,3 +38,17 @@ def call_arguments(node: Any) -> dict[str, Any]:
     values.update(zip((a.name for a in arguments), node.args))
     values.update(node.kwargs)
     return values
+
+
+def rewrite_calls(gm: Any, rewrite: Any) -> tuple[FxRewrite, ...]:
+    """``rewrite(node)`` on every call_function node of ``gm`` (it changes the node in place and
+    returns (kind, why), or None to leave it); the graph is linted and recompiled when one changed.
+    The records of the rewrites made (empty: nothing changed)."""
+    rewrites = []
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and (done := rewrite(node)) is not None:
+            rewrites.append(FxRewrite(*node_location(node), *done))
+    if rewrites:
+        gm.graph.lint()
+        gm.recompile()
+    return tuple(rewrites)
