@@ -15,6 +15,9 @@ Setup (a benchmark-only environment; never the project's .venv; torch must stay 
     /work/bench-venv/bin/pip install -c constraints.txt -e ".[micro]"
     /work/bench-venv/bin/pip install --no-deps -r benchmarks/requirements-trained.txt
     /work/bench-venv/bin/pip install -c constraints.txt scikit-image scikit-learn
+    # YOLO11n only (no torchvision: see _detection_model_class)
+    /work/bench-venv/bin/pip install --no-deps ultralytics==8.4.190 ultralytics-thop
+    /work/bench-venv/bin/pip install -c constraints.txt opencv-python-headless psutil polars matplotlib pyyaml pillow
     /work/bench-venv/bin/python -c "import torch; print(torch.__version__)"   # 2.13.0
     apt-get install -y espeak-ng sox                                          # speech data
 
@@ -24,11 +27,13 @@ row):
     nice -n 10 /work/bench-venv/bin/python benchmarks/trained_models.py \
         [--models crepe_tiny,digits_cnn] [--modes fp32,int8,int16x8,edgetpu,micro] \
         [--work /tmp/trained] [--out benchmarks/results]
-    /work/bench-venv/bin/python benchmarks/trained_models.py --table    # re-print from --work
+    /work/bench-venv/bin/python benchmarks/trained_models.py --table --commit 81fb4de   # re-print a results file
     /work/bench-venv/bin/python benchmarks/trained_models.py --list
     /work/bench-venv/bin/python benchmarks/trained_models.py --rescore --models crepe_tiny   # metrics only
 
-Results: <out>/trained_<commit>.json and .md (commit = the checkout's short HEAD).
+Results: <out>/trained_<commit>.json and .md (commit = the checkout's short HEAD, or --commit). Several
+sweeps over different --models may run at once with the same --commit: each row is merged into the
+file under a lock.
 """
 
 from __future__ import annotations
