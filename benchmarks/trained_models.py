@@ -360,7 +360,7 @@ def vad_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: C
               "decision_agreement": float(np.mean((r > 0.5) == (o > 0.5))),
               "prob_max_abs_error": float(np.abs(r - o).max()), "sqnr_db": sqnr_db(r, o)}
     result["headline"] = (f"decisions agree {result['decision_agreement']:.4f} ({result['speech_frames_torch']} speech "
-                          f"of {result['frames']}), max |dp| {result['prob_max_abs_error']:.3f}")
+                          f"of {result['frames']}), max abs dp {result['prob_max_abs_error']:.3f}")
     result["broken"] = result["decision_agreement"] < 0.98
     return result
 
@@ -1021,6 +1021,11 @@ def _db(value: Any) -> str:
     return "-" if value is None else ("inf" if value == float("inf") else f"{value:.1f}")
 
 
+def _cell(text: str) -> str:
+    # A pipe in an error message would end the Markdown cell.
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 def markdown(rows: list[dict], cases: dict[str, dict]) -> str:
     lines = ["| model | task | data | mode | output kind | verdict (exit) | tool worst SQNR dB | task metric (held out, apart from the tool) | task broken | export s | load |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -1032,7 +1037,7 @@ def markdown(rows: list[dict], cases: dict[str, dict]) -> str:
         command = row.get("command") or []
         kind = command[command.index("--output-kind") + 1] if "--output-kind" in command else "detected"
         lines.append(f"| {row['model']} | {info.get('task', '')} | {info.get('data', '')} | {row['mode']} | {kind} | {verdict} | "
-                     f"{_db(row.get('tool_worst_sqnr_db'))} | {task.get('headline') or row.get('error') or '-'} | {broken} | "
+                     f"{_db(row.get('tool_worst_sqnr_db'))} | {_cell(task.get('headline') or row.get('error') or '-')} | {broken} | "
                      f"{row.get('seconds', '-')} | {row.get('load_average', 0):.1f} |")
     findings = [r for r in rows if str(r.get("verdict")).lower() == "passed" and (r.get("task") or {}).get("broken")]
     lines.append("")
