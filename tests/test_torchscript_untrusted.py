@@ -29,6 +29,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 def _reader_module(secret: Path) -> torch.nn.Module:
     source = f'''
 import torch
+from typing import Tuple
 
 class Reader(torch.nn.Module):
     def __init__(self):
@@ -53,6 +54,7 @@ class Reader(torch.nn.Module):
 def _writer_module(marker: Path) -> torch.nn.Module:
     source = f'''
 import torch
+from typing import Tuple
 
 class Writer(torch.nn.Module):
     def __init__(self):
