@@ -197,7 +197,7 @@ def _judge_run(
     from ..config import OutputKind
     from ..validators.output_kinds import KindDecision, KindSource
     from ..validators.parity import ParityResult, compare_outputs
-    from ..validators.probabilities import graph_activation
+    from ..validators.probabilities import activation_axis, graph_activation
 
     merged: dict = {}
     for t in thresholds:
@@ -208,7 +208,8 @@ def _judge_run(
     for k, name in enumerate(names):
         decision = KindDecision(OutputKind(vectors.kinds[k]), KindSource(vectors.kind_sources[k]))
         if decision.kind is OutputKind.PROBABILITIES and fb is not None:
-            decision = replace(decision, activation=graph_activation(fb, name))
+            activation = graph_activation(fb, name)
+            decision = replace(decision, activation=activation, axis=activation_axis(activation, [e[k] for e in expected]))
         per_output.append(compare_outputs(
             [[e[k]] for e in expected], [[c[k]] for c in candidate], names=[name], thresholds=thresholds[k],
             runtime=runtime, output_scales=[scales[k]], kinds=[decision],

@@ -49,7 +49,7 @@ class KindSource(str, enum.Enum):
     LABELS = "labels"
     DEFAULT = "default"
     GRAPH = "graph"  # probabilities: the exported graph's softmax/sigmoid makes the output (probabilities.py)
-    VALUES = "values"  # probabilities: PyTorch's values are in [0, 1] and sum to 1 along the last axis
+    VALUES = "values"  # probabilities: PyTorch's values are in [0, 1] and sum to 1 along an axis
 
 
 # Whole names (case-insensitive). Suffixes below catch `start_logits`, `image_embeds`, ...
@@ -118,6 +118,9 @@ class KindDecision:
     labels: LabelsFile | None = json_field(default=None, omit_none=True)  # only with --labels
     # probabilities: "softmax", "log_softmax" or "sigmoid" when known (probabilities.py)
     activation: str | None = json_field(default=None, omit_none=True)
+    # probabilities: the axis of the output's shape its classes lie along (a softmax's, found from
+    # PyTorch's values: e.g. 1 for a channel softmax of [1, 2, H, W]); None: the last axis
+    axis: int | None = json_field(default=None, omit_none=True, name="activation_axis")
 
     @property
     def labels_file(self) -> str | None:

@@ -213,18 +213,21 @@ def _applicable(kind: OutputKind, shape: tuple[int, ...], scale: float | None, a
     return keys
 
 
-def _probability_metric(key: str, ref: np.ndarray, out: np.ndarray, activation: str | None) -> float:
-    p_ref, p_out = probabilities.as_probabilities(ref, activation), probabilities.as_probabilities(out, activation)
+def _probability_metric(key: str, ref: np.ndarray, out: np.ndarray, decision: KindDecision) -> float:
+    """``ref``/``out`` stack the samples on a new first axis, so the classes' axis (numbered in one
+    sample's shape) is one further on."""
+    p_ref, p_out = probabilities.as_probabilities(ref, decision.activation), probabilities.as_probabilities(out, decision.activation)
     if key == "probability_error":
         return metrics.max_abs_error(p_ref, p_out)
     if key == "decision_agreement":
-        return probabilities.decision_agreement(p_ref, p_out)
+        axis = None if decision.axis is None else decision.axis + 1
+        return probabilities.decision_agreement(p_ref, p_out, axis=axis)
     return probabilities.threshold_agreement(p_ref, p_out)
 
 
-def _metric(key: str, ref: np.ndarray, out: np.ndarray, refs: list, outs: list, scale: float | None, activation: str | None = None) -> float:
+def _metric(key: str, ref: np.ndarray, out: np.ndarray, refs: list, outs: list, scale: float | None, decision: KindDecision = _DEFAULT_DECISION) -> float:
     if key in _PROBABILITY_KEYS:
-        return _probability_metric(key, ref, out, activation)
+        return _probability_metric(key, ref, out, decision)
     if key == "max_abs_error":
         return metrics.max_abs_error(ref, out)
     if key == "mean_abs_error":
@@ -302,7 +305,7 @@ def _measure(
             not_computable[key] = error
             continue
         try:
-            value = _metric(key, ref, out, refs, outs, scale, decision.activation)
+            value = _metric(key, ref, out, refs, outs, scale, decision)
         except metrics.NotComputable as exc:
             not_computable[key] = exc.reason
             continue

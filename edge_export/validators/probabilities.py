@@ -7,11 +7,18 @@ probabilities themselves (config.KIND_THRESHOLDS[PROBABILITIES]).
 
 An output is probabilities when, unless ``--output-kind`` says otherwise or its name says embedding:
 
-1. ``graph``: the exported model's operator producing it (past a QUANTIZE/DEQUANTIZE, which only
-   changes its type) is SOFTMAX, LOG_SOFTMAX or LOGISTIC (what aten softmax, log_softmax and
-   sigmoid lower to);
-2. ``values``: PyTorch's values on every parity sample are finite, in [0, 1] and sum to 1 along the
-   last axis (at least 2 entries), within SUM_TOLERANCE: a softmax computed some other way.
+1. ``graph``: the exported model's operator producing it (past QUANTIZE/DEQUANTIZE, which only
+   change its type, and TRANSPOSE/RESHAPE, which only move its values) is SOFTMAX, LOG_SOFTMAX or
+   LOGISTIC (what aten softmax, log_softmax and sigmoid lower to);
+2. ``values``: PyTorch's values on every parity sample are finite, in [0, 1] and sum to 1 along one
+   axis (at least 2 entries), within SUM_TOLERANCE: a softmax computed some other way.
+
+A softmax's classes need not lie along the last axis: MTCNN's face probability is a softmax over the
+channels of ``[1, 2, H, W]`` (one decision per position), which TFLite computes as TRANSPOSE,
+SOFTMAX (always along the last axis), TRANSPOSE. The axis is read from PyTorch's values (the axis
+along which they sum to 1, the last one first), recorded as ``activation_axis``, and decisions are
+taken along it. A softmax reached through a layout operator whose values sum to 1 along no axis (a
+flattened distribution) is not judged as probabilities: there is no axis to decide along.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from .output_kinds import KindDecision, KindSource
 
 __all__ = [
     "DECISION_TIE_MARGIN",
+    "activation_axis",
+    "distribution_axis",
     "SIGMOID_THRESHOLD",
     "SUM_TOLERANCE",
     "as_probabilities",
@@ -48,39 +57,78 @@ SUM_TOLERANCE = 1e-3
 
 _OPCODE_ACTIVATION = {"SOFTMAX": "softmax", "LOG_SOFTMAX": "log_softmax", "LOGISTIC": "sigmoid"}
 _TYPE_ONLY = frozenset({"QUANTIZE", "DEQUANTIZE"})
+_LAYOUT_ONLY = frozenset({"TRANSPOSE", "RESHAPE"})
+# Operators walked back from an output: type changes and layout moves around one activation (a
+# channel softmax is TRANSPOSE, SOFTMAX, TRANSPOSE, then QUANTIZE/DEQUANTIZE at float I/O).
+_MAX_WALK = 8
+
+
+def _graph_walk(model: Any, output_name: str) -> tuple[str | None, bool]:
+    """The activation producing the named output (past type and layout operators), and whether a
+    layout operator (TRANSPOSE, RESHAPE) lies between them."""
+    names = list(getattr(model, "output_names", ()) or ())
+    if output_name not in names:
+        return None, False
+    tensor, moved = model.outputs[names.index(output_name)], False
+    for _ in range(_MAX_WALK):
+        op = model.producer_of(tensor)
+        if op is None:
+            return None, moved
+        if op.opcode in _OPCODE_ACTIVATION:
+            return _OPCODE_ACTIVATION[op.opcode], moved
+        if op.opcode not in _TYPE_ONLY | _LAYOUT_ONLY or not op.inputs:
+            return None, moved
+        moved = moved or op.opcode in _LAYOUT_ONLY
+        tensor = op.inputs[0]
+    return None, moved
 
 
 def graph_activation(model: Any, output_name: str) -> str | None:
     """``softmax``, ``log_softmax`` or ``sigmoid`` when that operator produces the named output of the
-    flatbuffer model (past QUANTIZE/DEQUANTIZE), else None."""
-    names = list(getattr(model, "output_names", ()) or ())
-    if output_name not in names:
+    flatbuffer model (past QUANTIZE/DEQUANTIZE, TRANSPOSE and RESHAPE), else None."""
+    return _graph_walk(model, output_name)[0]
+
+
+def _sums_to_one(references: Sequence[np.ndarray], axis: int) -> bool:
+    for ref in references:
+        total = np.sum(ref, axis=axis)
+        if not np.max(np.abs(total - 1.0)) <= SUM_TOLERANCE:  # NaN-safe: a NaN sum is not 1
+            return False
+    return True
+
+
+def distribution_axis(references: Sequence[np.ndarray], log: bool = False) -> int | None:
+    """The axis (of the output's shape, the last one tried first) along which every reference array
+    is finite, in [0, 1] and sums to 1 within SUM_TOLERANCE, with at least 2 entries; ``log``: the
+    arrays are log-probabilities (their exponentials are tried). None when no axis is."""
+    if not references:
         return None
-    tensor = model.outputs[names.index(output_name)]
-    for _ in range(4):  # a float-I/O integer model has at most a DEQUANTIZE (and a QUANTIZE) after it
-        op = model.producer_of(tensor)
-        if op is None:
-            return None
-        if op.opcode in _OPCODE_ACTIVATION:
-            return _OPCODE_ACTIVATION[op.opcode]
-        if op.opcode not in _TYPE_ONLY or not op.inputs:
-            return None
-        tensor = op.inputs[0]
+    arrays = [np.asarray(r, dtype=np.float64) for r in references]
+    shape = arrays[0].shape
+    if not shape or any(a.shape != shape or a.size == 0 or not np.all(np.isfinite(a)) for a in arrays):
+        return None
+    if log:
+        arrays = [np.exp(np.minimum(a, 0.0)) for a in arrays]
+    if any(a.min() < 0.0 or a.max() > 1.0 for a in arrays):
+        return None
+    for axis in reversed(range(len(shape))):
+        if shape[axis] >= 2 and _sums_to_one(arrays, axis):
+            return axis
     return None
 
 
 def values_activation(references: Sequence[np.ndarray]) -> str | None:
-    """``softmax`` when every reference array is finite, in [0, 1] and sums to 1 along its last axis
-    (of at least 2 entries) within SUM_TOLERANCE; else None."""
-    if not references:
+    """``softmax`` when every reference array is finite, in [0, 1] and sums to 1 along one of its
+    axes (of at least 2 entries) within SUM_TOLERANCE; else None."""
+    return "softmax" if distribution_axis(references) is not None else None
+
+
+def activation_axis(activation: str | None, references: Sequence[np.ndarray]) -> int | None:
+    """The axis a softmax or log-softmax output's classes lie along (distribution_axis of PyTorch's
+    values); None for a sigmoid (each value is its own decision) or when no axis sums to 1."""
+    if activation not in ("softmax", "log_softmax"):
         return None
-    for ref in references:
-        r = np.asarray(ref, dtype=np.float64)
-        if r.ndim == 0 or r.shape[-1] < 2 or r.size == 0 or not np.all(np.isfinite(r)):
-            return None
-        if r.min() < 0.0 or r.max() > 1.0 or np.max(np.abs(r.sum(axis=-1) - 1.0)) > SUM_TOLERANCE:
-            return None
-    return "softmax"
+    return distribution_axis(references, log=activation == "log_softmax")
 
 
 def as_probabilities(values: np.ndarray, activation: str | None) -> np.ndarray:
@@ -89,21 +137,27 @@ def as_probabilities(values: np.ndarray, activation: str | None) -> np.ndarray:
     return np.exp(np.minimum(v, 0.0)) if activation == "log_softmax" else v
 
 
-def _rows(ref: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _rows(ref: np.ndarray, out: np.ndarray, axis: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Both arrays as rows of classes: ``axis`` (default the last) moved last, the others flattened."""
     if ref.shape != out.shape:
         raise ValueError(f"shape mismatch: reference {ref.shape} vs output {out.shape}")
     if not (np.all(np.isfinite(ref)) and np.all(np.isfinite(out))):
         raise NotComputable("the arrays hold NaN or Inf")
     if ref.ndim == 0 or ref.size == 0:
-        raise NotComputable("the output is empty or a scalar: it has no last axis to decide along")
+        raise NotComputable("the output is empty or a scalar: it has no axis to decide along")
+    if axis is not None:
+        if not -ref.ndim <= axis < ref.ndim:
+            raise NotComputable(f"the output has {ref.ndim} axes, none numbered {axis} to decide along")
+        ref, out = np.moveaxis(ref, axis, -1), np.moveaxis(out, axis, -1)
     return ref.reshape(-1, ref.shape[-1]), out.reshape(-1, out.shape[-1])
 
 
-def decision_agreement(ref: np.ndarray, out: np.ndarray, margin: float = DECISION_TIE_MARGIN) -> float:
-    """Fraction of rows (every sample, frame or token: all axes but the last) where the class the
-    exported model picks (its argmax over the last axis) is one PyTorch scores within ``margin`` of
-    its own top; a tie at the exported model's top agrees when any tied class does."""
-    r, o = _rows(np.asarray(ref, dtype=np.float64), np.asarray(out, dtype=np.float64))
+def decision_agreement(ref: np.ndarray, out: np.ndarray, margin: float = DECISION_TIE_MARGIN, axis: int | None = None) -> float:
+    """Fraction of rows (every sample, frame, token or position: all axes but the classes', ``axis``,
+    default the last) where the class the exported model picks (its argmax along that axis) is one
+    PyTorch scores within ``margin`` of its own top; a tie at the exported model's top agrees when
+    any tied class does."""
+    r, o = _rows(np.asarray(ref, dtype=np.float64), np.asarray(out, dtype=np.float64), axis)
     if r.shape[1] < 2:
         raise NotComputable("one value along the last axis: there is no argmax to decide")
     picked = o == o.max(axis=1, keepdims=True)
@@ -121,18 +175,21 @@ def threshold_agreement(
     return float(np.mean(same | (np.abs(r - threshold) <= margin)))
 
 
-def _refined(decision: KindDecision, graph: str | None, references: Sequence[np.ndarray]) -> KindDecision:
+def _refined(decision: KindDecision, graph: str | None, moved: bool, references: Sequence[np.ndarray]) -> KindDecision:
+    """``moved``: a TRANSPOSE or RESHAPE lies between the graph's activation and the output."""
     if decision.source is KindSource.OPTION:
         if decision.kind is not OutputKind.PROBABILITIES:
             return decision
-        return replace(decision, activation=graph or values_activation(references))
+        activation = graph or values_activation(references)
+        return replace(decision, activation=activation, axis=activation_axis(activation, references))
     if decision.kind is OutputKind.EMBEDDING:  # its name says what it is: vectors compared by direction
         return decision
-    if graph is not None:
-        return replace(decision, kind=OutputKind.PROBABILITIES, source=KindSource.GRAPH, activation=graph)
-    values = values_activation(references)
-    if values is not None:
-        return replace(decision, kind=OutputKind.PROBABILITIES, source=KindSource.VALUES, activation=values)
+    axis = activation_axis(graph, references)
+    if graph is not None and not (moved and graph != "sigmoid" and axis is None):
+        return replace(decision, kind=OutputKind.PROBABILITIES, source=KindSource.GRAPH, activation=graph, axis=axis)
+    axis = distribution_axis(references)
+    if axis is not None:
+        return replace(decision, kind=OutputKind.PROBABILITIES, source=KindSource.VALUES, activation="softmax", axis=axis)
     return decision
 
 
@@ -143,6 +200,6 @@ def probability_kinds(
     ``references[s][k]`` is PyTorch's output k on sample s."""
     refined = []
     for k, decision in enumerate(decisions):
-        graph = graph_activation(model, names[k]) if model is not None and k < len(names) else None
-        refined.append(_refined(decision, graph, [sample[k] for sample in references]))
+        graph, moved = _graph_walk(model, names[k]) if model is not None and k < len(names) else (None, False)
+        refined.append(_refined(decision, graph, moved, [sample[k] for sample in references]))
     return refined

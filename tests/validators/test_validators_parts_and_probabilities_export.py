@@ -51,6 +51,20 @@ class NearTie(nn.Module):
         return torch.softmax(self.fc(torch.relu(x * self.stretch)), -1)
 
 
+class FaceMap(nn.Module):
+    """MTCNN P-Net's shape: a face probability as a softmax over the 2 channels of [1, 2, H, W] (one
+    decision per position) beside a box-offset map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3), nn.PReLU(8), nn.Conv2d(8, 8, 3), nn.PReLU(8))
+        self.face, self.box = nn.Conv2d(8, 2, 1), nn.Conv2d(8, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = self.body(x)
+        return self.box(f), torch.softmax(self.face(f), dim=1)
+
+
 class Regressor(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -109,3 +123,15 @@ def test_ordinary_model_keeps_its_verdict_and_report(folder):
     assert not {"probability_error", "decision_agreement", "threshold_agreement"} & set(output["metrics"])
     assert [c["metric"] for c in output["checks"]] == ["sqnr_db"]
     assert report["verdict"] == "passed" and "part" not in markdown and "decisions" not in markdown
+
+
+def test_a_channel_softmax_is_judged_by_its_decisions_per_position(folder):
+    torch.manual_seed(0)
+    report, markdown = _export(FaceMap(), torch.randn(1, 3, 12, 12), folder / "face_map.tflite")
+    boxes, faces = report["validation"]["outputs"]
+    assert (boxes["kind"], boxes["kind_source"]) == ("regression", "default")
+    assert (faces["kind"], faces["kind_source"], faces["activation"], faces["activation_axis"]) == (
+        "probabilities", "graph", "softmax", 1
+    )
+    checks = {c["metric"]: c for c in faces["checks"]}
+    assert {"decision_agreement", "probability_error"} <= set(checks)

@@ -15,6 +15,7 @@ from edge_export.validators.output_kinds import KindDecision, KindSource
 from edge_export.validators.parity import compare_outputs
 from edge_export.validators.probabilities import (
     DECISION_TIE_MARGIN,
+    distribution_axis,
     decision_agreement,
     graph_activation,
     probability_kinds,
@@ -175,3 +176,55 @@ def test_output_kind_declares_probabilities_and_labels_may_name_them(tmp_path):
     labels.write_text("a\nb\nc\n")
     (decision,) = resolve_output_kinds([OutputIdentity(0, ("pitch",), (1, 3))], parse_output_kinds("probabilities"), parse_labels(str(labels)))
     assert (decision.kind, decision.source, decision.labels_count) == (P, KindSource.OPTION, 3)
+
+
+def _channel_softmax(seed: int, shape=(1, 2, 5, 5)) -> np.ndarray:
+    """MTCNN P-Net's face output: a softmax over the 2 channels of [1, 2, H, W], one decision per position."""
+    logits = np.random.default_rng(seed).normal(0, 2, size=shape)
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_a_channel_softmax_is_found_along_its_axis_and_decided_per_position():
+    refs = [_channel_softmax(s) for s in range(3)]
+    assert distribution_axis(refs) == 1 and values_activation(refs) == "softmax"
+    assert distribution_axis([np.log(r) for r in refs], log=True) == 1
+    assert distribution_axis(list(_softmax(np.random.default_rng(1).normal(size=(2, 4, 6))))) == 1  # last axis first
+    assert distribution_axis([refs[0], refs[1][:, :, :4]]) is None  # samples of different shapes
+    (kind,) = probability_kinds([KindDecision(OutputKind.REGRESSION, KindSource.DEFAULT)], None, ["prob"], [[r] for r in refs])
+    assert (kind.kind, kind.source, kind.activation, kind.axis) == (P, KindSource.VALUES, "softmax", 1)
+    # the exported model says "face" at 5 of the 25 positions of sample 0 where PyTorch says "no face"
+    ref = refs[0]
+    out = ref.copy()
+    no_face = np.argwhere(ref[0, 1] < 0.5 - DECISION_TIE_MARGIN)[:5]
+    for y, x in no_face:
+        out[0, :, y, x] = ref[0, ::-1, y, x]
+    assert len(no_face) == 5
+    assert decision_agreement(ref, out, axis=1) == pytest.approx(20 / 25)
+    result = compare_outputs([[ref]], [[out]], names=["prob"], thresholds=INT8, runtime="t", kinds=[kind])
+    (output,) = result.outputs
+    assert output.metrics["decision_agreement"] == pytest.approx(20 / 25)  # the sample axis is stacked in front
+    assert {c.metric: c.passed for c in output.checks}["decision_agreement"] is False
+
+
+class _ChannelSoftmaxGraph:
+    """TFLite's channel softmax: 0 -> TRANSPOSE -> 1 -> SOFTMAX -> 2 -> TRANSPOSE -> 3 -> DEQUANTIZE -> 4
+    ("prob"); and 2 -> RESHAPE -> 5 ("flat": the distribution flattened)."""
+
+    output_names = ("prob", "flat")
+    outputs = (4, 5)
+    _producers = {
+        1: _Op("TRANSPOSE", (0,)), 2: _Op("SOFTMAX", (1,)), 3: _Op("TRANSPOSE", (2,)),
+        4: _Op("DEQUANTIZE", (3,)), 5: _Op("RESHAPE", (2,)),
+    }
+
+    def producer_of(self, tensor: int):
+        return self._producers.get(tensor)
+
+
+def test_the_graph_says_softmax_past_transposes_and_the_values_give_its_axis():
+    refs = [[_channel_softmax(s), _channel_softmax(s).reshape(1, -1)] for s in range(2)]
+    default = KindDecision(OutputKind.REGRESSION, KindSource.DEFAULT)
+    prob, flat = probability_kinds([default, default], _ChannelSoftmaxGraph(), ["prob", "flat"], refs)
+    assert (prob.kind, prob.source, prob.activation, prob.axis) == (P, KindSource.GRAPH, "softmax", 1)
+    assert flat == default  # a flattened distribution sums to 1 along no axis: nothing to decide along
