@@ -1,5 +1,6 @@
-"""The report's record of a rewrite the exporter applied to the user's module (module, kind, why):
-written by the FX passes every target runs and by the Edge TPU's module swaps."""
+"""The report's record of a rewrite the exporter applied to the user's module (module, kind, why),
+or declined with its reason (an LSTM kept unrolled): written by the FX passes every target runs
+(``--target cpu`` included) and by the Edge TPU's module swaps."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ class AppliedRewrite:
     module_path: str
     kind: str
     why: str
+    module_type: str | None = json_field(default=None, omit_none=True)  # "LSTM", when the graph names it
+    source: str | None = json_field(default=None, omit_none=True)  # "file.py:12" in the user's code
+    declined: bool = False  # not made (an LSTM kept unrolled): ``why`` says why
+
+    def describe(self) -> str:
+        """``nn.GRU kept unrolled in module 'gru' (GRU), at model.py:12``."""
+        from .provenance import describe_location
+
+        return f"{self.kind}{describe_location(self.module_path, self.module_type, self.source)}"
 
 
 @dataclass(frozen=True)

@@ -428,7 +428,9 @@ def _target_section(t: TargetSection, artifacts: ArtifactsSection) -> list[str]:
     for note in t.implied:
         out.append(f"- {_e(note)}")
     for r in t.rewrites or ():
-        out.append(f"- rewrite {_code(r.module_path)}: {_e(r.kind)} ({_e(r.why)})")
+        line = f" ({_e(r.module_type)})" if r.module_type else ""
+        line += f", at {_code(r.source)}" if r.source else ""
+        out.append(f"- {'not rewritten' if r.declined else 'rewrite'} {_code(r.module_path)}{line}: {_e(r.kind)} ({_e(r.why)})")
     for section in report_sections_of(t.name):
         value = t.sections.get(section.key)
         if value is not None and section.markdown is not None:

@@ -62,12 +62,30 @@ class SummaryLines:
         self._err.print(f"[bold red]{escape(label)}:[/bold red] {escape(text)}")
 
 
+def _print_rewrites(rewrites: Any, out: Console) -> None:
+    """The module rewrites (every target's FX passes, the Edge TPU's swaps): one line of their
+    kinds, then a line for each declined one (an LSTM kept unrolled), with why."""
+    made = [r for r in rewrites if not r.declined]
+    if made:
+        kinds = dict.fromkeys(r.kind for r in made)
+        counted = [f"{kind}" + (f" ×{n}" if (n := sum(r.kind == kind for r in made)) > 1 else "") for kind in kinds]
+        _plain(out, f"  rewritten: {', '.join(counted[:4])}" + (f", … ({len(kinds)} kinds)" if len(kinds) > 4 else ""))
+    declined = [r for r in rewrites if r.declined]
+    for r in declined[:3]:
+        _plain(out, f"  not rewritten: {r.describe()}: {r.why}")
+    if len(declined) > 3:
+        _plain(out, f"  not rewritten: {len(declined) - 3} more (see the report)")
+
+
 def _print_target(report: RunReport, out: Console, err: Console) -> None:
-    """Each of the target's sections as its declaration prints it (``ReportSection.summary``)."""
+    """The module rewrites, then each of the target's sections as its declaration prints it
+    (``ReportSection.summary``)."""
     target = report.target
     if target is None:
         return
     from ..targets.registry import report_sections_of
+
+    _print_rewrites(target.rewrites or (), out)
 
     lines = SummaryLines(out, err)
     for section in report_sections_of(target.name):

@@ -113,7 +113,7 @@ def export_report(run: Any, options: ExportOptions, target: Any, paths: Any, clo
         **run_header(prepared.loaded.loaded, prepared.loaded.specs, plan),
         export=export_section,
         quantization=converted.quantization,
-        target=TargetSection.from_hooks(checked.target_entries) if target.reports_target else None,
+        target=TargetSection.from_hooks(checked.target_entries) if target.writes_target_section(checked.target_entries) else None,
         artifacts=ArtifactsSection(str(paths.tflite), str(paths.report_json), str(paths.report_markdown), str(options.junit) if options.junit else None, extra),
         flatbuffer=flatbuffer_section(finished.model, named=finished.named_model),
         stages=tuple(clock.times),

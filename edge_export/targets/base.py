@@ -214,6 +214,11 @@ class TargetPlugin:
         """This target's options as {name: flag}."""
         return {option.name: option.flag for option in self.options}
 
+    def writes_target_section(self, entries: Mapping[str, Any]) -> bool:
+        """Whether the report gets a "target" section: when the target adds to it, or when the
+        module was rewritten or a rewrite declined (an LSTM kept unrolled), whatever the target."""
+        return self.reports_target or bool(entries.get("rewrites"))
+
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
         """Options the target implies, each with a note for the report; raise UsageError for a
         contradiction rather than rewriting it."""
@@ -241,7 +246,7 @@ class TargetPlugin:
             return prepared
         from ..applied_rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
 
-        applied = tuple(AppliedRewrite(r.module_path or "<root>", r.kind, r.why) for r in graph.rewrites)
+        applied = tuple(AppliedRewrite(r.module_path or "<root>", r.kind, r.why, r.module_type, r.source, r.declined) for r in graph.rewrites)
         return PreparedModule(prepared.module, {**prepared.report, "rewrites": (*applied, *prepared.report.get("rewrites", ()))})
 
     def rewrite(self, model: FlatbufferModel) -> RewrittenFlatbuffer:

@@ -173,3 +173,21 @@ def test_int8_exports_a_masked_softmax_and_a_gru_fully_integer(models, name, sha
     report = read_report(out)
     assert report["verdict"] == "passed" and report["validation"]["status"] == "passed"
     assert report["quantization"]["fully_integer"] is True
+
+
+@pytest.mark.slow
+def test_a_gru_kept_unrolled_on_the_cpu_target_is_in_every_report(models):
+    """--target cpu writes no target section of its own, but a declined rewrite still reaches the
+    JSON (with the user's line), the Markdown and the terminal summary."""
+    res, out = _export(models, "Gru", "1,10,8")
+    assert res.exit_code == 0, res.stderr
+    (gru,) = read_report(out)["target"]["rewrites"]
+    assert gru["kind"] == "nn.GRU kept unrolled" and gru["declined"] is True and gru["module_path"] == "gru"
+    assert "LiteRT has no fused GRU operator" in gru["why"]
+    assert "device_graph_models.py:" in gru["source"] and gru["module_type"] == "GRU"
+    from edge_export.reports.markdown import code_span, escape_markdown
+
+    markdown = out.with_suffix(".report.md").read_text()
+    line = f"- not rewritten {code_span('gru')} (GRU), at {code_span(gru['source'])}: {escape_markdown('nn.GRU kept unrolled')} ("
+    assert line + escape_markdown("LiteRT has no fused GRU operator") in markdown
+    assert f"not rewritten: nn.GRU kept unrolled in module 'gru' (GRU), at {gru['source']}: LiteRT has no fused" in res.stdout

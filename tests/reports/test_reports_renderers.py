@@ -40,6 +40,7 @@ def test_summary_of_a_full_report():
         "  note: a note",
         "  quantization: int8 via pt2e (measured: pt2e had the higher SQNR); NOT fully integer; "
         "input args_0 uint8 (scale 0.0078125, zero point 128), output logits float32",
+        "  rewritten: AdaptiveAvgPool2d -> AvgPool2d",
         "  edge tpu: 1 of 2 operations predicted on the Edge TPU (50%), 1 TPU segment(s); the graph is cut at "
         "operator #1 MEAN in module 'pool' (AdaptiveAvgPool2d), at model.py:12: MEAN over 3 axes.",
         "  edgetpu_compiler: not compiled: edgetpu_compiler was not found on PATH",

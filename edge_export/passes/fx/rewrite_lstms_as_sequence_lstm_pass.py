@@ -119,8 +119,8 @@ def _fuse(gm: Any, node: Any, kw: dict) -> None:
             gm.graph.erase_node(state)
 
 
-def _record(node: Any, kind: str, why: str) -> FxRewrite:
-    return FxRewrite(*node_location(node), kind, why)
+def _record(node: Any, kind: str, why: str, declined: bool = False) -> FxRewrite:
+    return FxRewrite(*node_location(node), kind, why, declined)
 
 
 def rewrite_lstms_as_sequence_lstm_pass(gm: Any) -> tuple[FxRewrite, ...]:
@@ -135,12 +135,12 @@ def rewrite_lstms_as_sequence_lstm_pass(gm: Any) -> tuple[FxRewrite, ...]:
         if node.op != "call_function":
             continue
         if node.target == aten.gru.input:
-            records.append(_record(node, "nn.GRU kept unrolled", "LiteRT has no fused GRU operator; " + _UNROLLED_WHY))
+            records.append(_record(node, "nn.GRU kept unrolled", "LiteRT has no fused GRU operator; " + _UNROLLED_WHY, True))
         elif node.target == aten.lstm.input:
             kw = call_arguments(node)
             why = _refusal(node, kw)
             if why is not None:
-                records.append(_record(node, "nn.LSTM kept unrolled", f"{why}; {_UNROLLED_WHY}"))
+                records.append(_record(node, "nn.LSTM kept unrolled", f"{why}; {_UNROLLED_WHY}", True))
                 continue
             layers = f"{kw['num_layers']} layer{'s' if kw['num_layers'] > 1 else ''}" + (", bidirectional" if kw["bidirectional"] else "")
             _fuse(gm, node, kw)

@@ -15,6 +15,7 @@ class FxRewrite:
     source: str | None  # "file.py:12" in the user's code, when the node records one
     kind: str
     why: str
+    declined: bool = False  # a rewrite that could not be made (an LSTM kept unrolled), with why
 
     def describe(self) -> str:
         from ...provenance import describe_location
