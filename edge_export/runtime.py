@@ -117,9 +117,11 @@ def blame_failing_operator(error: RuntimeRunError, model: FlatbufferModel) -> Ru
     names = [model.tensors[i].name for i in (*op.outputs, *op.inputs) if i >= 0]
     module = next((m for m in (operator_module(n, op.opcode) for n in names) if m is not None), None)
     where = describe_location(module.path, module.type_name, None) if module else ""
-    return RuntimeRunError(
-        f"{error.message.rstrip('.')}. The operator that failed is #{index} {op.opcode}{where}.", error.hint
-    )
+    unblamed = error.message.rstrip(".")
+    blamed = RuntimeRunError(f"{unblamed}. The operator that failed is #{index} {op.opcode}{where}.", error.hint)
+    # for operator_origins.name_failing_call, where the PyTorch module is known (the aten call, the line)
+    blamed.failed_operator, blamed.unblamed = index, unblamed
+    return blamed
 
 
 class TFLiteRunner:

@@ -100,3 +100,38 @@ def test_the_tflite_micro_interpreter_rejection_names_the_module():
     with pytest.raises(RuntimeRunError) as rejected:  # TFLM's own log, read by MicroRunner
         MicroRunner(model)
     assert "it has no kernel for GELU in module 'block' (Block)." in rejected.value.message
+
+
+class Accumulate(nn.Module):
+    def forward(self, x):  # STABLEHLO_SCATTER: LiteRT's interpreter refuses to prepare it
+        return torch.zeros(2, 8).scatter_add(1, torch.tensor([[0, 2, 1, 3]]).expand(2, 4), x[:, :4])
+
+
+class ScatterHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.accumulate = nn.Linear(8, 8), Accumulate()
+
+    def forward(self, x):
+        return self.accumulate(self.fc(x))
+
+
+@pytest.mark.slow
+def test_litert_refusing_to_prepare_an_operator_names_the_aten_call_and_line():
+    """A real "failed to prepare" from LiteRT's interpreter, met where parity runs the model (in a
+    child process): the error names the aten call and the user's line, not only the opcode and the
+    module. (An export refuses scatter_add before conversion; converted here without that pass.)"""
+    from edge_export.channels_last import plan_channels_last
+    from edge_export.errors import RuntimeRunError
+    from edge_export.options import ExportOptions
+    from edge_export.stages.parity import run_parity
+
+    module, example = ScatterHead().eval(), (torch.randn(2, 8),)
+    model = _converted(module, example)
+    with pytest.raises(RuntimeRunError) as caught:
+        run_parity(module, [example], ExportOptions(), model, plan_channels_last([2], [2]))
+    message = caught.value.message
+    assert "failed to prepare" in message
+    line = _line_of(Accumulate, "scatter_add")
+    index = next(op.index for op in model.operators if op.opcode == "STABLEHLO_SCATTER")
+    assert f"is #{index} STABLEHLO_SCATTER (from aten.scatter_add) in module 'accumulate' (Accumulate), at {line}." in message

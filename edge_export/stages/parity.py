@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 
 from ..config import InputSpec, IODtype
-from ..errors import InputSpecError, UsageError, first_line
+from ..errors import InputSpecError, RuntimeRunError, UsageError, first_line
 from ..options import ExportOptions
 from .clock import StageClock
 from .load import flatten_outputs, output_keys
@@ -72,7 +72,15 @@ def run_parity(
     """PyTorch and the flatbuffer on ``samples``: (the parity result, the runtime comparison with
     --runtime compiled-model or both, (feeds, references))."""
     references, feeds, torch_names = _reference_outputs(module, samples, plan)
-    runs = _run_candidates(fb, feeds, plan, options.runtime, runner_factory)
+    try:
+        runs = _run_candidates(fb, feeds, plan, options.runtime, runner_factory)
+    except RuntimeRunError as exc:  # LiteRT refused an operator: name the aten call and the line too
+        from ..operator_origins import name_failing_call
+
+        named = name_failing_call(exc, fb, module, samples[0] if samples else None)
+        if named is exc:
+            raise
+        raise named from exc.__cause__
     _, names, scales, _ = runs[0]
     if len(names) != len(references[0]):
         raise UsageError(

@@ -117,7 +117,17 @@ def test_an_unsupported_op_is_blamed_on_its_module_and_source_line(models):
     first = report.first_unsupported
     assert first is not None and first.opcode == "CUMSUM"
     assert first.module_path == "total" and first.module_type == "RunningTotal"
-    assert first.source == f"{inspect.getsourcefile(RunningTotal)}:{inspect.getsourcelines(RunningTotal)[1]}"
+    # the aten call and the line that made it (operator_origins), in the report's row too
+    lines, start = inspect.getsourcelines(RunningTotal)
+    call = f"{inspect.getsourcefile(RunningTotal)}:{start + next(i for i, t in enumerate(lines) if 'torch.cumsum' in t)}"
+    assert first.aten == "aten.cumsum" and first.source == call
+    assert "CUMSUM (from aten.cumsum) in module 'total' (RunningTotal), at " + call in report.summary()
+    assert (report.ops[1].aten, report.ops[1].source) == ("aten.cumsum", call) and report.ops[0].aten is None
+    from edge_export.reports.markdown import escape_markdown
+    from edge_export.targets.gpu.target import GPU_REPORT_SECTION
+
+    markdown = "\n".join(GPU_REPORT_SECTION.markdown(report, None, None))
+    assert escape_markdown("CUMSUM (from aten.cumsum) in module 'total'") in markdown and "aten.cumsum" not in markdown
     # FC, then CUMSUM on the CPU, then FC: two GPU partitions (a CPU round trip between them)
     assert [op.partition for op in report.ops] == [0, None, 1]
     assert report.unsupported_ops() == {"CUMSUM": 1}

@@ -4,7 +4,8 @@ The checker implements Coral's published model requirements (supported operators
 tensors, constant parameters, the 3-innermost-dimensions rank rule, static shapes and the per-operator
 constraints) and the compiler's partitioning rule: the graph is cut once, at the first operator that
 cannot map, and that operator and everything after it run on the CPU even when supported. A QUANTIZE
-of a float model input and a DEQUANTIZE to a float model output stay on the CPU without cutting.
+of a float model input and a DEQUANTIZE to a float model output stay on the CPU without cutting, and
+so does an output joined in float from parts with their own scales, when it comes last.
 
 It works without the compiler and reports in the compiler's own vocabulary (the status strings of
 its operation table), so that a prediction and a real compile can be compared line by line.
@@ -124,6 +125,9 @@ class OpMapping:
     input_names: tuple[str, ...] = json_field(skip=True, default=())
     output_names: tuple[str, ...] = json_field(skip=True, default=())
     module_path: str | None = None
+    # unsupported: the aten call and the user's line it came from (operator_origins)
+    aten: str | None = json_field(default=None, omit_none=True)
+    source: str | None = json_field(default=None, omit_none=True)
 
 
 @dataclass(frozen=True)
@@ -145,12 +149,14 @@ class UnmappedOp:
     output_names: tuple[str, ...]
     module_path: str | None
     module_type: str | None
-    source: str | None  # "file.py:LINE" of the module's class, when the PyTorch module was given
+    source: str | None  # "file.py:LINE" of the call, else of the module's class, when the PyTorch module was given
     ops_before: int  # operators that precede it (the share the TPU gets)
+    aten: str | None = json_field(default=None, omit_none=True)  # "aten.gelu", when the graph shows it
 
     def describe(self) -> str:
+        made = f" (from {self.aten})" if self.aten else ""
         where = describe_location(self.module_path, self.module_type, self.source)
-        return f"operator #{self.index} {self.opcode}{where}: {self.reason}"
+        return f"operator #{self.index} {self.opcode}{made}{where}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -446,7 +452,12 @@ def _own_rule(
 
 
 def _is_boundary(op: OperatorInfo, model: FlatbufferModel) -> bool:
-    """A QUANTIZE of a float model input, or a DEQUANTIZE to a float model output."""
+    """A QUANTIZE of a float model input, a DEQUANTIZE to a float model output, or an output join
+    (``FlatbufferModel.output_join_ops``: parts dequantized, then joined in float) after every
+    other operator, so that the compiler's one cut falls after the integer graph."""
+    joins = model.output_join_ops
+    if op.index in joins:
+        return all(other.index in joins for other in model.operators[op.index:])
     if op.opcode == "QUANTIZE" and op.inputs:
         return op.inputs[0] in model.inputs and model.tensors[op.inputs[0]].is_float
     if op.opcode == "DEQUANTIZE" and op.outputs:
@@ -474,7 +485,8 @@ def check_edgetpu(model: FlatbufferModel, *, source_module: Any = None) -> EdgeT
 
     The constant axes, paddings and strides come from the model's own bytes (``model.data``); a
     model built without them is checked from shapes where possible. ``source_module`` (the PyTorch
-    module that was exported) adds the source location of the module at the cut.
+    module that was exported) adds, for each unsupported operator, the aten call and the line of the
+    user's code it came from (``operator_origins``).
     """
     constants = _rule_constants(model)
     problems = _model_problems(model)
@@ -497,7 +509,23 @@ def check_edgetpu(model: FlatbufferModel, *, source_module: Any = None) -> EdgeT
         if cut is None and not supported:
             cut = _cut_at(mapping, found.type_name if found else None, source_module)
         mappings.append(mapping)
+    mappings, cut = _with_origins(model, mappings, cut, source_module)
     return EdgeTPUReport(ops=tuple(mappings), model_problems=tuple(problems), first_unmapped=cut, table=_compiler_table(mappings))
+
+
+def _with_origins(model: FlatbufferModel, mappings: list[OpMapping], cut: UnmappedOp | None, source_module: Any) -> tuple[list[OpMapping], UnmappedOp | None]:
+    """Each unsupported operator with the aten call and line it came from (one trace of the module)."""
+    from dataclasses import replace
+
+    from ...operator_origins import operator_origins_at
+
+    origins = operator_origins_at(model, [m.index for m in mappings if not m.supported], source_module)
+    if not origins or source_module is None:
+        return mappings, cut
+    named = [replace(m, aten=o.aten, source=o.source) if (o := origins.get(m.index)) else m for m in mappings]
+    if cut is not None and (o := origins.get(cut.index)) is not None:
+        cut = replace(cut, aten=o.aten, source=o.source or cut.source)
+    return named, cut
 
 
 def _rule_constants(model: FlatbufferModel) -> dict[int, list[int]]:

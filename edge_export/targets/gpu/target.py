@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from ...errors import UsageError
+from ...serialize import json_field
 from ..base import (
     FinishedRun, FinishedTarget, RewrittenFlatbuffer, TargetCheck, TargetContext, TargetOption, TargetPlugin, register_target,
 )
@@ -243,6 +244,9 @@ class GpuOp:
     partition: int | None  # 0-based delegated partition it falls in; None: runs on the CPU
     macs: int
     module_path: str | None = None
+    # left on the CPU: the aten call and the user's line it came from (operator_origins)
+    aten: str | None = json_field(default=None, omit_none=True)
+    source: str | None = json_field(default=None, omit_none=True)
 
 
 @dataclass(frozen=True)
@@ -254,14 +258,16 @@ class GpuUnsupportedOp:
     reason: str
     module_path: str | None
     module_type: str | None
-    source: str | None  # "file.py:LINE" when the PyTorch module (or its graph) was given
+    source: str | None  # "file.py:LINE" of the call, else of the module, when the PyTorch module was given
     ops_before: int
+    aten: str | None = json_field(default=None, omit_none=True)  # "aten.reflection_pad1d", when the graph shows it
 
     def describe(self) -> str:
         from ...provenance import describe_location
 
+        made = f" (from {self.aten})" if self.aten else ""
         where = describe_location(self.module_path, self.module_type, self.source)
-        return f"operator #{self.index} {self.opcode}{where}: {self.reason}"
+        return f"operator #{self.index} {self.opcode}{made}{where}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -426,38 +432,37 @@ def _model_problems(model: FlatbufferModel) -> list[str]:
 
 
 def check_gpu(model: FlatbufferModel, *, source_module: Any = None, analyzer: AnalyzerCrossCheck | None = None) -> GpuReport:
-    """Predict which operators of ``model``'s main subgraph the GPU delegate runs, and how it partitions."""
-    from ...provenance import flatbuffer_operator_module, module_user_source
+    """Predict which operators of ``model``'s main subgraph the GPU delegate runs, and how it
+    partitions; each operator left on the CPU is named with its aten call and line (``source_module``)."""
+    from ...operator_origins import operator_origins_at
 
-    versions = _op_versions(model)
+    verdicts = [_own_verdict(op, version, model) for op, version in zip(model.operators, _op_versions(model))]
+    origins = operator_origins_at(model, [op.index for op, r in zip(model.operators, verdicts) if r is not None], source_module)
     ops: list[GpuOp] = []
     first: GpuUnsupportedOp | None = None
     partition, in_run = -1, False
-    for op, version in zip(model.operators, versions):
-        reason = _own_verdict(op, version, model)
-        found = flatbuffer_operator_module(model, op)
-        module_path = found.path if found else None
+    for op, version, reason in zip(model.operators, _op_versions(model), verdicts):
+        origin = origins.get(op.index)
         if reason is None:
             if not in_run:
                 partition, in_run = partition + 1, True
-            where: int | None = partition
-        else:
-            in_run, where = False, None
-            if first is None:
-                first = GpuUnsupportedOp(
-                    index=op.index,
-                    opcode=op.opcode,
-                    reason=reason,
-                    module_path=module_path,
-                    module_type=found.type_name if found else None,
-                    source=module_user_source(source_module, module_path),
-                    ops_before=op.index,
-                )
-        ops.append(GpuOp(op.index, op.opcode, version, reason is None, reason or "", where, estimate_macs(op, model), module_path))
+            ops.append(GpuOp(op.index, op.opcode, version, True, "", partition, estimate_macs(op, model), _module_path(model, op)))
+            continue
+        in_run = False
+        if first is None:
+            first = GpuUnsupportedOp(op.index, op.opcode, reason, origin.module_path, origin.module_type, origin.source, op.index, origin.aten)
+        ops.append(GpuOp(op.index, op.opcode, version, False, reason, None, estimate_macs(op, model), origin.module_path, origin.aten, origin.source))
     report = GpuReport(tuple(ops), first, analyzer, model_problems=tuple(_model_problems(model)))
     if analyzer is not None:
         report = GpuReport(report.ops, first, analyzer, tuple(_disagreements(report, analyzer)), report.model_problems)
     return report
+
+
+def _module_path(model: FlatbufferModel, op: OperatorInfo) -> str | None:
+    from ...provenance import flatbuffer_operator_module
+
+    found = flatbuffer_operator_module(model, op)
+    return found.path if found else None
 
 
 def _disagreements(report: GpuReport, analyzer: AnalyzerCrossCheck) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import json
 
 import numpy as np
@@ -135,7 +137,14 @@ def test_cut_late_at_a_mean_over_non_xy_axes():
     assert cut is not None and cut.opcode == "MEAN" and cut.status is OpStatus.UNSPECIFIED
     assert "x/y" in cut.reason
     assert cut.index >= report.num_ops - 3 and report.share_on_tpu > 0.6  # the six convs
-    assert cut.module_type == "_MeanOverNCHWAxes" and cut.source and cut.source.endswith(".py:" + cut.source.rsplit(":", 1)[1])
+    # the aten call and the line of forward() that made it (operator_origins), in its row too
+    lines, start = inspect.getsourcelines(_MeanOverNCHWAxes)
+    call = f"{inspect.getsourcefile(_MeanOverNCHWAxes)}:{start + next(i for i, t in enumerate(lines) if 'features.mean(1)' in t)}"
+    assert cut.module_type == "_MeanOverNCHWAxes" and (cut.aten, cut.source) == ("aten.mean", call)
+    assert f"MEAN (from aten.mean) in module '<root>' (_MeanOverNCHWAxes), at {call}" in report.summary()
+    row = report.ops[cut.index]
+    assert (row.aten, row.source) == ("aten.mean", call)
+    assert all(op.aten is None for op in report.ops if op.supported)
 
 
 def test_transformer_cut_is_moved_late_by_reordering_and_explained():
