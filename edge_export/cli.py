@@ -283,6 +283,7 @@ _EXPORT_FIELDS = (
     "target", "io_dtype", "quant_backend", "mixed_precision", "time_budget", "calibration_samples", "range_algorithm",
     "image_layout", "strip_names", "keep_names", "signature_key", "model_name", "model_version", "description", "author",
     "write_metadata", "emit_test_vectors", "test_vectors_count", "strict", "validate", "host_latency", "channels_last",
+    "holdout_fraction", "max_accuracy_drop",
 )
 
 
@@ -373,6 +374,8 @@ def export_command(
     mixed_precision: Optional[str] = typer.Option(None, "--mixed-precision", metavar="MODE", help="int8: auto (raise the most sensitive operators to float on cpu/gpu, int16 on micro, until --min-sqnr/--min-cosine/--min-top1 is met; the default on cpu and gpu when one of them is given), int16 (integer promotions only) or off. Not for --target edgetpu."),
     calibration_data: Optional[Path] = typer.Option(None, "--calibration-data", help="Calibration data: .npz (arrays keyed by input name or position), .npy, a folder of .npy, or a folder of JPEG/PNG images."),
     calibration_samples: Optional[int] = typer.Option(None, "--calibration-samples", help="Use at most this many calibration samples."),
+    holdout_fraction: float = typer.Option(0.2, "--holdout-fraction", metavar="FRACTION", help="Labelled calibration data (a folder with one sub-folder per class, or an .npz with a labels array): the fraction of every class held out, evenly spread, for parity and accuracy; the rest calibrates."),
+    max_accuracy_drop: float = typer.Option(0.01, "--max-accuracy-drop", metavar="FRACTION", help="Labelled calibration data: the most top-1 accuracy the exported model may lose against PyTorch on the held-out samples (0.01: one percentage point); more is exit 1."),
     range_algorithm: Optional[str] = typer.Option(None, "--range-algorithm", metavar="ALGO", help="Activation ranges for int8/int16x8: minmax, percentile (99.99th) or mse (least quantization error); default: min/max for the flatbuffer backend, PT2E's histogram (MSE) search."),
     image_size: Optional[str] = typer.Option(None, "--image-size", help="Resize calibration images to H,W (default: the input shape's)."),
     mean: Optional[str] = typer.Option(None, "--mean", help="Per-channel mean of the image input on a 0..1 scale, e.g. 0.485,0.456,0.406: normalizes calibration images and is written as the input's normalization metadata (x255)."),

@@ -65,6 +65,9 @@ class ExportOptions:
     # quantization (int modes)
     calibration_data: str | None = None
     calibration_samples: int | None = None
+    # labelled calibration data (quantization/calibration_labels.py, validators/accuracy.py)
+    holdout_fraction: float = 0.2  # calibration_labels.DEFAULT_HOLDOUT_FRACTION (not imported: options stay light)
+    max_accuracy_drop: float = 0.01  # accuracy.DEFAULT_MAX_ACCURACY_DROP
     range_algorithm: str | None = None  # minmax | percentile | mse; None: each backend's default
     image_size: tuple[int, int] | None = None
     mean: tuple[float, ...] | None = None
@@ -101,6 +104,10 @@ class ExportOptions:
             raise UsageError(f"--calibration-samples {self.calibration_samples} must be at least 1.")
         if self.samples < 1:
             raise UsageError(f"--samples {self.samples} must be at least 1.", "Use e.g. --samples 8.")
+        if not 0 < self.holdout_fraction < 1:  # also refuses NaN
+            raise UsageError(f"--holdout-fraction {self.holdout_fraction} is not a fraction between 0 and 1.", "Use e.g. --holdout-fraction 0.2.")
+        if not 0 <= self.max_accuracy_drop <= 1:
+            raise UsageError(f"--max-accuracy-drop {self.max_accuracy_drop} is not a fraction from 0 to 1.", "Use e.g. --max-accuracy-drop 0.01 (one percentage point).")
         if not 0 <= self.seed < 2**32:  # numpy's and torch's generators take no other seed
             raise UsageError(f"--seed {self.seed} is not a seed: it must be from 0 to {2**32 - 1}.", "Use e.g. --seed 0.")
         from .validators.runtimes import check_runtime_option

@@ -11,7 +11,8 @@ Accepted sources:
 - ``.npy``: one array, for a single-input model;
 - a folder of ``.npy`` files (single input): each file one sample or a stack of samples;
 - a folder of JPEG/PNG images (one 4-D image input): resized, scaled to [0, 1], normalized with
-  ``mean``/``std`` and laid out as ``nchw`` or ``nhwc``.
+  ``mean``/``std`` and laid out as ``nchw`` or ``nhwc``; one sub-folder per class, or an ``.npz``
+  ``labels`` array, labels the samples (calibration_labels.py: the labels and the held-out split).
 An array holds either one sample (the spec's shape) or a stack ``(N, *spec.shape)``; with batch 1 a
 stack ``(N, *spec.shape[1:])`` is read as N samples as well. How much a source may make edge-export
 read and decode is bounded before anything is decoded (calibration_bounds.py).
@@ -29,7 +30,8 @@ import numpy as np
 
 from ..config import InputSpec
 from ..errors import CalibrationDataError, UsageError, map_exceptions
-from .calibration_bounds import HINT_FEWER_ARRAYS, check_decode_budget, check_image_headers, list_calibration_folder, open_calibration_image
+from .calibration_bounds import HINT_FEWER_ARRAYS, check_decode_budget, check_image_headers, list_calibration_folder, list_class_folders, open_calibration_image
+from .calibration_labels import LABELS_KEY, checked_labels, labelled_images
 
 __all__ = [
     "DEFAULT_CALIBRATION_SAMPLES",
@@ -73,6 +75,8 @@ class CalibrationSet:
     samples: tuple[tuple[np.ndarray, ...], ...]
     source: str
     real_data: bool
+    labels: tuple[int, ...] | None = None  # a class index per sample (labelled data), else None
+    class_names: tuple[str, ...] | None = None  # the class sub-folders' names, by index
 
     def __post_init__(self) -> None:
         if not self.samples:
@@ -99,17 +103,20 @@ class CalibrationSet:
             raise UsageError(f"Cannot hold out {n_holdout} calibration samples.")
         n_holdout = min(n_holdout, len(self.samples) - 1)
         cut = len(self.samples) - n_holdout
-        calib = CalibrationSet(self.samples[:cut], self.source, self.real_data)
+        calib = self._part(slice(None, cut), self.source)
         if n_holdout == 0:
             return calib, calib
-        return calib, CalibrationSet(self.samples[cut:], f"{self.source} (held out)", self.real_data)
+        return calib, self._part(slice(cut, None), f"{self.source} (held out)")
+
+    def _part(self, which: slice, source: str) -> CalibrationSet:
+        return CalibrationSet(self.samples[which], source, self.real_data, None if self.labels is None else self.labels[which], self.class_names)
 
     def limit(self, max_samples: int | None) -> CalibrationSet:
         if max_samples is None or max_samples >= len(self.samples):
             return self
         if max_samples < 1:
             raise UsageError(f"--calibration-samples {max_samples} must be at least 1.")
-        return CalibrationSet(self.samples[:max_samples], self.source, self.real_data)
+        return self._part(slice(None, max_samples), self.source)
 
     def torch_batches(self) -> list[tuple]:
         import torch
@@ -267,7 +274,7 @@ def _zip_inputs(per_input: list[list[np.ndarray]], specs: Sequence[InputSpec], o
 # ---- the sources ------------------------------------------------------------------------------
 
 
-def _from_npz(path: Path, specs: Sequence[InputSpec]) -> list[tuple]:
+def _from_npz(path: Path, specs: Sequence[InputSpec]) -> tuple[list[tuple], tuple[int, ...] | None]:
     from ..npz_files import UnsafeNpz, check_npz_members
 
     with map_exceptions(
@@ -286,7 +293,9 @@ def _from_npz(path: Path, specs: Sequence[InputSpec]) -> list[tuple]:
         check_decode_budget(path, declared, "arrays", hint=HINT_FEWER_ARRAYS)
         archive = np.load(path, allow_pickle=False)
     with archive:
-        keys = list(archive.files)
+        # a 'labels' array holds class indices, not an input (unless an input is named so)
+        has_labels = LABELS_KEY in archive.files and LABELS_KEY not in {s.name for s in specs}
+        keys = [k for k in archive.files if not (has_labels and k == LABELS_KEY)]
         if not keys:
             raise CalibrationDataError(f"The calibration archive {path} holds no arrays.", _HINT_SHAPES)
         chosen: list[str] = []
@@ -314,7 +323,9 @@ def _from_npz(path: Path, specs: Sequence[InputSpec]) -> list[tuple]:
             per_input = [
                 _samples_for(archive[key], spec, i, f"{path}['{key}']") for i, (key, spec) in enumerate(zip(chosen, specs))
             ]
-    return _zip_inputs(per_input, specs, str(path))
+            samples = _zip_inputs(per_input, specs, str(path))
+            labels = checked_labels(archive[LABELS_KEY], f"{path}['{LABELS_KEY}']", len(samples)) if has_labels else None
+    return samples, labels
 
 
 def _single_input(specs: Sequence[InputSpec], path: Path, kind: str) -> InputSpec:
@@ -452,7 +463,12 @@ def load_calibration_data(
     p = Path(path)
     if not p.exists():
         raise CalibrationDataError(f"Calibration data {p} does not exist.", "Check the --calibration-data path.")
-    if p.is_dir():
+    labels, class_names = None, None
+    if p.is_dir() and not list_calibration_folder(p) and (classes := list_class_folders(p)):
+        files, labels, class_names = labelled_images(p, classes, IMAGE_SUFFIXES)
+        samples = _from_images(p, files, input_specs, image_size, mean, std, layout, max_samples)
+        labels = labels[: len(samples)]
+    elif p.is_dir():
         entries = list_calibration_folder(p)
         npys = [e for e in entries if e.suffix.lower() == ".npy"]
         images = [e for e in entries if e.suffix.lower() in IMAGE_SUFFIXES]
@@ -471,7 +487,7 @@ def load_calibration_data(
         else:
             samples = _from_images(p, images, input_specs, image_size, mean, std, layout, max_samples)
     elif p.suffix.lower() == ".npz":
-        samples = _from_npz(p, input_specs)
+        samples, labels = _from_npz(p, input_specs)
     elif p.suffix.lower() == ".npy":
         samples = _from_npy(p, input_specs)
     else:
@@ -481,4 +497,4 @@ def load_calibration_data(
         )
     if not samples:
         raise CalibrationDataError(f"Calibration data {p} holds no samples.", _HINT_SHAPES)
-    return CalibrationSet(tuple(samples), str(p), True).limit(max_samples)
+    return CalibrationSet(tuple(samples), str(p), True, None if labels is None else tuple(labels), class_names).limit(max_samples)

@@ -29,6 +29,7 @@ __all__ = [
     "check_decode_budget",
     "check_image_headers",
     "list_calibration_folder",
+    "list_class_folders",
     "open_calibration_image",
 ]
 
@@ -71,6 +72,45 @@ def list_calibration_folder(folder: Path) -> list[Path]:
             if entry.is_file():  # follows a link, now known to stay inside the folder
                 files.append(Path(entry.path))
     return sorted(files)
+
+
+def list_class_folders(folder: Path) -> list[tuple[str, list[Path]]]:
+    """A labelled image folder: (class name, its files) for each sub-folder (hidden ones left out),
+    sorted by name; [] when the folder has no sub-folder. Each sub-folder is listed as
+    list_calibration_folder lists a folder, the links checked against the top folder, and all of
+    them together held to MAX_CALIBRATION_FILES."""
+    real_folder = os.path.realpath(folder)
+    classes: list[tuple[str, Path]] = []
+    with _scandir(folder) as entries:
+        for count, entry in enumerate(entries, start=1):
+            if count > MAX_CALIBRATION_FILES:
+                break  # list_calibration_folder refuses the folder with its own message
+            if entry.name.startswith("."):
+                continue
+            if entry.is_symlink():
+                _check_link(folder, real_folder, entry)
+            if entry.is_dir():
+                classes.append((entry.name, Path(entry.path)))
+    found, total = [], 0
+    for name, sub in sorted(classes):
+        files = list_calibration_folder(sub)
+        for f in files:  # a link inside a class folder may still lead out of the top folder
+            target = os.path.realpath(f)
+            if os.path.commonpath([target, real_folder]) != real_folder:
+                raise CalibrationDataError(
+                    f"The calibration folder {folder} holds a symbolic link, {f}, that leads outside it "
+                    f"(to {target}); calibration files are read only from inside the folder.",
+                    "Copy the file into the folder instead of linking to it, or remove the link.",
+                )
+        total += len(files)
+        if total > MAX_CALIBRATION_FILES:
+            raise CalibrationDataError(
+                f"The class folders of {folder} hold more than {MAX_CALIBRATION_FILES:,} files together; "
+                f"edge-export reads at most {MAX_CALIBRATION_FILES:,}.",
+                "Copy a subset of each class (a few hundred images) into a folder of its own.",
+            )
+        found.append((name, files))
+    return found
 
 
 @contextlib.contextmanager

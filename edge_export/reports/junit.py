@@ -110,6 +110,10 @@ def render_junit(report: RunReport) -> str:
         if culprit is not None and (culprit.module_path, culprit.tflite_tensor) == (layer.module_path, layer.tflite_tensor):
             failure = (failure + "; " if failure else "") + "first layer where the error jumps (likely culprit)"
         _case(suite, "edge_export.parity.layers", f"{i:03d} {name}", failure, _layer_details(layer))
+    if report.accuracy is not None:
+        from ..validators.accuracy import junit_case
+
+        _case(suite, *junit_case(report.accuracy))
     for reg in report.baseline.regressions if report.baseline is not None else ():
         _case(suite, "edge_export.baseline", f"{reg.output} {reg.metric}", reg.message, reg.message)
     for classname, name, failure, details, skipped in _target_cases(report):

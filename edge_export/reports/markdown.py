@@ -93,6 +93,10 @@ def render_markdown(report: RunReport) -> str:
         from ..llm.report import markdown_lines
 
         lines.extend(markdown_lines(report.language_model, _e))
+    if report.accuracy is not None:
+        from ..validators.accuracy import markdown_lines as accuracy_lines
+
+        lines.extend(accuracy_lines(report.accuracy, _e))
     sections = (
         (report.runtimes, _runtimes_section), (report.per_layer, _layer_section), (report.quantization, _quant_section),
         (report.sensitivity, _sensitivity_section), (report.mixed_precision, _mixed_precision_section),

@@ -8,6 +8,7 @@ result objects, and that every renderer reads.
       artifacts: ArtifactsSection      flatbuffer: FlatbufferSection stages: StageTiming[]
       validation: ParityResult | SkippedValidation                   per_layer: LayerParityReport
       baseline: BaselineSection        host_latency: HostLatency (quantized, cpu)
+      accuracy: AccuracyResult (labelled calibration data)
       verdict, exit_code (derived)
 
 The stage results (``QuantizationResult``, ``ParityResult``, ``LayerParityReport``, ``EdgeTPUReport``,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from ..quantization.sensitivity import SensitivityReport
     from ..applied_rewrites import AppliedRewrite
     from ..transpose_report import TransposeReport
+    from ..validators.accuracy import AccuracyResult
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult
     from ..validators.runtimes import RuntimeComparison
@@ -351,9 +353,10 @@ def verdict_of(
     target: TargetSection | None = None,
     runtimes: RuntimeComparison | None = None,
     language_model: LanguageModelSection | None = None,
+    accuracy: AccuracyResult | None = None,
 ) -> str:
-    """Failed when parity, the per-layer gate, the baseline gate, a flash/RAM budget or the GPU
-    float16 precision check failed, or
+    """Failed when parity, the per-layer gate, the baseline gate, a flash/RAM budget, the GPU
+    float16 precision check or the accuracy drop on labelled data (--max-accuracy-drop) failed, or
     (with --runtime both) when a runtime's parity failed or two runtimes disagree; passed when parity
     passed; exported-unvalidated when parity was skipped (and no gate failed)."""
     if runtimes is not None and runtimes.findings():
@@ -363,6 +366,8 @@ def verdict_of(
     if target is not None and target.failed_sections:
         return Verdict.FAILED
     if per_layer is not None and per_layer.passed is False:
+        return Verdict.FAILED
+    if accuracy is not None and not accuracy.passed:  # --max-accuracy-drop on labelled data
         return Verdict.FAILED
     if language_model is not None:  # --task text-generation: its parity against transformers
         return Verdict.PASSED if language_model.passed else Verdict.FAILED
@@ -400,17 +405,18 @@ class RunReport:
     app: AppSection | None = json_field(default=None, omit_none=True)  # the signature as an app calls it
     pinned_set: PinnedSetCheck | None = json_field(default=None, omit_none=True)  # libraries vs the tested set
     language_model: LanguageModelSection | None = json_field(default=None, omit_none=True)  # --task text-generation (llm/report.py)
+    accuracy: AccuracyResult | None = json_field(default=None, omit_none=True)  # labelled calibration data (validators/accuracy.py)
     schema_version: str = field(default=REPORT_SCHEMA_VERSION)
 
     JSON_KEYS = (
         "schema_version", "tool", "libraries", "pinned_set", "created_at", "model", "inputs", "export", "quantization",
         "target", "artifacts", "flatbuffer", "stages", "validation", "runtimes", "per_layer", "sensitivity",
-        "mixed_precision", "host_latency", "baseline", "metadata", "app", "language_model", "verdict", "exit_code",
+        "mixed_precision", "host_latency", "baseline", "metadata", "app", "language_model", "accuracy", "verdict", "exit_code",
     )
 
     @property
     def verdict(self) -> str:
-        return verdict_of(self.validation, self.per_layer, self.baseline, self.target, self.runtimes, self.language_model)
+        return verdict_of(self.validation, self.per_layer, self.baseline, self.target, self.runtimes, self.language_model, self.accuracy)
 
     @property
     def exit_code(self) -> int:

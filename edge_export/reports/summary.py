@@ -137,6 +137,8 @@ def _print_headline(report: RunReport, out: Console, err: Console) -> None:
             _plain(out, f"  worst part {worst.part}: SQNR {'–' if part_sqnr is None else f'{part_sqnr:.1f}'} dB (the output's parts are judged one by one)")
         for note in val.notes:
             _plain(out, f"  note: {note}")
+    if report.accuracy is not None:  # labelled calibration data: the check users trust most, next to parity
+        _plain(out, f"  accuracy {report.accuracy.status}: {report.accuracy.message}")
 
 
 def _print_quantization(report: RunReport, out: Console, err: Console) -> None:

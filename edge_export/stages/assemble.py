@@ -125,6 +125,7 @@ def export_report(run: Any, options: ExportOptions, target: Any, paths: Any, clo
         sensitivity=finished.sensitivity,
         mixed_precision=converted.mixed_precision,
         host_latency=run.host_latency,
+        accuracy=validated.accuracy,
     )
     return with_baseline(report, options.baseline)
 

@@ -12,7 +12,7 @@ from ..config import InputSpec, IODtype, QuantizeMode
 from ..options import ExportOptions
 from .clock import StageClock
 from .prepare import PreparedRun
-from .samples import calibration_in_layout, calibration_sets, heldout_in_layout, parity_samples
+from .samples import calibration_in_layout, heldout_in_layout, labelled_calibration_sets, parity_samples
 from .target_options import mixed_precision_plan, times_host_latency
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ class ConvertedRun:
     heldout: list[tuple] | None = None  # real held-out samples for parity (None: seeded random ones)
     sensitivity: Any = None
     mixed_precision: Any = None
+    heldout_labels: Any = None  # HeldOutLabels: the held-out samples' labels (labelled calibration data)
 
 
 def convert_stage(prepared: PreparedRun, options: ExportOptions, target: Any, clock: StageClock) -> ConvertedRun:
@@ -67,7 +68,7 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
     from ..conversion import convert_module
     from ..quantization.budget import TimeBudget
 
-    calibration, heldout = calibration_sets(options, prepared.loaded.specs, prepared.loaded.example)
+    calibration, heldout, labels = labelled_calibration_sets(options, prepared.loaded.specs, prepared.loaded.example)
     search_mode, promote_to = mixed_precision_plan(options, target)
     # auto's PT2E, forked now: with a core idle it calibrates while the float model converts
     with _pt2e_beside(prepared, options, calibration) or contextlib.nullcontext() as beside:
@@ -90,7 +91,7 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
         if not options.sensitivity and mixed is None:
             sensitivity = None  # measured for a search that was not needed: not asked for
     result = replace(result, time_budget=budget.section())
-    return ConvertedRun(prepared, result.model, result, float_bytes, calibration, heldout, sensitivity, mixed)
+    return ConvertedRun(prepared, result.model, result, float_bytes, calibration, heldout, sensitivity, mixed, labels)
 
 
 def _pt2e_beside(prepared: PreparedRun, options: ExportOptions, calibration: Any) -> Any:
@@ -140,7 +141,8 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
     from ..quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
 
     loaded = prepared.loaded
-    samples = heldout if heldout is not None else parity_samples(loaded.specs, options, loaded.example)
+    # --samples of them: a labelled held-out part (a fraction of the data) can be far larger
+    samples = heldout[: options.samples] if heldout is not None else parity_samples(loaded.specs, options, loaded.example)
     search_mode, promote_to = plan
     return run_sensitivity_and_mixed_precision(
         result,

@@ -30,16 +30,18 @@ def check_parity(
     *,
     samples: list[tuple] | None = None,
     runner_factory: Callable[[FlatbufferModel], Any] | None = None,
-) -> tuple[Any, Any, Any, Any]:
+    labels: Any = None,
+) -> tuple[Any, Any, Any, Any, Any]:
     """Output parity, then (with --per-layer) the layer-by-layer comparison on the same samples;
     with --runtime compiled-model or both, each runtime's parity and their differences too. Also
-    returns the samples checked: the float feeds in the model's layout and PyTorch's outputs."""
+    returns the samples checked: the float feeds in the model's layout and PyTorch's outputs; and,
+    with ``labels`` (the samples' HeldOutLabels), the accuracy of both models on them."""
     from ..inputs import make_samples
 
     if samples is None:
         samples = make_samples(specs, options.samples, options.seed, example)
     with stages.run("validate", f"Checking parity on {len(samples)} samples"):
-        parity, runtimes, checked = run_parity(module, samples, options, fb, plan, runner_factory)
+        parity, runtimes, checked, accuracy = run_parity(module, samples, options, fb, plan, runner_factory, labels)
     layers = None
     if options.per_layer:
         from ..validators.layers import per_layer_parity
@@ -58,7 +60,7 @@ def check_parity(
                 stage="per-layer comparison",
                 backend="the LiteRT reference kernels",
             )
-    return parity, layers, runtimes, checked
+    return parity, layers, runtimes, checked, accuracy
 
 
 def run_parity(
@@ -68,9 +70,10 @@ def run_parity(
     fb: FlatbufferModel,
     plan: Any,
     runner_factory: Callable[[FlatbufferModel], Any] | None = None,
+    labels: Any = None,
 ):
     """PyTorch and the flatbuffer on ``samples``: (the parity result, the runtime comparison with
-    --runtime compiled-model or both, (feeds, references))."""
+    --runtime compiled-model or both, (feeds, references), the accuracy on ``labels`` or None)."""
     references, feeds, torch_names = _reference_outputs(module, samples, plan)
     try:
         runs = _run_candidates(fb, feeds, plan, options.runtime, runner_factory)
@@ -95,12 +98,18 @@ def run_parity(
     if results[0].passed is False:
         results = _with_reference_stability(results, module, samples, plan, references, names, order)
     checked = (feeds, references)
+    accuracy = None
+    if labels is not None:  # validators/accuracy.py: top-1 against the labels, the first runtime's outputs
+        from ..validators.accuracy import accuracy_check
+
+        decisions = [o.decision for o in results[0].outputs]
+        accuracy = accuracy_check(labels, references, runs[0][0], names, decisions, options.max_accuracy_drop)
     if options.runtime == "interpreter":
-        return results[0], None, checked
+        return results[0], None, checked, accuracy
     from ..validators.runtimes import RuntimeComparison, compare_runtimes
 
     differences = compare_runtimes(names, runs[0][0], runs[1][0], scales) if len(runs) == 2 else ()
-    return results[0], RuntimeComparison(options.runtime, tuple(results), differences), checked
+    return results[0], RuntimeComparison(options.runtime, tuple(results), differences), checked, accuracy
 
 
 def _with_reference_stability(
@@ -252,6 +261,7 @@ class ParityRun:
     runtimes: Any = None  # RuntimeComparison (--runtime compiled-model or both)
     samples: tuple | None = None  # (feeds in the model's layout, PyTorch's outputs)
     sensitivity: Any = None  # the convert stage's ranking, or the one explaining a failed parity
+    accuracy: Any = None  # AccuracyResult, with labelled calibration data (validators/accuracy.py)
 
 
 def parity_stage(checked: Any, options: ExportOptions, target: Any, clock: StageClock) -> ParityRun:
@@ -261,15 +271,15 @@ def parity_stage(checked: Any, options: ExportOptions, target: Any, clock: Stage
     loaded = converted.prepared.loaded
     if not options.validate:
         return ParityRun(sensitivity=converted.sensitivity)
-    parity, layers, runtimes, samples = check_parity(
+    parity, layers, runtimes, samples, accuracy = check_parity(
         loaded.module, loaded.example, loaded.specs, options, checked.model, converted.prepared.plan, clock,
-        samples=converted.heldout, runner_factory=parity_runner_factory(target, checked.checked),
+        samples=converted.heldout, runner_factory=parity_runner_factory(target, checked.checked), labels=converted.heldout_labels,
     )
     sensitivity = converted.sensitivity
     if parity.passed is False and converted.quantization is not None and sensitivity is None and not target.mixed_precision_promotions:
         with clock.run("sensitivity", "Ranking operators by sensitivity (parity failed)"):
             sensitivity = limiting_layers(converted, options, target)
-    return ParityRun(parity, layers, runtimes, samples, sensitivity)
+    return ParityRun(parity, layers, runtimes, samples, sensitivity, accuracy)
 
 
 def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:

@@ -30,6 +30,13 @@ def calibration_sets(options: ExportOptions, specs: list[InputSpec], example: tu
     """Calibration samples, and held-out real samples for parity (None: parity uses seeded random
     inputs, which are never the calibration inputs). Synthetic samples are drawn like ``example``
     (PyTorch's layout), as parity's random inputs are."""
+    calibration, parity, _ = labelled_calibration_sets(options, specs, example)
+    return calibration, parity
+
+
+def labelled_calibration_sets(options: ExportOptions, specs: list[InputSpec], example: tuple) -> tuple[Any, list[tuple] | None, Any]:
+    """calibration_sets, and the held-out samples' labels (a HeldOutLabels) when the data carries
+    labels: then --holdout-fraction of every class is held out (quantization/calibration_labels.py)."""
     import torch
 
     from ..quantization import DEFAULT_CALIBRATION_SAMPLES, load_calibration_data, synthetic_calibration
@@ -54,14 +61,24 @@ def calibration_sets(options: ExportOptions, specs: list[InputSpec], example: tu
                 "(some are held out to check parity on inputs the model was not calibrated on).",
                 "Add more samples.",
             )
-        calibration, holdout = data.split(holdout_count(len(data), options))
+        labels = None
+        if data.labels is not None:
+            from ..quantization.calibration_labels import split_labelled
+
+            calibration, holdout, labels = split_labelled(data, options.holdout_fraction)
+        else:
+            calibration, holdout = data.split(holdout_count(len(data), options))
         calibration = calibration.limit(options.calibration_samples)
+        if labels is not None:
+            from dataclasses import replace
+
+            labels = replace(labels, calibration_samples=len(calibration))
         parity = [tuple(torch.from_numpy(np_array_copy(a)) for a in sample) for sample in holdout.samples]
-        return calibration, parity
+        return calibration, parity, labels
     n = options.calibration_samples or DEFAULT_CALIBRATION_SAMPLES
     # a seed apart from the parity inputs' seed, so parity never runs on calibration inputs
     calibration = synthetic_calibration(specs, n, seed=options.seed + 1_000_003, like=example, layout=options.image_layout)
-    return calibration, None
+    return calibration, None, None
 
 
 def holdout_count(available: int, options: ExportOptions) -> int:

@@ -191,7 +191,7 @@ def validate_against_reference(
         if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
     )
     plan = ChannelsLastPlan(nhwc_in, nhwc_out)
-    parity, layers, runtimes, _ = check_parity(module, example, specs, options, fb, plan, stages)
+    parity, layers, runtimes, _, _ = check_parity(module, example, specs, options, fb, plan, stages)
     sensitivity = None
     if options.sensitivity:
         with stages.run("sensitivity", "Ranking operators by sensitivity (the reference converted to float)"):

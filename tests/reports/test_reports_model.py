@@ -52,6 +52,7 @@ _TYPE_MODULES = (
     "edge_export.targets.micro.budgets",
     "edge_export.targets.micro.cmsis_nn",
     "edge_export.targets.micro.ethosu",
+    "edge_export.validators.accuracy",
     "edge_export.validators.layers",
     "edge_export.validators.output_kinds",
     "edge_export.validators.parity",
