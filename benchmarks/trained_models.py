@@ -996,7 +996,7 @@ def yolo11n(work: Path) -> Case:
     cal = [(x[None],) for x in to_input(crops(images, 320, 64, np.random.default_rng(21)))]
     held = [(x[None],) for x in to_input(crops(images, 320, 24, np.random.default_rng(22)))]
     return Case("yolo11n", "detection (80 classes, 2100 anchors at 320x320)", "ultralytics 8.4.190 yolo11n.yaml (random init, BN measured)",
-                "scikit-image photo crops, 320x320", Boxes().eval(), cal, held, yolo_metric, ["fp32", "int8", "int16x8"],
+                "scikit-image photo crops, 320x320", Boxes().eval(), cal, held, yolo_metric, ["fp32", "int8", "int16x8", "edgetpu"],
                 ["--output-kind", "regression"],
                 notes="not trained: random weights with BatchNorm statistics measured on photos (Ultralytics' weights download)")
 

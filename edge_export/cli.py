@@ -283,7 +283,7 @@ _EXPORT_FIELDS = (
     "target", "io_dtype", "quant_backend", "mixed_precision", "time_budget", "calibration_samples", "range_algorithm",
     "image_layout", "strip_names", "keep_names", "signature_key", "model_name", "model_version", "description", "author",
     "write_metadata", "emit_test_vectors", "test_vectors_count", "strict", "validate", "host_latency", "channels_last",
-    "holdout_fraction", "max_accuracy_drop",
+    "holdout_fraction", "max_accuracy_drop", "part_scales",
 )
 
 
@@ -377,6 +377,7 @@ def export_command(
     holdout_fraction: float = typer.Option(0.2, "--holdout-fraction", metavar="FRACTION", help="Labelled calibration data (a folder with one sub-folder per class, or an .npz with a labels array): the fraction of every class held out, evenly spread, for parity and accuracy; the rest calibrates."),
     max_accuracy_drop: float = typer.Option(0.01, "--max-accuracy-drop", metavar="FRACTION", help="Labelled calibration data: the most top-1 accuracy the exported model may lose against PyTorch on the held-out samples (0.01: one percentage point); more is exit 1."),
     range_algorithm: Optional[str] = typer.Option(None, "--range-algorithm", metavar="ALGO", help="Activation ranges for int8/int16x8: minmax, percentile (99.99th) or mse (least quantization error); default: min/max for the flatbuffer backend, PT2E's histogram (MSE) search."),
+    part_scales: bool = typer.Option(True, "--part-scales/--no-part-scales", help="int8/int16x8: an output joined (concatenated) from parts whose calibrated ranges differ 10x or more, such as a detector's boxes in pixels and class scores, keeps one scale per part, joined in float at the model's end (the output stays float32 with its name and shape, whatever --io-dtype). --no-part-scales: one integer scale for the whole output."),
     image_size: Optional[str] = typer.Option(None, "--image-size", help="Resize calibration images to H,W (default: the input shape's)."),
     mean: Optional[str] = typer.Option(None, "--mean", help="Per-channel mean of the image input on a 0..1 scale, e.g. 0.485,0.456,0.406: normalizes calibration images and is written as the input's normalization metadata (x255)."),
     std: Optional[str] = typer.Option(None, "--std", help="Per-channel std of the image input on a 0..1 scale, e.g. 0.229,0.224,0.225 (calibration images and normalization metadata, like --mean)."),

@@ -69,6 +69,7 @@ class ExportOptions:
     holdout_fraction: float = 0.2  # calibration_labels.DEFAULT_HOLDOUT_FRACTION (not imported: options stay light)
     max_accuracy_drop: float = 0.01  # accuracy.DEFAULT_MAX_ACCURACY_DROP
     range_algorithm: str | None = None  # minmax | percentile | mse; None: each backend's default
+    part_scales: bool = True  # an output joined from parts of different ranges keeps their scales (quantization/output_joins.py)
     image_size: tuple[int, int] | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None

@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 FLOAT_DTYPES = frozenset({"float32", "float16", "float64", "bfloat16"})
+# Operators that join or move dequantized parts into one float output (``output_join_ops``).
+_OUTPUT_JOIN_OPS = frozenset({"CONCATENATION", "RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS"})
 INTEGER_ACTIVATION_DTYPES = frozenset({"int8", "uint8", "int16", "int4"})
 # Bits per element of each tensor type (int4 is packed): constant buffers are size-checked with it.
 DTYPE_BITS = {
@@ -209,10 +211,40 @@ class FlatbufferModel:
     def output_tensors(self) -> list[TensorInfo]:
         return [self.tensors[i] for i in self.outputs]
 
+    @functools.cached_property
+    def output_join_ops(self) -> frozenset[int]:
+        """Operators that make a float model output from integer parts, each with its own scale: a
+        DEQUANTIZE per part, then the CONCATENATION (and value-moving operators) that join them,
+        every tensor between them read by nothing else (quantization/output_joins.py). Like the
+        DEQUANTIZE to a float output, they are the graph's edge, not a float island."""
+        producer = {t: op for op in self.operators for t in op.outputs if t >= 0}
+        readers = Counter(t for op in self.operators for t in op.inputs if t >= 0)
+        found: set[int] = set()
+        for output in self.outputs:
+            tail, pending, joined = set(), [output], False
+            while pending:  # each step takes one operator back: bounded by the graph's size
+                tensor = pending.pop()
+                op = producer.get(tensor)
+                if op is None or (tensor != output and readers[tensor] != 1) or not self.tensors[tensor].is_float:
+                    break
+                if op.opcode == "DEQUANTIZE" and not self.tensors[op.inputs[0]].is_float and not self.tensors[op.inputs[0]].is_constant:
+                    tail.add(op.index)
+                    continue
+                if op.opcode not in _OUTPUT_JOIN_OPS or op.index in tail:
+                    break
+                tail.add(op.index)
+                joined = joined or op.opcode == "CONCATENATION"
+                pending.extend(i for i in op.inputs[:None if op.opcode == "CONCATENATION" else 1] if i >= 0)
+            else:
+                found |= tail if joined else set()
+        return frozenset(found)
+
     @property
     def float_tensors(self) -> list[TensorInfo]:
-        """Float tensors inside the graph (model inputs and outputs excluded)."""
+        """Float tensors inside the graph (model inputs and outputs, and the tensors an output join
+        writes, excluded)."""
         io = set(self.inputs) | set(self.outputs)
+        io |= {t for op in self.operators if op.index in self.output_join_ops for t in op.outputs}
         used = {i for op in self.operators for i in (*op.inputs, *op.outputs) if i >= 0}
         return [t for t in self.tensors if t.is_float and t.index not in io and t.index in used]
 
@@ -223,6 +255,8 @@ class FlatbufferModel:
         inputs, outputs = set(self.inputs), set(self.outputs)
         found = []
         for op in self.operators:
+            if op.index in self.output_join_ops:
+                continue
             if op.opcode == "QUANTIZE":
                 src = self.tensors[op.inputs[0]]
                 if src.is_float and op.inputs[0] not in inputs:
@@ -246,6 +280,8 @@ class FlatbufferModel:
             if op.opcode == "QUANTIZE" and all(i in inputs for i in op.inputs if i >= 0):
                 continue
             if op.opcode == "DEQUANTIZE" and all(o in outputs for o in op.outputs if o >= 0):
+                continue
+            if op.index in self.output_join_ops:
                 continue
             if any(self.tensors[i].is_float and not self.tensors[i].is_constant for i in (*op.inputs, *op.outputs) if i >= 0):
                 found.append(op)

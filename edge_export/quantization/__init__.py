@@ -44,6 +44,7 @@ from .calibration import (
 from .synthetic_calibration import synthetic_calibration
 from .flatbuffer_recipes import DEFAULT_FLATBUFFER_OBSERVER, FLATBUFFER_OBSERVERS, RECIPES
 from .io_types import IOQuantInfo, describe_io, set_io_dtype
+from .output_joins import JoinedOutput, joined_outputs
 from .pt2e import DEFAULT_PT2E_OBSERVER, PT2E_OBSERVERS, pt2e_supports
 from .selection import BackendAttempt, IntegerCheck, ParityTarget, check_integer, module_path_for
 
@@ -97,8 +98,13 @@ class QuantizationResult:
 
     JSON_KEYS = (
         "mode", "backend", "recipe", "observer", "reason", "attempts", "fully_integer", "integer_check",
-        "io_dtype", "io", "calibration", "calibration_parity", "size_bytes", "warnings", "time_budget",
+        "io_dtype", "io", "output_parts", "calibration", "calibration_parity", "size_bytes", "warnings", "time_budget",
     )
+
+    @property
+    def output_parts(self) -> tuple[JoinedOutput, ...]:
+        """Outputs joined in float from parts with their own scales (output_joins.py)."""
+        return joined_outputs(self.model)
 
     @property
     def size_bytes(self) -> int:
@@ -219,6 +225,7 @@ class _BackendJob:
     budget: TimeBudget
     beside: Any = None  # pt2e_beside.PT2EBeside: PT2E already forked (None: run here, when its turn comes)
     target: ParityTarget | None = None  # the export's parity target (selection.misses_target_anyway)
+    part_scales: bool = True  # an output joined from parts of different ranges keeps their scales (output_joins.py)
 
     def recipe_and_observer(self, name: str) -> tuple[str, str | None]:
         recipe = RECIPES[self.mode] if name == "flatbuffer" else _pt2e_recipe_name(self.mode)
@@ -259,6 +266,7 @@ def quantize_model(
     target: ParityTarget | None = None,
     budget: TimeBudget | None = None,
     pt2e_beside: Any = None,
+    part_scales: bool = True,
 ) -> QuantizationResult:
     """Quantize ``module`` (eval mode, already wrapped for its final I/O layout) and return the
     flatbuffer with what was tried and why it was kept.
@@ -289,6 +297,8 @@ def quantize_model(
     job = _BackendJob(
         module, example_inputs, mode, backend, calibration, parity_set, selection.reference_outputs(module, parity_set),
         float_model_bytes, pt2e_observer, flatbuffer_observer, strict, verbose, budget, pt2e_beside, target,
+        # a joined output stays float whatever io_dtype: one int8/uint8 tensor has one scale
+        part_scales=part_scales,
     )
     skipped_before = len(budget.skipped)
     try:
@@ -429,7 +439,7 @@ def _flatbuffer_model(job: _BackendJob) -> bytes:
     # child process, so that a crash (int16x8 on a ViT aborted) is a failed backend.
     return run_isolated(
         flatbuffer_recipes.quantize_flatbuffer, job.float_model_bytes, job.mode, job.calibration,
-        observer=job.flatbuffer_observer, verbose=job.verbose,
+        observer=job.flatbuffer_observer, verbose=job.verbose, part_scales=job.part_scales,
         stage=f"{job.mode.value} quantization", backend="ai-edge-quantizer (flatbuffer backend)",
         hint=_CRASH_HINT, preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
     )

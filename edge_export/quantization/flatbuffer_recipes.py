@@ -49,6 +49,7 @@ from ..library_output import quiet_libraries
 from .calibration import CalibrationSet
 from .constant_matmul_operands import quantize_constant_operands_per_tensor
 from .discontinuous import keep_feeders_in_float
+from .output_joins import find_output_joins, keep_output_joins_in_float
 from .sequence_lstm_int8 import quantize_sequence_lstm_model, takes_sequence_lstm_model
 
 __all__ = [
@@ -345,8 +346,11 @@ def quantize_flatbuffer(
     observer: str = DEFAULT_FLATBUFFER_OBSERVER,
     percentile: float = PERCENTILE,
     verbose: bool = False,
+    part_scales: bool = True,
 ) -> bytes:
-    """Quantize a float flatbuffer with the recipe for ``mode``; returns the quantized bytes."""
+    """Quantize a float flatbuffer with the recipe for ``mode``; returns the quantized bytes.
+    ``part_scales``: an output joined from parts of very different ranges keeps each part's own
+    scale (output_joins.py)."""
     if mode not in RECIPES:
         raise QuantizationError(f"The flatbuffer backend has no recipe for --quantize {mode.value}.")
     if observer not in FLATBUFFER_OBSERVERS:
@@ -378,6 +382,8 @@ def quantize_flatbuffer(
                 if observer in ("percentile", "mse"):
                     qsvs = _percentile_ranges(float_model, calibration, qsvs, percentile, mode, search=observer)
                 qsvs, _ = floor_ranges(qsvs, mode, _constant_tensor_names(float_model))
+                if part_scales and mode in _LEVELS:  # static int8/int16x8: one scale per tensor
+                    keep_output_joins_in_float(qz, float_model, find_output_joins(float_model, qsvs))
                 if not qsvs:  # every operator left float (a step function and its feeders): nothing to quantize
                     return float_bytes
             result = qz.quantize(qsvs, enable_progress_report=False)

@@ -133,6 +133,7 @@ def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, c
             float_model_bytes=float_bytes,
             budget=budget,
             pt2e_beside=pt2e_beside,
+            part_scales=options.part_scales,
         )
 
 
