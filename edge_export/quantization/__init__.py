@@ -542,8 +542,14 @@ def _result(
         calibration=job.calibration.summary(),
         sqnr_db=chosen.sqnr_db,
         cosine=chosen.cosine,
-        warnings=_warnings(job, check),
+        warnings=_warnings(job, check) + _float_lstm_warnings(check, job.mode, chosen.backend, final),
     )
+
+
+def _float_lstm_warnings(check: IntegerCheck, mode: QuantizeMode, backend: str, final: FlatbufferModel) -> tuple[str, ...]:
+    from .sequence_lstm_int8 import float_lstm_warnings
+
+    return float_lstm_warnings(check, mode.value, str(getattr(backend, "value", backend)), tuple(final.op_counts))
 
 
 def _warnings(job: _BackendJob, check: IntegerCheck) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import QuantizationError, UsageError, map_exceptions
 
-__all__ = ["has_sequence_lstm", "takes_sequence_lstm_model", "quantize_sequence_lstm_model"]
+__all__ = ["float_lstm_warnings", "has_sequence_lstm", "takes_sequence_lstm_model", "quantize_sequence_lstm_model"]
 
 # The operators TFLite's quantizer is trusted with beside the LSTM: an allow-list, since some of its
 # int8 kernels are wrong without saying so (an L2 norm's SUM and SQRT came out at 1.3 dB SQNR,
@@ -46,6 +46,33 @@ def takes_sequence_lstm_model(model_bytes: bytes) -> bool:
     if not has_sequence_lstm(model_bytes):
         return False
     return set(read_flatbuffer(model_bytes, origin="the float model").op_counts) <= _TRUSTED
+
+
+def float_lstm_warnings(check: object, mode: str, backend: str, opcodes: Sequence[str]) -> tuple[str, ...]:
+    """Why a fused LSTM left float by a quantized export is float, and what makes it integer
+    (``check``: the model's IntegerCheck; ``opcodes``: every operator of the model). LiteRT's
+    UNIDIRECTIONAL_SEQUENCE_LSTM computes in integers only with int8 activations and an int16
+    cell state: its Prepare takes the integer path when the input is int8, and an int16 input with
+    int8 weights has no kernel (tflite/kernels/unidirectional_sequence_lstm.cc)."""
+    modules = [e.module for e in check.float_operators if e.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM"]  # type: ignore[attr-defined]
+    if not modules or mode not in ("int8", "int16x8"):  # dynamic-int8 keeps float activations by design
+        return ()
+    where = ", ".join(dict.fromkeys(m or "the top-level forward()" for m in modules))
+    flags = f"--quantize {mode}" + (" --quant-backend pt2e" if backend == "pt2e" and mode == "int8" else "")
+    lead = f"The fused LSTM (UNIDIRECTIONAL_SEQUENCE_LSTM, in {where}) stays float under {flags}"
+    if mode == "int16x8":
+        why = ("LiteRT has no kernel for an LSTM with 16-bit activations (its integer LSTM takes int8 "
+               "activations with an int16 cell state), and neither quantizer writes one. --quantize int8 "
+               "makes it fully integer")
+    elif backend == "pt2e":
+        why = ("PT2E does not quantize inside the fused operator; --quant-backend flatbuffer or auto "
+               "quantizes it fully integer through TFLite's quantizer (int8 activations, an int16 cell state)")
+    else:
+        others = sorted(set(opcodes) - _TRUSTED)
+        why = ("ai-edge-quantizer has no LSTM recipe, and TFLite's quantizer, the one that writes LiteRT's "
+               f"integer LSTM, is not trusted with {', '.join(others) or 'this model'} (some of its int8 "
+               "kernels are wrong without saying so); computing those outside the model makes it fully integer")
+    return (f"{lead}: {why}.",)
 
 
 def _without_state_resets(model_bytes: bytes) -> bytes:

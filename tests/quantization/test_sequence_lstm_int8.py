@@ -139,3 +139,32 @@ def test_the_device_graph_passes_every_target_runs_keep_the_state_resets(tagger)
         first = runner.run([x])[0]
         runner.run([y])
         np.testing.assert_array_equal(runner.run([x])[0], first)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "backend", "why"), [
+    ("int16x8", "flatbuffer", "LiteRT has no kernel for an LSTM with 16-bit activations"),
+    ("int8", "pt2e", "PT2E does not quantize inside the fused operator"),
+])
+def test_a_fused_lstm_left_float_is_reported_with_why_and_what_makes_it_integer(mode, backend, why):
+    """int16x8 (no LiteRT kernel) and PT2E int8 (no quantization inside the operator) leave the
+    fused LSTM float: the model's LSTM really computes in float, and the report's warning says why."""
+    from edge_export.config import QuantBackend, QuantizeMode
+    from edge_export.conversion import convert_module
+    from edge_export.passes.fx.pipeline import prepare_graph_for_litert
+    from edge_export.quantization import quantize_model
+    from edge_export.quantization.calibration import CalibrationSet
+
+    torch.manual_seed(0)
+    example = (torch.from_numpy(_samples(1, 0)[0]),)
+    graph = prepare_graph_for_litert(Tagger().eval(), example).module
+    calibration = CalibrationSet(tuple((s,) for s in _samples(16, 1)), "test sequences", True)
+    result = quantize_model(graph, example, QuantizeMode(mode), calibration=calibration, backend=QuantBackend(backend),
+                            float_model_bytes=convert_module(graph, example) if backend == "flatbuffer" else None)
+    model = result.model
+    lstms = [op for op in model.operators if op.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM"]
+    assert len(lstms) == 2 and all(model.tensors[op.inputs[0]].dtype == "float32" for op in lstms)
+    (note,) = [w for w in result.warnings if "fused LSTM" in w]
+    assert note.startswith(f"The fused LSTM (UNIDIRECTIONAL_SEQUENCE_LSTM, in lstm) stays float under --quantize {mode}")
+    assert ("--quant-backend pt2e:" in note) == (backend == "pt2e")
+    assert why in note and ("--quantize int8 makes it fully integer" in note or "--quant-backend flatbuffer or auto" in note)
