@@ -347,7 +347,7 @@ def _run_backend(job: _BackendJob, name: str, runs: _BackendRuns) -> None:
         candidate, sqnr, cosine = _measured_candidate(job, name, data)
         fully_integer = check_integer(candidate).fully_integer
     except TimeBudgetSpent as exc:  # PT2E stopped calibrating: the model kept is an earlier backend's
-        job.budget.skip(str(exc))
+        job.budget.skip(job.budget.noted(str(exc)))
         return
     except EdgeExportError as exc:
         if job.backend != QuantBackend.AUTO:

@@ -7,6 +7,15 @@ not tried is recorded (``skipped``) and the best result so far is kept. A step a
 finishes, so the stage ends at most one step after the budget. Nothing is skipped while no model
 exists yet: the first backend always runs to the end.
 
+Shares: a phase that a later one must not starve runs inside ``budget.share(fraction)``: until it
+ends, the budget reads as spent once ``fraction`` of the time left when the phase began is used, so
+the phase after it always starts with the rest. The export gives auto's backends
+``BACKENDS_SHARE`` when a sensitivity ranking or a mixed-precision search follows (the first backend
+still always finishes), the search gives its sensitivity ranking ``RANKING_SHARE`` of what is left
+(operators not ranked stay candidates, after the ranked ones), and on cpu the int16 try before float
+promotions ``INT16_FIRST_SHARE`` (mixed_precision.py): a slow PT2E calibration can no longer spend the
+whole budget before the search starts (the pretrained MiniLM with --min-sqnr 25 did).
+
 Progress: ``budget.step(label, i, n)`` reaches the caller's ``on_progress(label, i, n)`` (the CLI's
 spinner), through ``isolation.send_progress`` when called in an isolated child. The deadline is a
 ``time.monotonic`` instant, which a forked child shares with its parent.
@@ -14,18 +23,23 @@ spinner), through ``isolation.send_progress`` when called in an isolated child. 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import QuantizationError
 from ..serialize import json_field
 
-__all__ = ["DEFAULT_TIME_BUDGET_S", "SLOW_STEP_ENV", "BudgetSection", "TimeBudget", "TimeBudgetSpent", "check_time_budget"]
+__all__ = ["BACKENDS_SHARE", "DEFAULT_TIME_BUDGET_S", "INT16_FIRST_SHARE", "RANKING_SHARE", "SLOW_STEP_ENV", "BudgetSection", "TimeBudget", "TimeBudgetSpent", "check_time_budget"]
 
 DEFAULT_TIME_BUDGET_S = 300.0
+# The shares of the time left that a phase may use when a later phase follows (see the docstring).
+BACKENDS_SHARE = 0.4
+RANKING_SHARE = 0.5
+INT16_FIRST_SHARE = 0.5
 # Test hook: seconds slept at every step (a search slow enough to test the budget and the progress
 # line on a tiny model). Never set in normal use.
 SLOW_STEP_ENV = "EDGE_EXPORT_TEST_SLOW_STEP"
@@ -66,10 +80,31 @@ class TimeBudget:
     on_progress: Progress | None = None
     started: float = field(default_factory=time.monotonic)
     skipped: list[str] = field(default_factory=list)
+    phase_end: float = math.inf  # the running share's end (share()); inf outside one
+    phase: str = ""  # what the running share is for, named in what it leaves untried
 
     @property
     def deadline(self) -> float:
-        return math.inf if self.seconds is None else self.started + self.seconds
+        """When the current phase must stop: the budget's end, or its share's end if sooner."""
+        whole = math.inf if self.seconds is None else self.started + self.seconds
+        return min(whole, self.phase_end)
+
+    @contextlib.contextmanager
+    def share(self, fraction: float, phase: str) -> Iterator[None]:
+        """Within the block, the budget is spent once ``fraction`` (0-1) of the time left now is
+        used; after it, the outer deadline again. Nested shares take a share of the inner one.
+        ``phase`` ("the backends") names it in what it leaves untried."""
+        if not (math.isfinite(fraction) and 0 < fraction <= 1):
+            raise ValueError(f"a budget share is a fraction in (0, 1], not {fraction}")
+        outer, outer_phase = self.phase_end, self.phase
+        left = self.deadline - time.monotonic()
+        if math.isfinite(left):
+            self.phase_end = min(outer, time.monotonic() + max(left, 0.0) * fraction)
+            self.phase = f"the share for {phase}, {fraction:.0%} of the {max(left, 0.0):.0f} s then left, was used"
+        try:
+            yield
+        finally:
+            self.phase_end, self.phase = outer, outer_phase
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -82,8 +117,13 @@ class TimeBudget:
         not tried and returns False."""
         if not self.spent():
             return True
-        self.skip(what)
+        self.skip(self.noted(what))
         return False
+
+    def noted(self, what: str) -> str:
+        """``what``, with the share that ended it when a share (not the whole budget) did."""
+        whole = math.inf if self.seconds is None else self.started + self.seconds
+        return f"{what} ({self.phase})" if self.phase and self.phase_end < whole else what
 
     def skip(self, what: str) -> None:
         if what not in self.skipped:

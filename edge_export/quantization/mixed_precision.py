@@ -48,6 +48,7 @@ is reported beside its size change.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -64,7 +65,7 @@ from .promotion_steps import step_sizes as _groups
 
 from ..errors import QuantizationError, UsageError, first_line
 from ..serialize import json_field
-from .budget import TimeBudget
+from .budget import INT16_FIRST_SHARE, RANKING_SHARE, TimeBudget
 from .operator_scopes import has_int16_recipe, passthrough_ops
 from .sensitivity import (
     SENSITIVITY_METHOD,
@@ -408,22 +409,90 @@ def search_mixed_precision(
     costs: Mapping[int, float] | None = None,
     tie_band_db: float = TIE_BAND_DB,
     budget: TimeBudget | None = None,
+    int16_first: bool = False,
+    int16_costs: Mapping[int, float] | None = None,
 ) -> MixedPrecisionSearch:
     """``ranking``: the sensitivity ranking, or a function that measures it, called only when the
     int8 model misses the target (at int16, after every operator at int16 is measured).
+    ``int16_first`` (with ``precision`` "float": auto on cpu): the search at int16 runs first, within
+    INT16_FIRST_SHARE of the budget (ordered by ``int16_costs``), and its fully integer model is kept
+    when it meets the target; only otherwise are operators raised to float (``_int16_then_float``).
     ``int8_io``: the model's inputs and outputs stay int8 whatever is promoted next to them
     (``--io-dtype int8|uint8``, micro: an int16 boundary cannot be given an 8-bit type).
     ``costs`` (op_index -> cost, lower is cheaper) breaks near-equal sensitivities
     (``promotion_order``); without it the order is the ranking's. ``budget`` (budget.TimeBudget):
     every candidate is a step; once it is spent no new candidate is measured, the best one measured
     is kept and the reason says what was not tried."""
-    from .weight_splitting import int8_boundary
     budget = budget if budget is not None else TimeBudget(None)
+    search = partial(
+        _search_at, quantizer, ranking, heldout, heldout_refs, target, mode=mode, measure_latency=measure_latency,
+        int8_io=int8_io, tie_band_db=tie_band_db, budget=budget,
+    )
+    if int16_first and precision == "float":
+        return _int16_then_float(search, budget, int16_costs, costs)
+    return search(precision=precision, costs=costs)
+
+
+def _int16_then_float(search: Callable[..., MixedPrecisionSearch], budget: TimeBudget,
+                      int16_costs: Mapping[int, float] | None, float_costs: Mapping[int, float] | None) -> MixedPrecisionSearch:
+    """The search at int16 (int16 activations, int8 weights: fully integer), then, only when it
+    misses the target, the one at float, which starts from its int8 model. A recurrent cell or an
+    output part that int8 activations cannot hold usually needs 16 bits, not float (the Silero VAD:
+    21 of 23 operators raised to float before; int16x8 is fully integer). Of two misses, the better
+    SQNR is kept (int16 on a tie)."""
+    with budget.share(INT16_FIRST_SHARE, "int16 activations before float"):
+        first = search(precision="int16", costs=int16_costs)
+    tried = _int16_summary(first.report)
+    if first.report.met:
+        report = replace(first.report, reason=f"int16 activations tried before float (fully integer): {first.report.reason}")
+        return replace(first, report=report)
+    second = search(precision="float", costs=float_costs, int8=first.int8_bytes)
+    report = second.report
+    if not report.met and first.model_bytes is not None and _better_or_equal(first.report.sqnr_db, report.sqnr_db):
+        kept = replace(first.report, reason=f"{first.report.reason}; float promotions, tried next, did not do better ({report.reason})")
+        return replace(first, report=kept)
+    report = replace(report, reason=f"{report.reason}; {tried}", seconds=report.seconds + first.report.seconds,
+                     latency_seconds=report.latency_seconds + first.report.latency_seconds)
+    return replace(second, report=report)
+
+
+def _better_or_equal(sqnr_db: float | None, other_db: float | None) -> bool:
+    known = [math.nan if x is None else x for x in (sqnr_db, other_db)]
+    return _sqnr_key(known[0]) >= _sqnr_key(known[1])
+
+
+def _int16_summary(report: MixedPrecisionReport) -> str:
+    """What the int16 try before float found, in one clause."""
+    every = max((step for step in report.steps if not step.split_weights), key=lambda step: step.promoted, default=None)
+    found = f"the best reached {report.sqnr_db:.1f} dB" if report.sqnr_db is not None else "nothing was measured"
+    if every is not None and every.promoted:
+        found = f"{every.promoted} operator(s) at int16 read {every.sqnr_db:.1f} dB, {found}"
+    return f"int16 activations (fully integer) were tried first and missed the target: {found}"
+
+
+def _search_at(
+    quantizer: RecipeQuantizer,
+    ranking: Sequence[LayerSensitivity] | Callable[[], Sequence[LayerSensitivity]],
+    heldout: Sequence[tuple[np.ndarray, ...]],
+    heldout_refs: list[list[np.ndarray]],
+    target: AccuracyTarget,
+    *,
+    mode: str,
+    precision: str,
+    measure_latency: bool,
+    int8_io: bool,
+    costs: Mapping[int, float] | None,
+    tie_band_db: float,
+    budget: TimeBudget,
+    int8: bytes | None = None,
+) -> MixedPrecisionSearch:
+    """One precision's search (search_mixed_precision); ``int8``: the int8 model, already made."""
+    from .weight_splitting import int8_boundary
     start = time.perf_counter()
     boundary = int8_boundary(quantizer.float_model) if int8_io and precision == "int16" else {}
     by_index = ops_by_index(quantizer)
     prefixes = _Prefixes(quantizer, by_index, [], precision, boundary, heldout, heldout_refs, target, measure_latency)
-    int8_bytes = quantizer.quantize("int8")
+    int8_bytes = int8 if int8 is not None else quantizer.quantize("int8")
     check = prefixes.record(0, prefixes.check(int8_bytes), int8_bytes)
     if not check.met and precision == "int16":
         _measure_every_operator(prefixes, budget)
@@ -696,6 +765,7 @@ def _child_run(
     int8_io: bool = False,
     measure_latency: bool = True,
     budget: TimeBudget,
+    int16_first: bool = False,
 ) -> tuple[SensitivityReport | None, MixedPrecisionSearch | None, list[str]]:
     """Everything native in one child process: calibration, the sensitivity variants, the search.
     Also returns what the time budget left untried (this process's copy of ``budget`` is not the
@@ -713,15 +783,18 @@ def _child_run(
 
     def ranking() -> Sequence[LayerSensitivity]:  # measured once, when first needed
         if not ranked:
-            ranked.append(measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=SENSITIVITY_METHOD, module=module, budget=budget))
+            # before promotions, a share: operators it leaves unranked stay candidates, last
+            with budget.share(RANKING_SHARE, "the sensitivity ranking") if search_needed else contextlib.nullcontext():
+                ranked.append(measure_sensitivity(quantizer, ranking_samples, ranking_refs, method=SENSITIVITY_METHOD, module=module, budget=budget))
         return ranked[0].layers
 
     search = None
     if search_needed:
-        costs = {i: c.for_precision(precision) for i, c in promotion_costs(quantizer.float_model).items()}
+        found = promotion_costs(quantizer.float_model)
         search = search_mixed_precision(
             quantizer, ranking, heldout, heldout_refs, target, mode=search_mode, precision=precision,
-            int8_io=int8_io, measure_latency=measure_latency, costs=costs, budget=budget,
+            int8_io=int8_io, measure_latency=measure_latency, costs={i: c.for_precision(precision) for i, c in found.items()},
+            budget=budget, int16_first=int16_first, int16_costs={i: c.for_precision("int16") for i, c in found.items()},
         )
     if want_sensitivity:
         ranking()
@@ -776,12 +849,14 @@ def run_sensitivity_and_mixed_precision(
     verbose: bool = False,
     measure_latency: bool = True,
     budget: TimeBudget | None = None,
+    int16_first: bool = False,
 ) -> tuple[Any, SensitivityReport | None, MixedPrecisionReport | None]:
     """The sensitivity ranking (``want_sensitivity``) and, when ``search_mode`` is set and the
     quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search
     (``measure_latency``: time every measured prefix on this CPU), within ``budget`` (what it left
-    untried is added to it; its progress reaches ``budget.on_progress``). Returns the
-    QuantizationResult to keep (``base`` unless a mixed model replaced it)."""
+    untried is added to it; its progress reaches ``budget.on_progress``); ``int16_first``: at float,
+    int16 activations are tried first (search_mixed_precision). Returns the QuantizationResult to
+    keep (``base`` unless a mixed model replaced it)."""
     budget = budget if budget is not None else TimeBudget(None)
     from ..config import IODtype
     from ..isolation import run_isolated
@@ -790,7 +865,8 @@ def run_sensitivity_and_mixed_precision(
 
     if not budget.allows(_untried(want_sensitivity, search_mode)):
         return base, None, None  # spent before anything here started: not even the references
-    float_bytes = int16_ready(float_bytes) if search_mode is not None and precision == "int16" else float_bytes
+    int16_first = int16_first and precision == "float"
+    float_bytes = int16_ready(float_bytes) if search_mode is not None and (precision == "int16" or int16_first) else float_bytes
     ranking_samples = list(calibration.samples[:SENSITIVITY_SAMPLES])
     ranking_refs = reference_outputs(export_module, ranking_samples)
     heldout_refs = reference_outputs(export_module, heldout) if heldout else []
@@ -799,7 +875,7 @@ def run_sensitivity_and_mixed_precision(
         module=source_module, want_sensitivity=want_sensitivity, search_mode=search_mode, precision=precision,
         target=target, base_model_bytes=base.model.data if search_mode is not None and base is not None else None, verbose=verbose,
         int8_io=io_dtype in (IODtype.INT8, IODtype.UINT8),
-        measure_latency=measure_latency, budget=budget, progress=budget.on_progress,
+        measure_latency=measure_latency, budget=budget, int16_first=int16_first, progress=budget.on_progress,
         stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
         hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",
         preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),

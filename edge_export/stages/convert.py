@@ -66,7 +66,7 @@ def _convert(prepared: PreparedRun, options: ExportOptions, clock: StageClock) -
 
 def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock: StageClock) -> ConvertedRun:
     from ..conversion import convert_module
-    from ..quantization.budget import TimeBudget
+    from ..quantization.budget import BACKENDS_SHARE, TimeBudget
 
     calibration, heldout, labels = labelled_calibration_sets(options, prepared.loaded.specs, prepared.loaded.example)
     search_mode, promote_to = mixed_precision_plan(options, target)
@@ -79,8 +79,10 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
             float_bytes = float_model_for_flatbuffer_backend(prepared.module, prepared.example, options, clock)
         # one budget for the whole quantization stage: backends, sensitivity, mixed precision
         budget = TimeBudget(options.time_budget, on_progress=clock.on_progress)
-        result = _run_quantizer(prepared, options, target, calibration, float_bytes, budget, clock,
-                                wants_integer=promote_to == "int16", pt2e_beside=beside)
+        # a ranking or a search follows: the backends get a share, so that it always starts
+        with budget.share(BACKENDS_SHARE, "auto's backends") if search_mode or options.sensitivity else contextlib.nullcontext():
+            result = _run_quantizer(prepared, options, target, calibration, float_bytes, budget, clock,
+                                    wants_integer=promote_to == "int16", pt2e_beside=beside)
     sensitivity = mixed = None
     if search_mode or options.sensitivity:
         label = "Ranking operators by sensitivity" + (" and searching for mixed precision" if search_mode else "")
@@ -160,6 +162,8 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
         verbose=options.verbose,
         measure_latency=times_host_latency(options, target),  # each promotion's latency: cpu, not --no-latency
         budget=budget,
+        # auto on cpu: int16 activations (fully integer) before float, where the target runs both
+        int16_first=search_mode == "auto" and "int16" in target.mixed_precision_promotions,
     )
 
 
