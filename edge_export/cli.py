@@ -444,12 +444,24 @@ def validate_command(
     report: Optional[Path] = typer.Option(None, "--report", help="Report path prefix (default <tflite stem>.validate)."),
     channels_last: bool = typer.Option(False, "--channels-last", help="The flatbuffer's 4-D inputs are NHWC (only needed when the reference has no example inputs)."),
     tensor_names: Optional[Path] = typer.Option(None, "--tensor-names", help="The tensor-name map of a stripped .tflite (default: <stem>.tensors.json beside it, which --target micro writes); --per-layer needs it."),
+    calibration_data: Optional[Path] = typer.Option(None, "--calibration-data", help="Labelled data (an image folder with one sub-folder per class, or an .npz with a labels array): parity and the accuracy check run on its held-out part, split as export splits it."),
+    holdout_fraction: float = typer.Option(0.2, "--holdout-fraction", metavar="FRACTION", help="With --calibration-data: the fraction of every class held out (as given to export)."),
+    max_accuracy_drop: float = typer.Option(0.01, "--max-accuracy-drop", metavar="FRACTION", help="With --calibration-data: the most top-1 accuracy the model may lose against PyTorch (0.01: one point); more is exit 1."),
+    image_size: Optional[str] = typer.Option(None, "--image-size", help="With an image folder: resize to H,W (default: the input shape's)."),
+    mean: Optional[str] = typer.Option(None, "--mean", help="With an image folder: per-channel mean on a 0..1 scale, as given to export."),
+    std: Optional[str] = typer.Option(None, "--std", help="With an image folder: per-channel std on a 0..1 scale, as given to export."),
+    image_layout: str = typer.Option("nchw", "--image-layout", help="With an image folder: the layout the PyTorch model takes images in, nchw or nhwc."),
  checking: dict = None,
 ) -> None:
     def call(on_stage, on_progress):
         from .api import ExportOptions, validate
 
-        options = ExportOptions(channels_last=channels_last, **_checking_fields(checking))
+        labelled = dict(
+            calibration_data=str(calibration_data) if calibration_data else None, holdout_fraction=holdout_fraction,
+            max_accuracy_drop=max_accuracy_drop, image_size=_parse_pair(image_size, "--image-size"), mean=_parse_floats(mean, "--mean"),
+            std=_parse_floats(std, "--std"), image_layout=image_layout,
+        )
+        options = ExportOptions(channels_last=channels_last, **labelled, **_checking_fields(checking))
         return validate(
             tflite, reference, test_vectors=test_vectors, report_prefix=report, options=options, on_stage=on_stage, tensor_names=tensor_names
         )

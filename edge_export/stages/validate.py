@@ -50,6 +50,12 @@ def validate(
     explicit_quantize = "quantize" in option_values
     if options is None:
         options = ExportOptions(**option_values)
+    if test_vectors is not None and options.calibration_data:
+        raise UsageError(
+            "validate --test-vectors checks the stored samples only; --calibration-data (labelled data for the accuracy "
+            "check) needs the PyTorch model to compare with.",
+            "Use --reference MODEL with --calibration-data, or drop --calibration-data.",
+        )
     if test_vectors is not None:
         from .test_vectors import validate_with_test_vectors
 
@@ -191,7 +197,8 @@ def validate_against_reference(
         if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
     )
     plan = ChannelsLastPlan(nhwc_in, nhwc_out)
-    parity, layers, runtimes, _, _ = check_parity(module, example, specs, options, fb, plan, stages)
+    heldout, labels = labelled_heldout(options, specs, example)
+    parity, layers, runtimes, _, accuracy = check_parity(module, example, specs, options, fb, plan, stages, samples=heldout, labels=labels)
     sensitivity = None
     if options.sensitivity:
         with stages.run("sensitivity", "Ranking operators by sensitivity (the reference converted to float)"):
@@ -221,6 +228,7 @@ def validate_against_reference(
         per_layer=layers,
         app=app_section(file_fb, plan.inputs, plan.outputs),
         sensitivity=sensitivity,
+        accuracy=accuracy,
     )
     if overlays:
         from dataclasses import replace
@@ -228,6 +236,23 @@ def validate_against_reference(
         report = replace(report, artifacts=replace(report.artifacts, extra={a.key: str(a.path) for a in overlays}))
     report = with_baseline(report, options.baseline)
     return report, [(a.path, a.data) for a in overlays]
+
+
+def labelled_heldout(options: ExportOptions, specs: list[InputSpec], example: tuple) -> tuple[list[tuple] | None, Any]:
+    """validate --calibration-data: the held-out part of labelled data and its labels, split as
+    export splits it (the same part, when both read the same files); (None, None) without it."""
+    if not options.calibration_data:
+        return None, None
+    from .samples import labelled_calibration_sets
+
+    _, heldout, labels = labelled_calibration_sets(options, specs, example)
+    if labels is None:
+        raise UsageError(
+            f"validate --calibration-data takes labelled data, for the accuracy check; {options.calibration_data} has no labels.",
+            "Give an image folder with one sub-folder per class, or an .npz with a 'labels' array (README, "
+            "\"Accuracy on your labelled data\"), or drop --calibration-data.",
+        )
+    return heldout, labels
 
 
 def channels_last_from_flatbuffer(fb: Any, specs: list[InputSpec]) -> tuple[int, ...]:

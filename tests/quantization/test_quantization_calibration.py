@@ -160,8 +160,9 @@ def test_missing_and_extra_npz_keys(tmp_path):
     np.savez(missing, image=_rand(2, 1, 3, 8, 8))
     _refused(missing, [IMG, VEC], str(missing), "no array for input 1 ('extra')")
     extra = tmp_path / "extra.npz"
-    np.savez(extra, image=_rand(2, 1, 3, 8, 8), extra=_rand(2, 1, 5), labels=np.arange(2))
-    _refused(extra, [IMG, VEC], str(extra), "labels", "match no model input")
+    # 'labels' is not extra: it labels the samples (calibration_labels.py); 'targets' is
+    np.savez(extra, image=_rand(2, 1, 3, 8, 8), extra=_rand(2, 1, 5), targets=np.arange(2))
+    _refused(extra, [IMG, VEC], str(extra), "targets", "match no model input")
 
 
 def test_npy_for_a_two_input_model(tmp_path):

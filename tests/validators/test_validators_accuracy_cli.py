@@ -119,6 +119,19 @@ def test_the_report_shows_both_accuracies_on_the_held_out_digits(run_cli, digits
     assert "accuracy passed" in res.stdout and "PyTorch" in res.stdout
     assert "## Accuracy on the labelled data" in (tmp_path / "cnn.report.md").read_text()
     assert 'classname="edge_export.accuracy"' in (tmp_path / "junit.xml").read_text()
+    # validate splits the folder as export did: the same held-out part, the same accuracies
+    res = run_cli("validate", out, "--reference", root / "cnn.pt2", "--calibration-data", root / "folder")
+    assert res.exit_code == 0, res.stdout + res.stderr
+    again = read_report(tmp_path / "cnn.validate.tflite")["accuracy"]
+    assert {k: again[k] for k in ("samples", "pytorch_accuracy", "exported_accuracy", "agreement")} == {
+        k: accuracy[k] for k in ("samples", "pytorch_accuracy", "exported_accuracy", "agreement")
+    }
+    images, _ = _digits()
+    plain = tmp_path / "plain.npz"
+    np.savez(plain, x=images[:20][:, None])
+    res = run_cli("validate", out, "--reference", root / "cnn.pt2", "--calibration-data", plain, "--report", tmp_path / "plain")
+    assert res.exit_code == 2 and "has no labels" in res.stderr.replace("\n", " "), res.stdout + res.stderr
+    assert not (tmp_path / "plain.report.json").exists()
 
 
 def test_an_export_that_loses_accuracy_fails_the_gate_with_exit_1(run_cli, digits, tmp_path):
@@ -134,6 +147,8 @@ def test_an_export_that_loses_accuracy_fails_the_gate_with_exit_1(run_cli, digit
     assert accuracy["drop"] > 0.05 and accuracy["exported_accuracy"] < accuracy["pytorch_accuracy"] - 0.05
     line = next(t for t in res.stdout.splitlines() if "accuracy failed" in t)
     assert f"PyTorch {accuracy['pytorch_accuracy']:.2%}" in line and f"exported {accuracy['exported_accuracy']:.2%}" in line
+    res = run_cli("validate", out, "--reference", root / "loud.pt2", "--calibration-data", root / "folder", "--min-sqnr", "0")
+    assert res.exit_code == 1 and "accuracy failed" in res.stdout, res.stdout + res.stderr
 
 
 def test_npz_labels_beyond_the_classes_are_exit_2_and_nothing_is_written(run_cli, digits, tmp_path):
