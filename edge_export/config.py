@@ -7,6 +7,7 @@ heavy work is needed.
 from __future__ import annotations
 
 import enum
+import math
 import re
 from dataclasses import dataclass
 
@@ -117,19 +118,22 @@ class OutputKind(str, enum.Enum):
 
 # The Thresholds fields that gate each kind of output; the others are reported but not checked.
 # Regression has no cosine gate: SQNR bounds it (20 dB is a relative L2 error of 0.1, cosine >= 0.995).
+# atol_relative is no gate of its own: it widens atol for large outputs (scaled_atol).
 KIND_THRESHOLDS: dict[OutputKind, tuple[str, ...]] = {
     OutputKind.CLASSIFICATION: (
-        "atol", "min_sqnr_db", "min_cosine", "max_rel_l2", "max_error_steps", "min_top1", "min_top5"
+        "atol", "atol_relative", "min_sqnr_db", "min_cosine", "max_rel_l2", "max_error_steps", "min_top1", "min_top5"
     ),
     OutputKind.EMBEDDING: ("min_cosine", "min_neighbour_agreement"),
-    OutputKind.REGRESSION: ("atol", "min_sqnr_db", "max_rel_l2", "max_error_steps"),
+    OutputKind.REGRESSION: ("atol", "atol_relative", "min_sqnr_db", "max_rel_l2", "max_error_steps"),
     OutputKind.PROBABILITIES: (
-        "atol", "min_sqnr_db", "max_rel_l2", "max_error_steps", "max_probability_error", "min_decision_agreement"
+        "atol", "atol_relative", "min_sqnr_db", "max_rel_l2", "max_error_steps", "max_probability_error",
+        "min_decision_agreement",
     ),
 }
 
 _THRESHOLD_FIELDS = (
     "atol",
+    "atol_relative",
     "min_sqnr_db",
     "min_cosine",
     "min_top1",
@@ -155,6 +159,8 @@ class Thresholds:
     output depends on its kind (``KIND_THRESHOLDS``)."""
 
     atol: float | None = None
+    # atol grows to this fraction of the output's largest |value| when that is larger (scaled_atol)
+    atol_relative: float | None = None
     min_sqnr_db: float | None = None
     min_cosine: float | None = None  # embeddings: the worst sample's cosine; others: over all samples
     min_top1: float | None = None
@@ -176,7 +182,11 @@ class Thresholds:
                 raise UsageError(f"{option} {value} is above 1; give it as a fraction (0..1).")
 
     def override(self, **values: float | None) -> "Thresholds":
+        """These thresholds with the given ones (None: kept). An atol given outright is the limit:
+        it drops the relative widening unless that is given too."""
         merged = {k: getattr(self, k) for k in _THRESHOLD_FIELDS}
+        if values.get("atol") is not None and values.get("atol_relative") is None:
+            merged["atol_relative"] = None
         merged.update({k: v for k, v in values.items() if v is not None})
         return Thresholds(**merged)
 
@@ -193,10 +203,18 @@ class Thresholds:
 # samples that are almost equally near in PyTorch (7 of 8 is 0.875). Probabilities (softmax/sigmoid
 # outputs) are judged by their decisions, gated at every precision: int8's 0.9 fails the pitch model
 # whose argmax agreed on 72.7% of frames, and PyTorch's near-ties (within one int8 probability step,
-# validators/probabilities.DECISION_TIE_MARGIN) count as agreement, so the gate sees real flips only.
+# validators/probabilities.DECISION_TIE_MARGIN) count as agreement, so the gate sees real flips only;
+# on n decisions a gate allows one decision more (probabilities.decision_slack: 7 of 8 passes 0.9).
+# The probability error is one line, 0.05, at int8 and int16x8: it bounds how far a probability may
+# move before decisions near a threshold flip, which no precision changes (int16x8's 0.01 failed
+# models with every decision kept, CREPE 0.011 and MTCNN R-Net 0.021, while their int8 models passed;
+# P-Net int8's 0.18 lost faces). fp32's atol grows to 2e-3 of the output's largest |value|
+# (scaled_atol): YOLO11n's boxes reach 800 px and were off by 0.71 px (8.9e-4) with every IoU 1.000;
+# 60 dB SQNR already allows an RMS error of 1e-3 of the RMS value, so on large outputs atol adds a
+# bound on one outlying value of the same order, not a stricter one.
 DEFAULT_THRESHOLDS: dict[QuantizeMode, Thresholds] = {
     QuantizeMode.NONE: Thresholds(
-        atol=1e-4, min_sqnr_db=60.0, min_cosine=0.99999, min_neighbour_agreement=0.85,
+        atol=1e-4, atol_relative=2e-3, min_sqnr_db=60.0, min_cosine=0.99999, min_neighbour_agreement=0.85,
         min_decision_agreement=0.99, max_probability_error=1e-4,
     ),
     QuantizeMode.FP16: Thresholds(
@@ -213,7 +231,7 @@ DEFAULT_THRESHOLDS: dict[QuantizeMode, Thresholds] = {
     ),
     QuantizeMode.INT16X8: Thresholds(
         min_sqnr_db=30.0, min_cosine=0.999, min_top1=0.85, min_top5=0.95, min_neighbour_agreement=0.85,
-        min_decision_agreement=0.95, max_probability_error=0.01,
+        min_decision_agreement=0.95, max_probability_error=0.05,
     ),
     # int4 weights have 16 levels: each layer's weight error is ~24 dB worse than int8's, so a
     # random-weight small CNN or transformer reads 17-20 dB (docs/BENCHMARKS.md section 15).
@@ -226,6 +244,16 @@ DEFAULT_THRESHOLDS: dict[QuantizeMode, Thresholds] = {
 
 def default_thresholds(mode: QuantizeMode) -> Thresholds:
     return DEFAULT_THRESHOLDS[mode]
+
+
+def scaled_atol(atol: float | None, relative: float | None, magnitude: float) -> float | None:
+    """The max abs error allowed on values up to ``magnitude`` in size: ``atol``, or ``relative`` of
+    ``magnitude`` when that is larger (float rounding grows with the values: an output in pixels is
+    not held to a bound set for values near 1). ``atol`` alone when ``relative`` is None or the
+    magnitude is not a finite number."""
+    if atol is None or relative is None or not math.isfinite(magnitude):
+        return atol
+    return max(atol, relative * abs(magnitude))
 
 
 @dataclass(frozen=True)

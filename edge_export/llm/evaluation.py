@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..config import scaled_atol
 from .parity import ChatReference, ReferenceRun, first_text_divergence, logit_metrics
 from .report import LlmChatParity, LlmPromptParity, LlmThresholds
 
@@ -24,8 +25,9 @@ AGREEMENT_QUANTIZED = 0.9
 
 
 def default_float_atol(logit_scale: float) -> float:
-    """The float32 max |Δlogit| when --atol is not given, for logits up to ``logit_scale`` in size."""
-    return max(ATOL_FLOAT, ATOL_FLOAT_RELATIVE * logit_scale) if np.isfinite(logit_scale) else ATOL_FLOAT
+    """The float32 max |Δlogit| when --atol is not given, for logits up to ``logit_scale`` in size
+    (config.scaled_atol: the mechanism the parity check uses for every output)."""
+    return scaled_atol(ATOL_FLOAT, ATOL_FLOAT_RELATIVE, logit_scale) or ATOL_FLOAT
 
 
 def thresholds_for(recipe: str, atol: float | None, min_token_agreement: float | None, logit_scale: float = 0.0) -> LlmThresholds:

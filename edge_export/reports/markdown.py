@@ -260,6 +260,9 @@ def _outputs_section(val: ParityResult) -> list[str]:
     kinds = list(dict.fromkeys(o.kind.value for o in val.outputs if o.kind.value in _GATES_BY_KIND))
     for kind in kinds or ["regression"]:
         gates = [_GATE_TEXT[k].format(_plain(getattr(t, k))) for k in _GATES_BY_KIND[kind] if _plain(getattr(t, k)) is not None]
+        relative = _plain(getattr(t, "atol_relative", None))
+        if relative is not None and gates and gates[0].startswith("max abs error"):  # config.scaled_atol
+            gates[0] += f" (or {relative:g} of the output's largest value, if larger)"
         if kind == "embedding":
             gates = [g.replace("cosine", "worst-sample cosine", 1) if g.startswith("cosine") else g for g in gates]
         lines.append(f"Thresholds ({kind}): " + (", ".join(gates) or "none"))

@@ -40,6 +40,8 @@ __all__ = [
     "SUM_TOLERANCE",
     "as_probabilities",
     "decision_agreement",
+    "decision_count",
+    "decision_slack",
     "graph_activation",
     "probability_kinds",
     "threshold_agreement",
@@ -163,6 +165,26 @@ def decision_agreement(ref: np.ndarray, out: np.ndarray, margin: float = DECISIO
     picked = o == o.max(axis=1, keepdims=True)
     best = np.where(picked, r, -np.inf).max(axis=1)
     return float(np.mean(best >= r.max(axis=1) - margin))
+
+
+def decision_count(shape: Sequence[int], axis: int | None = None, per_value: bool = False) -> int:
+    """How many decisions an array of ``shape`` holds: one per value (``per_value``: a sigmoid's
+    decisions at 0.5), else one per row along ``axis`` (default the last)."""
+    size = int(np.prod(shape)) if len(shape) else 1
+    if per_value or not len(shape):
+        return size
+    classes = shape[-1 if axis is None else axis]
+    return size // classes if classes else 0
+
+
+def decision_slack(gate: float, decisions: int) -> float:
+    """The decision-agreement floor on ``decisions`` decisions: ``gate`` less one decision (never
+    below 0). Agreement moves in steps of 1/n, so on few decisions a gate of 0.9 would otherwise
+    fail a single flip (7 of 8: 0.875), which is what the gate means to allow; on many decisions
+    the one decision vanishes. A count of 0 leaves the gate as it is."""
+    if decisions <= 0:
+        return gate
+    return max(0.0, gate - 1.0 / decisions)
 
 
 def threshold_agreement(
