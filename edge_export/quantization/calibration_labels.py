@@ -16,14 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from ..errors import CalibrationDataError
-
-if TYPE_CHECKING:
-    from .calibration import CalibrationSet
 
 __all__ = ["DEFAULT_HOLDOUT_FRACTION", "LABELS_KEY", "HeldOutLabels", "checked_labels", "interleave_classes", "labelled_images", "split_labelled"]
 
@@ -96,8 +93,9 @@ def heldout_positions(labels: tuple[int, ...], fraction: float) -> list[int]:
     return chosen
 
 
-def split_labelled(data: CalibrationSet, fraction: float) -> tuple[CalibrationSet, CalibrationSet, HeldOutLabels]:
-    """(calibration part, held-out part, the held-out labels) of a labelled set."""
+def split_labelled(data: Any, fraction: float) -> tuple[Any, Any, HeldOutLabels]:
+    """(calibration part, held-out part, the held-out labels) of a labelled CalibrationSet (calibration.py
+    imports this module, so the type is not named here)."""
     from dataclasses import replace
 
     labels = data.labels or ()
@@ -111,7 +109,7 @@ def split_labelled(data: CalibrationSet, fraction: float) -> tuple[CalibrationSe
     kept = [i for i in range(len(labels)) if i not in held]
     order = sorted(held)
 
-    def part(positions: list[int], source: str) -> CalibrationSet:
+    def part(positions: list[int], source: str) -> Any:
         return replace(data, samples=tuple(data.samples[i] for i in positions), source=source, labels=tuple(labels[i] for i in positions))
 
     heldout = part(order, f"{data.source} (held out)")

@@ -197,8 +197,7 @@ def validate_against_reference(
         if r.dim() == 4 and tuple(t.shape) != tuple(r.shape) and tuple(t.shape) == (r.shape[0], r.shape[2], r.shape[3], r.shape[1])
     )
     plan = ChannelsLastPlan(nhwc_in, nhwc_out)
-    heldout, labels = labelled_heldout(options, specs, example)
-    parity, layers, runtimes, _, accuracy = check_parity(module, example, specs, options, fb, plan, stages, samples=heldout, labels=labels)
+    parity, layers, runtimes, _, accuracy = check_parity(module, example, specs, options, fb, plan, stages, **labelled_heldout(options, specs, example))
     sensitivity = None
     if options.sensitivity:
         with stages.run("sensitivity", "Ranking operators by sensitivity (the reference converted to float)"):
@@ -227,8 +226,7 @@ def validate_against_reference(
         runtimes=runtimes,
         per_layer=layers,
         app=app_section(file_fb, plan.inputs, plan.outputs),
-        sensitivity=sensitivity,
-        accuracy=accuracy,
+        sensitivity=sensitivity, accuracy=accuracy,
     )
     if overlays:
         from dataclasses import replace
@@ -238,11 +236,11 @@ def validate_against_reference(
     return report, [(a.path, a.data) for a in overlays]
 
 
-def labelled_heldout(options: ExportOptions, specs: list[InputSpec], example: tuple) -> tuple[list[tuple] | None, Any]:
-    """validate --calibration-data: the held-out part of labelled data and its labels, split as
-    export splits it (the same part, when both read the same files); (None, None) without it."""
+def labelled_heldout(options: ExportOptions, specs: list[InputSpec], example: tuple) -> dict[str, Any]:
+    """validate --calibration-data: check_parity's ``samples`` (the held-out part of labelled data)
+    and ``labels``, split as export splits it (the same part, when both read the same files)."""
     if not options.calibration_data:
-        return None, None
+        return {}
     from .samples import labelled_calibration_sets
 
     _, heldout, labels = labelled_calibration_sets(options, specs, example)
@@ -252,7 +250,7 @@ def labelled_heldout(options: ExportOptions, specs: list[InputSpec], example: tu
             "Give an image folder with one sub-folder per class, or an .npz with a 'labels' array (README, "
             "\"Accuracy on your labelled data\"), or drop --calibration-data.",
         )
-    return heldout, labels
+    return {"samples": heldout, "labels": labels}
 
 
 def channels_last_from_flatbuffer(fb: Any, specs: list[InputSpec]) -> tuple[int, ...]:
