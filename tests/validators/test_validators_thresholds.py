@@ -153,3 +153,26 @@ def test_an_embedding_is_judged_as_a_whole_vector_not_by_dimensions_of_another_r
     (output,) = result.outputs
     assert output.parts is None and result.passed
     assert output.metrics["worst_sample_cosine"] > 0.9999
+
+
+def _unit_vectors(cosines: list[float], dim: int = 64, seed: int = 4) -> tuple[list, list]:
+    """Reference unit vectors and exported ones at exactly the given cosines to them."""
+    rng = np.random.default_rng(seed)
+    refs, outs = [], []
+    for c in cosines:
+        v, w = rng.normal(size=dim), rng.normal(size=dim)
+        v /= np.linalg.norm(v)
+        w -= (w @ v) * v
+        w /= np.linalg.norm(w)
+        refs.append(v[None, :])
+        outs.append((c * v + np.sqrt(1 - c * c) * w)[None, :])
+    return refs, outs
+
+
+def test_int16x8_embeddings_pass_minilms_worst_cosine_and_fail_resemblyzers():
+    embedding = KindDecision(OutputKind.EMBEDDING, KindSource.OPTION)
+    for worst, passed in ((0.9984, True), (0.9964, False)):  # MiniLM int16x8 (intact); Resemblyzer (neighbours lost)
+        refs, outs = _unit_vectors([0.9999, 0.9995, worst, 0.9998, 0.9997])
+        checks = _checks(compare_outputs([[r] for r in refs], [[o] for o in outs], names=["e"], thresholds=INT16X8, runtime="t", kinds=[embedding]))
+        assert checks["worst_sample_cosine"].value == pytest.approx(worst)
+        assert checks["worst_sample_cosine"].passed is passed
