@@ -75,17 +75,18 @@ def test_auto_meets_the_target_by_promoting_what_the_ranking_names(auto, plain):
     assert {layer["module_path"] for layer in ranking[:2]} == {"conv1", "conv2"}
     assert ranking[0]["sqnr_db"] < 30 < ranking[2]["sqnr_db"]  # the two stand apart from the rest
     mixed = rep["mixed_precision"]
-    assert mixed["mode"] == "auto" and mixed["precision"] == "float" and mixed["met"] is True
+    # auto on cpu tries int16 activations first: 16 bits hold the 3000x channel, fully integer
+    assert mixed["mode"] == "auto" and mixed["precision"] == "int16" and mixed["met"] is True
     promoted = mixed["promoted"]
     # the promoted operators are the head of the sensitivity ranking; of two near-equal ones
-    # (TIE_BAND_DB), the cheaper first: conv1's weights are 8x fewer than conv2's
+    # (TIE_BAND_DB), the cheaper first: conv1 does 5x fewer multiply-accumulates than conv2
     from edge_export.quantization.mixed_precision import TIE_BAND_DB
 
     assert {p["op_index"] for p in promoted} == {layer["op_index"] for layer in ranking[: len(promoted)]}
     assert {p["module_path"] for p in promoted} == {"conv1", "conv2"}
     near = abs(ranking[0]["sqnr_db"] - ranking[1]["sqnr_db"]) <= TIE_BAND_DB
     assert promoted[0]["module_path"] == ("conv1" if near else ranking[0]["module_path"])
-    assert mixed["order"] == f"sensitivity, cheapest first within {TIE_BAND_DB:g} dB (bytes added)"
+    assert mixed["order"] == f"sensitivity, cheapest first within {TIE_BAND_DB:g} dB (multiply-accumulates)"
     # every step timed on this CPU (the cpu target): the promotions' latency changes add up
     deltas = {p["step"]: p["latency_delta_ms"] for p in promoted}
     assert sum(deltas.values()) == pytest.approx(mixed["latency_ms"] - mixed["int8_latency_ms"], abs=1e-3 * len(deltas))
@@ -93,12 +94,29 @@ def test_auto_meets_the_target_by_promoting_what_the_ranking_names(auto, plain):
     assert promoted[0]["sqnr_before_db"] == mixed["int8_sqnr_db"]
     assert mixed["size_bytes"] > mixed["int8_size_bytes"] and mixed["latency_ms"] is not None
     assert rep["validation"]["outputs"][0]["metrics"]["sqnr_db"] >= 30
-    # float promotions: said in the report, and the file says the same
-    assert mixed["fully_integer"] is False and rep["quantization"]["fully_integer"] is False
-    assert any("not fully integer" in w for w in rep["quantization"]["warnings"])
+    # int16 promotions: said in the report, and the file says the same
+    assert mixed["fully_integer"] is True and rep["quantization"]["fully_integer"] is True
+    assert load_flatbuffer(auto.tflite_path).is_fully_integer
     assert rep["quantization"]["backend"] == "flatbuffer"
     md = auto.report_md_path.read_text()
-    assert "## Sensitivity" in md and "## Mixed precision (auto: operators raised to float)" in md
+    assert "## Sensitivity" in md and "## Mixed precision (auto: operators raised to int16)" in md
+
+
+@pytest.mark.slow
+def test_auto_raises_to_float_when_int16_activations_cannot_reach_the_target(tmp_path_factory):
+    """90 dB: int16 activations (even with split int8 weights) stay below it, so the int16 try misses
+    and auto raises operators to float, conv1 and conv2 among them (fast on XNNPACK, not fully
+    integer, and said)."""
+    result = _export(tmp_path_factory, "float", mixed_precision="auto", min_sqnr=90.0)
+    rep, mixed = result.report, result.report["mixed_precision"]
+    assert result.exit_code == 0, rep["validation"]
+    assert mixed["precision"] == "float" and mixed["met"] is True
+    assert "int16 activations (fully integer) were tried first and missed the target" in mixed["reason"]
+    assert {"conv1", "conv2"} <= {p["module_path"] for p in mixed["promoted"]}
+    assert mixed["order"].endswith("(bytes added)")
+    assert mixed["fully_integer"] is False and rep["quantization"]["fully_integer"] is False
+    assert any("not fully integer" in w for w in rep["quantization"]["warnings"])
+    assert "## Mixed precision (auto: operators raised to float)" in result.report_md_path.read_text()
 
 
 def test_the_sensitivity_overlay_is_model_explorer_node_data_keyed_by_tensor_names(auto):
