@@ -6,7 +6,7 @@ edge-export: one float export (litert-torch's generative export, through the Ten
 workaround), then every recipe (none, fp16, dynamic-int8, int4 blockwise 32) applied to that float
 flatbuffer, packaged and checked: the seconds of each step, .tflite/.litertlm bytes, teacher-forced
 max |dlogit|, mean KL and token agreement, LiteRT-LM greedy text against transformers' generate()
-(3 prompts x 16 tokens) and LiteRT-LM CPU prefill/decode tokens/s (1 thread).
+(3 prompts x 16 tokens) and LiteRT-LM CPU prefill/decode tokens/s (1 thread, timed by speed.measure_speed).
 litert-torch: export_hf.export(folder, out, prefill_lengths=[32], cache_length=128) with its
 default recipe (dynamic_wi8_afp32) and with quantization_recipe="none": seconds, .litertlm bytes,
 and whether its .litertlm's greedy text equals transformers' (run by the same LiteRT-LM runtime).
@@ -50,6 +50,7 @@ def _context(folder: Path, work: Path):
 def job_edge_export(folder: Path, work: Path) -> dict:
     from edge_export.llm.export import export_float_flatbuffer
     from edge_export.llm.run import check_recipe
+    from edge_export.llm.speed import measure_speed, speed_prompts
 
     from edge_export.llm.litert_torch_compat import import_export_hf
 
@@ -66,11 +67,12 @@ def job_edge_export(folder: Path, work: Path) -> dict:
         start = time.perf_counter()
         result = check_recipe(recipe, float_tflite, ctx)
         a = result.attempt
+        speed = measure_speed(str(result.package), speed_prompts(ctx.tokenizer, PROMPTS, PREFILL), NEW_TOKENS)
         rows.append({
             "recipe": recipe, "check_seconds": round(time.perf_counter() - start, 2), "tflite_bytes": len(result.tflite),
             "litertlm_bytes": len(result.litertlm), "max_abs_logit_diff": a.max_abs_logit_diff, "mean_kl": a.mean_kl,
             "token_agreement": a.token_agreement, "identical_texts": a.identical_texts, "passed": a.passed,
-            "prefill_tokens_per_second": result.prefill_tokens_per_second, "decode_tokens_per_second": result.decode_tokens_per_second,
+            "prefill_tokens_per_second": speed.prefill_tokens_per_second, "decode_tokens_per_second": speed.decode_tokens_per_second,
             "kv_cache_bytes": result.kv_cache_bytes,
         })
     return {"float_export_seconds": round(export_s, 2), "reference_seconds": round(reference_s, 2), "recipes": rows, "peak_rss_mib": _peak_rss_mib()}
@@ -79,6 +81,7 @@ def job_edge_export(folder: Path, work: Path) -> dict:
 def job_export_hf(folder: Path, work: Path, recipe: str | None) -> dict:
     from edge_export.llm.litert_torch_compat import import_export_hf
     from edge_export.llm.parity import runtime_texts
+    from edge_export.llm.speed import measure_speed, speed_prompts
 
     export_hf = import_export_hf()
     work.mkdir(parents=True, exist_ok=True)
@@ -89,7 +92,8 @@ def job_export_hf(folder: Path, work: Path, recipe: str | None) -> dict:
     seconds = time.perf_counter() - start
     litertlm = next(out.rglob("*.litertlm"))
     ctx = _context(folder, work / "ctx")
-    texts, prefill_tps, decode_tps = runtime_texts(str(litertlm), PROMPTS, NEW_TOKENS)
+    texts = runtime_texts(str(litertlm), PROMPTS, NEW_TOKENS)
+    decode_tps = measure_speed(str(litertlm), speed_prompts(ctx.tokenizer, PROMPTS, PREFILL), NEW_TOKENS).decode_tokens_per_second
     identical = sum(t == r.text for t, r in zip(texts, ctx.refs))
     return {"recipe": recipe or "default (dynamic_wi8_afp32)", "seconds": round(seconds, 2), "litertlm_bytes": litertlm.stat().st_size,
             "identical_texts": identical, "prompts": len(PROMPTS), "decode_tokens_per_second": decode_tps, "peak_rss_mib": _peak_rss_mib()}

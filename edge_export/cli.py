@@ -244,7 +244,7 @@ def _with_target_options(command):
 
 # The options of the language-model task (edge_export/llm), refused with any other model; and what
 # that task reads besides them: every other export option given with it is refused, not ignored.
-_TASK_OPTIONS = ("tokenizer", "prefill_lengths", "cache_length", "prompts", "max_new_tokens", "block_size")
+_TASK_OPTIONS = ("tokenizer", "prefill_lengths", "cache_length", "prompts", "max_new_tokens", "block_size", "write_tflite")
 _TASK_READS = {"model", "output", "quantize", "target", "validate", "task", *_TASK_OPTIONS, "atol", "min_top1", "trust_pickle", "junit", "quiet", "debug", "verbose"}
 
 
@@ -364,7 +364,7 @@ def _print_summary(result: Any, term: Any) -> None:
 def export_command(
     model: str = typer.Argument(..., help="Model: .pt2 ExportedProgram, TorchScript archive, package.module:attr, or pickled module."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output .tflite path (default: <model stem>.tflite beside the model)."),
-    quantize: str = typer.Option(QuantizeMode.NONE.value, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights), int4 (int4 weights, float activations); --task text-generation: none, fp16, dynamic-int8, int4 or auto (the smallest that meets the thresholds)."),
+    quantize: str = typer.Option(QuantizeMode.NONE.value, "--quantize", "-q", help="Precision: none (fp32), fp16, dynamic-int8 (int8 weights, float activations), int8 (full integer, calibrated), int16x8 (16-bit activations, 8-bit weights), int4 (int4 weights, float activations); --task text-generation: none, fp16, int8 (weight-only), dynamic-int8, int4-mlp, int4-layers, int4 or auto (the smallest that meets the thresholds)."),
     # A plain name, not an enum of choices: a target is one module in edge_export/targets that
     # registers itself, and the API refuses an unknown name (exit 2) listing the registered ones.
     target: str = typer.Option("cpu", "--target", metavar="TARGET", help="cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), ethos-u55-128 and the other Arm Ethos-U configurations Vela accepts (ethos-u55-32..256, ethos-u65-256/512, ethos-u85-128..2048: micro plus the Vela NPU compiler, <stem>_vela.tflite; needs pip install 'edge-export[ethos-u]'), or any other target registered in edge_export/targets."),
@@ -399,13 +399,14 @@ def export_command(
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check parity against PyTorch on the host."),
     host_latency: bool = typer.Option(True, "--latency/--no-latency", help="Quantized exports on --target cpu: time the model against its float one on this CPU and flag it when slower (reported, never a gate)."),
     # --task text-generation (edge_export/llm): a Hugging Face causal LM to .tflite + .litertlm, checked against transformers
-    task: Optional[str] = typer.Option(None, "--task", help="text-generation: MODEL is a Hugging Face causal-LM folder (config.json, *.safetensors, tokenizer.json; inferred for such a folder) or a package.module:attr returning one (with --tokenizer); writes <stem>.tflite and <stem>.litertlm."),
+    task: Optional[str] = typer.Option(None, "--task", help="text-generation: MODEL is a Hugging Face causal-LM folder (config.json, *.safetensors, tokenizer.json; inferred for such a folder) or a package.module:attr returning one (with --tokenizer); writes <stem>.litertlm and the reports (<stem>.tflite too with --write-tflite)."),
     tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="text-generation: the folder holding tokenizer.json (default: the model's folder)."),
-    prefill_lengths: Optional[str] = typer.Option(None, "--prefill-lengths", help="text-generation: prefill signature lengths, comma-separated, e.g. 32,128 (default 128)."),
-    cache_length: Optional[int] = typer.Option(None, "--cache-length", help="text-generation: KV cache length in tokens, the most prompt plus generated tokens (default 1024)."),
+    prefill_lengths: Optional[str] = typer.Option(None, "--prefill-lengths", help="text-generation: prefill signature lengths, comma-separated, e.g. 32,128 (default: 1/8 of the cache, at most 128)."),
+    cache_length: Optional[int] = typer.Option(None, "--cache-length", help="text-generation: KV cache length in tokens, the most prompt plus generated tokens (default: sized from config.json and the weights, see README)."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="text-generation: parity prompts, one per line (default: a built-in set of three)."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="text-generation: greedy tokens compared per prompt (default 16)."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="text-generation --quantize int4/auto: int4 weight block size, 32, 64, 128 or 256 (default 32)."),
+    write_tflite: bool = typer.Option(False, "--write-tflite", help="text-generation: also write <stem>.tflite (the .litertlm already holds it; default: the .litertlm and reports only)."),
  checking: dict = None,
  target_values: dict = None,
 ) -> None:

@@ -19,7 +19,7 @@ def wants_text_generation(model: str, task: str | None) -> bool:
 
 def text_generation_call(
     model: str, output: Path | None, quantize: str, target: str, validate: bool, *, task: str | None, tokenizer: Path | None,
-    prefill_lengths: str | None, cache_length: int | None, prompts: Path | None, max_new_tokens: int | None, block_size: int | None,
+    prefill_lengths: str | None, cache_length: int | None, prompts: Path | None, max_new_tokens: int | None, block_size: int | None, write_tflite: bool = False,
     checking: dict, not_for_the_task: list[str] = (),
 ) -> Callable[[Any, Any], Any]:
     """The call cli._run runs: options checked inside it, so a bad value is exit 2 like any other.
@@ -36,7 +36,7 @@ def text_generation_call(
                 f"{', '.join(not_for_the_task)} {verb} not apply to --task {TEXT_GENERATION}: a language model is exported "
                 "by its own chain (prefill and decode signatures, judged token by token against transformers).",
                 "Drop it; the language-model options are --tokenizer, --prefill-lengths, --cache-length, --prompts, "
-                "--max-new-tokens, --block-size, --quantize, --atol, --min-top1 and --junit.",
+                "--max-new-tokens, --block-size, --write-tflite, --quantize, --atol, --min-top1 and --junit.",
             )
         if task not in (None, TEXT_GENERATION):
             raise UsageError(f"--task {task} is not a task edge-export knows.", f"Use --task {TEXT_GENERATION}, or leave --task out for other models.")
@@ -50,6 +50,7 @@ def text_generation_call(
             tokenizer=str(tokenizer) if tokenizer else None, prompts_file=str(prompts) if prompts else None,
             quantize=quantize, atol=checking["atol"], min_token_agreement=checking["min_top1"],
             trust_pickle=checking["trust_pickle"], junit=str(checking["junit"]) if checking["junit"] else None,
+            write_tflite=write_tflite,
             **{name: value for name, value in given.items() if value is not None},
         )
         return run_text_generation(model, output, options, on_stage=on_stage)

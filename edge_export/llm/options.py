@@ -17,8 +17,8 @@ BUILT_IN_PROMPTS = ("the quick brown fox", "hello world", "one two three four fi
 @dataclass(frozen=True)
 class LanguageModelOptions:
     tokenizer: str | None = None  # folder holding tokenizer.json (default: the model's folder)
-    prefill_lengths: tuple[int, ...] = (128,)
-    cache_length: int = 1024
+    prefill_lengths: tuple[int, ...] | None = None  # None: from the config and weights (sizing.py)
+    cache_length: int | None = None
     prompts: tuple[str, ...] | None = None  # None: --prompts file, else the built-in set
     prompts_file: str | None = None
     max_new_tokens: int = 16
@@ -28,6 +28,7 @@ class LanguageModelOptions:
     min_token_agreement: float | None = None  # --min-top1
     trust_pickle: bool = False
     junit: str | None = None
+    write_tflite: bool = False  # also <stem>.tflite beside the .litertlm, which holds the same model
 
 
 def parse_lengths(text: str, option: str) -> tuple[int, ...]:
@@ -45,9 +46,9 @@ def check_options(o: LanguageModelOptions) -> None:
         raise UsageError(f"--quantize {o.quantize} does not apply to a language model.", f"Use one of {', '.join(LLM_RECIPES)} or auto.")
     if o.block_size not in BLOCK_SIZES:
         raise UsageError(f"--block-size {o.block_size} is not supported.", f"Use one of {', '.join(map(str, BLOCK_SIZES))} (int4's weight blocks).")
-    if o.cache_length <= 0 or not o.prefill_lengths or min(o.prefill_lengths) <= 0:
+    if (o.cache_length is not None and o.cache_length <= 0) or (o.prefill_lengths is not None and (not o.prefill_lengths or min(o.prefill_lengths) <= 0)):
         raise UsageError("--cache-length and --prefill-lengths must be positive.", "e.g. --prefill-lengths 32,128 --cache-length 1024.")
-    if max(o.prefill_lengths) > o.cache_length:
+    if o.cache_length is not None and o.prefill_lengths is not None and max(o.prefill_lengths) > o.cache_length:
         raise UsageError(f"A prefill length ({max(o.prefill_lengths)}) is longer than the cache ({o.cache_length}).", "Lower --prefill-lengths or raise --cache-length.")
     if o.max_new_tokens <= 0:
         raise UsageError("--max-new-tokens must be at least 1.", "e.g. --max-new-tokens 16.")

@@ -159,29 +159,28 @@ def runtime_chat_text(litertlm_path: str, message: str, max_new_tokens: int) -> 
         ) from exc
 
 
-def runtime_texts(litertlm_path: str, prompts: Sequence[str], max_new_tokens: int) -> tuple[list[str], float | None, float | None]:
-    """Each prompt's greedy continuation in the LiteRT-LM runtime (CPU, one thread), and the
-    prefill and decode tokens/s of the last prompt as the runtime measures them."""
+def runtime_texts(litertlm_path: str, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+    """Each prompt's greedy continuation in the LiteRT-LM runtime (CPU, one thread). Speed is
+    timed apart (speed.measure_speed), on the recipe kept."""
     litert_lm = import_runtime()
-    texts, prefill_tps, decode_tps = [], None, None
+    texts = []
     try:
-        engine = litert_lm.Engine(litertlm_path, backend=litert_lm.Backend.CPU(thread_count=1), enable_benchmark=True)
-        with engine:
+        with litert_lm.Engine(litertlm_path, backend=litert_lm.Backend.CPU(thread_count=1)) as engine:
             for prompt in prompts:
                 session = engine.create_session(
                     apply_prompt_template=False, sampler_config=litert_lm.SamplerConfig(top_k=1), max_output_tokens=max_new_tokens
                 )
-                session.run_prefill([prompt])
-                texts.append("".join(session.run_decode().texts[:1]))
-                info = session.get_benchmark_info()
-                prefill_tps, decode_tps = info.last_prefill_tokens_per_second, info.last_decode_tokens_per_second
-                session.close()
+                try:
+                    session.run_prefill([prompt])
+                    texts.append("".join(session.run_decode().texts[:1]))
+                finally:
+                    session.close()
     except Exception as exc:  # boundary: the runtime's C API says only "failed" (the reason went to stderr)
         raise RuntimeRunError(
             f"The LiteRT-LM runtime failed on the .litertlm: {first_line(exc)}.",
             "Run with --verbose to see the runtime's own message.",
         ) from exc
-    return texts, prefill_tps, decode_tps
+    return texts
 
 
 def first_text_divergence(tokenizer: Any, generated_ids: Sequence[int], runtime_text: str, stop_ids: Sequence[int]) -> int | None:

@@ -1,6 +1,6 @@
 """``run_text_generation``: the chain for ``--task text-generation``.
 
-    check options and prompts -> prepare the model directory (safetensors, tokenizer, chat template)
+    check options, size the prefill and cache (sizing.py) and read the prompts -> prepare the model directory (safetensors, tokenizer, chat template)
     -> export the float flatbuffer once (export.py) -> transformers' reference (parity.py)
     -> for each recipe (one, or auto's smallest first): quantize (recipes.py), package
        (packaging.py), judge (evaluation.py) -> measure -> write every artifact together
@@ -50,6 +50,8 @@ def run_text_generation(
 
     options = options or LanguageModelOptions()
     check_options(options)
+    options, sizing = _sized(source, options)
+    check_options(options)
     prompts = read_prompts(options)
     paths = output_paths(source, output)
     _check_outputs_apart(source, paths, options)
@@ -61,10 +63,24 @@ def run_text_generation(
         with tempfile.TemporaryDirectory(prefix="edge-export-llm-") as work:
             from .run import export_and_check
 
-            return export_and_check(source, Path(work), paths, prompts, options, StageClock(on_stage))
+            return export_and_check(source, Path(work), paths, prompts, options, StageClock(on_stage), sizing)
     except BaseException:
         remove_created_folders(created)
         raise
+
+
+def _sized(source: str, options: LanguageModelOptions):
+    """``options`` with the lengths left out sized from the folder's config and weights (sizing.py)."""
+    from ..errors import ModelLoadError
+    from .sizing import resolve_lengths
+    from .task import read_config
+
+    folder = Path(source)
+    try:
+        config = read_config(folder) if folder.is_dir() else None
+    except ModelLoadError:
+        config = None  # prepare() refuses the folder with the reason
+    return resolve_lengths(folder if config is not None else None, config, options)
 
 
 def _check_outputs_apart(source: str, paths: dict[str, Path], options: LanguageModelOptions) -> None:

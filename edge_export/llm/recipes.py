@@ -2,14 +2,27 @@
 the float flatbuffer (no new export: seconds instead of a trace and conversion per recipe; this
 is what litert-torch's ``quantization_recipe`` does internally, ``export_lib.quantize_model``).
 
-    fp16          float16 weights (FLOAT_CASTING), float32 compute
-    dynamic-int8  per-channel int8 weights, activations quantized at run time (dynamic_wi8_afp32)
-    int4          blockwise int4 weights (--block-size 32/64/128/256), activations quantized at run
-                  time; the embedding table, which no blockwise kernel reads, per-channel int4
+A recipe gives each group of weights a precision (``GROUP_RECIPES``):
 
-Every recipe quantizes FULLY_CONNECTED (attention and MLP projections, lm_head) and
-EMBEDDING_LOOKUP weights; ``weight_groups`` says, per group, what the bytes were and became.
-``auto`` (pipeline.py) tries them smallest first.
+    group      the ops it covers
+    embedding  EMBEDDING_LOOKUP (the token table)
+    attention  FULLY_CONNECTED whose output is named after the attention module (q/k/v/o)
+    mlp        FULLY_CONNECTED named after the MLP (gate/up/down)
+    lm_head    the FULLY_CONNECTED that produces the vocabulary's logits
+
+    precision  what ai-edge-quantizer does
+    float32    nothing
+    fp16       float16 weights (FLOAT_CASTING), float32 compute
+    int8       per-channel int8 weights, dequantized to float32 compute (weight-only)
+    int8-dyn   per-channel int8 weights, activations quantized to int8 at run time (dynamic)
+    int4-dyn   blockwise int4 weights (--block-size 32/64/128/256), activations quantized at run
+               time; the embedding table, which no blockwise kernel reads, per-channel int4
+
+Measured on the pretrained SmolLM2-135M (docs/BENCHMARKS.md, "A pretrained decoder"): int4
+everywhere broke the text (token agreement 0.60), dynamic int8 kept 0.94; the int4-mlp and
+int4-layers recipes keep the vocabulary tables (embedding, lm_head) and, for int4-mlp, the
+attention at int8. ``weight_groups`` says, per group, what the bytes were and became. ``auto``
+(run.check_recipes) tries them smallest first and keeps the first that passes.
 """
 
 from __future__ import annotations
@@ -20,30 +33,60 @@ from typing import Any
 
 from ..errors import QuantizationError, UsageError, first_line
 
-__all__ = ["LLM_RECIPES", "AUTO_ORDER", "BLOCK_SIZES", "WeightGroup", "quantize_language_model", "weight_groups"]
+__all__ = ["LLM_RECIPES", "AUTO_ORDER", "BLOCK_SIZES", "GROUP_RECIPES", "WeightGroup", "quantize_language_model", "weight_groups"]
 
-LLM_RECIPES = ("none", "fp16", "dynamic-int8", "int4")
-AUTO_ORDER = ("int4", "dynamic-int8", "fp16", "none")  # smallest first
+GROUPS = ("embedding", "attention", "mlp", "lm_head")
+# recipe -> precision of (embedding, attention, mlp, lm_head)
+GROUP_RECIPES = {
+    "none": ("float32", "float32", "float32", "float32"),
+    "fp16": ("fp16", "fp16", "fp16", "fp16"),
+    "int8": ("int8", "int8", "int8", "int8"),
+    "dynamic-int8": ("int8-dyn", "int8-dyn", "int8-dyn", "int8-dyn"),
+    "int4-mlp": ("int8", "int8", "int4-dyn", "int8"),
+    "int4-layers": ("int8", "int4-dyn", "int4-dyn", "int8"),
+    "int4": ("int4-dyn", "int4-dyn", "int4-dyn", "int4-dyn"),
+}
+LLM_RECIPES = tuple(GROUP_RECIPES)
+AUTO_ORDER = ("int4", "int4-layers", "int4-mlp", "dynamic-int8", "int8", "fp16", "none")  # smallest first
 BLOCK_SIZES = (32, 64, 128, 256)
+# ai-edge-quantizer matches these against an op's output tensor names (its "scope"); litert-torch
+# names them after the PyTorch module path (".../LlamaAttention_self_attn/...Linear_q_proj",
+# ".../LlamaMLP_mlp/...Linear_down_proj") and the vocabulary projection's output "decode_logits_output"
+SCOPES = {"attention": r"self_attn|attention", "mlp": r"mlp|feed_forward|ffn", "lm_head": r"lm_head|logits"}
+
+
+def _add(manager: Any, regex: str, op: Any, precision: str, block_size: int) -> None:
+    from ai_edge_quantizer import qtyping
+    from ai_edge_quantizer.algorithm_manager import AlgorithmName
+
+    if precision == "float32":
+        manager.add_quantization_config(regex, op, qtyping.OpQuantizationConfig(), algorithm_key=AlgorithmName.NO_QUANTIZE)
+    elif precision == "fp16":
+        weight = qtyping.TensorQuantizationConfig(num_bits=16, dtype=qtyping.TensorDataType.FLOAT)
+        config = qtyping.OpQuantizationConfig(weight_tensor_config=weight, compute_precision=qtyping.ComputePrecision.FLOAT, explicit_dequantize=True)
+        manager.add_quantization_config(regex, op, config, algorithm_key=AlgorithmName.FLOAT_CASTING)
+    elif precision == "int8" and op == qtyping.TFLOperationName.FULLY_CONNECTED:
+        manager.add_weight_only_config(regex, op, num_bits=8)
+    elif precision in ("int8", "int8-dyn"):  # an embedding lookup computes nothing: its int8 table is read as is
+        manager.add_dynamic_config(regex, op, num_bits=8)
+    else:
+        blockwise = op == qtyping.TFLOperationName.FULLY_CONNECTED
+        granularity = getattr(qtyping.QuantGranularity, f"BLOCKWISE_{block_size}") if blockwise else qtyping.QuantGranularity.CHANNELWISE
+        manager.add_dynamic_config(regex, op, num_bits=4, granularity=granularity)
 
 
 def _recipe(mode: str, block_size: int) -> Any:
+    """The ai-edge-quantizer recipe: one rule per group; a later matching rule wins, so the
+    catch-all FULLY_CONNECTED rule (the MLP's precision) comes first."""
     from ai_edge_quantizer import qtyping, recipe_manager
-    from ai_edge_quantizer.algorithm_manager import AlgorithmName
 
-    ops = (qtyping.TFLOperationName.FULLY_CONNECTED, qtyping.TFLOperationName.EMBEDDING_LOOKUP)
+    precision = dict(zip(GROUPS, GROUP_RECIPES[mode]))
+    fc, lookup = qtyping.TFLOperationName.FULLY_CONNECTED, qtyping.TFLOperationName.EMBEDDING_LOOKUP
     manager = recipe_manager.RecipeManager()
-    for op in ops:
-        if mode == "fp16":
-            weight = qtyping.TensorQuantizationConfig(num_bits=16, dtype=qtyping.TensorDataType.FLOAT)
-            config = qtyping.OpQuantizationConfig(weight_tensor_config=weight, compute_precision=qtyping.ComputePrecision.FLOAT, explicit_dequantize=True)
-            manager.add_quantization_config(".*", op, config, algorithm_key=AlgorithmName.FLOAT_CASTING)
-        elif mode == "dynamic-int8":
-            manager.add_dynamic_config(".*", op, num_bits=8)
-        else:
-            blockwise = op == qtyping.TFLOperationName.FULLY_CONNECTED
-            granularity = getattr(qtyping.QuantGranularity, f"BLOCKWISE_{block_size}") if blockwise else qtyping.QuantGranularity.CHANNELWISE
-            manager.add_dynamic_config(".*", op, num_bits=4, granularity=granularity)
+    _add(manager, ".*", lookup, precision["embedding"], block_size)
+    _add(manager, ".*", fc, precision["mlp"], block_size)
+    for group in ("attention", "mlp", "lm_head"):
+        _add(manager, SCOPES[group], fc, precision[group], block_size)
     return manager.get_quantization_recipe()
 
 

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from ..serialize import json_field
 from .packaging import PackageMetadata
 from .recipes import WeightGroup
+from .sizing import LlmSizing
+from .speed import LlmSpeed
 
 __all__ = [
     "LlmThresholds", "LlmPromptParity", "LlmChatParity", "LlmRecipeAttempt", "LlmMeasurements", "LanguageModelSection",
-    "markdown_lines", "junit_cases", "summary_lines",
+    "markdown_lines", "junit_cases", "summary_lines", "attempt_shortfall",
 ]
 
 
@@ -88,8 +90,9 @@ class LlmMeasurements:
     litertlm_bytes: int
     kv_cache_bytes: int  # every layer's K and V at the cache length, float32
     peak_rss_bytes: int  # this process's peak resident set (export, reference and runs)
-    prefill_tokens_per_second: float | None = json_field(digits=1)  # LiteRT-LM CPU, 1 thread, last prompt
+    prefill_tokens_per_second: float | None = json_field(digits=1)  # speed's median (LiteRT-LM CPU, timed by edge-export)
     decode_tokens_per_second: float | None = json_field(digits=1)
+    speed: LlmSpeed | None = None  # the timed runs behind the two figures, with the host's load and threads
 
 
 @dataclass(frozen=True)
@@ -106,10 +109,11 @@ class LanguageModelSection:
     chosen: str
     attempts: tuple[LlmRecipeAttempt, ...]
     measurements: LlmMeasurements
+    sizing: LlmSizing | None = None  # where the prefill and cache lengths came from, and the memory estimate
 
     JSON_KEYS = (
         "task", "weights_format", "prefill_lengths", "cache_length", "max_new_tokens", "quantize", "block_size",
-        "package", "litertlm", "chosen", "attempts", "measurements", "passed",
+        "package", "litertlm", "chosen", "attempts", "measurements", "sizing", "passed",
     )
 
     @property
@@ -135,15 +139,25 @@ def _kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MiB"
 
 
+def _speed_basis(m: LlmMeasurements) -> str:
+    """What the tokens/s are: the median of how many timed runs, on how many threads, at what load."""
+    s = m.speed
+    if s is None:
+        return "LiteRT-LM CPU, not timed"
+    load = "n/a" if s.host_load_average is None else f"{s.host_load_average:.1f}"
+    return f"LiteRT-LM CPU, {s.threads} thread{'s' if s.threads != 1 else ''}, median of {s.runs} timed runs of {min(s.prompt_tokens, default=0)}-{max(s.prompt_tokens, default=0)} prompt tokens, host load {load} on {s.host_cpus or '?'} CPUs"
+
+
 def markdown_lines(lm: LanguageModelSection, escape) -> list[str]:
     """The Markdown section; ``escape`` is the renderer's escaper for model text."""
     m, chosen = lm.measurements, lm.chosen_attempt
     lines = [
         "## Language model", "",
-        f"- task: {lm.task}; weights: {lm.weights_format}; prefill lengths {', '.join(map(str, lm.prefill_lengths))}; cache {lm.cache_length} tokens",
+        f"- task: {lm.task}; weights: {lm.weights_format}; prefill lengths {', '.join(map(str, lm.prefill_lengths))}; cache {lm.cache_length} tokens"
+        + ("" if lm.sizing is None else f" ({escape(lm.sizing.reason)})"),
         f"- recipe: {escape(lm.chosen)} (asked: {escape(lm.quantize)}{'' if lm.block_size is None else f', block size {lm.block_size}'})",
         f"- sizes: .tflite {_kib(m.tflite_bytes)}, .litertlm {_kib(m.litertlm_bytes)}, KV cache {_kib(m.kv_cache_bytes)} at {lm.cache_length} tokens",
-        f"- host (LiteRT-LM CPU, 1 thread): prefill {_rate(m.prefill_tokens_per_second)} tokens/s, decode {_rate(m.decode_tokens_per_second)} tokens/s; peak RSS {_kib(m.peak_rss_bytes)}",
+        f"- host ({_speed_basis(m)}): prefill {_rate(m.prefill_tokens_per_second)} tokens/s, decode {_rate(m.decode_tokens_per_second)} tokens/s; peak RSS {_kib(m.peak_rss_bytes)}",
         f"- package: start token {lm.package.start_token_id}, stop tokens {list(lm.package.stop_token_ids)}, max {lm.package.max_num_tokens} tokens, "
         f"chat template {'yes (adapted: message content parts joined for the runtime)' if lm.package.chat_template else 'no'}, sampler {escape(lm.package.sampler or 'the runtime default')}",
         "", "| recipe | size | max abs Δlogit | mean KL | token agreement | identical texts | weights | result |", "|---|---|---|---|---|---|---|---|",
@@ -151,7 +165,7 @@ def markdown_lines(lm: LanguageModelSection, escape) -> list[str]:
     for a in lm.attempts:
         weights = ", ".join(f"{w.group} {_kib(w.bytes)} {'/'.join(w.dtypes)}" for w in a.weights)
         texts = "n/a" if a.identical_texts is None else f"{a.identical_texts}/{len(a.prompts)}"
-        lines.append(f"| {escape(a.recipe)} | {_kib(a.model_bytes)} | {_num(a.max_abs_logit_diff)} | {_num(a.mean_kl)} | {a.token_agreement:.3f} | {texts} | {weights} | {'passed' if a.passed else 'failed'} |")
+        lines.append(f"| {escape(a.recipe)} | {_kib(a.model_bytes)} | {_num(a.max_abs_logit_diff)} | {_num(a.mean_kl)} | {a.token_agreement:.3f} | {texts} | {weights} | {'passed' if a.passed else 'failed: ' + escape(attempt_shortfall(a))} |")
     lines += ["", f"Prompts ({escape(lm.chosen)}):", "", "| # | prompt | steps | max abs Δlogit | token agreement | first failing step | transformers | LiteRT-LM |", "|---|---|---|---|---|---|---|---|"]
     for i, p in enumerate(chosen.prompts):
         failing = "none" if p.first_failing_step is None else f"{p.first_failing_step}: {escape(p.failing_reason or '')}"
@@ -180,6 +194,20 @@ def junit_cases(lm: LanguageModelSection) -> list[tuple[str, str, str | None, st
     return cases
 
 
+def attempt_shortfall(a: LlmRecipeAttempt) -> str:
+    """What a failed attempt measured against its thresholds (why auto did not keep it)."""
+    t, why = a.thresholds, []
+    if not a.token_agreement >= t.min_token_agreement:
+        why.append(f"token agreement {a.token_agreement:.3f} < {t.min_token_agreement:g}")
+    if not a.mean_kl <= t.max_mean_kl:
+        why.append(f"mean KL {_num(a.mean_kl)} > {t.max_mean_kl:g}")
+    if t.max_abs_logit_diff is not None and not a.max_abs_logit_diff <= t.max_abs_logit_diff:
+        why.append(f"max abs dlogit {_num(a.max_abs_logit_diff)} > {t.max_abs_logit_diff:g}")
+    if a.chat is not None and not a.chat.passed:
+        why.append("chat turn failed")
+    return ", ".join(why) or "a prompt failed its check"
+
+
 def summary_lines(lm: LanguageModelSection) -> list[str]:
     """Plain lines for the terminal summary (the caller escapes them)."""
     m, a = lm.measurements, lm.chosen_attempt
@@ -187,10 +215,10 @@ def summary_lines(lm: LanguageModelSection) -> list[str]:
         f"language model: {lm.chosen} · .tflite {_kib(m.tflite_bytes)} · .litertlm {_kib(m.litertlm_bytes)} · KV cache {_kib(m.kv_cache_bytes)} at {lm.cache_length} tokens",
         f"parity ({len(a.prompts)} prompts x {lm.max_new_tokens} tokens, teacher-forced): max abs dlogit {_num(a.max_abs_logit_diff)}, mean KL {_num(a.mean_kl)}, "
         f"token agreement {a.token_agreement:.3f}; LiteRT-LM text identical on {a.identical_texts if a.identical_texts is not None else 'n/a'}/{len(a.prompts)}",
-        f"host: prefill {_rate(m.prefill_tokens_per_second)} tokens/s, decode {_rate(m.decode_tokens_per_second)} tokens/s, peak RSS {_kib(m.peak_rss_bytes)}",
+        f"host ({_speed_basis(m)}): prefill {_rate(m.prefill_tokens_per_second)} tokens/s, decode {_rate(m.decode_tokens_per_second)} tokens/s, peak RSS {_kib(m.peak_rss_bytes)}",
     ]
     if len(lm.attempts) > 1:
-        lines.append("auto: " + "; ".join(f"{x.recipe} {_kib(x.model_bytes)} {'passed' if x.passed else 'failed'}" for x in lm.attempts))
+        lines.append("auto: " + "; ".join(f"{x.recipe} {_kib(x.model_bytes)} {'passed' if x.passed else 'failed: ' + attempt_shortfall(x)}" for x in lm.attempts))
     for i, p in enumerate(a.prompts):
         if not p.passed:
             lines.append(f"prompt {i} fails at step {p.first_failing_step}: {p.failing_reason}")

@@ -19,6 +19,7 @@ from .parity import ChatReference, ReferenceRun, reference_chat, reference_runs,
 from .recipes import AUTO_ORDER, quantize_language_model, weight_groups
 from .report import LanguageModelSection, LlmChatParity, LlmMeasurements, LlmRecipeAttempt
 from .signatures import SignatureDriver
+from .speed import measure_speed, speed_prompts
 from .task import TEXT_GENERATION, check_cache_length, check_causal_lm_config
 from .tokenizer_check import chat_prompt_ids_bounded, check_tokenizer_bounded
 
@@ -47,9 +48,8 @@ class RecipeResult:
     attempt: LlmRecipeAttempt
     tflite: bytes
     litertlm: bytes
-    prefill_tokens_per_second: float | None
-    decode_tokens_per_second: float | None
     kv_cache_bytes: int
+    package: Path  # the .litertlm in the work folder (timed by speed.measure_speed when kept)
 
 
 def check_prompt_lengths(tokenizer: Any, prompts: Sequence[str], options: LanguageModelOptions) -> None:
@@ -177,14 +177,14 @@ def check_recipe(recipe: str, float_tflite: bytes, ctx: RecipeContext) -> Recipe
     package = ctx.work / f"{recipe}.litertlm"
     package.write_bytes(litertlm)
     driver = SignatureDriver(tflite, ctx.tokenizer.pad_token_id or 0)
-    texts, prefill_tps, decode_tps = runtime_texts(str(package), ctx.prompts, ctx.options.max_new_tokens)
+    texts = runtime_texts(str(package), ctx.prompts, ctx.options.max_new_tokens)
     t = thresholds_for(recipe, ctx.options.atol, ctx.options.min_token_agreement, _logit_scale(ctx.refs))
     judged = tuple(
         judge_prompt(ref, _worst_logits(driver, ref), text, t, ctx.tokenizer, ctx.meta.stop_token_ids)
         for ref, text in zip(ctx.refs, texts)
     )
     chat = _judge_chat(ctx, package, t)
-    return RecipeResult(_attempt(recipe, tflite, judged, t, ctx.src.config, chat), tflite, litertlm, prefill_tps, decode_tps, driver.kv_cache_bytes)
+    return RecipeResult(_attempt(recipe, tflite, judged, t, ctx.src.config, chat), tflite, litertlm, driver.kv_cache_bytes, package)
 
 
 def _judge_chat(ctx: RecipeContext, package: Path, t) -> LlmChatParity | None:
@@ -215,7 +215,7 @@ def check_recipes(float_tflite: bytes, ctx: RecipeContext, quantize: str, stages
     return attempts, chosen
 
 
-def export_and_check(source: str, work: Path, paths: dict, prompts: tuple[str, ...], options: LanguageModelOptions, stages) -> Any:
+def export_and_check(source: str, work: Path, paths: dict, prompts: tuple[str, ...], options: LanguageModelOptions, stages, sizing=None) -> Any:
     with stages.run("load", "Checking the model directory, tokenizer and prompts"):
         src, tokenizer, template, meta = prepare(source, work, prompts, options)
     with stages.run("export", "Exporting prefill and decode signatures (litert-torch)"):
@@ -223,6 +223,9 @@ def export_and_check(source: str, work: Path, paths: dict, prompts: tuple[str, .
     with stages.run("reference", "Generating with transformers (float32)"):
         ctx = reference_context(src, tokenizer, template, meta, prompts, options, work)
     attempts, chosen = check_recipes(float_export.data, ctx, options.quantize, stages)
+    with stages.run("speed", "Timing prefill and decode in LiteRT-LM (CPU, 1 thread)"):
+        target = min(max(options.prefill_lengths), options.cache_length - options.max_new_tokens - 2)
+        speed = measure_speed(str(chosen.package), speed_prompts(tokenizer, prompts, target), options.max_new_tokens)
     from .measure import peak_rss_bytes
 
     section = LanguageModelSection(
@@ -231,7 +234,8 @@ def export_and_check(source: str, work: Path, paths: dict, prompts: tuple[str, .
         block_size=options.block_size if options.quantize in ("int4", "auto") else None, package=meta,
         litertlm=str(paths["litertlm"]), chosen=chosen.attempt.recipe, attempts=tuple(attempts),
         measurements=LlmMeasurements(len(chosen.tflite), len(chosen.litertlm), chosen.kv_cache_bytes, peak_rss_bytes(),
-                                     chosen.prefill_tokens_per_second, chosen.decode_tokens_per_second),
+                                     speed.prefill_tokens_per_second, speed.decode_tokens_per_second, speed),
+        sizing=sizing,
     )
     from .writing import write_language_model
 

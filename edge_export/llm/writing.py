@@ -49,7 +49,11 @@ def write_language_model(source: str, class_name: str, paths: dict, tflite: byte
     from ..stages.paths import RunPaths
     from ..stages.write import write_run
 
-    report = build_run_report(source, class_name, paths, tflite, section, stages, options.junit)
-    run_paths = RunPaths(Path(paths["tflite"]), Path(paths["json"]), Path(paths["md"]))
-    written = write_run(report, [(paths["tflite"], tflite), (paths["litertlm"], litertlm)], options, stages, run_paths)
+    # the .litertlm holds the same flatbuffer: a second copy beside it only when asked (--write-tflite);
+    # without it the report's model artifact (artifacts.tflite) is the .litertlm
+    model_path = Path(paths["tflite"] if options.write_tflite else paths["litertlm"])
+    files = [(paths["tflite"], tflite)] if options.write_tflite else []
+    report = build_run_report(source, class_name, {**paths, "tflite": model_path}, tflite, section, stages, options.junit)
+    run_paths = RunPaths(model_path, Path(paths["json"]), Path(paths["md"]))
+    written = write_run(report, [*files, (paths["litertlm"], litertlm)], options, stages, run_paths)
     return LanguageModelResult(written.tflite_path, written.report_json_path, written.report_md_path, report, litertlm_path=paths["litertlm"])

@@ -63,14 +63,14 @@ class _Exports:
 
             try:
                 main([str(folder), "-o", str(out), "--prefill-lengths", f"{PREFILL // 2},{PREFILL}", "--cache-length", str(CACHE),
-                      "--max-new-tokens", str(NEW_TOKENS), "--prompts", str(prompts), "--junit", str(out.with_suffix(".junit.xml")), "--quiet"])
+                      "--max-new-tokens", str(NEW_TOKENS), "--prompts", str(prompts), "--junit", str(out.with_suffix(".junit.xml")), "--write-tflite", "--quiet"])
                 code = 0
             except SystemExit as exc:
                 code = exc.code
         else:
             from edge_export.llm import export_language_model
 
-            code = export_language_model(str(folder), out, prompts=PROMPTS, **common).exit_code
+            code = export_language_model(str(folder), out, prompts=PROMPTS, write_tflite=True, **common).exit_code
         report_json = out.with_suffix(".report.json")
         report = json.loads(report_json.read_text()) if report_json.exists() else {}
         return ExportedFamily(family, folder, out, out.with_suffix(".litertlm"), report_json, report, code)

@@ -53,7 +53,7 @@ def test_options_are_checked():
     for text in ("", "0", "a,b", "-4"):
         with pytest.raises(UsageError):
             parse_lengths(text, "--prefill-lengths")
-    for bad in (dict(quantize="int8"), dict(block_size=48), dict(prefill_lengths=(256,), cache_length=128), dict(max_new_tokens=0)):
+    for bad in (dict(quantize="int16x8"), dict(block_size=48), dict(prefill_lengths=(256,), cache_length=128), dict(max_new_tokens=0)):
         with pytest.raises(UsageError):
             check_options(LanguageModelOptions(**bad))
     check_options(LanguageModelOptions(quantize="auto", block_size=64))
