@@ -44,6 +44,7 @@ from .calibration import (
 from .synthetic_calibration import synthetic_calibration
 from .flatbuffer_recipes import DEFAULT_FLATBUFFER_OBSERVER, FLATBUFFER_OBSERVERS, RECIPES
 from .io_types import IOQuantInfo, describe_io, set_io_dtype
+from .bias_saturation import SaturatedBias, saturated_biases
 from .output_joins import JoinedOutput, joined_outputs
 from .pt2e import DEFAULT_PT2E_OBSERVER, PT2E_OBSERVERS, pt2e_supports
 from .selection import BackendAttempt, IntegerCheck, ParityTarget, check_integer, module_path_for
@@ -98,8 +99,14 @@ class QuantizationResult:
 
     JSON_KEYS = (
         "mode", "backend", "recipe", "observer", "reason", "attempts", "fully_integer", "integer_check",
-        "io_dtype", "io", "output_parts", "calibration", "calibration_parity", "size_bytes", "warnings", "time_budget",
+        "io_dtype", "io", "output_parts", "saturated_biases", "calibration", "calibration_parity", "size_bytes", "warnings",
+        "time_budget",
     )
+
+    @property
+    def saturated_biases(self) -> tuple[SaturatedBias, ...]:
+        """Operators whose integer bias was clipped at the int32 limits (bias_saturation.py)."""
+        return saturated_biases(self.model)
 
     @property
     def output_parts(self) -> tuple[JoinedOutput, ...]:
@@ -542,7 +549,7 @@ def _result(
         calibration=job.calibration.summary(),
         sqnr_db=chosen.sqnr_db,
         cosine=chosen.cosine,
-        warnings=_warnings(job, check) + _float_lstm_warnings(check, job.mode, chosen.backend, final),
+        warnings=_warnings(job, check) + _float_lstm_warnings(check, job.mode, chosen.backend, final) + _bias_warnings(final),
     )
 
 
@@ -550,6 +557,22 @@ def _float_lstm_warnings(check: IntegerCheck, mode: QuantizeMode, backend: str, 
     from .sequence_lstm_int8 import float_lstm_warnings
 
     return float_lstm_warnings(check, mode.value, str(getattr(backend, "value", backend)), tuple(final.op_counts))
+
+
+def _bias_warnings(model: FlatbufferModel) -> tuple[str, ...]:
+    clipped = saturated_biases(model)
+    if not clipped:
+        return ()
+    from ..text_safety import show_unsafe
+
+    named = "; ".join(f"#{b.operator} {b.opcode} ({show_unsafe(b.tensor)}): {b.saturated} of {b.channels} channels" for b in clipped[:5])
+    return (
+        f"The integer bias of {len(clipped)} operator(s) is clipped at the int32 limit (tiny input activations "
+        f"with a large bias: bias / (input scale x weight scale) overflows), so their outputs are off by the "
+        f"bias cut: {named}. 16-bit activations make it worse (a 256x finer input scale); real calibration data "
+        "(--calibration-data) or a network whose activations do not vanish (trained, or BatchNorm statistics "
+        "measured) avoids it, as do these layers in float where the target runs float operators.",
+    )
 
 
 def _warnings(job: _BackendJob, check: IntegerCheck) -> tuple[str, ...]:

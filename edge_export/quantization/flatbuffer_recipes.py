@@ -50,6 +50,7 @@ from .calibration import CalibrationSet
 from .constant_matmul_operands import quantize_constant_operands_per_tensor
 from .discontinuous import keep_feeders_in_float
 from .output_joins import find_output_joins, keep_output_joins_in_float
+from .sigmoid_ranges import cut_sigmoid_input_ranges
 from .sequence_lstm_int8 import quantize_sequence_lstm_model, takes_sequence_lstm_model
 
 __all__ = [
@@ -382,6 +383,7 @@ def quantize_flatbuffer(
                 if observer in ("percentile", "mse"):
                     qsvs = _percentile_ranges(float_model, calibration, qsvs, percentile, mode, search=observer)
                 qsvs, _ = floor_ranges(qsvs, mode, _constant_tensor_names(float_model))
+                qsvs, _ = cut_sigmoid_input_ranges(float_model, qsvs, mode)
                 if part_scales and mode in _LEVELS:  # static int8/int16x8: one scale per tensor
                     keep_output_joins_in_float(qz, float_model, find_output_joins(float_model, qsvs))
                 if not qsvs:  # every operator left float (a step function and its feeders): nothing to quantize
