@@ -46,6 +46,17 @@ class LoudSum(nn.Module):
         return (self.cnn(x) + loud) - loud
 
 
+class TwoHeads(nn.Module):
+    """The trained CNN's logits and, beside them, four of its features: two outputs, neither named."""
+
+    def __init__(self, cnn: nn.Module) -> None:
+        super().__init__()
+        self.cnn = cnn
+
+    def forward(self, x: torch.Tensor):
+        return self.cnn(x), self.cnn.features(x).flatten(1)[:, :4]
+
+
 def _digits():
     from sklearn.datasets import load_digits
 
@@ -93,6 +104,7 @@ def digits(tmp_path_factory):
     example = (torch.zeros(1, 1, 8, 8),)
     torch.export.save(torch.export.export(cnn, example), root / "cnn.pt2")
     torch.export.save(torch.export.export(LoudSum(cnn).eval(), example), root / "loud.pt2")
+    torch.export.save(torch.export.export(TwoHeads(cnn).eval(), example), root / "two_heads.pt2")
     images, target = _digits()
     with torch.no_grad():  # the CNN's own accuracy on the whole folder, computed apart from the tool
         own = float((cnn(torch.from_numpy(images[TRAINED_ON:])[:, None]).argmax(1).numpy() == target[TRAINED_ON:]).mean())
@@ -163,3 +175,21 @@ def test_npz_labels_beyond_the_classes_are_exit_2_and_nothing_is_written(run_cli
     said = res.stderr.replace("\n", " ")
     assert "go up to class 12" in said and "10 classes" in said and "Traceback" not in said
     assert not (tmp_path / "out").exists()
+
+
+def test_several_outputs_need_the_classifier_named(run_cli, digits, tmp_path):
+    """Two outputs, neither a classifier by name or option: exit 2 naming them and the fix; with
+    --output-kind naming the logits, the accuracy is measured on them."""
+    root, _, _ = digits
+    images, target = _digits()
+    data = tmp_path / "digits.npz"
+    np.savez(data, x=images[TRAINED_ON:TRAINED_ON + 200][:, None], labels=target[TRAINED_ON:TRAINED_ON + 200].astype(np.int64))
+    res = _export(run_cli, root / "two_heads.pt2", tmp_path / "refused" / "m.tflite", data)
+    said = res.stderr.replace("\n", " ")
+    assert res.exit_code == 2 and "2 outputs" in said and "--output-kind NAME=classification" in said, res.stdout + res.stderr
+    assert not (tmp_path / "refused").exists()
+    out = tmp_path / "named" / "m.tflite"
+    res = _export(run_cli, root / "two_heads.pt2", out, data, "--output-kind", "output_0=classification")
+    assert res.exit_code == 0, res.stdout + res.stderr
+    accuracy = read_report(out)["accuracy"]
+    assert accuracy["output"] == "output_0" and accuracy["class_index"] == "the labels array" and accuracy["pytorch_accuracy"] > 0.85
