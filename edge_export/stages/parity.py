@@ -294,7 +294,8 @@ def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:
     float_bytes = converted.float_bytes
     if float_bytes is None:  # only PT2E ran: no float model was converted yet
         float_bytes = convert_module(prepared.module, prepared.example, strict=options.strict, verbose=options.verbose)
-    heldout = converted.heldout if converted.heldout is not None else parity_samples(loaded.specs, options, loaded.example)
+    # --samples of them, as the mixed-precision search: a labelled held-out part can be far larger
+    heldout = converted.heldout[: options.samples] if converted.heldout is not None else parity_samples(loaded.specs, options, loaded.example)
     _, sensitivity, _ = run_sensitivity_and_mixed_precision(
         converted.quantization, float_bytes=float_bytes, export_module=prepared.module,
         calibration=calibration_in_layout(converted.calibration, prepared.plan.inputs),
