@@ -436,12 +436,13 @@ def check_gpu(model: FlatbufferModel, *, source_module: Any = None, analyzer: An
     partitions; each operator left on the CPU is named with its aten call and line (``source_module``)."""
     from ...operator_origins import operator_origins_at
 
-    verdicts = [_own_verdict(op, version, model) for op, version in zip(model.operators, _op_versions(model))]
+    versions = _op_versions(model)
+    verdicts = [_own_verdict(op, version, model) for op, version in zip(model.operators, versions)]
     origins = operator_origins_at(model, [op.index for op, r in zip(model.operators, verdicts) if r is not None], source_module)
     ops: list[GpuOp] = []
     first: GpuUnsupportedOp | None = None
     partition, in_run = -1, False
-    for op, version, reason in zip(model.operators, _op_versions(model), verdicts):
+    for op, version, reason in zip(model.operators, versions, verdicts):
         origin = origins.get(op.index)
         if reason is None:
             if not in_run:
