@@ -37,6 +37,8 @@ _TYPE_MODULES = (
     "edge_export.quantization",
     "edge_export.quantization.calibration",
     "edge_export.quantization.io_types",
+    "edge_export.quantization.output_joins",
+    "edge_export.quantization.bias_saturation",
     "edge_export.quantization.selection",
     "edge_export.quantization.sensitivity",
     "edge_export.quantization.mixed_precision",
