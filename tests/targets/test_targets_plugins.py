@@ -185,7 +185,7 @@ def test_unknown_target_names_the_known_ones():
     [
         ("cpu", {"quantize": "none", "io_dtype": None}, 0),
         ("edgetpu", {"quantize": "int8", "channels_last": True, "io_dtype": "uint8"}, 3),
-        ("micro", {"quantize": "int8", "channels_last": True, "io_dtype": "int8", "strip_names": True}, 4),
+        ("micro", {"quantize": "int8", "channels_last": True, "io_dtype": "int8", "strip_names": True, "part_scales": False}, 5),
     ],
 )
 def test_builtin_targets_imply_what_they_did(target, implied, notes_count):

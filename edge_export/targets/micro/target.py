@@ -544,6 +544,9 @@ class MicroTarget(TargetPlugin):
             )
         options, io_note = imply_io_dtype(options, self.name, IODtype.INT8)
         implied += io_note
+        if options.part_scales:  # a joined output keeps its parts' scales only as a float output
+            options = replace(options, part_scales=False)
+            implied.append(f"--target {self.name} implies --no-part-scales (its outputs are int8, one scale each)")
         if not options.channels_last:
             # Sensors and camera pipelines deliver NHWC; NCHW I/O would cost a TRANSPOSE at each
             # image input and output (flash, arena and time on the device).
