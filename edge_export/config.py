@@ -204,7 +204,7 @@ class Thresholds:
 # outputs) are judged by their decisions, gated at every precision: int8's 0.9 fails the pitch model
 # whose argmax agreed on 72.7% of frames, and PyTorch's near-ties (within one int8 probability step,
 # validators/probabilities.DECISION_TIE_MARGIN) count as agreement, so the gate sees real flips only;
-# on n decisions a gate allows one decision more (probabilities.decision_slack: 7 of 8 passes 0.9).
+# a gate that would demand every one of n decisions allows one (probabilities.decision_slack: 7 of 8).
 # The probability error is one line, 0.05, at int8 and int16x8: it bounds how far a probability may
 # move before decisions near a threshold flip, which no precision changes (int16x8's 0.01 failed
 # models with every decision kept, CREPE 0.011 and MTCNN R-Net 0.021, while their int8 models passed;

@@ -281,7 +281,7 @@ class _Judged:
 
 def _threshold(field_name: str, metric: str, gate: float, t: Thresholds, judged: _Judged) -> float:
     """The limit one check applies: atol widened for large values (config.scaled_atol), and a
-    decision gate less one decision (probabilities.decision_slack)."""
+    decision gate that allows at least one decision (probabilities.decision_slack)."""
     if field_name == "atol":
         return config.scaled_atol(gate, t.atol_relative, judged.magnitude) or gate
     if field_name == "min_decision_agreement":

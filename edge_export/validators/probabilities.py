@@ -178,13 +178,14 @@ def decision_count(shape: Sequence[int], axis: int | None = None, per_value: boo
 
 
 def decision_slack(gate: float, decisions: int) -> float:
-    """The decision-agreement floor on ``decisions`` decisions: ``gate`` less one decision (never
-    below 0). Agreement moves in steps of 1/n, so on few decisions a gate of 0.9 would otherwise
-    fail a single flip (7 of 8: 0.875), which is what the gate means to allow; on many decisions
-    the one decision vanishes. A count of 0 leaves the gate as it is."""
-    if decisions <= 0:
+    """The decision-agreement floor on ``decisions`` decisions: ``gate``, or where that would demand
+    every decision (fewer than 1 / (1 - gate) of them: 8 at 0.9), all but one (1 - 1/n: 7 of 8
+    passes). Agreement moves in steps of 1/n, so on few decisions the gate would fail the single
+    flip it means to allow; on enough decisions it is the gate itself (8 of 11 and 28 of 32 still
+    fail 0.9). One decision, or none, leaves the gate as it is."""
+    if decisions < 2:
         return gate
-    return max(0.0, gate - 1.0 / decisions)
+    return min(gate, 1.0 - 1.0 / decisions)
 
 
 def threshold_agreement(
