@@ -168,3 +168,23 @@ def test_a_fused_lstm_left_float_is_reported_with_why_and_what_makes_it_integer(
     assert note.startswith(f"The fused LSTM (UNIDIRECTIONAL_SEQUENCE_LSTM, in lstm) stays float under --quantize {mode}")
     assert ("--quant-backend pt2e:" in note) == (backend == "pt2e")
     assert why in note and ("--quantize int8 makes it fully integer" in note or "--quant-backend flatbuffer or auto" in note)
+
+
+@pytest.mark.slow
+def test_litert_has_no_lstm_kernel_for_16_bit_activations(tagger):
+    """What the int16x8 warning rests on: the int8 model with its first LSTM's input made int16
+    (16x8) is refused by LiteRT at prepare, since the kernel's integer path is for int8 inputs only.
+    If a LiteRT release adds the kernel, this fails and the warning must change."""
+    from edge_export.errors import RuntimeRunError
+    from edge_export.flatbuffer import pack_model, read_model
+    from edge_export.passes.flatbuffer.graph_edits import opcode_name
+    from edge_export.runtime import TFLiteRunner
+
+    int8 = tagger[2]
+    model = read_model(int8)
+    sg = model.subgraphs[0]
+    lstm = next(op for op in sg.operators if opcode_name(model, op) == "UNIDIRECTIONAL_SEQUENCE_LSTM")
+    x = sg.tensors[lstm.inputs[0]]
+    x.type, x.quantization.scale, x.quantization.zeroPoint = 7, [float(x.quantization.scale[0]) / 256], [0]  # INT16
+    with pytest.raises(RuntimeRunError, match=r"UNIDIRECTIONAL_SEQUENCE_LSTM\) failed to prepare"):
+        TFLiteRunner(pack_model(model, source=int8))
