@@ -63,12 +63,12 @@ MODES: dict[str, list[str]] = {
     "int16x8": ["--quantize", "int16x8"],
     "edgetpu": ["--target", "edgetpu"],
     "micro": ["--target", "micro", "--no-emit-c"],
-}
     # int8 with an accuracy target: --mixed-precision auto's search (int16 activations before float)
     "int8-25dB": ["--quantize", "int8", "--min-sqnr", "25"],
-
+}
 # Modes run only when --modes names them (on any model).
 OPT_IN_MODES = ("int8-25dB",)
+
 # 40 varied English sentences: speech (espeak-ng) and the text encoder. The first half calibrates,
 # the second half is held out.
 SENTENCES = [
