@@ -6,7 +6,7 @@ exports a `.pt2`, writes a calibration `.npz` from real-looking data made on thi
 real `edge-export` CLI on it, then runs the written `.tflite` itself with
 `ai_edge_litert.interpreter.Interpreter` on a held-out set (disjoint from the calibration set) and
 compares with PyTorch by the task's own measure (pitch bin, speaker neighbour, VAD decision, face
-decision, digit class, sentence neighbour). A row whose verdict is PASSED while its task metric is
+decision, digit class, sentence neighbour, ImageNet class, text mask and word count, decoded text). A row whose verdict is PASSED while its task metric is
 broken is the finding the issue asks for.
 
 Setup (a benchmark-only environment; never the project's .venv; torch must stay 2.13.0):
@@ -20,6 +20,7 @@ Setup (a benchmark-only environment; never the project's .venv; torch must stay 
     /work/bench-venv/bin/pip install -c constraints.txt opencv-python-headless psutil polars matplotlib pyyaml pillow
     /work/bench-venv/bin/python -c "import torch; print(torch.__version__)"   # 2.13.0
     apt-get install -y espeak-ng sox                                          # speech data
+    apt-get install -y fonts-dejavu-core                                      # text drawn for OCR (else Pillow's font only)
 
 Run (one model at a time, each mode one CLI run in a subprocess; results are rewritten after every
 row):
