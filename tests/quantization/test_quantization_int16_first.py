@@ -57,3 +57,59 @@ def test_a_recurrent_cell_gets_int16_activations_and_stays_fully_integer(tmp_pat
     assert mixed["fully_integer"] is True and report["quantization"]["fully_integer"] is True
     assert load_flatbuffer(result.tflite_path).is_fully_integer
     assert min(o["metrics"]["sqnr_db"] for o in report["validation"]["outputs"]) >= 30
+
+
+class OutlierBlock(nn.Module):
+    """A BERT-like encoder block (attention, LayerNorm, feed-forward) whose LayerNorm gains and
+    feed-forward output give two hidden dimensions about 50x the others, as pretrained BERTs' do
+    (MiniLM's residual sums reach 223 where most dimensions stay within +-2)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.norm1 = nn.LayerNorm(dim)
+        self.ff1 = nn.Linear(dim, 2 * dim)
+        self.ff2 = nn.Linear(2 * dim, dim)
+        self.norm2 = nn.LayerNorm(dim)
+        with torch.no_grad():
+            for norm in (self.norm1, self.norm2):
+                norm.weight[:2] *= 50.0
+            self.ff2.weight[:2] *= 50.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, _ = self.attn(x, x, x, need_weights=False)
+        x = self.norm1(x + a)
+        return self.norm2(x + self.ff2(torch.relu(self.ff1(x))))
+
+
+class OutlierEncoder(nn.Module):
+    """Two such blocks and a head that reads the ordinary dimensions: one int8 scale per residual
+    sum leaves them a few steps, and LayerNorm rescales what is left to unit variance (about 4 dB)."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList(OutlierBlock(dim, heads) for _ in range(2))
+        self.head = nn.Linear(dim - 2, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x[..., 2:]).mean(1)
+
+
+@pytest.mark.slow
+def test_a_transformer_whose_residual_stream_int8_cannot_hold_is_kept_integer_at_int16(tmp_path):
+    x = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(1))
+    result = export(OutlierEncoder().eval(), example_inputs=(x,), output=tmp_path / "enc.tflite",
+                    quantize="int8", quant_backend="flatbuffer", min_sqnr=30.0)
+    report = validate_report(json.loads(result.report_json_path.read_text()))
+    mixed = report["mixed_precision"]
+    assert result.exit_code == 0, report["validation"]
+    assert mixed["int8_sqnr_db"] < 10  # int8 loses the ordinary dimensions
+    assert mixed["precision"] == "int16" and mixed["met"] is True and mixed["sqnr_db"] >= 30
+    # the residual sums and LayerNorm's operators are among the int16 ones, and nothing is float
+    promoted = {(p["module_path"] or "", p["opcode"]) for p in mixed["promoted"]}
+    assert ("0", "ADD") in promoted and any(path.endswith("norm2") for path, _ in promoted)
+    assert report["quantization"]["fully_integer"] is True and load_flatbuffer(result.tflite_path).is_fully_integer
+    assert report["validation"]["outputs"][0]["metrics"]["sqnr_db"] >= 30
