@@ -443,6 +443,8 @@ def _int16_then_float(search: Callable[..., MixedPrecisionSearch], budget: TimeB
     with budget.share(INT16_FIRST_SHARE, "int16 activations before float"):
         first = search(precision="int16", costs=int16_costs)
     tried = _int16_summary(first.report)
+    if first.report.met and not first.report.promoted:  # its own int8 model meets the target
+        return first
     if first.report.met:
         report = replace(first.report, reason=f"int16 activations tried before float (fully integer): {first.report.reason}")
         return replace(first, report=report)

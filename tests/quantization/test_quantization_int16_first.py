@@ -113,3 +113,61 @@ def test_a_transformer_whose_residual_stream_int8_cannot_hold_is_kept_integer_at
     assert ("0", "ADD") in promoted and any(path.endswith("norm2") for path, _ in promoted)
     assert report["quantization"]["fully_integer"] is True and load_flatbuffer(result.tflite_path).is_fully_integer
     assert report["validation"]["outputs"][0]["metrics"]["sqnr_db"] >= 30
+
+
+# --- the order of the two searches, on stand-in searches (no model) ------------------------------------
+
+
+def _found(precision: str, sqnr: float, met: bool, promoted: int = 2):
+    from edge_export.quantization.mixed_precision import (
+        AccuracyTarget, MixedPrecisionReport, MixedPrecisionSearch, MixedPrecisionStep, PromotedLayer,
+    )
+
+    layers = tuple(PromotedLayer(i, "ADD", f"t{i}", None, None, None, precision, i + 1, 1, 10.0, sqnr, 0) for i in range(promoted))
+    steps = (MixedPrecisionStep(0, 10.0, 0.9, 100, False), MixedPrecisionStep(promoted, sqnr, 0.99, 120, met))
+    report = MixedPrecisionReport(
+        mode="auto", precision=precision, target=AccuracyTarget(30.0), met=met, reason=f"{precision} search",
+        int8_sqnr_db=10.0, int8_cosine=0.9, sqnr_db=sqnr, cosine=0.99, promoted=layers, steps=steps, seconds=2.0,
+    )
+    return MixedPrecisionSearch(report, f"{precision} model".encode() if promoted else None, b"int8 model")
+
+
+def _run_both(int16, float_):
+    from edge_export.quantization.budget import TimeBudget
+    from edge_export.quantization.mixed_precision import _int16_then_float
+
+    calls: list[dict] = []
+
+    def search(**kwargs):
+        calls.append(kwargs)
+        return int16 if kwargs["precision"] == "int16" else float_
+
+    return _int16_then_float(search, TimeBudget(100.0), {0: 1}, {0: 2}), calls
+
+
+def test_int16_that_meets_the_target_is_kept_and_float_is_not_tried():
+    kept, calls = _run_both(_found("int16", 31.0, True), _found("float", 40.0, True))
+    assert [c["precision"] for c in calls] == ["int16"] and calls[0]["costs"] == {0: 1}
+    assert kept.model_bytes == b"int16 model" and kept.report.reason.startswith("int16 activations tried before float")
+
+
+def test_float_runs_from_the_same_int8_model_when_int16_misses_and_says_what_int16_reached():
+    kept, calls = _run_both(_found("int16", 24.0, False), _found("float", 31.0, True))
+    assert [c["precision"] for c in calls] == ["int16", "float"]
+    assert calls[1]["int8"] == b"int8 model" and calls[1]["costs"] == {0: 2}
+    assert kept.model_bytes == b"float model" and kept.report.seconds == 4.0
+    assert "int16 activations (fully integer) were tried first and missed the target" in kept.report.reason
+    assert "2 operator(s) at int16 read 24.0 dB" in kept.report.reason
+
+
+@pytest.mark.parametrize(("int16_db", "float_db", "kept_model"), [(27.0, 26.0, b"int16 model"), (26.0, 26.0, b"int16 model"),
+                                                                  (25.0, 28.0, b"float model"), (float("nan"), 20.0, b"float model")])
+def test_of_two_misses_the_better_is_kept_int16_on_a_tie(int16_db, float_db, kept_model):
+    kept, _ = _run_both(_found("int16", int16_db, False), _found("float", float_db, False))
+    assert kept.model_bytes == kept_model
+
+
+def test_an_int8_model_that_already_meets_the_target_is_returned_as_it_is():
+    met = _found("int16", 31.0, True, promoted=0)
+    kept, calls = _run_both(met, _found("float", 40.0, True))
+    assert kept is met and len(calls) == 1
