@@ -209,7 +209,7 @@ class Thresholds:
 # move before decisions near a threshold flip, which no precision changes (int16x8's 0.01 failed
 # models with every decision kept, CREPE 0.011 and MTCNN R-Net 0.021, while their int8 models passed;
 # P-Net int8's 0.18 lost faces). fp32's atol grows to 2e-3 of the output's largest |value|
-# (scaled_atol): YOLO11n's boxes reach 800 px and were off by 0.71 px (8.9e-4) with every IoU 1.000;
+# (scaled_atol): YOLO11n's boxes reach 800 px and were off by 0.71-0.82 px (1e-3) with every IoU 1.000;
 # 60 dB SQNR already allows an RMS error of 1e-3 of the RMS value, so on large outputs atol adds a
 # bound on one outlying value of the same order, not a stricter one. int16x8's worst-sample cosine
 # 0.9975 lies between MiniLM's 0.9984 (every neighbour kept on held-out sentences) and Resemblyzer's

@@ -56,9 +56,10 @@ def _pixels(error: float, samples: int = 4) -> tuple[list, list]:
 
 def test_fp32_boxes_in_pixels_are_held_to_a_limit_that_scales_with_them():
     limit = FP32.atol_relative * 800.0
-    ref, out = _pixels(0.71)  # YOLO11n fp32's largest error (BENCHMARKS 30): every box IoU 1.000
-    checks = _checks(compare_outputs(ref, out, names=["boxes"], thresholds=FP32, runtime="t"))
-    assert checks["max_abs_error"].threshold == pytest.approx(limit) and checks["max_abs_error"].passed
+    for error in (0.71, 0.82):  # YOLO11n fp32's largest errors in two runs: every box IoU 1.000
+        ref, out = _pixels(error)
+        checks = _checks(compare_outputs(ref, out, names=["boxes"], thresholds=FP32, runtime="t"))
+        assert checks["max_abs_error"].threshold == pytest.approx(limit) and checks["max_abs_error"].passed
     ref, out = _pixels(limit * 1.5)
     assert _checks(compare_outputs(ref, out, names=["boxes"], thresholds=FP32, runtime="t"))["max_abs_error"].passed is False
     # --atol 1e-4 given outright: the same 0.71 px fails
