@@ -57,21 +57,24 @@ def float_lstm_warnings(check: object, mode: str, backend: str, opcodes: Sequenc
     modules = [e.module for e in check.float_operators if e.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM"]  # type: ignore[attr-defined]
     if not modules or mode not in ("int8", "int16x8"):  # dynamic-int8 keeps float activations by design
         return ()
-    where = ", ".join(dict.fromkeys(m or "the top-level forward()" for m in modules))
+    named = [m or "the top-level forward()" for m in modules if m is not None]  # None: no tensor name says
+    where = f", in {', '.join(dict.fromkeys(named))}" if named else ""
     flags = f"--quantize {mode}" + (" --quant-backend pt2e" if backend == "pt2e" and mode == "int8" else "")
-    lead = f"The fused LSTM (UNIDIRECTIONAL_SEQUENCE_LSTM, in {where}) stays float under {flags}"
+    lead = f"The fused LSTM (UNIDIRECTIONAL_SEQUENCE_LSTM{where}) stays float under {flags}"
+    others = sorted(set(opcodes) - _TRUSTED)
+    untrusted = (f"TFLite's quantizer, the one that writes LiteRT's integer LSTM, is not trusted with {', '.join(others)} "
+                 "(some of its int8 kernels are wrong without saying so)")
     if mode == "int16x8":
         why = ("LiteRT has no kernel for an LSTM with 16-bit activations (its integer LSTM takes int8 "
-               "activations with an int16 cell state), and neither quantizer writes one. --quantize int8 "
-               "makes it fully integer")
+               "activations with an int16 cell state), and neither quantizer writes one. "
+               + (f"--quantize int8 would not make it integer here either: {untrusted}" if others
+                  else "--quantize int8 makes it fully integer"))
     elif backend == "pt2e":
         why = ("PT2E does not quantize inside the fused operator; --quant-backend flatbuffer or auto "
-               "quantizes it fully integer through TFLite's quantizer (int8 activations, an int16 cell state)")
+               "quantizes it fully integer through TFLite's quantizer (int8 activations, an int16 cell state)"
+               + (f", except that {untrusted}" if others else ""))
     else:
-        others = sorted(set(opcodes) - _TRUSTED)
-        why = ("ai-edge-quantizer has no LSTM recipe, and TFLite's quantizer, the one that writes LiteRT's "
-               f"integer LSTM, is not trusted with {', '.join(others) or 'this model'} (some of its int8 "
-               "kernels are wrong without saying so); computing those outside the model makes it fully integer")
+        why = f"ai-edge-quantizer has no LSTM recipe, and {untrusted}; computing those outside the model makes it fully integer"
     return (f"{lead}: {why}.",)
 
 
