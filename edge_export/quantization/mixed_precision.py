@@ -835,6 +835,18 @@ def _finished_mixed_model(model_bytes: bytes, io_dtype: Any) -> Any:
     return run_flatbuffer_passes(shared, [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin=origin).model
 
 
+def _not_integer_warning(report: MixedPrecisionReport, check: Any) -> str:
+    """Why the mixed model is not fully integer: its float promotions, or (at int16, whose
+    operators are integer) the operators computing in float that integer_check names."""
+    if report.precision == "float":
+        return f"Mixed precision left {len(report.promoted)} operator(s) in float: the model is not fully integer."
+    opcodes = ", ".join(dict.fromkeys(op.opcode for op in check.float_operators)) or "none; float tensors only"
+    return (
+        f"Mixed precision raised {len({p.op_index for p in report.promoted})} operator(s) to int16, but the model is not fully "
+        f"integer: operators computing in float: {opcodes} (see integer_check)."
+    )
+
+
 def run_sensitivity_and_mixed_precision(
     base: Any,
     *,
@@ -898,9 +910,7 @@ def run_sensitivity_and_mixed_precision(
         report = replace(report, reason=report.reason + "; the promoted operators run in float, so the model is not fully integer")
     warnings = tuple(w for w in base.warnings if "not fully integer" not in w)
     if not check.fully_integer:
-        warnings += (
-            f"Mixed precision left {len(report.promoted)} operator(s) in float: the model is not fully integer.",
-        )
+        warnings += (_not_integer_warning(report, check),)
     quant = replace(
         base, model=final, backend="flatbuffer",
         recipe=_recipe(report),

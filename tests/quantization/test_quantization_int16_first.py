@@ -171,3 +171,14 @@ def test_an_int8_model_that_already_meets_the_target_is_returned_as_it_is():
     met = _found("int16", 31.0, True, promoted=0)
     kept, calls = _run_both(met, _found("float", 40.0, True))
     assert kept is met and len(calls) == 1
+
+
+def test_an_int16_model_that_is_not_fully_integer_names_what_computes_in_float_not_a_float_promotion():
+    from edge_export.quantization.mixed_precision import _not_integer_warning
+    from edge_export.quantization.selection import IntegerCheck, QuantOpEntry
+
+    check = IntegerCheck(False, (), (), (QuantOpEntry(3, "CAST", "mask", None),))
+    int16 = _not_integer_warning(_found("int16", 26.0, True, promoted=3).report, check)
+    assert int16 == ("Mixed precision raised 3 operator(s) to int16, but the model is not fully integer: "
+                     "operators computing in float: CAST (see integer_check).")
+    assert "left 2 operator(s) in float" in _not_integer_warning(_found("float", 30.0, True).report, check)
