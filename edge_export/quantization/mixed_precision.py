@@ -449,13 +449,14 @@ def _int16_then_float(search: Callable[..., MixedPrecisionSearch], budget: TimeB
         report = replace(first.report, reason=f"int16 activations tried before float (fully integer): {first.report.reason}")
         return replace(first, report=report)
     second = search(precision="float", costs=float_costs, int8=first.int8_bytes)
-    report = second.report
+    report, spent = second.report, {
+        "seconds": first.report.seconds + second.report.seconds,
+        "latency_seconds": first.report.latency_seconds + second.report.latency_seconds,
+    }
     if not report.met and first.model_bytes is not None and _better_or_equal(first.report.sqnr_db, report.sqnr_db):
-        kept = replace(first.report, reason=f"{first.report.reason}; float promotions, tried next, did not do better ({report.reason})")
+        kept = replace(first.report, reason=f"{first.report.reason}; float promotions, tried next, did not do better ({report.reason})", **spent)
         return replace(first, report=kept)
-    report = replace(report, reason=f"{report.reason}; {tried}", seconds=report.seconds + first.report.seconds,
-                     latency_seconds=report.latency_seconds + first.report.latency_seconds)
-    return replace(second, report=report)
+    return replace(second, report=replace(report, reason=f"{report.reason}; {tried}", **spent))
 
 
 def _better_or_equal(sqnr_db: float | None, other_db: float | None) -> bool:
