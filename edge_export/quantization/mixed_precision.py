@@ -435,7 +435,8 @@ def search_mixed_precision(
 
 def _int16_then_float(search: Callable[..., MixedPrecisionSearch], budget: TimeBudget,
                       int16_costs: Mapping[int, float] | None, float_costs: Mapping[int, float] | None) -> MixedPrecisionSearch:
-    """The search at int16 (int16 activations, int8 weights: fully integer), then, only when it
+    """The search at int16 (int16 activations, int8 weights: integer, but for operators without an
+    int16 recipe, such as the fused LSTM, which stay float), then, only when it
     misses the target, the one at float, which starts from its int8 model. A recurrent cell or an
     output part that int8 activations cannot hold usually needs 16 bits, not float (the Silero VAD:
     21 of 23 operators raised to float before; int16x8 is fully integer). Of two misses, the better
@@ -446,7 +447,7 @@ def _int16_then_float(search: Callable[..., MixedPrecisionSearch], budget: TimeB
     if first.report.met and not first.report.promoted:  # its own int8 model meets the target
         return first
     if first.report.met:
-        report = replace(first.report, reason=f"int16 activations tried before float (fully integer): {first.report.reason}")
+        report = replace(first.report, reason=f"int16 activations tried before float: {first.report.reason}")
         return replace(first, report=report)
     second = search(precision="float", costs=float_costs, int8=first.int8_bytes)
     report, spent = second.report, {
@@ -470,7 +471,7 @@ def _int16_summary(report: MixedPrecisionReport) -> str:
     found = f"the best reached {report.sqnr_db:.1f} dB" if report.sqnr_db is not None else "nothing was measured"
     if every is not None and every.promoted:
         found = f"{every.promoted} operator(s) at int16 read {every.sqnr_db:.1f} dB, {found}"
-    return f"int16 activations (fully integer) were tried first and missed the target: {found}"
+    return f"int16 activations were tried first and missed the target: {found}"
 
 
 def _search_at(

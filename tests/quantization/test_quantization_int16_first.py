@@ -48,7 +48,7 @@ def test_a_recurrent_cell_gets_int16_activations_and_stays_fully_integer(tmp_pat
     assert result.exit_code == 0, report["validation"]
     assert mixed["mode"] == "auto" and mixed["precision"] == "int16" and mixed["met"] is True
     assert mixed["int8_sqnr_db"] < 30 <= mixed["sqnr_db"]
-    assert mixed["reason"].startswith("int16 activations tried before float (fully integer)")
+    assert mixed["reason"].startswith("int16 activations tried before float")
     # the cell's operators, not all of them, and none in float: the file is fully integer
     promoted = mixed["promoted"]
     assert promoted and all(p["precision"] == "int16" for p in promoted)
@@ -156,7 +156,7 @@ def test_float_runs_from_the_same_int8_model_when_int16_misses_and_says_what_int
     assert [c["precision"] for c in calls] == ["int16", "float"]
     assert calls[1]["int8"] == b"int8 model" and calls[1]["costs"] == {0: 2}
     assert kept.model_bytes == b"float model" and kept.report.seconds == 4.0
-    assert "int16 activations (fully integer) were tried first and missed the target" in kept.report.reason
+    assert "int16 activations were tried first and missed the target" in kept.report.reason
     assert "2 operator(s) at int16 read 24.0 dB" in kept.report.reason
 
 
