@@ -542,7 +542,7 @@ def bench_command(
 
         if is_litertlm_path(tflite):
             raise UsageError(f"{tflite} is a LiteRT-LM package: bench times a .tflite's single invocation, not a language model's prefill and decode.",
-                             f"Run edge-export generate {tflite} \"a prompt\" (it prints decode and prefill tokens/s), or bench the .tflite beside it.")
+                             f"Run edge-export generate {tflite} \"a prompt\" (it prints decode and prefill tokens/s), or bench the .tflite an export with --write-tflite writes beside it.")
         report = benchmark_latency(load_flatbuffer(tflite), threads=threads, runs=runs, warmup=warmup)
         if as_json:
             out.print_json(json.dumps(to_json_value(report)))

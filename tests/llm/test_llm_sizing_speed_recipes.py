@@ -191,3 +191,13 @@ def test_a_recipe_auto_did_not_keep_says_what_it_measured():
     assert attempt_shortfall(failed) == "token agreement 0.600 < 0.9, mean KL 0.31 > 0.05"
     nan = LlmRecipeAttempt("int4", 1000, (), t, float("nan"), float("nan"), float("nan"), 0, (), False)
     assert "token agreement nan < 0.9" in attempt_shortfall(nan) and "mean KL nan > 0.05" in attempt_shortfall(nan)
+
+
+def test_bench_on_a_package_points_to_generate_and_to_write_tflite(run_cli, tmp_path):
+    """The .tflite is no longer beside the .litertlm by default: bench's refusal says how to get one."""
+    package = tmp_path / "m.litertlm"
+    package.write_bytes(b"LITERTLM")
+    result = run_cli("bench", str(package))
+    text = " ".join((result.stdout + result.stderr).split())
+    assert result.exit_code == 2 and "edge-export generate" in text and "--write-tflite" in text, text
+    assert "Traceback" not in text
