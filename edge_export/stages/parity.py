@@ -279,7 +279,33 @@ def parity_stage(checked: Any, options: ExportOptions, target: Any, clock: Stage
     if parity.passed is False and converted.quantization is not None and sensitivity is None and not target.mixed_precision_promotions:
         with clock.run("sensitivity", "Ranking operators by sensitivity (parity failed)"):
             sensitivity = limiting_layers(converted, options, target)
+    note = remedy_note(options, target.mixed_precision_promotions)
+    if parity.passed is False and converted.quantization is not None and sensitivity is None and note:
+        from dataclasses import replace
+
+        parity = replace(parity, notes=(*parity.notes, note))
     return ParityRun(parity, layers, runtimes, samples, sensitivity, accuracy)
+
+
+def remedy_note(options: ExportOptions, promotions: Sequence[str]) -> str | None:
+    """What helps a failed int8/int16x8 parity where the target can raise operators but no search
+    ran: the search runs only for an accuracy target, so a plain --quantize int8 that fails (a
+    trained text encoder, a VAD) would otherwise end on a number with no way forward."""
+    from ..config import QuantizeMode
+
+    asked = (options.min_sqnr, options.min_cosine, options.min_top1)
+    if not promotions or options.mixed_precision == "off" or any(v is not None for v in asked):
+        return None
+    if options.quantize not in (QuantizeMode.INT8, QuantizeMode.INT16X8):
+        return None
+    steps = []
+    if options.quantize is QuantizeMode.INT8 and "int16" in promotions:
+        steps.append("--quantize int16x8 keeps 16-bit activations everywhere, still fully integer")
+    steps.append(
+        f"--min-sqnr N (or --min-cosine, --min-top1) makes the search raise the operators that limit "
+        f"accuracy to {' and then '.join(promotions)} until N is met"
+    )
+    return f"Parity failed and no accuracy target was given, so no operator was raised: {'; '.join(steps)}."
 
 
 def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:

@@ -1,0 +1,72 @@
+"""A failed int8 parity with no accuracy target names its remedies (issue #39: a row fails naming
+the remedy): the search that raises operators runs only for --min-sqnr/--min-cosine/--min-top1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edge_export.options import ExportOptions
+from edge_export.stages.parity import remedy_note
+from cli_harness import validate_report
+
+CPU, MICRO = ("int16", "float"), ("int16",)
+
+
+def test_int8_on_cpu_names_int16x8_and_the_search():
+    note = remedy_note(ExportOptions(quantize="int8"), CPU)
+    assert "--quantize int16x8" in note and "--min-sqnr N" in note and "int16 and then float" in note
+
+
+def test_int16x8_names_the_search_only():
+    note = remedy_note(ExportOptions(quantize="int16x8"), CPU)
+    assert "--quantize int16x8" not in note and "--min-sqnr N" in note
+
+
+def test_micro_raises_to_int16_only():
+    note = remedy_note(ExportOptions(quantize="int8"), MICRO)
+    assert note.endswith("to int16 until N is met.")
+
+
+@pytest.mark.parametrize(
+    "options, promotions",
+    [
+        (ExportOptions(quantize="int8", min_sqnr=25.0), CPU),  # the search was asked for
+        (ExportOptions(quantize="int8", min_top1=0.99), CPU),
+        (ExportOptions(quantize="int8", mixed_precision="off"), CPU),
+        (ExportOptions(quantize="int8"), ()),  # the Edge TPU: its own note names the limiting layers
+        (ExportOptions(quantize="fp16"), CPU),
+    ],
+)
+def test_no_note_where_the_search_ran_cannot_run_or_was_refused(options, promotions):
+    assert remedy_note(options, promotions) is None
+
+
+@pytest.mark.slow
+def test_a_failed_plain_int8_export_carries_the_note_in_its_report(tmp_path):
+    import torch
+    from torch import nn
+
+    from edge_export import export
+
+    class LoudSum(nn.Module):
+        """Logits added to a loud signal and taken back out: exact in float, lost under the one int8
+        scale of the sum."""
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc = nn.Linear(16, 10)
+
+        def forward(self, x):
+            loud = 1000.0 * x.sum(dim=1, keepdim=True)
+            return (self.fc(x) + loud) - loud
+
+    result = export(LoudSum().eval(), example_inputs=(torch.randn(1, 16),), output=tmp_path / "net.tflite",
+                    quantize="int8", quant_backend="flatbuffer", calibration_samples=16)
+    report = json.loads(result.report_json_path.read_text())
+    validate_report(report)
+    assert result.exit_code == 1
+    assert any("--quantize int16x8" in note for note in report["validation"]["notes"])
+    assert "--quantize int16x8" in result.report_md_path.read_text()
