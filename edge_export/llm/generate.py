@@ -52,16 +52,31 @@ def _pieces(engine: Any, litert_lm: Any, prompt: str, chat: bool, max_tokens: in
     return ("".join(chunk.texts[:1]) for chunk in session.run_decode_async()), session
 
 
-def _stream(pieces: Iterator[str], out: TextIO) -> tuple[str, int]:
+def _stream(pieces: Iterator[str], out: TextIO) -> tuple[str, int, float | None, float | None]:
+    """The text, the pieces, and when the first and the last piece arrived (perf_counter)."""
     from ..text_safety import for_terminal
 
-    text, count = [], 0
+    text, count, first, last = [], 0, None, None
     for piece in pieces:
+        last = time.perf_counter()
+        first = first if first is not None else last
         text.append(piece)
         count += 1
         out.write(for_terminal(piece))
         out.flush()  # a piece at a time, as the runtime decodes it
-    return "".join(text), count
+    return "".join(text), count, first, last
+
+
+def _rates(info: Any, start: float, first: float | None, last: float | None) -> tuple[float | None, float | None]:
+    """(prefill, decode) tokens/s on the wall clock, with the runtime's token counts: the prompt's
+    tokens over the time to the first piece (which holds the first decoded token too), the decoded
+    tokens after the first over the time from the first piece to the last. The runtime's own
+    figures are not used (issue #35: half the wall clock's on SmolLM2-135M)."""
+    prefill_n = getattr(info, "last_prefill_token_count", None)
+    decode_n = getattr(info, "last_decode_token_count", None)
+    prefill = prefill_n / (first - start) if prefill_n and first is not None and first > start else None
+    decode = (decode_n - 1) / (last - first) if decode_n and decode_n > 1 and first is not None and last > first else None
+    return prefill, decode
 
 
 def generate_text(path: str | Path, prompt: str, out: TextIO, *, chat: bool = False, max_tokens: int = 64, sample: bool = False) -> GenerationRun:
@@ -75,9 +90,10 @@ def generate_text(path: str | Path, prompt: str, out: TextIO, *, chat: bool = Fa
     start = time.perf_counter()
     try:
         with litert_lm.Engine(str(path), backend=litert_lm.Backend.CPU(thread_count=1), enable_benchmark=True) as engine:
+            asked = time.perf_counter()  # the engine loaded: from here the prompt is prefilled
             pieces, owner = _pieces(engine, litert_lm, prompt, chat, max_tokens, sample)
             try:
-                text, count = _stream(pieces, out)
+                text, count, first, last = _stream(pieces, out)
                 info = owner.get_benchmark_info()
             finally:
                 owner.close()
@@ -86,5 +102,5 @@ def generate_text(path: str | Path, prompt: str, out: TextIO, *, chat: bool = Fa
     except Exception as exc:  # boundary: the runtime's C API says only "failed" (the reason went to stderr)
         raise RuntimeRunError(f"The LiteRT-LM runtime failed on {path}: {first_line(exc)}.", "Run with --verbose to see the runtime's own message.") from exc
     seconds = time.perf_counter() - start
-    return GenerationRun(text, count, getattr(info, "last_decode_token_count", None), seconds,
-                         getattr(info, "last_decode_tokens_per_second", None), getattr(info, "last_prefill_tokens_per_second", None))
+    prefill, decode = _rates(info, asked, first, last)
+    return GenerationRun(text, count, getattr(info, "last_decode_token_count", None), seconds, decode, prefill)

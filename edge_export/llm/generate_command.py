@@ -1,5 +1,5 @@
 """The ``generate`` command's body (cli.py stays a thin shell): the text streamed to stdout, then a
-newline, then one line of figures on stderr (pieces, seconds, the runtime's tokens/s)."""
+newline, then one line of figures on stderr (tokens, seconds, tokens/s on the wall clock)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def figures_line(run: GenerationRun) -> str:
     decode = "n/a" if not run.decode_tokens_per_second else f"{run.decode_tokens_per_second:,.1f}"
     prefill = "n/a" if not run.prefill_tokens_per_second else f"{run.prefill_tokens_per_second:,.1f}"
     tokens = run.decode_tokens if run.decode_tokens is not None else run.pieces
-    return f"{tokens} tokens in {run.seconds:.2f} s; decode {decode} tokens/s, prefill {prefill} tokens/s (LiteRT-LM CPU, 1 thread)"
+    return f"{tokens} tokens in {run.seconds:.2f} s; decode {decode} tokens/s, prefill {prefill} tokens/s (LiteRT-LM CPU, 1 thread, wall clock)"
 
 
 def run_generate(model: Path, prompt: str, out: Any, err: Any, *, chat: bool, max_tokens: int, sample: bool) -> GenerationRun:
