@@ -5,6 +5,7 @@ input, which its MUL also reads, keeps its range."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -44,6 +45,7 @@ def test_bounds_are_where_the_integer_output_stops_changing():
     assert abs(1 / (1 + np.exp(int16)) * 32768 - 0.5) < 1e-3
 
 
+@pytest.mark.slow  # a conversion and two int8 quantizations: 7 s on a quiet machine, over a minute under load
 def test_logits_read_by_a_sigmoid_only_are_cut_and_keep_their_scores(monkeypatch):
     model = Scores().eval()
     float_bytes = convert_module(model, (torch.zeros(1, 3, 8, 8),))
