@@ -85,7 +85,9 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
                                     wants_integer=promote_to == "int16", pt2e_beside=beside)
     sensitivity = mixed = None
     if search_mode or options.sensitivity:
-        label = "Ranking operators by sensitivity" + (" and searching for mixed precision" if search_mode else "")
+        # the steps name the ranking and the promotions; a short stage label leaves room for their
+        # "elapsed, about N s left" on a 120-column terminal
+        label = "Searching for mixed precision" if search_mode else "Ranking operators by sensitivity"
         with clock.run("mixed_precision" if search_mode else "sensitivity", label):
             result, sensitivity, mixed = _sensitivity_and_search(
                 prepared, options, target, result, float_bytes, calibration, heldout, (search_mode, promote_to), budget
