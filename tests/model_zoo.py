@@ -9,7 +9,7 @@ from torch import nn
 
 from testing_models import SmallCNN, small_cnn
 
-__all__ = ["ComplexOp", "DataDependent", "NamedIO", "SmallCNN", "TwoInputs", "TwoOutputs", "small_cnn"]
+__all__ = ["ComplexOp", "DataDependent", "Detector", "NamedIO", "SmallCNN", "TwoInputs", "TwoOutputs", "small_cnn"]
 
 
 class TwoInputs(nn.Module):
@@ -68,3 +68,16 @@ class ComplexOp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.fft.fft(self.proj(x)).real
+
+
+class Detector(nn.Module):
+    """A YOLO-like head: one [1, 4 + nc, anchors] output, boxes 0-320 pixels and scores 0-1."""
+
+    def __init__(self, nc: int = 6) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.ReLU())
+        self.box, self.cls = nn.Conv2d(8, 4, 1), nn.Conv2d(8, nc, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.body(x)
+        return torch.cat([torch.sigmoid(self.box(f)) * 320, torch.sigmoid(self.cls(f))], 1).flatten(2)

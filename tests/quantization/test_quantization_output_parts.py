@@ -14,24 +14,12 @@ from torch import nn
 
 import edge_export
 from cli_harness import validate_report
+from model_zoo import Detector
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.quantization.output_joins import joined_outputs
 from edge_export.validators.metrics import sqnr_db
 
 pytestmark = pytest.mark.slow  # three int8 exports, ~10-20 s each on a loaded 2-core machine
-
-
-class Detector(nn.Module):
-    """A YOLO-like head: one [1, 4 + nc, anchors] output, boxes 0-320 pixels and scores 0-1."""
-
-    def __init__(self, nc: int = 6) -> None:
-        super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.ReLU())
-        self.box, self.cls = nn.Conv2d(8, 4, 1), nn.Conv2d(8, nc, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.body(x)
-        return torch.cat([torch.sigmoid(self.box(f)) * 320, torch.sigmoid(self.cls(f))], 1).flatten(2)
 
 
 def _run_tflite(path, images: np.ndarray) -> np.ndarray:

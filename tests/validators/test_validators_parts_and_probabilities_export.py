@@ -13,21 +13,9 @@ from torch import nn
 
 import edge_export
 from cli_harness import validate_report
+from model_zoo import Detector
 
 pytestmark = pytest.mark.slow  # three int8 exports, ~5-10 s each on a quiet 2-core machine
-
-
-class Detector(nn.Module):
-    """A YOLO-like head: one [1, 4 + nc, anchors] output, boxes 0-320 pixels and scores 0-1."""
-
-    def __init__(self, nc: int = 6) -> None:
-        super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.ReLU())
-        self.box, self.cls = nn.Conv2d(8, 4, 1), nn.Conv2d(8, nc, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.body(x)
-        return torch.cat([torch.sigmoid(self.box(f)) * 320, torch.sigmoid(self.cls(f))], 1).flatten(2)
 
 
 class NearTie(nn.Module):
