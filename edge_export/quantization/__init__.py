@@ -549,7 +549,7 @@ def _result(
         calibration=job.calibration.summary(),
         sqnr_db=chosen.sqnr_db,
         cosine=chosen.cosine,
-        warnings=_warnings(job, check) + _float_lstm_warnings(check, job.mode, chosen.backend, final) + _bias_warnings(final),
+        warnings=_warnings(job, check) + _float_lstm_warnings(check, job.mode, chosen.backend, final) + _bias_warnings(final, job.calibration.real_data),
     )
 
 
@@ -559,19 +559,26 @@ def _float_lstm_warnings(check: IntegerCheck, mode: QuantizeMode, backend: str, 
     return float_lstm_warnings(check, mode.value, str(getattr(backend, "value", backend)), tuple(final.op_counts))
 
 
-def _bias_warnings(model: FlatbufferModel) -> tuple[str, ...]:
+def _bias_warnings(model: FlatbufferModel, real_data: bool) -> tuple[str, ...]:
+    """A clipped int32 bias, with what helps: a trained network with real calibration data gets there
+    through near-zero weight channels (EfficientNet-Lite0's depthwise convolutions: 28 operators), not
+    vanishing activations, so asking it for real data again would send the user in a circle."""
     clipped = saturated_biases(model)
     if not clipped:
         return ()
     from ..text_safety import show_unsafe
 
     named = "; ".join(f"#{b.operator} {b.opcode} ({show_unsafe(b.tensor)}): {b.saturated} of {b.channels} channels" for b in clipped[:5])
+    helps = ("these layers in float (--min-sqnr N raises the limiting ones on cpu), or retraining with "
+             "those channels pruned or their biases folded into the next layer" if real_data else
+             "real calibration data (--calibration-data) or a network whose activations do not vanish "
+             "(trained, or BatchNorm statistics measured) avoids it, as do these layers in float where the "
+             "target runs float operators")
     return (
-        f"The integer bias of {len(clipped)} operator(s) is clipped at the int32 limit (tiny input activations "
-        f"with a large bias: bias / (input scale x weight scale) overflows), so their outputs are off by the "
-        f"bias cut: {named}. 16-bit activations make it worse (a 256x finer input scale); real calibration data "
-        "(--calibration-data) or a network whose activations do not vanish (trained, or BatchNorm statistics "
-        "measured) avoids it, as do these layers in float where the target runs float operators.",
+        f"The integer bias of {len(clipped)} operator(s) is clipped at the int32 limit (bias / (input scale x "
+        f"weight scale) overflows: tiny input activations, or channels whose weights are all near zero, "
+        f"with a large bias), so their outputs are off by the bias cut: {named}. 16-bit activations make "
+        f"it worse (a 256x finer input scale); {helps}.",
     )
 
 
