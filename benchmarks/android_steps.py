@@ -46,7 +46,7 @@ def _naming_cost(module, example) -> str:
 
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.flatbuffer import align_buffers
-    from edge_export.library_output import quiet_libraries
+    from edge_export.processes.library_output import quiet_libraries
     from edge_export.passes.flatbuffer import (
         rename_signature_pass,
         run_flatbuffer_passes,
@@ -77,7 +77,7 @@ def main() -> None:
 
     import edge_export
     from edge_export.flatbuffer import load_flatbuffer
-    from edge_export.testdata import build_reference_vectors, serialize_vectors
+    from edge_export.artifacts.testdata import build_reference_vectors, serialize_vectors
     from testing_models import mobilenet_v2_like, small_cnn
 
     print(f"load average before: {os.getloadavg()}")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def _recorded_calibration(name: str) -> tuple:
     """(float bytes, signature data) of the model's int8 export. The backend runs in a child process
-    (edge_export.isolation), so the recording goes through a file."""
+    (edge_export.processes.isolation), so the recording goes through a file."""
     import pickle
 
     import edge_export

@@ -60,7 +60,7 @@ def _summary(model) -> str:
 
 
 def main() -> None:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.errors import EdgeExportError
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.flatbuffer import align_buffers

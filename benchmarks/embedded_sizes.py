@@ -71,7 +71,7 @@ def measure(name: str, configs: list[str], folder: Path) -> dict:
 
     import edge_export
     from edge_export.flatbuffer import load_flatbuffer
-    from edge_export.serialize import to_json_value
+    from edge_export.output.serialize import to_json_value
     from edge_export.targets.micro.ethosu import EthosUTarget, run_vela
     from edge_export.targets.micro.bundle import arena_with_margin
 

@@ -30,7 +30,7 @@ def run_both_resolvers(data: bytes, model) -> str:
     import numpy as np
 
     from edge_export.errors import RuntimeRunError
-    from edge_export.runtime import Resolver, TFLiteRunner
+    from edge_export.runtime.interpreter import Resolver, TFLiteRunner
 
     rng = np.random.default_rng(0)
     outcome = "ran"
@@ -58,8 +58,8 @@ def main() -> None:
 
     from edge_export.errors import FlatbufferError
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.isolation import NativeCrashError, run_isolated
-    from edge_export.library_output import quiet_libraries
+    from edge_export.processes.isolation import NativeCrashError, run_isolated
+    from edge_export.processes.library_output import quiet_libraries
     from flatbuffer_mutations import KINDS, mutate
     from tools_models import build_cnn_models
 

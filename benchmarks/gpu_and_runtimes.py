@@ -26,7 +26,7 @@ def _convert(module, example):
     import litert_torch
 
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.library_output import quiet_libraries
+    from edge_export.processes.library_output import quiet_libraries
 
     with quiet_libraries():
         return read_flatbuffer(litert_torch.convert(module, example).model_content())
@@ -45,7 +45,7 @@ def main() -> None:
     import torch
 
     import edge_export
-    from edge_export.runtime import CompiledModelRunner, TFLiteRunner
+    from edge_export.runtime.interpreter import CompiledModelRunner, TFLiteRunner
     from edge_export.targets.gpu.target import check_gpu, run_gpu_analyzer
     from testing_models import mobilenet_v2_like, small_cnn, transformer_encoder_like
 

@@ -52,9 +52,9 @@ def measure(name: str, size: int) -> list[dict]:
     from ai_edge_quantizer import quantizer
     from bench_models import ARCHITECTURES, build
 
-    from edge_export.conversion import convert_module
-    from edge_export.library_output import quiet_libraries
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.conversion.litert import convert_module
+    from edge_export.processes.library_output import quiet_libraries
+    from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.validators.metrics import sqnr_db
 
     shape = ARCHITECTURES[name][1]

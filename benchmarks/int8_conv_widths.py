@@ -210,8 +210,8 @@ def _export(layer: Layer, variant: str, out_dir: Path) -> tuple[dict, bytes | No
 
 
 def _time_litert(model_bytes: bytes, threads: int, runs: int, warmup: int) -> float:
-    from edge_export.latency import benchmark_latency
-    from edge_export.runtime import Resolver
+    from edge_export.runtime.latency import benchmark_latency
+    from edge_export.runtime.interpreter import Resolver
 
     report = benchmark_latency(model_bytes, threads=threads, runs=runs, warmup=warmup, resolvers=(Resolver.XNNPACK,))
     return report.stats(Resolver.XNNPACK).median_ms

@@ -28,7 +28,7 @@ def main() -> None:
 
     import torch
 
-    import edge_export.isolation as isolation
+    import edge_export.processes.isolation as isolation
     import edge_export.quantization as quantization
     from edge_export import export
     from edge_export.api import ExportOptions

@@ -34,12 +34,12 @@ def main() -> None:
 
     from bench_models import build
     from edge_export.api import ExportOptions
-    from edge_export.conversion import convert_module, plan_channels_last, wrap_channels_last
+    from edge_export.conversion.litert import convert_module, plan_channels_last, wrap_channels_last
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.flatbuffer import align_buffers, misaligned_buffers
-    from edge_export.library_output import quiet_libraries
-    from edge_export.model_metadata import ImageInput, attach_metadata, build_model_metadata
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.processes.library_output import quiet_libraries
+    from edge_export.artifacts.model_metadata import ImageInput, attach_metadata, build_model_metadata
+    from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.validators.output_kinds import KindDecision, KindSource, LabelsFile
     from edge_export.config import OutputKind
 

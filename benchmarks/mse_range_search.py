@@ -36,7 +36,7 @@ def measure(name: str, size: int, samples: int) -> dict:
     from bench_models import ARCHITECTURES, build
 
     from edge_export.config import InputSpec, QuantizeMode
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization import flatbuffer_recipes, synthetic_calibration
 
     shape = ARCHITECTURES[name][1]

@@ -101,7 +101,7 @@ def _attempts(report: dict) -> list[str]:
 
 def _micro(model: Any, example: Sequence[Any], reference: Sequence[Any]) -> dict:
     from edge_export.errors import EdgeExportError, first_line
-    from edge_export.isolation import run_isolated
+    from edge_export.processes.isolation import run_isolated
     from edge_export.targets.micro.target import MicroRunner
     from edge_export.validators.metrics import sqnr_db
 
@@ -154,7 +154,7 @@ def _litert_torch_ops(module: Any, example: Sequence[Any]) -> list[str] | str:
 
     from edge_export.errors import first_line
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.library_output import quiet_libraries
+    from edge_export.processes.library_output import quiet_libraries
 
     try:
         with quiet_libraries():

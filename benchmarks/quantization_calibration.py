@@ -52,7 +52,7 @@ def _quantize(model, example, calib, backend, observer, float_bytes):
 
 
 def _outputs(model_bytes, xs):
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     runner = TFLiteRunner(model_bytes, num_threads=1)
     return np.concatenate([runner.run([x])[0] for x in xs])
@@ -61,7 +61,7 @@ def _outputs(model_bytes, xs):
 def bench_digits(sample_counts):
     import torch
 
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization import CalibrationSet
     from edge_export.validators.metrics import sqnr_db
 
@@ -101,7 +101,7 @@ def bench_encoder(sample_counts):
     from torch import nn
 
     from edge_export.config import InputSpec
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization import synthetic_calibration
     from edge_export.validators.metrics import sqnr_db
 

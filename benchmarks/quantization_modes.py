@@ -115,8 +115,8 @@ def _time_torch(model, example, threads: int, runs: int, warmup: int) -> float:
 
 
 def _time_litert(model_bytes: bytes, threads: int, runs: int, warmup: int) -> float:
-    from edge_export.latency import benchmark_latency
-    from edge_export.runtime import Resolver
+    from edge_export.runtime.latency import benchmark_latency
+    from edge_export.runtime.interpreter import Resolver
 
     report = benchmark_latency(model_bytes, threads=threads, runs=runs, warmup=warmup, resolvers=(Resolver.XNNPACK,))
     return report.stats(Resolver.XNNPACK).median_ms

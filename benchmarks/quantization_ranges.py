@@ -81,7 +81,7 @@ def _quantize(model, example, calib, backend, algorithm, float_bytes):
 
 
 def _logits(model_bytes, xs):
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     runner = TFLiteRunner(model_bytes, num_threads=1)
     return np.concatenate([runner.run([x])[0].reshape(1, -1) for x in xs])
@@ -118,7 +118,7 @@ def _case(name: str, size: int):
 
 
 def bench_ranges(names: list[str], size: int, backends: tuple[str, ...] = BACKENDS) -> list[dict]:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.validators.metrics import sqnr_db
 
     rows = []
@@ -175,7 +175,7 @@ def _synthetic_sets(name: str, spec, example) -> tuple[dict, dict]:
 
 def bench_synthetic(names: list[str], size: int) -> list[dict]:
     from edge_export.config import InputSpec
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.validators.metrics import sqnr_db
 
     rows = []

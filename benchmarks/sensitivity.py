@@ -55,8 +55,8 @@ def _build(name: str, size: int):
 
 def predictors(models: list[str], size: int) -> None:
     from edge_export.config import InputSpec
-    from edge_export.conversion import convert_module
-    from edge_export.inputs import make_samples
+    from edge_export.conversion.litert import convert_module
+    from edge_export.loading.inputs import make_samples
     from edge_export.quantization.synthetic_calibration import synthetic_calibration
     from edge_export.quantization.mixed_precision import (
         AccuracyTarget,
@@ -164,8 +164,8 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
     import numpy as np
 
     from edge_export.config import InputSpec
-    from edge_export.conversion import convert_module
-    from edge_export.inputs import make_samples
+    from edge_export.conversion.litert import convert_module
+    from edge_export.loading.inputs import make_samples
     from edge_export.quantization.synthetic_calibration import synthetic_calibration
     from edge_export.quantization.mixed_precision import (
         TIE_BAND_DB,
@@ -231,7 +231,7 @@ def order(models: list[str], size: int, precisions: tuple[str, ...] = ("float", 
             # the two kept models timed interleaved (one invoke of each in turn): a comparison that a
             # change of load between the two searches does not bias
             from edge_export.flatbuffer import read_flatbuffer
-            from edge_export.latency import _time_pair
+            from edge_export.runtime.latency import _time_pair
 
             a, b, runs = _time_pair(read_flatbuffer(kept["sensitivity"]), read_flatbuffer(kept["cost-aware"]), 2, 5, 50, 3.0)
             rows.append(f"| {name} {size} | {precision} | kept models timed interleaved ({runs} runs each) | | | | | sensitivity {a:.3f}, cost-aware {b:.3f} (ratio {b / a:.3f}) | | |")

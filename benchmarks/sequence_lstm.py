@@ -68,7 +68,7 @@ def train(model: SpeakerEncoder, seconds: float, frames: int) -> dict:
 
 
 def convert(model: torch.nn.Module, example: tuple, fused: bool) -> tuple[bytes, float]:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.passes.fx import rewrite_lstms_as_sequence_lstm_pass
 
     start = time.perf_counter()
@@ -79,7 +79,7 @@ def convert(model: torch.nn.Module, example: tuple, fused: bool) -> tuple[bytes,
 
 
 def parity(model_bytes: bytes, model: torch.nn.Module, samples: list[torch.Tensor]) -> dict:
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.validators.metrics import sqnr_db
 
     runner = TFLiteRunner(model_bytes)

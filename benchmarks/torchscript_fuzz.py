@@ -35,8 +35,8 @@ def main() -> int:
     from torchscript_mutations import build_sources, members, mutate, reaches_outside
 
     from edge_export.errors import EdgeExportError
-    from edge_export.loading import load_model
-    from edge_export.torchscript_archive import read_checked_torchscript
+    from edge_export.loading.sources import load_model
+    from edge_export.loading.torchscript_archive import read_checked_torchscript
 
     rng = random.Random(args.seed)
     rows: dict = collections.defaultdict(collections.Counter)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .atomic_files import check_artifact_paths, check_writable_folder, remove_created_folders
+from .output.atomic_files import check_artifact_paths, check_writable_folder, remove_created_folders
 from .errors import UsageError
 from .options import ExportOptions
 from .reports.model import REPORT_SCHEMA_VERSION, RunReport
@@ -67,9 +67,9 @@ def export(
         check_side_outputs(options, created)
         for _, path in target_outputs:
             check_writable_folder(path, created)
-        from .library_output import quiet_libraries
-        from .loading import needs_confinement
-        from .sandbox import run_for_model
+        from .processes.library_output import quiet_libraries
+        from .loading.sources import needs_confinement
+        from .processes.sandbox import run_for_model
 
         with quiet_libraries(options.verbose or not options.quiet_libraries):
             report, files = run_for_model(

@@ -328,7 +328,7 @@ def _given_target_options(values: dict | None) -> dict:
 def _run(call, quiet: bool, debug: bool, verbose: bool = False) -> None:
     """Run an export or validate call with stage progress, print its summary or its error, and exit
     with its code. The only place that exits; the session owns the streams until the last line."""
-    from .terminal import StageDisplay, TerminalSession
+    from .output.terminal import StageDisplay, TerminalSession
 
     with TerminalSession(capture=not verbose) as term:
         display = StageDisplay(term.err, quiet, spinner=not verbose)
@@ -473,7 +473,7 @@ def validate_command(
 def _run_tool(call, debug: bool, verbose: bool = False, *, with_err: bool = False) -> None:
     """Run a command that prints its own result (inspect, bench) with ``call(out_console)``
     (``with_err``: ``call(out_console, err_console)``)."""
-    from .terminal import TerminalSession
+    from .output.terminal import TerminalSession
 
     with TerminalSession(capture=not verbose) as term:
         try:
@@ -502,7 +502,7 @@ def inspect_command(
 
         from .inspection import inspect_flatbuffer, render_inspection
         from .llm.litertlm_file import is_litertlm_path
-        from .serialize import to_json_value
+        from .output.serialize import to_json_value
 
         if is_litertlm_path(tflite):
             from .llm.litertlm_inspection import describe_litertlm
@@ -536,9 +536,9 @@ def bench_command(
         import json
 
         from .flatbuffer import load_flatbuffer
-        from .latency import benchmark_latency, render_latency
+        from .runtime.latency import benchmark_latency, render_latency
         from .llm.litertlm_file import is_litertlm_path
-        from .serialize import to_json_value
+        from .output.serialize import to_json_value
 
         if is_litertlm_path(tflite):
             raise UsageError(f"{tflite} is a LiteRT-LM package: bench times a .tflite's single invocation, not a language model's prefill and decode.",

@@ -97,7 +97,7 @@ def inspect_model(model: FlatbufferModel, path: str | None = None) -> Inspection
 
 def _read_metadata(model: FlatbufferModel) -> tuple[MetadataSection | None, str | None]:
     from .errors import UsageError
-    from .model_metadata import INSTALL_COMMAND, model_has_metadata, read_model_metadata
+    from .artifacts.model_metadata import INSTALL_COMMAND, model_has_metadata, read_model_metadata
 
     if not model_has_metadata(model.data):
         return None, None

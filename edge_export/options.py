@@ -118,7 +118,7 @@ class ExportOptions:
 
         object.__setattr__(self, "output_kinds", parse_output_kinds(self.output_kinds))
         object.__setattr__(self, "labels", parse_labels(self.labels))
-        from .io_names import check_names, check_signature_key
+        from .artifacts.io_names import check_names, check_signature_key
 
         for attr, option in (("input_names", "--input-names"), ("output_names", "--output-names")):
             value = getattr(self, attr)

@@ -136,7 +136,7 @@ def test_validate_reference_refuses_archive_payload(archives, tmp_path, kind):
 def test_crafted_archives_do_run_code_when_trusted(archives, kind):
     """The control: the crafted archives are real attacks, so the refusals above mean something."""
     from edge_export.errors import EdgeExportError
-    from edge_export.loading import load_model
+    from edge_export.loading.sources import load_model
 
     marker = archives["markers"][kind]
     try:
@@ -148,7 +148,7 @@ def test_crafted_archives_do_run_code_when_trusted(archives, kind):
 
 
 def test_legitimate_archives_load(archives, tmp_path, run_cli):
-    from edge_export.loading import load_model
+    from edge_export.loading.sources import load_model
 
     # a pickled plain tensor is loaded with weights_only=True, no --trust-pickle needed
     loaded = load_model(archives["plain"])
@@ -161,7 +161,7 @@ def test_legitimate_archives_load(archives, tmp_path, run_cli):
 
 def test_graph_calling_a_non_operator_is_refused(tmp_path):
     """torch's deserializer resolves any `torch.*` name in the graph JSON (e.g. torch.os.system)."""
-    from edge_export.archive_safety import UnsafeArchiveMember, check_graph_targets
+    from edge_export.loading.archive_safety import UnsafeArchiveMember, check_graph_targets
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
@@ -180,7 +180,7 @@ def test_unpickling_guard_alone_stops_the_payload(archives, monkeypatch, kind):
     torch reads the archive still stops the payload."""
     from edge_export import pt2_archive
     from edge_export.errors import ModelLoadError
-    from edge_export.loading import load_model
+    from edge_export.loading.sources import load_model
 
     def unchecked(path, limits=None):
         with zipfile.ZipFile(path) as zf:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_export.atomic_files import ArtifactSet, write_atomic
+from edge_export.output.atomic_files import ArtifactSet, write_atomic
 
 
 def test_write_atomic_replaces(tmp_path):
@@ -104,7 +104,7 @@ def test_stale_temp_file_of_a_dead_process_is_removed(tmp_path):
     import subprocess
     import sys
 
-    from edge_export.atomic_files import check_writable_folder
+    from edge_export.output.atomic_files import check_writable_folder
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
@@ -120,7 +120,7 @@ def test_stale_temp_file_of_a_dead_process_is_removed(tmp_path):
 def test_temp_files_are_named_for_the_writer(tmp_path):
     import os
 
-    from edge_export.atomic_files import _stage
+    from edge_export.output.atomic_files import _stage
 
     tmp = _stage(tmp_path / "m.tflite", b"x")
     assert tmp.name.startswith(f".m.tflite.edge-export-{os.getpid()}-") and tmp.name.endswith(".tmp")

@@ -71,7 +71,7 @@ class _Evil:
 
 
 def test_a_confined_child_returning_a_code_running_pickle_runs_nothing_here(tmp_path):
-    from edge_export.sandbox import run_confined
+    from edge_export.processes.sandbox import run_confined
 
     marker = tmp_path / "MARKER"
     with pytest.raises(RuntimeError, match="cannot be read safely"):
@@ -83,7 +83,7 @@ def test_a_confined_child_returning_a_code_running_pickle_runs_nothing_here(tmp_
 def test_an_isolated_child_returning_a_code_running_pickle_runs_nothing_here(tmp_path, how):
     """Every stage run apart (quantization, parity, latency, TFLite Micro...) comes back through the
     same allow-list: a result or an error object that would run code is refused."""
-    from edge_export.isolation import run_isolated
+    from edge_export.processes.isolation import run_isolated
 
     marker = tmp_path / "MARKER"
 
@@ -102,7 +102,7 @@ def test_an_isolated_child_returning_a_code_running_pickle_runs_nothing_here(tmp
 
 
 def test_an_isolated_childs_third_party_error_comes_back_as_its_text():
-    from edge_export.isolation import run_isolated
+    from edge_export.processes.isolation import run_isolated
 
     def stage():
         import json
@@ -117,7 +117,7 @@ def test_an_isolated_childs_own_errors_and_results_are_read_back():
     import numpy as np
 
     from edge_export.errors import UsageError
-    from edge_export.isolation import run_isolated
+    from edge_export.processes.isolation import run_isolated
 
     def usage():
         raise UsageError("bad flag", "drop it")

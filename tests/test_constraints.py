@@ -103,7 +103,7 @@ def test_report_names_a_mismatch_in_json_markdown_and_summary():
 
     from cli_harness import validate_report
     from edge_export.reports.markdown import escape_markdown, render_markdown
-    from edge_export.serialize import to_json_value
+    from edge_export.output.serialize import to_json_value
     from edge_export.reports.summary import print_summary
 
     pinned = {name: pinned_versions()[name] for name in PINNED_LIBRARIES}
@@ -127,7 +127,7 @@ def test_report_names_a_mismatch_in_json_markdown_and_summary():
 def test_report_of_the_tested_set_has_no_warning():
     from cli_harness import validate_report
     from edge_export.reports.markdown import render_markdown
-    from edge_export.serialize import to_json_value
+    from edge_export.output.serialize import to_json_value
 
     pinned = {name: pinned_versions()[name] for name in PINNED_LIBRARIES}
     report = _report_with_libraries({"python": "3.11.7", **pinned, "numpy": "2.0.0"})

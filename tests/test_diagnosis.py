@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 from types import SimpleNamespace
 
-from edge_export.conversion import _hint_for
-from edge_export.diagnosis import locate_failure
+from edge_export.conversion.litert import _hint_for
+from edge_export.conversion.diagnosis import locate_failure
 
 
 @contextlib.contextmanager

@@ -55,7 +55,7 @@ def test_cli_refuses_hostile_archive(clean, tmp_path, kind):
 
 
 def _refused(path: Path, match: str) -> None:
-    from edge_export.pt2_archive import UnsafeArchiveMember, read_checked_archive
+    from edge_export.loading.pt2_archive import UnsafeArchiveMember, read_checked_archive
 
     with pytest.raises(UnsafeArchiveMember, match=match):
         read_checked_archive(path)
@@ -132,8 +132,8 @@ def test_a_clean_archive_round_trips_through_the_reader(clean):
     """The canonical bytes hold the same members, and torch loads them to the same module."""
     import torch
 
-    from edge_export.loading import load_model
-    from edge_export.pt2_archive import read_checked_archive
+    from edge_export.loading.sources import load_model
+    from edge_export.loading.pt2_archive import read_checked_archive
 
     checked = read_checked_archive(clean)
     with zipfile.ZipFile(clean) as zf:

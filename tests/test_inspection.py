@@ -9,9 +9,9 @@ from rich.console import Console
 
 from edge_export.errors import FlatbufferError
 from edge_export.inspection import inspect_flatbuffer, render_inspection
-from edge_export.runtime import TFLiteRunner
+from edge_export.runtime.interpreter import TFLiteRunner
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
-from edge_export.serialize import to_json_value
+from edge_export.output.serialize import to_json_value
 
 
 def rendered(report) -> str:
@@ -90,7 +90,7 @@ def test_inspect_mixed_precision_lists_float_islands():
     """PT2E leaves LayerNorm in float: the report names the QUANTIZE/DEQUANTIZE around it."""
     import torch
 
-    from edge_export.library_output import quiet_libraries
+    from edge_export.processes.library_output import quiet_libraries
     from tools_models import pt2e_int8
 
     class MixedHead(torch.nn.Module):

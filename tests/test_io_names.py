@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from edge_export.errors import UsageError
-from edge_export.io_names import (
+from edge_export.artifacts.io_names import (
     check_names,
     check_signature_key,
     forward_parameter_names,

@@ -17,7 +17,7 @@ import torch
 from model_zoo import small_cnn
 
 from edge_export.errors import QuantizationError
-from edge_export.isolation import CRASH_HOOK_ENV, NativeCrashError, run_isolated, send_message, start_isolated
+from edge_export.processes.isolation import CRASH_HOOK_ENV, NativeCrashError, run_isolated, send_message, start_isolated
 
 X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 

@@ -8,10 +8,10 @@ import pytest
 from rich.console import Console
 
 from edge_export.errors import FlatbufferError, UsageError
-from edge_export.latency import LatencyStats, benchmark_latency, random_inputs, render_latency
-from edge_export.runtime import IOTensor, Resolver
+from edge_export.runtime.latency import LatencyStats, benchmark_latency, random_inputs, render_latency
+from edge_export.runtime.interpreter import IOTensor, Resolver
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
-from edge_export.serialize import to_json_value
+from edge_export.output.serialize import to_json_value
 
 
 def test_stats_from_known_samples():
@@ -84,7 +84,7 @@ def test_bench_rejects_bad_arguments_and_files(cnn_models):
     ],
 )
 def test_the_slower_flag_is_the_ratio_past_the_noise_margin(quantized_ms, float_ms, slower):
-    from edge_export.latency import SLOWER_MARGIN, HostLatency, quantized_is_slower
+    from edge_export.runtime.latency import SLOWER_MARGIN, HostLatency, quantized_is_slower
 
     assert SLOWER_MARGIN == 0.10
     latency = HostLatency("int8", quantized_ms, float_ms, runs=5, warmup=2)
@@ -94,7 +94,7 @@ def test_the_slower_flag_is_the_ratio_past_the_noise_margin(quantized_ms, float_
 
 
 def test_the_note_names_the_mode_the_ratio_and_where_to_measure():
-    from edge_export.latency import HostLatency
+    from edge_export.runtime.latency import HostLatency
 
     note = HostLatency("int8", 1.4, 1.0, runs=5, warmup=2).note
     assert note.startswith("int8 runs 1.40x slower than fp32 on this host")
@@ -110,7 +110,7 @@ def test_the_note_names_the_mode_the_ratio_and_where_to_measure():
 
 def test_measure_host_latency_times_both_models(cnn_models):
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.latency import measure_host_latency
+    from edge_export.runtime.latency import measure_host_latency
 
     latency = measure_host_latency(read_flatbuffer(cnn_models.int8), read_flatbuffer(cnn_models.fp32), "int8")
 

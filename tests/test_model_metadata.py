@@ -25,7 +25,7 @@ import edge_export
 from edge_export.errors import UsageError
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.flatbuffer import misaligned_buffers
-from edge_export.runtime import TFLiteRunner
+from edge_export.runtime.interpreter import TFLiteRunner
 
 # Byte-for-byte: a unicode label, a label with markup, Windows line ends and a final newline.
 LABELS = "zero\r\none ☃\r\n[bold]two[/bold]\r\n" + "".join(f"class {i}\r\n" for i in range(3, 10))
@@ -181,7 +181,7 @@ def test_per_channel_normalization_is_written_with_a_note_for_mediapipe(exported
     from mediapipe.tasks.python.vision import image_classifier
 
     from edge_export.api import ExportOptions
-    from edge_export.model_metadata import ImageInput, attach_metadata, build_model_metadata
+    from edge_export.artifacts.model_metadata import ImageInput, attach_metadata, build_model_metadata
 
     _, plain, _ = exported
     model = read_flatbuffer(plain.tflite_path.read_bytes())
@@ -203,7 +203,7 @@ def test_edgetpu_reattach_restores_metadata_the_compiler_dropped(exported):
     re-attach puts both back, and the model computes exactly as before."""
     from ai_edge_litert.tools import flatbuffer_utils
 
-    from edge_export.model_metadata import model_has_metadata, read_model_metadata, read_model_metadata_bundle
+    from edge_export.artifacts.model_metadata import model_has_metadata, read_model_metadata, read_model_metadata_bundle
     from edge_export.targets.edgetpu.compiler import reattach_metadata
 
     result, _, labels = exported
@@ -286,7 +286,7 @@ def test_micro_refuses_the_describing_options(tmp_path, cnn_source):
 def test_missing_mediapipe_names_the_install_command(monkeypatch):
     import sys
 
-    from edge_export.model_metadata import INSTALL_COMMAND, _metadata_modules
+    from edge_export.artifacts.model_metadata import INSTALL_COMMAND, _metadata_modules
 
     monkeypatch.setitem(sys.modules, "mediapipe.tasks.metadata", None)  # as when the extra is absent
     with pytest.raises(UsageError, match="not installed") as caught:
@@ -311,7 +311,7 @@ def test_edgetpu_export_reattaches_metadata_to_the_compiled_model(tmp_path, cnn_
     alone carries it and the report says the model was not compiled."""
     from cli_harness import FAKE_COMPILER_PROLOGUE, write_fake_compiler
 
-    from edge_export.model_metadata import model_has_metadata
+    from edge_export.artifacts.model_metadata import model_has_metadata
 
     labels = tmp_path / "labels.txt"
     labels.write_bytes(LABELS.encode("utf-8"))
@@ -348,7 +348,7 @@ def test_edgetpu_export_reattaches_metadata_to_the_compiled_model(tmp_path, cnn_
 
 
 def test_no_metadata_keeps_labels_for_parity_only(tmp_path, cnn_source):
-    from edge_export.model_metadata import model_has_metadata
+    from edge_export.artifacts.model_metadata import model_has_metadata
 
     labels = tmp_path / "labels.txt"
     labels.write_bytes(LABELS.encode("utf-8"))

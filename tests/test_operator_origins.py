@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edge_export.operator_origins import describe_operator_origins, operator_origin
+from edge_export.conversion.operator_origins import describe_operator_origins, operator_origin
 
 
 class Block(nn.Module):
@@ -48,7 +48,7 @@ def _line_of(cls: type, text: str) -> str:
 
 
 def _converted(module: nn.Module, example: tuple):
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
 
     return read_flatbuffer(convert_module(module.eval(), example))
@@ -121,7 +121,7 @@ def test_litert_refusing_to_prepare_an_operator_names_the_aten_call_and_line():
     """A real "failed to prepare" from LiteRT's interpreter, met where parity runs the model (in a
     child process): the error names the aten call and the user's line, not only the opcode and the
     module. (An export refuses scatter_add before conversion; converted here without that pass.)"""
-    from edge_export.channels_last import plan_channels_last
+    from edge_export.conversion.channels_last import plan_channels_last
     from edge_export.errors import RuntimeRunError
     from edge_export.options import ExportOptions
     from edge_export.stages.parity import run_parity

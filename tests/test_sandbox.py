@@ -118,7 +118,7 @@ def test_payload_cannot_reach_the_network(clean, tmp_path):
 
 def test_status_is_reported(tmp_path):
     """How a run was confined is worded for the report, including when nothing confines it."""
-    from edge_export.sandbox import SandboxStatus
+    from edge_export.processes.sandbox import SandboxStatus
 
     assert "Landlock ABI 4" in SandboxStatus(4, True).describe()
     assert "network namespace" in SandboxStatus(4, True).describe()
@@ -128,7 +128,7 @@ def test_status_is_reported(tmp_path):
 def test_restricted_unpickler_refuses_callables():
     import pickle
 
-    from edge_export.sandbox import RestrictedUnpickler, SandboxStatus, _restricted_loads
+    from edge_export.processes.sandbox import RestrictedUnpickler, SandboxStatus, _restricted_loads
 
     class Evil:
         def __reduce__(self):
@@ -167,7 +167,7 @@ def _interrupted(channel):
 
 
 def test_a_child_ended_by_ctrl_c_is_the_users_interrupt_not_a_crash():
-    from edge_export.sandbox import run_confined
+    from edge_export.processes.sandbox import run_confined
 
     with pytest.raises(KeyboardInterrupt):
         run_confined(_interrupted)
@@ -184,7 +184,7 @@ def test_a_result_holding_numpy_arrays_is_read_back():
     a .pt2, whose result held one, was exit 4."""
     import numpy as np
 
-    from edge_export.sandbox import run_confined
+    from edge_export.processes.sandbox import run_confined
 
     result, _ = run_confined(_arrays)
     expected = _arrays(None)

@@ -1,4 +1,4 @@
-"""run_confined's time and memory limits (edge_export/sandbox.py): a child past either is killed and
+"""run_confined's time and memory limits (edge_export/processes/sandbox.py): a child past either is killed and
 LimitExceeded raised; within them, results, stage messages and errors come back as before."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from edge_export.errors import UsageError
-from edge_export.sandbox import LimitExceeded, run_confined
+from edge_export.processes.sandbox import LimitExceeded, run_confined
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="run_confined forks")
 

@@ -13,7 +13,7 @@ import torch
 
 from torchscript_mutations import build_sources, members, mutate, reaches_outside
 from edge_export.errors import EdgeExportError
-from edge_export.torchscript_archive import CheckedTorchScript, read_checked_torchscript
+from edge_export.loading.torchscript_archive import CheckedTorchScript, read_checked_torchscript
 
 CASES = 100
 
@@ -46,7 +46,7 @@ def test_mutated_archives_end_checked_or_refused(sources, tmp_path):
 
 
 def test_accepted_mutants_load_to_a_model_or_a_documented_error(sources, tmp_path):
-    from edge_export.loading import load_model
+    from edge_export.loading.sources import load_model
 
     rng = random.Random(7)
     tried = 0

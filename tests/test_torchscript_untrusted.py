@@ -19,7 +19,7 @@ import torch
 
 from cli_harness import run_cli_subprocess
 from edge_export.errors import InputSpecError, ModelLoadError
-from edge_export.torchscript_archive import UnsafeTorchScript, read_checked_torchscript
+from edge_export.loading.torchscript_archive import UnsafeTorchScript, read_checked_torchscript
 
 SECRET = b"EDGE-EXPORT-SECRET-0123456789abcdef"
 CHECKS_OFF = "EDGE_EXPORT_TEST_DISABLE_ARCHIVE_CHECKS"
@@ -168,7 +168,7 @@ def test_control_without_either_line_the_payload_does_run(archives, tmp_path):
 
 
 def test_a_clean_scripted_model_loads_and_computes(archives):
-    from edge_export.loading import load_model
+    from edge_export.loading.sources import load_model
 
     x = torch.randn(2, 3)
     loaded = load_model(archives / "clean.pt", example_inputs=(x,))
@@ -272,7 +272,7 @@ class _TwoInputs(torch.nn.Module):
 
 
 def test_too_few_input_shapes_name_forwards_parameters(tmp_path):
-    from edge_export.loading import load_model
+    from edge_export.loading.sources import load_model
 
     path = tmp_path / "two.pt"
     torch.jit.save(torch.jit.script(_TwoInputs()), str(path))

@@ -43,7 +43,7 @@ def pt2e_int8(module, example, calibration):
     from litert_torch.quantize.quant_config import QuantConfig
 
     from edge_export.config import QuantizeMode
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization.pt2e import prepare_and_convert_pt2e
 
     converted, quantizer = prepare_and_convert_pt2e(module, example, QuantizeMode.INT8, [(b,) for b in calibration])
@@ -112,7 +112,7 @@ def build_cnn_models() -> CNNModels:
     import litert_torch
     import torch
 
-    from edge_export.library_output import quiet_libraries
+    from edge_export.processes.library_output import quiet_libraries
 
     module = make_cnn()
     rng = np.random.default_rng(0)

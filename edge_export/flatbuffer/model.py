@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InternalError
-from ..serialize import json_field
+from ..output.serialize import json_field
 from .schema_reader import model_table
 
 __all__ = [

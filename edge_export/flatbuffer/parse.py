@@ -18,14 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FlatbufferError, InternalError
-from .kernel_checks import (
-    check_dataflow,
-    check_tensor_size,
-    operator_problem,
-    options_problem,
-    quantization_params,
-    tensor_shapes,
-)
+from .kernel_checks import check_dataflow, check_tensor_size, operator_problem, options_problem, quantization_params, tensor_shapes
 from .malformed import malformed
 from .model import FlatbufferModel, OperatorInfo, TensorInfo
 from .schema_reader import dtype_names, model_table, opcode_names, options_names
@@ -95,7 +88,7 @@ def load_flatbuffer(path: str | Path) -> FlatbufferModel:
         raise FlatbufferError(f"{p} is a directory, not a .tflite file.", "Pass the path of a .tflite file.")
     import stat
 
-    from ..memory import ensure_memory_for
+    from ..processes.memory import ensure_memory_for
 
     try:
         info = p.stat()

@@ -54,7 +54,7 @@ def _pieces(engine: Any, litert_lm: Any, prompt: str, chat: bool, max_tokens: in
 
 def _stream(pieces: Iterator[str], out: TextIO) -> tuple[str, int, float | None, float | None]:
     """The text, the pieces, and when the first and the last piece arrived (perf_counter)."""
-    from ..text_safety import for_terminal
+    from ..output.text_safety import for_terminal
 
     text, count, first, last = [], 0, None, None
     for piece in pieces:

@@ -24,7 +24,7 @@ def render_litertlm(package: LitertlmPackage, console: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..text_safety import for_terminal
+    from ..output.text_safety import for_terminal
 
     def show(text: object) -> str:
         return escape(for_terminal(text, keep_newlines=False))
@@ -50,7 +50,7 @@ def describe_litertlm(path: str | Path, console: Any, as_json: bool) -> Litertlm
     if as_json:
         import json
 
-        from ..serialize import to_json_value
+        from ..output.serialize import to_json_value
 
         console.print_json(json.dumps(to_json_value(package)))
     else:

@@ -70,7 +70,7 @@ def _convert_pickled(folder: Path, work: Path, class_name: str) -> None:
 
 def prepare_model_directory(source: str, work: Path, *, tokenizer: str | None = None, trust_pickle: bool = False) -> LanguageModelSource:
     """Check ``source`` and return the directory to export (``work`` when a copy is needed)."""
-    from ..loading import is_module_reference
+    from ..loading.sources import is_module_reference
 
     if is_module_reference(source):
         return _from_reference(source, work, tokenizer)
@@ -120,7 +120,7 @@ def _copy_tokenizer(tok_folder: Path, work: Path) -> None:
 
 
 def _from_reference(source: str, work: Path, tokenizer: str | None) -> LanguageModelSource:
-    from ..loading import load_model
+    from ..loading.sources import load_model
 
     if not tokenizer:
         raise UsageError(

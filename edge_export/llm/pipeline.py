@@ -26,7 +26,7 @@ __all__ = ["LanguageModelResult", "run_text_generation"]
 def output_paths(source: str, output: str | Path | None) -> dict[str, Path]:
     """``<stem>.tflite`` (default: beside the model folder, named after it), ``.litertlm`` and the reports."""
     if output is None:
-        from ..loading import is_module_reference
+        from ..loading.sources import is_module_reference
 
         if is_module_reference(source):
             tflite = Path.cwd() / f"{source.split(':')[-1].split('.')[-1]}.tflite"
@@ -46,7 +46,7 @@ def run_text_generation(
 ) -> LanguageModelResult:
     """Export the causal LM ``source`` to .tflite + .litertlm, prove it against transformers and
     write the reports. Bad input raises an EdgeExportError (exit 2 or 3) with nothing written."""
-    from ..atomic_files import check_writable_folder, remove_created_folders
+    from ..output.atomic_files import check_writable_folder, remove_created_folders
 
     options = options or LanguageModelOptions()
     check_options(options)
@@ -85,8 +85,8 @@ def _sized(source: str, options: LanguageModelOptions):
 
 def _check_outputs_apart(source: str, paths: dict[str, Path], options: LanguageModelOptions) -> None:
     """No artifact may replace what the run reads: the model folder's files, the tokenizer, the prompts."""
-    from ..atomic_files import check_outputs_apart
-    from ..loading import is_module_reference
+    from ..output.atomic_files import check_outputs_apart
+    from ..loading.sources import is_module_reference
 
     outputs = [("the .tflite (-o/--output)", paths["tflite"]), ("the .litertlm (named after -o)", paths["litertlm"]),
                ("the JSON report (named after -o)", paths["json"]), ("the Markdown report (named after -o)", paths["md"])]

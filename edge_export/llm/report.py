@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..serialize import json_field
+from ..output.serialize import json_field
 from .packaging import PackageMetadata
 from .recipes import WeightGroup
 from .sizing import LlmSizing

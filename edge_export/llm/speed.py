@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..errors import RuntimeRunError, first_line
-from ..serialize import json_field
+from ..output.serialize import json_field
 
 __all__ = ["LlmSpeed", "speed_prompts", "measure_speed", "MAX_TIMED_RUNS"]
 

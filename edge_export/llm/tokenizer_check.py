@@ -114,7 +114,7 @@ def check_tokenizer_bounded(folder: Path, check_prompts: Callable[[Any], None] |
         if check_prompts is not None:
             check_prompts(tokenizer)
         return template
-    from ..sandbox import LimitExceeded, python_reads, run_confined
+    from ..processes.sandbox import LimitExceeded, python_reads, run_confined
 
     _preload()
     steps: list[str] = []
@@ -154,7 +154,7 @@ def chat_prompt_ids_bounded(folder: Path, message: str, *, shown: Path | None = 
     limits, shown = tokenizer_limits(), shown or folder
     if not hasattr(os, "fork"):
         return _chat_ids(folder, message)
-    from ..sandbox import LimitExceeded, run_confined
+    from ..processes.sandbox import LimitExceeded, run_confined
 
     try:
         ids, _ = run_confined(_chat_ids, folder, message, time_limit=limits.seconds, memory_limit=limits.mib << 20)

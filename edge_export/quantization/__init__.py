@@ -24,7 +24,7 @@ from typing import Any
 from ..config import InputSpec, IODtype, QuantBackend, QuantizeMode
 from ..errors import EdgeExportError, QuantizationError, UsageError, first_line
 from ..flatbuffer import FlatbufferModel
-from ..isolation import run_isolated
+from ..processes.isolation import run_isolated
 from ..passes.flatbuffer import (
     quantize_embedding_tables_pass,
     repair_signature_outputs_pass,
@@ -32,15 +32,9 @@ from ..passes.flatbuffer import (
     set_io_dtype_pass,
     share_quantization_vectors_pass,
 )
-from ..serialize import json_field
+from ..output.serialize import json_field
 from .budget import BudgetSection, TimeBudget, TimeBudgetSpent
-from .calibration import (
-    DEFAULT_CALIBRATION_SAMPLES,
-    DEFAULT_SYNTHETIC_SAMPLES,
-    CalibrationSet,
-    CalibrationSummary,
-    load_calibration_data,
-)
+from .calibration import DEFAULT_CALIBRATION_SAMPLES, DEFAULT_SYNTHETIC_SAMPLES, CalibrationSet, CalibrationSummary, load_calibration_data
 from .synthetic_calibration import synthetic_calibration
 from .flatbuffer_recipes import DEFAULT_FLATBUFFER_OBSERVER, FLATBUFFER_OBSERVERS, RECIPES
 from .io_types import IOQuantInfo, describe_io, set_io_dtype
@@ -166,7 +160,7 @@ def _check_arguments(mode: QuantizeMode, io_dtype: IODtype, calibration: Calibra
     if mode not in _QUANTIZE_MODES:
         raise UsageError(
             f"quantize_model handles dynamic-int8, int8, int16x8 and int4, not {mode.value}.",
-            "fp32 and fp16 are plain conversions (edge_export.conversion).",
+            "fp32 and fp16 are plain conversions (edge_export.conversion.litert).",
         )
     if io_dtype != IODtype.FLOAT32 and mode != QuantizeMode.INT8:
         raise UsageError(
@@ -198,7 +192,7 @@ def _checked_float_model(module, example_inputs, float_model_bytes, sample, stri
     from .preconditions import require_runnable_float_model
 
     if float_model_bytes is None:
-        from ..conversion import convert_module
+        from ..conversion.litert import convert_module
 
         float_model_bytes = convert_module(module, tuple(example_inputs), strict=strict, verbose=verbose)
     require_runnable_float_model(float_model_bytes, sample)
@@ -566,7 +560,7 @@ def _bias_warnings(model: FlatbufferModel, real_data: bool) -> tuple[str, ...]:
     clipped = saturated_biases(model)
     if not clipped:
         return ()
-    from ..text_safety import show_unsafe
+    from ..output.text_safety import show_unsafe
 
     named = "; ".join(f"#{b.operator} {b.opcode} ({show_unsafe(b.tensor)}): {b.saturated} of {b.channels} channels" for b in clipped[:5])
     helps = ("these layers in float (--min-sqnr N raises the limiting ones on cpu), or retraining with "

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import QuantizationError
-from ..serialize import json_field
+from ..output.serialize import json_field
 
 __all__ = ["BACKENDS_SHARE", "DEFAULT_TIME_BUDGET_S", "INT16_FIRST_SHARE", "RANKING_SHARE", "SLOW_STEP_ENV", "BudgetSection", "TimeBudget", "TimeBudgetSpent", "check_time_budget"]
 
@@ -139,7 +139,7 @@ class TimeBudget:
         delay = os.environ.get(SLOW_STEP_ENV)
         if delay:
             time.sleep(float(delay))
-        from ..isolation import send_progress
+        from ..processes.isolation import send_progress
 
         if not send_progress(label, index, total) and self.on_progress is not None:
             self.on_progress(label, index, total)

@@ -30,7 +30,14 @@ import numpy as np
 
 from ..config import InputSpec
 from ..errors import CalibrationDataError, UsageError, map_exceptions
-from .calibration_bounds import HINT_FEWER_ARRAYS, check_decode_budget, check_image_headers, list_calibration_folder, list_class_folders, open_calibration_image
+from .calibration_bounds import (
+    HINT_FEWER_ARRAYS,
+    check_decode_budget,
+    check_image_headers,
+    list_calibration_folder,
+    list_class_folders,
+    open_calibration_image,
+)
 from .calibration_labels import LABELS_KEY, checked_labels, labelled_images
 
 __all__ = [
@@ -223,7 +230,7 @@ def _declared_npy_bytes(path: Path) -> int:
 def _check_npy_header(stream, stored_bytes: int, origin: str) -> None:
     """Refuse an .npy whose header declares more data than the file holds or than memory can take,
     before numpy allocates it (a 129-byte file can declare 256 GiB)."""
-    from ..memory import ensure_memory_for, format_bytes
+    from ..processes.memory import ensure_memory_for, format_bytes
 
     header = _npy_header(stream)
     if header is None:
@@ -275,7 +282,7 @@ def _zip_inputs(per_input: list[list[np.ndarray]], specs: Sequence[InputSpec], o
 
 
 def _from_npz(path: Path, specs: Sequence[InputSpec]) -> tuple[list[tuple], tuple[int, ...] | None]:
-    from ..npz_files import UnsafeNpz, check_npz_members
+    from ..loading.npz_files import UnsafeNpz, check_npz_members
 
     with map_exceptions(
         {_NUMPY_READ_ERRORS: CalibrationDataError},
@@ -429,7 +436,7 @@ def _decoded_image(path: Path, channels: int, size: tuple[int, int], errors: tup
     """One image as float32 HWC (or HW) in [0, 1], resized to ``size`` (width, height)."""
     from PIL import Image
 
-    from ..memory import ensure_memory_for
+    from ..processes.memory import ensure_memory_for
 
     with map_exceptions(
         {errors: CalibrationDataError},

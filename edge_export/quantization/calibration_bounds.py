@@ -195,7 +195,7 @@ def check_image_headers(folder: Path, files: Sequence[Path], header_errors: tupl
 
 def check_decode_budget(source: Path, declared_bytes: int, what: str, count: int | None = None, hint: str = _HINT_FEWER) -> None:
     """Refuse calibration data whose decoded size is over DECODE_BUDGET_BYTES (exit 2)."""
-    from ..memory import format_bytes
+    from ..processes.memory import format_bytes
 
     if declared_bytes <= DECODE_BUDGET_BYTES:
         return

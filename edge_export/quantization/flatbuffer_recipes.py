@@ -45,7 +45,7 @@ import numpy as np
 from ..config import QuantizeMode
 from ..errors import QuantizationError, first_line
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
-from ..library_output import quiet_libraries
+from ..processes.library_output import quiet_libraries
 from .calibration import CalibrationSet
 from .constant_matmul_operands import quantize_constant_operands_per_tensor
 from .discontinuous import keep_feeders_in_float
@@ -89,7 +89,7 @@ def _recipe(mode: QuantizeMode) -> Any:
 
 def _signature_data(float_model: FlatbufferModel, calibration: CalibrationSet) -> dict[str, list[dict]]:
     """ai-edge-quantizer's calibration format: {signature: [{input name: array}, ...]}."""
-    from ..runtime import Resolver, TFLiteRunner
+    from ..runtime.interpreter import Resolver, TFLiteRunner
 
     runner = TFLiteRunner(float_model, resolver=Resolver.BUILTIN)
     sigs = runner.interpreter.get_signature_list()
@@ -193,7 +193,7 @@ def _percentile_ranges(
 ) -> dict[str, dict]:
     """Re-run the float model keeping every tensor and clip each calibrated range to percentiles
     (``search="mse"``: to the range of least quantization error, ``mse_range``)."""
-    from ..runtime import Resolver, TFLiteRunner
+    from ..runtime.interpreter import Resolver, TFLiteRunner
 
     runner = TFLiteRunner(float_model, resolver=Resolver.BUILTIN, preserve_all_tensors=True)
     by_name = {d["name"]: d["index"] for d in runner.interpreter.get_tensor_details()}

@@ -64,18 +64,10 @@ from .promotion_steps import sqnr_key as _sqnr_key
 from .promotion_steps import step_sizes as _groups
 
 from ..errors import QuantizationError, UsageError, first_line
-from ..serialize import json_field
+from ..output.serialize import json_field
 from .budget import INT16_FIRST_SHARE, RANKING_SHARE, TimeBudget
 from .operator_scopes import has_int16_recipe, passthrough_ops
-from .sensitivity import (
-    SENSITIVITY_METHOD,
-    LayerSensitivity,
-    RecipeQuantizer,
-    SensitivityReport,
-    measure_sensitivity,
-    ops_by_index,
-    parity_outputs,
-)
+from .sensitivity import SENSITIVITY_METHOD, LayerSensitivity, RecipeQuantizer, SensitivityReport, measure_sensitivity, ops_by_index, parity_outputs
 
 __all__ = [
     "MIXED_PRECISION_MODES",
@@ -272,8 +264,8 @@ def _median_latency(
     ``min_runs`` timed runs, then more up to ``max_runs`` while under ``budget_s`` of timed work
     (a slow int16x8 model gets ``min_runs``, a fast one ``max_runs``)."""
     from ..flatbuffer import read_flatbuffer
-    from ..latency import random_inputs
-    from ..runtime import Resolver, TFLiteRunner
+    from ..runtime.latency import random_inputs
+    from ..runtime.interpreter import Resolver, TFLiteRunner
 
     try:
         runner = TFLiteRunner(read_flatbuffer(model_bytes), resolver=Resolver.XNNPACK, num_threads=1)
@@ -825,12 +817,7 @@ def int16_ready(float_bytes: bytes) -> bytes:
 def _finished_mixed_model(model_bytes: bytes, io_dtype: Any) -> Any:
     """The search's model with what every quantized candidate gets (integer embedding tables, shared
     quantization vectors), then the export's I/O type."""
-    from ..passes.flatbuffer import (
-        quantize_embedding_tables_pass,
-        run_flatbuffer_passes,
-        set_io_dtype_pass,
-        share_quantization_vectors_pass,
-    )
+    from ..passes.flatbuffer import quantize_embedding_tables_pass, run_flatbuffer_passes, set_io_dtype_pass, share_quantization_vectors_pass
 
     origin = "the mixed-precision model"
     shared = run_flatbuffer_passes(model_bytes, [quantize_embedding_tables_pass, share_quantization_vectors_pass], origin=origin).model
@@ -875,7 +862,7 @@ def run_sensitivity_and_mixed_precision(
     keep (``base`` unless a mixed model replaced it)."""
     budget = budget if budget is not None else TimeBudget(None)
     from ..config import IODtype
-    from ..isolation import run_isolated
+    from ..processes.isolation import run_isolated
     from .io_types import describe_io
     from .selection import check_integer, reference_outputs
 

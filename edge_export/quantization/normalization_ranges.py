@@ -146,7 +146,7 @@ def _upper_bounds_without_constant_rows(model: FlatbufferModel, samples: Sequenc
     from functools import partial
 
     from ..passes.flatbuffer import expose_tensors_pass, run_flatbuffer_passes
-    from ..runtime import TFLiteRunner
+    from ..runtime.interpreter import TFLiteRunner
 
     names = {norm.sum_name for norm in norms}
     exposed = run_flatbuffer_passes(model, [partial(expose_tensors_pass, names=names)], origin="the float model with its normalization sums as outputs").model

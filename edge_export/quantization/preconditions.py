@@ -27,7 +27,7 @@ _HINT = (
 
 
 def _run_once(model: FlatbufferModel, sample: Sequence[np.ndarray]) -> None:
-    from ..runtime import Resolver, TFLiteRunner
+    from ..runtime.interpreter import Resolver, TFLiteRunner
 
     TFLiteRunner(model, resolver=Resolver.BUILTIN).run(list(sample))
 
@@ -36,7 +36,7 @@ def require_runnable_float_model(float_bytes: bytes, sample: Sequence[np.ndarray
     """The float model read and verified, after one run of ``sample`` in a child process; raises
     ConversionError (exit 3) naming why it cannot be quantized."""
     from ..flatbuffer import read_flatbuffer
-    from ..isolation import run_isolated
+    from ..processes.isolation import run_isolated
 
     try:
         model = read_flatbuffer(float_bytes, origin="the float model litert-torch converted")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..serialize import json_field
+from ..output.serialize import json_field
 
 __all__ = ["SINGLE_STEPS", "AccuracyTarget", "TargetCheck", "PromotedLayer", "evaluate_target", "sqnr_key", "step_sizes"]
 

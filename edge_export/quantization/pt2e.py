@@ -28,9 +28,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import QuantizeMode
-from ..conversion import convert_module
+from ..conversion.litert import convert_module
 from ..errors import ExportFailure, QuantizationError, map_exceptions
-from ..library_output import quiet_libraries
+from ..processes.library_output import quiet_libraries
 from ..passes.fx.distinct_operand_scales_pass import distinct_operand_scales_pass
 from ..passes.fx.prelu_operator import annotate_prelu_operators
 from ..passes.fx.restore_source_functions_pass import restore_source_functions_pass

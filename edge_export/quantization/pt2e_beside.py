@@ -29,7 +29,7 @@ import os
 from typing import Any
 
 from ..config import QuantBackend, QuantizeMode
-from ..isolation import BackgroundRun, send_message, start_isolated
+from ..processes.isolation import BackgroundRun, send_message, start_isolated
 
 __all__ = ["BESIDE_ENV", "PT2EBeside", "start_pt2e_beside"]
 
@@ -73,7 +73,7 @@ def _pt2e_in_child(module: Any, example_inputs: tuple, mode: QuantizeMode, calib
     end, then its lowering."""
     from functools import partial
 
-    from ..library_output import quiet_libraries
+    from ..processes.library_output import quiet_libraries
     from . import pt2e, selection
 
     with quiet_libraries(verbose):
@@ -176,7 +176,7 @@ def start_pt2e_beside(module: Any, example_inputs: tuple, mode: QuantizeMode, ca
         return None
     if not _core_idle():
         return None
-    from ..library_output import quiet_libraries
+    from ..processes.library_output import quiet_libraries
 
     with quiet_libraries(verbose):  # their imports print load warnings
         # imported before the fork (1.9 s), not in the child: the float conversion needs litert-torch here anyway

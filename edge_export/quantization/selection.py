@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..flatbuffer import FlatbufferModel
-from ..serialize import json_field
+from ..output.serialize import json_field
 
 __all__ = [
     "FULL_INTEGER_PREFERENCE_DB",
@@ -161,7 +161,7 @@ def module_path_for(tensor_name: str, module: Any | None = None) -> str | None:
     forward()), or None when the name carries no module. With ``module`` the path is resolved
     against its real submodules (so ModuleList names dropped from the stack come back); without it,
     the attribute names are joined."""
-    from ..provenance import scope_levels, tensor_scopes
+    from ..conversion.provenance import scope_levels, tensor_scopes
 
     scopes = tensor_scopes(tensor_name)
     levels = scope_levels(scopes[0]) if scopes else None  # the first location is the op's own result
@@ -269,7 +269,7 @@ def measure_parity(
     model: FlatbufferModel, samples: Sequence[tuple[np.ndarray, ...]], refs: list[list[np.ndarray]]
 ) -> tuple[float, float]:
     """(worst-output SQNR dB, worst-output cosine) of the flatbuffer vs the reference outputs."""
-    from ..runtime import Resolver, TFLiteRunner
+    from ..runtime.interpreter import Resolver, TFLiteRunner
 
     runner = TFLiteRunner(model, resolver=Resolver.BUILTIN)
     return _worst_parity(refs, [runner.run(list(sample)) for sample in samples])

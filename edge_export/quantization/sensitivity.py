@@ -38,9 +38,9 @@ import numpy as np
 from ..config import QuantizeMode
 from ..errors import QuantizationError, first_line
 from ..flatbuffer import read_flatbuffer
-from ..library_output import quiet_libraries
-from ..provenance import operator_module
-from ..serialize import json_field
+from ..processes.library_output import quiet_libraries
+from ..conversion.provenance import operator_module
+from ..output.serialize import json_field
 from .budget import TimeBudget
 from .calibration import CalibrationSet
 from .constant_matmul_operands import quantize_constant_operands_per_tensor
@@ -184,7 +184,7 @@ _ACTIVATION_BITS = {"int8": 8, "int16": 16}
 def run_outputs(model_bytes: bytes, samples: Sequence[tuple[np.ndarray, ...]]) -> list[list[np.ndarray]]:
     """The flatbuffer's outputs on each sample (float), with the built-in kernels (what parity's
     quantization checks use)."""
-    from ..runtime import Resolver, TFLiteRunner
+    from ..runtime.interpreter import Resolver, TFLiteRunner
 
     runner = TFLiteRunner(read_flatbuffer(model_bytes, origin="a sensitivity variant"), resolver=Resolver.BUILTIN)
     return [runner.run(list(sample)) for sample in samples]
@@ -196,7 +196,7 @@ def parity_outputs(model_bytes: bytes, samples: Sequence[tuple[np.ndarray, ...]]
     target is judged as validation will judge it. XNNPACK's int8 kernels round differently from the
     built-in ones: the zoo's ViT met 30 dB in the int16 search on the built-in kernels (30.3 dB) and
     failed validation (29.9 dB)."""
-    from ..runtime import Resolver, TFLiteRunner
+    from ..runtime.interpreter import Resolver, TFLiteRunner
 
     runner = TFLiteRunner(read_flatbuffer(model_bytes, origin="a mixed-precision candidate"), resolver=Resolver.XNNPACK)
     return [runner.run(list(sample)) for sample in samples]
@@ -231,7 +231,7 @@ def source_line(module: Any, module_path: str) -> str | None:
     """``file:line`` of the user's code for a module: the exported graph's stack trace when the
     model is a graph, else where the innermost user-defined class on the path is defined (a
     library class such as nn.Conv2d says nothing about the user's code, its parent block does)."""
-    from ..provenance import module_user_source
+    from ..conversion.provenance import module_user_source
 
     path = module_path
     while True:

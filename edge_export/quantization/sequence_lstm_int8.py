@@ -103,7 +103,7 @@ def quantize_sequence_lstm_model(float_model: bytes, samples: Sequence[Sequence[
                          "Pass calibration data, or let edge-export draw synthetic samples.")
     from ai_edge_litert import _pywrap_tensorflow_lite_calibration_wrapper as calibration
 
-    from ..conversion import reset_lstm_states
+    from ..conversion.litert import reset_lstm_states
 
     # Kept in a name until the end: the wrapper reads the model from these bytes without copying
     # them (a temporary here was freed under it: SIGSEGV on the first FeedTensor).

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..serialize import to_json_value
+from ..output.serialize import to_json_value
 
 from .model import Regression
 

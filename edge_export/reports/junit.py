@@ -13,8 +13,8 @@ import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
 from .model import SkippedValidation
-from ..serialize import json_keys, to_json_value
-from ..text_safety import show_unsafe
+from ..output.serialize import json_keys, to_json_value
+from ..output.text_safety import show_unsafe
 
 if TYPE_CHECKING:
     from ..validators.layers import LayerParity

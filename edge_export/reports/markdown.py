@@ -13,12 +13,12 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .model import SkippedValidation
-from ..serialize import to_json_value as _plain
-from ..text_safety import show_unsafe
+from ..output.serialize import to_json_value as _plain
+from ..output.text_safety import show_unsafe
 
 if TYPE_CHECKING:
     from ..constraints import PinnedSetCheck
-    from ..latency import HostLatency
+    from ..runtime.latency import HostLatency
     from ..quantization import QuantizationResult
     from ..quantization.mixed_precision import MixedPrecisionReport
     from ..quantization.sensitivity import SensitivityReport

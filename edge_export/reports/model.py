@@ -25,18 +25,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
 from ..errors import exit_code_for_verdict
-from ..serialize import json_field
+from ..output.serialize import json_field
 
 if TYPE_CHECKING:
     from ..constraints import PinnedSetCheck
     from ..flatbuffer import TensorInfo
-    from ..latency import HostLatency
+    from ..runtime.latency import HostLatency
     from ..llm.report import LanguageModelSection
     from ..quantization import QuantizationResult
     from ..quantization.mixed_precision import MixedPrecisionReport
     from ..quantization.sensitivity import SensitivityReport
-    from ..applied_rewrites import AppliedRewrite
-    from ..transpose_report import TransposeReport
+    from ..conversion.applied_rewrites import AppliedRewrite
+    from ..conversion.transpose_report import TransposeReport
     from ..validators.accuracy import AccuracyResult
     from ..validators.layers import LayerParityReport
     from ..validators.parity import ParityResult

@@ -49,7 +49,7 @@ def _sensitivity_values(report: Any, model: Any) -> dict[str, float]:
     """Each ranked operator's SQNR under its tensor name in ``model``. The ranking was measured on
     the float model's names; a model from the PT2E backend names its tensors its own way, so an
     operator whose name is not in it is found by its module and opcode instead."""
-    from ..provenance import operator_module
+    from ..conversion.provenance import operator_module
 
     names = {t.name for t in model.tensors}
     by_module: dict[tuple[str, str], str] = {}

@@ -41,7 +41,7 @@ def run_header(loaded: Any, specs: list[InputSpec], plan: Any) -> dict:
 
 
 def flatbuffer_section(fb: FlatbufferModel, named: FlatbufferModel | None = None) -> FlatbufferSection:
-    from ..transpose_report import find_transposes
+    from ..conversion.transpose_report import find_transposes
 
     return FlatbufferSection(
         size_bytes=fb.size_bytes,
@@ -61,7 +61,7 @@ def flatbuffer_section(fb: FlatbufferModel, named: FlatbufferModel | None = None
 def app_section(fb: FlatbufferModel, channels_last_inputs: Sequence[int], channels_last_outputs: Sequence[int]) -> Any:
     """What an app calls: the signature key and each input and output by its signature name."""
     from ..reports.model import AppSection, AppTensor
-    from ..testdata import signature_tensors
+    from ..artifacts.testdata import signature_tensors
 
     def rows(tensors: Sequence[Any]) -> tuple[AppTensor, ...]:
         return tuple(AppTensor(t.name, t.dtype, t.shape, t.layout, t.scale, t.zero_point) for t in tensors)

@@ -34,7 +34,7 @@ def host_latency_stage(converted: ConvertedRun, options: ExportOptions, target: 
     with clock.run("latency", "Timing the quantized and float models on this CPU (LiteRT + XNNPACK)"):
         from ..flatbuffer import read_flatbuffer
         from ..flatbuffer.pack import align_buffers
-        from ..latency import measure_host_latency
+        from ..runtime.latency import measure_host_latency
         from ..quantization.mixed_precision import kept_int16_operators
 
         float_fb = read_flatbuffer(align_buffers(converted.float_bytes), origin="the float model")
@@ -43,7 +43,7 @@ def host_latency_stage(converted: ConvertedRun, options: ExportOptions, target: 
 
 
 def check_stage(converted: ConvertedRun, options: ExportOptions, target: Any, tflite_path: Path, clock: StageClock) -> CheckedRun:
-    from ..model_metadata import metadata_requested
+    from ..artifacts.model_metadata import metadata_requested
     from ..targets.base import TargetCheck, TargetContext
 
     metadata = None
@@ -65,7 +65,7 @@ def check_stage(converted: ConvertedRun, options: ExportOptions, target: Any, tf
 def build_metadata(fb: FlatbufferModel, options: ExportOptions, reference_out: Sequence[Any], returned_keys: Sequence[str | None], image: Any) -> Any:
     """The TFLite model metadata of ``fb`` (model_metadata.py): each output's kind decided as
     parity decides it, so ``--labels`` names the same output and its count is checked here."""
-    from ..model_metadata import build_model_metadata
+    from ..artifacts.model_metadata import build_model_metadata
     from .parity import output_kinds, outputs_by_name
 
     names = list(fb.output_names)

@@ -28,7 +28,7 @@ class StageClock:
 
     @contextmanager
     def run(self, name: str, label: str) -> Iterator[None]:
-        from ..isolation import pause_for_test
+        from ..processes.isolation import pause_for_test
 
         if self._on_stage:
             self._on_stage(label)

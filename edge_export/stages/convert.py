@@ -52,7 +52,7 @@ def convert_stage(prepared: PreparedRun, options: ExportOptions, target: Any, cl
 
 def _convert(prepared: PreparedRun, options: ExportOptions, clock: StageClock) -> FlatbufferModel:
     """Float or fp16: one conversion, read and verified here (the converter's bytes are the edge)."""
-    from ..conversion import convert_module, fp16_quant_config
+    from ..conversion.litert import convert_module, fp16_quant_config
     from ..flatbuffer import read_flatbuffer
     from ..flatbuffer.pack import align_buffers
 
@@ -65,7 +65,7 @@ def _convert(prepared: PreparedRun, options: ExportOptions, clock: StageClock) -
 
 
 def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock: StageClock) -> ConvertedRun:
-    from ..conversion import convert_module
+    from ..conversion.litert import convert_module
     from ..quantization.budget import BACKENDS_SHARE, TimeBudget
 
     calibration, heldout, labels = labelled_calibration_sets(options, prepared.loaded.specs, prepared.loaded.example)
@@ -174,7 +174,7 @@ def float_model_for_flatbuffer_backend(module: Any, example: tuple, options: Exp
     quantize_model so that the latency stage can time it and a failed Edge TPU parity can rank
     operators on it: no conversion more than before. None when only PT2E runs (it converts no float
     model; timing would cost one). A conversion that fails raises (quantize_model's precondition)."""
-    from ..conversion import convert_module
+    from ..conversion.litert import convert_module
     from ..quantization import backends_for
 
     if "flatbuffer" not in backends_for(options.quantize, options.quant_backend):
@@ -189,7 +189,7 @@ def name_signature(fb: FlatbufferModel, specs: Sequence[InputSpec], returned_key
     """The converter's signature (``args_0``..., ``output_0``...) renamed after the model."""
     import functools
 
-    from ..io_names import resolve_names
+    from ..artifacts.io_names import resolve_names
     from ..passes.flatbuffer import rename_signature_pass, run_flatbuffer_passes
 
     inputs = resolve_names((), [s.name for s in specs], fb.input_names)

@@ -67,7 +67,7 @@ def _attach_metadata(fb: FlatbufferModel, checked: CheckedRun, tflite_path: Path
     if checked.metadata is None:
         return fb, None
     with clock.run("metadata", "Attaching the model metadata"):
-        from ..model_metadata import attach_metadata, model_has_metadata
+        from ..artifacts.model_metadata import attach_metadata, model_has_metadata
 
         size_before = fb.size_bytes
         fb = attach_metadata(fb, checked.metadata)
@@ -81,7 +81,7 @@ def test_vectors_artifact(fb: FlatbufferModel, validated: ParityRun, prepared: A
     """``<stem>.testdata.npz`` (--emit-test-vectors) from the samples parity checked, written with
     the other artifacts and listed under the report's ``artifacts`` as ``test_vectors``."""
     from ..targets.base import TargetArtifact
-    from ..testdata import build_reference_vectors, serialize_vectors, test_vectors_path
+    from ..artifacts.testdata import build_reference_vectors, serialize_vectors, test_vectors_path
 
     feeds, references = validated.samples
     vectors = build_reference_vectors(

@@ -27,7 +27,7 @@ def flatten_outputs(out: Any) -> list:
 
 
 def resolve_inputs(loaded: Any, options: ExportOptions, example_inputs: tuple | None) -> tuple[list[InputSpec], tuple]:
-    from ..inputs import example_tensors, specs_from_options, specs_from_tensors
+    from ..loading.inputs import example_tensors, specs_from_options, specs_from_tensors
 
     if options.input_shapes:
         specs = specs_from_options(options.input_shapes, options.input_dtypes)
@@ -51,8 +51,8 @@ def load_with_inputs(
 ) -> tuple[Any, list[InputSpec], tuple, list, list[str | None]]:
     """Load the model, settle its input specs (named) and example, and run it once eagerly: its
     flattened outputs and the key each was returned under."""
-    from ..inputs import check_model_accepts
-    from ..loading import load_model
+    from ..loading.inputs import check_model_accepts
+    from ..loading.sources import load_model
 
     loaded = load_model(
         model,
@@ -73,7 +73,7 @@ def named_specs(loaded: Any, specs: list[InputSpec], options: ExportOptions) -> 
     (calibration archives) is keyed by the same names as the signature."""
     from dataclasses import replace
 
-    from ..io_names import check_count, forward_parameter_names, resolve_names
+    from ..artifacts.io_names import check_count, forward_parameter_names, resolve_names
 
     check_count(options.input_names, len(specs), "--input-names", "input")
     from_model = list(loaded.input_names or ())[: len(specs)] or forward_parameter_names(loaded.module, len(specs))
@@ -82,7 +82,7 @@ def named_specs(loaded: Any, specs: list[InputSpec], options: ExportOptions) -> 
 
 
 def check_output_names(options: ExportOptions, count: int) -> None:
-    from ..io_names import check_count
+    from ..artifacts.io_names import check_count
 
     check_count(options.output_names, count, "--output-names", "output")
 
@@ -92,7 +92,7 @@ def example_for_loading(options: ExportOptions, example_inputs: tuple | None) ->
     if example_inputs is not None:
         return tuple(example_inputs)
     if options.input_shapes:
-        from ..inputs import example_tensors, specs_from_options
+        from ..loading.inputs import example_tensors, specs_from_options
 
         return example_tensors(specs_from_options(options.input_shapes, options.input_dtypes), options.seed)
     return None

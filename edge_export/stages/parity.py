@@ -36,7 +36,7 @@ def check_parity(
     with --runtime compiled-model or both, each runtime's parity and their differences too. Also
     returns the samples checked: the float feeds in the model's layout and PyTorch's outputs; and,
     with ``labels`` (the samples' HeldOutLabels), the accuracy of both models on them."""
-    from ..inputs import make_samples
+    from ..loading.inputs import make_samples
 
     if samples is None:
         samples = make_samples(specs, options.samples, options.seed, example)
@@ -47,7 +47,7 @@ def check_parity(
         from ..validators.layers import per_layer_parity
 
         with stages.run("per_layer", "Comparing every layer with PyTorch (reference kernels)"):
-            from ..isolation import run_isolated
+            from ..processes.isolation import run_isolated
 
             layers = run_isolated(
                 per_layer_parity,
@@ -78,7 +78,7 @@ def run_parity(
     try:
         runs = _run_candidates(fb, feeds, plan, options.runtime, runner_factory)
     except RuntimeRunError as exc:  # LiteRT refused an operator: name the aten call and the line too
-        from ..operator_origins import name_failing_call
+        from ..conversion.operator_origins import name_failing_call
 
         named = name_failing_call(exc, fb, module, samples[0] if samples else None)
         if named is exc:
@@ -165,7 +165,7 @@ def _run_candidates(fb: FlatbufferModel, feeds: list, plan: Any, runtime: str, r
     """The flatbuffer on every feed through each runtime --runtime names (the target's runner, the
     LiteRT interpreter unless the target brings its own; LiteRT 2.x's CompiledModel; or both), in a
     child process: a native crash becomes exit 3 naming this stage."""
-    from ..isolation import run_isolated
+    from ..processes.isolation import run_isolated
 
     factories, backend = runtime_runners(runtime, runner_factory)
 
@@ -184,7 +184,7 @@ def runtime_runners(runtime: str, runner_factory: Any = None) -> tuple[list, str
     """The runner factories --runtime names (the target's runner, the LiteRT interpreter unless the
     target brings its own; LiteRT 2.x's CompiledModel; or both), and the runtime a native crash
     is blamed on."""
-    from ..runtime import CompiledModelRunner
+    from ..runtime.interpreter import CompiledModelRunner
     from ..targets.base import litert_runner
 
     interpreter = runner_factory or litert_runner
@@ -313,7 +313,7 @@ def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:
     explained instead: the sensitivity ranking, with a note naming the layers that limit accuracy."""
     from dataclasses import replace
 
-    from ..conversion import convert_module
+    from ..conversion.litert import convert_module
     from ..quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
 
     prepared, loaded = converted.prepared, converted.prepared.loaded
@@ -350,7 +350,7 @@ def validate_sensitivity(module: Any, example: tuple, specs: list[InputSpec], op
     """validate --sensitivity: the ranking of the reference converted to float (in the validated
     file's layout) with synthetic calibration; keyed by the float model's tensor names, which a
     file from the flatbuffer backend shares (the overlay keeps the names the file has)."""
-    from ..conversion import convert_module, wrap_channels_last
+    from ..conversion.litert import convert_module, wrap_channels_last
     from ..quantization import DEFAULT_SYNTHETIC_SAMPLES, synthetic_calibration
     from ..quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..atomic_files import check_outputs_apart, check_writable_folder
+from ..output.atomic_files import check_outputs_apart, check_writable_folder
 from ..config import QuantizeMode
 from ..errors import UsageError
 from ..options import ExportOptions
@@ -61,7 +61,7 @@ def side_outputs(options: ExportOptions) -> list[tuple[str, Path]]:
 
 def input_paths(model: Any, options: ExportOptions) -> list[tuple[str, Path]]:
     """Every file a run reads, so that no artifact path can replace one."""
-    from ..loading import is_module_reference
+    from ..loading.sources import is_module_reference
 
     inputs = []
     if isinstance(model, (str, Path)) and not is_module_reference(str(model)):
@@ -111,7 +111,7 @@ def export_paths(model: Any, options: ExportOptions, target: Any, output: str | 
     ]
     target_outputs = target.output_paths(options, tflite_path)
     if options.emit_test_vectors:
-        from ..testdata import test_vectors_path
+        from ..artifacts.testdata import test_vectors_path
 
         outputs.append(("the test vectors (--emit-test-vectors)", test_vectors_path(tflite_path)))
     outputs += overlay_outputs(options, tflite_path)

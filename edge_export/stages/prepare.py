@@ -25,7 +25,7 @@ class PreparedRun:
 
 def in_model_layout(module: Any, example: tuple, plan: Any) -> tuple[Any, tuple]:
     """``module`` and ``example`` as the converted model takes them: NHWC for the plan's inputs."""
-    from ..conversion import wrap_channels_last
+    from ..conversion.litert import wrap_channels_last
 
     wrapped = wrap_channels_last(module, plan) if plan.active else module
     moved = tuple(t.permute(0, 2, 3, 1).contiguous() if i in plan.inputs else t for i, t in enumerate(example))
@@ -33,8 +33,8 @@ def in_model_layout(module: Any, example: tuple, plan: Any) -> tuple[Any, tuple]
 
 
 def prepare_stage(loaded: LoadedRun, options: ExportOptions, target: Any, implied: list[str]) -> PreparedRun:
-    from ..channels_last import plan_channels_last
-    from ..model_metadata import check_metadata_options
+    from ..conversion.channels_last import plan_channels_last
+    from ..artifacts.model_metadata import check_metadata_options
 
     # The target's sections of the report, in the order of its hooks (see targets/base.py).
     entries: dict = {"name": target.name, "implied": tuple(implied)}  # TargetSection's fields

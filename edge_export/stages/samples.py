@@ -21,7 +21,7 @@ def to_layout(arrays: Sequence[np.ndarray], indices: Sequence[int], nhwc: bool) 
 
 def parity_samples(specs: list[InputSpec], options: ExportOptions, example: tuple) -> list[tuple]:
     """The inputs parity runs on when no real held-out data was given (as check_parity makes them)."""
-    from ..inputs import make_samples
+    from ..loading.inputs import make_samples
 
     return make_samples(specs, options.samples, options.seed, example)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..atomic_files import check_outputs_apart, check_writable_folder, remove_created_folders
+from ..output.atomic_files import check_outputs_apart, check_writable_folder, remove_created_folders
 from ..config import Thresholds
 from ..errors import UsageError
 from ..options import ExportOptions
@@ -69,7 +69,7 @@ def validate_with_test_vectors(
     created: list[Path] = []
     try:
         from ..flatbuffer import load_flatbuffer
-        from ..testdata import check_vectors_fit_model, load_reference_vectors
+        from ..artifacts.testdata import check_vectors_fit_model, load_reference_vectors
 
         stages = StageClock(on_stage)
         with stages.run("load", "Reading the model and the test vectors"):
@@ -78,7 +78,7 @@ def validate_with_test_vectors(
             check_vectors_fit_model(vectors, fb, vectors_path, tflite_path)
         check_writable_folder(json_path, created)
         check_side_outputs(options, created)
-        from ..library_output import quiet_libraries
+        from ..processes.library_output import quiet_libraries
 
         with quiet_libraries(options.verbose or not options.quiet_libraries):
             with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
@@ -152,7 +152,7 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
 
 def _run_vectors(fb: FlatbufferModel, vectors: Any, runtime: str) -> list[tuple]:
     """(outputs per sample, output scales, runtime name) per runtime, in a child process."""
-    from ..isolation import run_isolated
+    from ..processes.isolation import run_isolated
     from .parity import runtime_runners
 
     factories, backend = runtime_runners(runtime)

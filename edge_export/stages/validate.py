@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..atomic_files import check_artifact_paths, check_outputs_apart, check_writable_folder, remove_created_folders
+from ..output.atomic_files import check_artifact_paths, check_outputs_apart, check_writable_folder, remove_created_folders
 from ..config import InputSpec, QuantizeMode
 from ..errors import InputSpecError, UsageError
 from ..options import ExportOptions
@@ -70,7 +70,7 @@ def validate(
         )
     tflite_path = Path(tflite)
     prefix, json_path, md_path = validate_report_paths(tflite_path, report_prefix)
-    from ..tensor_names import tensor_names_path
+    from ..artifacts.tensor_names import tensor_names_path
 
     names_path = Path(tensor_names) if tensor_names else tensor_names_path(tflite_path)
     from ..reports.model_explorer import overlay_path
@@ -112,7 +112,7 @@ def validate_flatbuffer(
     # A map found beside a file that kept its names is stale (an earlier export's) and not needed;
     # one the user named is always checked.
     if names_path is not None and (names_given or not fb.has_inner_tensor_names):
-        from ..tensor_names import load_tensor_name_map, restore_tensor_names
+        from ..artifacts.tensor_names import load_tensor_name_map, restore_tensor_names
 
         name_map = load_tensor_name_map(names_path)
         name_map.check_belongs_to(fb, names_path, tflite_path)
@@ -138,12 +138,12 @@ def validate_flatbuffer(
     check_writable_folder(json_path, created)
     check_side_outputs(options, created)
     stages = StageClock(on_stage)
-    from ..library_output import quiet_libraries
+    from ..processes.library_output import quiet_libraries
 
     with quiet_libraries(options.verbose or not options.quiet_libraries):
         from ..reports.model_explorer import overlay_path
-        from ..loading import needs_confinement
-        from ..sandbox import run_for_model
+        from ..loading.sources import needs_confinement
+        from ..processes.sandbox import run_for_model
 
         report, files = run_for_model(
             needs_confinement(reference, options.trust_pickle), stages, validate_against_reference,
@@ -161,9 +161,9 @@ def validate_against_reference(
     """Load the reference, check parity and build the report; ``validate`` writes it."""
     from ..targets.base import get_target
 
-    from ..channels_last import ChannelsLastPlan
+    from ..conversion.channels_last import ChannelsLastPlan
 
-    from ..loading import ModelKind, detect_kind, is_module_reference
+    from ..loading.sources import ModelKind, detect_kind, is_module_reference
 
     if not options.input_shapes and example_inputs is None:
         stored_shapes = (

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..atomic_files import ArtifactSet, check_writable_folder
+from ..output.atomic_files import ArtifactSet, check_writable_folder
 from ..errors import EXIT_OK
 from ..options import ExportOptions
 from ..reports.model import RunReport
@@ -25,7 +25,7 @@ class ExportResult:
     @functools.cached_property
     def report(self) -> dict:
         """The report as written to ``report_json_path`` (the published JSON schema)."""
-        from ..serialize import to_json_value
+        from ..output.serialize import to_json_value
 
         return to_json_value(self.run_report)
 

@@ -35,7 +35,7 @@ from typing import (
 
 from ..config import IODtype, QuantizeMode
 from ..errors import UsageError
-from .registry import (  # noqa: F401  (the registry's names, importable from here as before)
+from .registry import (
     TARGET_NAME_PATTERN,
     ReportSection,
     TargetOption,
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ..options import ExportOptions
     from ..flatbuffer import FlatbufferModel
     from ..reports.model import RunReport
-    from ..runtime import IOTensor
+    from ..runtime.interpreter import IOTensor
 
 __all__ = [
     "Runner",
@@ -174,7 +174,7 @@ class FinishedTarget:
 
 def litert_runner(model: FlatbufferModel) -> Runner:
     """The LiteRT interpreter with XNNPACK: what apps run, and parity's default."""
-    from ..runtime import Resolver, TFLiteRunner
+    from ..runtime.interpreter import Resolver, TFLiteRunner
 
     return TFLiteRunner(model, resolver=Resolver.XNNPACK)
 
@@ -244,7 +244,7 @@ class TargetPlugin:
         prepared = self.prepare_module(graph.module, example)
         if not graph.rewrites:
             return prepared
-        from ..applied_rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
+        from ..conversion.applied_rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
 
         applied = tuple(AppliedRewrite(r.module_path or "<root>", r.kind, r.why, r.module_type, r.source, r.declined) for r in graph.rewrites)
         return PreparedModule(prepared.module, {**prepared.report, "rewrites": (*applied, *prepared.report.get("rewrites", ()))})

@@ -30,23 +30,10 @@ import numpy as np
 
 from ..errors import InputSpecError, UsageError
 from ..flatbuffer import FlatbufferModel, read_flatbuffer
-from .per_layer.capture import (
-    capture_sample,
-    class_fullname,
-    graph_root_name,
-    is_exported_graph,
-)
+from .per_layer.capture import capture_sample, class_fullname, graph_root_name, is_exported_graph
 from .per_layer.matching import match_layers
 from .per_layer.measurement import first_jump_index, measure_layers
-from .per_layer.results import (
-    JUMP_DROP_DB,
-    JUMP_FLOOR_DB,
-    JumpRule,
-    LayerParity,
-    LayerParityReport,
-    UnmatchedModule,
-    UnmatchedReason,
-)
+from .per_layer.results import JUMP_DROP_DB, JUMP_FLOOR_DB, JumpRule, LayerParity, LayerParityReport, UnmatchedModule, UnmatchedReason
 
 # The result types are re-exported: reports, tests and examples import them from here.
 __all__ = [
@@ -85,7 +72,7 @@ def per_layer_parity(
     """
     if min_sqnr_db is not None and min_sqnr_db != min_sqnr_db:
         raise UsageError("The per-layer SQNR threshold is NaN.", "Give a number of dB, e.g. 25.")
-    from ..runtime import Resolver, TFLiteRunner
+    from ..runtime.interpreter import Resolver, TFLiteRunner
 
     fm = model if isinstance(model, FlatbufferModel) else read_flatbuffer(model)
     if samples is None:

@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 
 from ..config import OutputKind
 from ..errors import UsageError
-from ..serialize import json_field
+from ..output.serialize import json_field
 
 __all__ = [
     "KindSource",

@@ -16,7 +16,7 @@ import numpy as np
 from .. import config
 from ..config import OutputKind, Thresholds
 from . import metrics
-from ..serialize import json_field
+from ..output.serialize import json_field
 from . import probabilities
 from .output_kinds import KindDecision, KindSource
 from .output_parts import PartSlice, find_parts

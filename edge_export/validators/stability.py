@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..serialize import json_field
+from ..output.serialize import json_field
 
 __all__ = [
     "PERTURBATION", "UNSTABLE_BELOW_DB", "OutputStability", "ReferenceStability", "perturbed_samples",

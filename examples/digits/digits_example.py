@@ -153,7 +153,7 @@ def flatbuffer_accuracy(model_bytes: bytes, x, y) -> float:
 
 
 def flatbuffer_logits(model_bytes: bytes, x) -> np.ndarray:
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     runner = TFLiteRunner(model_bytes, num_threads=1)
     return np.concatenate([np.asarray(runner.run([x[i : i + 1]])[0]).reshape(1, -1) for i in range(len(x))])
@@ -181,9 +181,9 @@ def run(
     import torch
 
     from edge_export.config import QuantBackend, QuantizeMode
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization import CalibrationSet, quantize_model
-    from edge_export.serialize import to_json_value
+    from edge_export.output.serialize import to_json_value
     from edge_export.validators.metrics import cosine_similarity, sqnr_db
 
     if arch not in ARCHS:

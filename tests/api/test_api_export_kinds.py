@@ -101,7 +101,7 @@ def test_module_reference_with_weights(tmp_path, run_cli, monkeypatch, mode):
     _assert_passed(report, mode)
     assert report["model"]["kind"] == "module_reference"
     # the weights were really loaded: the flatbuffer reproduces *this* net, not a fresh random init
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     x = torch.randn(2, 6)
     got = TFLiteRunner(out.read_bytes()).run([x.numpy()])[0]

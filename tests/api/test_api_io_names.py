@@ -64,7 +64,7 @@ def test_overrides_name_the_signature(tmp_path, run_cli, sources):
     # The signature runner finds the inputs by the new names and computes what PyTorch does.
     from ai_edge_litert.interpreter import Interpreter
 
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     runner = Interpreter(model_content=out.read_bytes()).get_signature_runner("run")
     got = runner(image=EXAMPLE[0].numpy(), mask=EXAMPLE[1].numpy())

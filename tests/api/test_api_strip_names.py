@@ -21,7 +21,7 @@ def cnn_pt2(tmp_path_factory):
 
 
 def _outputs(path, n=3):
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     runner = TFLiteRunner(path.read_bytes())
     rng = np.random.default_rng(5)

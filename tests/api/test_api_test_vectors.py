@@ -79,7 +79,7 @@ def test_fp32_vectors_hold_the_example_input_and_pytorchs_output(exported):
 
 def test_int8_vectors_are_quantized_and_channels_last_as_the_model_takes_them(exported):
     from edge_export.flatbuffer import load_flatbuffer
-    from edge_export.runtime import quantize_array
+    from edge_export.runtime.interpreter import quantize_array
 
     model_input = load_flatbuffer(exported.int8).input_tensors[0]
     scale, zero_point = float(model_input.quant.scales[0]), int(model_input.quant.zero_points[0])
@@ -255,7 +255,7 @@ def test_vectors_round_trip_and_keep_at_most_count_samples(exported, tmp_path):
     """build -> serialize -> load gives back the same arrays, names and thresholds; count caps the
     samples kept, and asking for more than parity checked keeps what there is."""
     from edge_export.flatbuffer import load_flatbuffer
-    from edge_export.testdata import build_reference_vectors, load_reference_vectors, serialize_vectors
+    from edge_export.artifacts.testdata import build_reference_vectors, load_reference_vectors, serialize_vectors
 
     fb = load_flatbuffer(exported.fp32)
     parity = edge_export.validate(exported.fp32, test_vectors=vectors_of(exported.fp32), report_prefix=tmp_path / "r").run_report.validation

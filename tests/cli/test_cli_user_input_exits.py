@@ -205,7 +205,7 @@ def test_forward_that_calls_sys_exit(tmp_path, run_cli):
             raise SystemExit(3)
 
     from edge_export.errors import InputSpecError
-    from edge_export.inputs import (
+    from edge_export.loading.inputs import (
         check_model_accepts,
         example_tensors,
         specs_from_options,

@@ -26,7 +26,7 @@ import numpy as np
 
 from edge_export.errors import FlatbufferError, RuntimeRunError
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.runtime import Resolver, TFLiteRunner
+from edge_export.runtime.interpreter import Resolver, TFLiteRunner
 
 # A mutated dimension can ask for hundreds of MB; such files are verified but not run (running
 # them is only slow, and the 2 GB per-tensor limit is checked by the verifier itself).

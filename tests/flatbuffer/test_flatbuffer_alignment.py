@@ -113,7 +113,7 @@ def _inputs(shape: tuple[int, ...], n: int = 3) -> list[list[np.ndarray]]:
 
 
 def _litert_outputs(data: bytes) -> list[np.ndarray]:
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     runner = TFLiteRunner(data)
     return [runner.run(x)[0] for x in _inputs(tuple(runner.inputs[0].shape))]  # NCHW, or NHWC for the Edge TPU

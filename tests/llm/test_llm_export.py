@@ -141,7 +141,7 @@ def test_a_failed_language_model_is_exit_1_with_the_step_in_every_rendering(llm_
     from edge_export.llm.writing import build_run_report
     from edge_export.reports.junit import render_junit
     from edge_export.reports.markdown import render_markdown
-    from edge_export.serialize import to_json_value
+    from edge_export.output.serialize import to_json_value
 
     run, ctx = llm_exports("qwen3"), llm_exports.context("qwen3")
     result = check_recipe("none", _perturbed(run.tflite.read_bytes()), ctx)

@@ -21,7 +21,7 @@ class Converted:
 @pytest.fixture(scope="session")
 def converted() -> Converted:
     from edge_export.config import QuantizeMode
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization import synthetic_calibration
     from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from edge_export.passes.flatbuffer import fold_constant_operators_pass, remove_noop_operators_pass, run_flatbuffer_passes
-from edge_export.runtime import TFLiteRunner
+from edge_export.runtime.interpreter import TFLiteRunner
 
 
 class MaskedAttention(torch.nn.Module):
@@ -37,7 +37,7 @@ class Transposed(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def converted():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.flatbuffer import align_buffers
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.passes.flatbuffer import expose_tensors_pass, run_flatbuffer_passes
-from edge_export.runtime import Resolver, TFLiteRunner
+from edge_export.runtime.interpreter import Resolver, TFLiteRunner
 
 
 def _inner_tensors(model) -> list[int]:

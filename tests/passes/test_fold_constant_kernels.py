@@ -197,7 +197,7 @@ _CHAIN = {"RESIZE_NEAREST_NEIGHBOR", "CAST", "CUMSUM", "SLICE", "STRIDED_SLICE",
 
 @pytest.fixture(scope="module")
 def sine_embedding():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     torch.manual_seed(0)
     module = SinePositionEmbedding().eval()
@@ -207,7 +207,7 @@ def sine_embedding():
 def test_the_sine_position_embedding_folds_whole_and_computes_the_same(sine_embedding):
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.passes.flatbuffer import fold_constant_operators_pass, run_flatbuffer_passes
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     module, fp32 = sine_embedding
     before = read_flatbuffer(fp32)
@@ -225,7 +225,7 @@ def test_the_sine_position_embedding_quantizes_fully_integer(sine_embedding):
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.quantization import check_integer, synthetic_calibration
     from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     module, fp32 = sine_embedding
     calibration = synthetic_calibration([InputSpec(shape=(1, 3, 32, 32), name="x")], 8, seed=1)

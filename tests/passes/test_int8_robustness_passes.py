@@ -18,7 +18,7 @@ from edge_export.passes.flatbuffer import (
     saturate_infinite_constants_pass,
 )
 from edge_export.passes.flatbuffer.saturate_infinite_constants_pass import MASK_MAGNITUDE
-from edge_export.runtime import TFLiteRunner
+from edge_export.runtime.interpreter import TFLiteRunner
 
 
 class CausalSoftmax(torch.nn.Module):
@@ -48,7 +48,7 @@ def _sqnr(reference: np.ndarray, measured: np.ndarray) -> float:
 
 @pytest.fixture(scope="module")
 def mask_model():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     torch.manual_seed(0)
     module = CausalSoftmax().eval()
@@ -102,7 +102,7 @@ def test_the_masked_softmax_quantizes_fully_integer_with_parity(mask_model):
 
 @pytest.mark.slow
 def test_a_gru_s_int8_signature_is_repaired_and_runs():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization import synthetic_calibration
     from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
 
@@ -142,7 +142,7 @@ class SinePositions(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def sine_positions():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     torch.manual_seed(0)
     module = SinePositions().eval()
@@ -239,7 +239,7 @@ class CosineScores(torch.nn.Module):
 
 def test_abs_before_a_square_is_dropped_and_int8_is_fully_integer():
     """ai-edge-quantizer has no ABS recipe: the zoo's Swinv2 kept 16 ABS in float (not fully integer)."""
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.passes.flatbuffer import drop_abs_before_square_pass
     from edge_export.quantization import check_integer, synthetic_calibration
     from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer

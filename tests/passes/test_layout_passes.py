@@ -49,8 +49,8 @@ def models() -> Models:
     import litert_torch
 
     from edge_export.config import InputSpec, QuantizeMode
-    from edge_export.conversion import plan_channels_last, wrap_channels_last
-    from edge_export.library_output import quiet_libraries
+    from edge_export.conversion.litert import plan_channels_last, wrap_channels_last
+    from edge_export.processes.library_output import quiet_libraries
     from edge_export.quantization import synthetic_calibration
     from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
 
@@ -125,7 +125,7 @@ def test_reductions_read_the_nhwc_feature_map_over_nhwc_axes(models, kind):
     assert after.tensors[left.inputs[0]].shape == (1, 8, 8) and after.constant(left.inputs[1]).tolist() == [0, 2, 1]
     assert after.producer_of(left.inputs[0]).opcode == "SUM"
     # ... and the report names it, inside the graph, in the model's own forward()
-    from edge_export.transpose_report import find_transposes
+    from edge_export.conversion.transpose_report import find_transposes
 
     report = find_transposes(after)
     assert (report.count, report.inner) == (1, 1)
@@ -170,7 +170,7 @@ def test_the_passes_change_nothing_the_second_time(models):
 def test_a_transpose_that_moves_data_is_kept(models):
     """The NCHW input TRANSPOSE of a model without --channels-last is a real reorder: no change,
     and conversion hands the converter's bytes on untouched."""
-    from edge_export.conversion import convert_module, fold_layout_transposes
+    from edge_export.conversion.litert import convert_module, fold_layout_transposes
 
     torch.manual_seed(0)
     data = convert_module(nn.Sequential(nn.Conv2d(3, 4, 1)).eval(), (torch.randn(SHAPE),))

@@ -23,7 +23,7 @@ from edge_export.passes.flatbuffer import (
     restore_tensor_names_pass,
     strip_tensor_names_pass,
 )
-from edge_export.runtime import TFLiteRunner
+from edge_export.runtime.interpreter import TFLiteRunner
 
 
 def _outputs(data: bytes, example) -> list[np.ndarray]:
@@ -72,7 +72,7 @@ def test_restore_tensor_names_pass_undoes_strip_from_the_map(converted, tmp_path
     import json
 
     from edge_export.errors import UsageError
-    from edge_export.tensor_names import build_tensor_name_map, load_tensor_name_map
+    from edge_export.artifacts.tensor_names import build_tensor_name_map, load_tensor_name_map
 
     named = read_flatbuffer(converted.fp32)
     stripped = run_flatbuffer_passes(named, [strip_tensor_names_pass]).model

@@ -6,7 +6,7 @@ import pytest
 import torch
 from passes_models import SHAPE, TwoBranches
 
-from edge_export.conversion import plan_channels_last
+from edge_export.conversion.litert import plan_channels_last
 from edge_export.passes.fx import permute_io_channels_last_pass, restore_source_functions_pass, rewrite_ops_for_edgetpu_pass
 
 

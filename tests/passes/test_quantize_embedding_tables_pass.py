@@ -26,7 +26,7 @@ class TokenEncoder(torch.nn.Module):
 
 
 def _quantized(mode: QuantizeMode) -> bytes:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization import synthetic_calibration
     from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
 
@@ -106,7 +106,7 @@ def test_quantized_rows_round_half_to_even_and_saturate():
 
 def test_a_lookup_without_a_quantize_after_it_is_left_alone(int8_model):
     """A float model (nothing quantizes the gather) and the rewritten model (nothing left) are unchanged."""
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     example = (torch.zeros(1, TOKENS, dtype=torch.int64),)
     fp32 = convert_module(TokenEncoder().eval(), example)

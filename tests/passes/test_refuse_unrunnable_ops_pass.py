@@ -78,9 +78,9 @@ def test_index_put_without_accumulate_is_not_refused():
 def test_what_the_refusal_prevents_is_named_by_the_runtime_too():
     """Converted anyway (without the pass), scatter_add is STABLEHLO_SCATTER, which LiteRT refuses to
     prepare: the runner's error names the operator and the module it came from."""
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.errors import RuntimeRunError
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     with pytest.raises(RuntimeRunError) as caught:
         TFLiteRunner(convert_module(Head("scatter_add").eval(), (torch.randn(2, 8),)))

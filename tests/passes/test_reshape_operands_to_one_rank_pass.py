@@ -44,7 +44,7 @@ class ScaledByTable(nn.Module):
 
 
 def _float_model(module, example):
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.passes.flatbuffer.device_graph import simplify_device_graph
 
@@ -80,7 +80,7 @@ def test_litert_torch_writes_residual_adds_of_two_ranks_without_the_pass(vit):
 
 def test_the_vit_is_one_gpu_partition_and_computes_the_same(vit):
     from edge_export.passes.flatbuffer.pipeline import run_flatbuffer_passes
-    from edge_export.runtime import Resolver, TFLiteRunner
+    from edge_export.runtime.interpreter import Resolver, TFLiteRunner
     from edge_export.targets.gpu.target import check_gpu
 
     module, example, model = vit
@@ -112,7 +112,7 @@ def _with_constant_of_rank_two(model):
 
 def test_a_lower_rank_constant_is_viewed_in_the_higher_rank():
     from edge_export.passes.flatbuffer.pipeline import run_flatbuffer_passes
-    from edge_export.runtime import Resolver, TFLiteRunner
+    from edge_export.runtime.interpreter import Resolver, TFLiteRunner
 
     torch.manual_seed(0)
     module, x = ScaledByTable().eval(), torch.randn(1, 5, 8)

@@ -88,9 +88,9 @@ def test_windows_that_do_not_cover_the_input_are_left_alone(pool):
 
 @pytest.mark.slow
 def test_an_efficientnet_head_converts_to_a_mean_that_runs():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     module, x, graph = _graph(torch.nn.AvgPool2d(2560, ceil_mode=True), shape=(1, 3, 7, 7))
     rewrite_covering_pools_as_means_pass(graph)
@@ -102,9 +102,9 @@ def test_an_efficientnet_head_converts_to_a_mean_that_runs():
 
 def test_an_adaptive_max_pool_to_one_becomes_amax_and_converts():
     """litert-torch has no lowering for adaptive_max_pool2d: a global max pool was exit 3."""
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     module, x, graph = _graph(torch.nn.AdaptiveMaxPool2d(1))
     (rewrite,) = rewrite_covering_pools_as_means_pass(graph)

@@ -42,9 +42,9 @@ def _targets(graph) -> list:
 
 
 def test_the_attention_converts_and_computes_the_same():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.errors import ConversionError
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.flatbuffer import read_flatbuffer
 
     module, example = LinearSelfAttention().eval(), _example()

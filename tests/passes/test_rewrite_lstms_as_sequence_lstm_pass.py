@@ -172,7 +172,7 @@ def _zoo_inputs(seed: int) -> tuple:
 
 @pytest.fixture(scope="module")
 def zoo():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
 
     torch.manual_seed(0)
@@ -182,7 +182,7 @@ def zoo():
 
 
 def test_the_converted_lstms_are_fused_operators_that_compute_nn_lstm_on_every_call(zoo):
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.validators.metrics import sqnr_db
 
     module, records, model = zoo
@@ -201,9 +201,9 @@ def test_the_converted_lstms_are_fused_operators_that_compute_nn_lstm_on_every_c
 
 
 def test_three_layers_over_160_steps_convert_to_a_few_operators_at_float_parity():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.validators.metrics import sqnr_db
 
     class SpeakerEncoder(torch.nn.Module):  # the shape: 3 layers over 160 frames, h_n kept

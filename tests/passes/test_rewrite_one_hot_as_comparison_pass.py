@@ -19,9 +19,9 @@ class OneHot(torch.nn.Module):
 
 
 def test_one_hot_becomes_a_comparison_with_the_same_rows_and_converts():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     ids = torch.tensor([[0, 5, 31, 7], [3, 3, 0, 30]])
     graph = torch.export.export(OneHot(32), (ids,)).module()

@@ -46,9 +46,9 @@ def test_non_overlapping_patches_become_reshapes_with_the_same_values(kernel, sh
 
 
 def test_the_rewritten_model_runs_in_litert():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     module, x = Patches().eval(), _x()
     graph = torch.export.export(module, (x,)).module()

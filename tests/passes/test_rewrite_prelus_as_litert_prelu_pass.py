@@ -67,7 +67,7 @@ def _opcodes(model_bytes: bytes) -> list[str]:
 
 
 def test_litert_torch_decomposes_prelu_without_the_pass():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     # what the pass is for; when a litert-torch release lowers prelu to PRELU, the pass can go
     ops = _opcodes(convert_module(_cnn(), (torch.from_numpy(_digits(1)),)))
@@ -75,8 +75,8 @@ def test_litert_torch_decomposes_prelu_without_the_pass():
 
 
 def test_the_cnn_converts_to_prelu_and_computes_the_same():
-    from edge_export.conversion import convert_module
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.conversion.litert import convert_module
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     module, example = _cnn(), (torch.from_numpy(_digits(8)),)
     graph = torch.export.export(module, example).module()
@@ -95,8 +95,8 @@ def test_the_cnn_converts_to_prelu_and_computes_the_same():
 
 
 def test_sequence_prelus_become_prelu_and_compute_the_same():
-    from edge_export.conversion import convert_module
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.conversion.litert import convert_module
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     torch.manual_seed(0)
     module, x = Sequences().eval(), torch.randn(3, 2, 10)

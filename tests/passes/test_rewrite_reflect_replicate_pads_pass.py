@@ -48,7 +48,7 @@ def _opcodes(model_bytes: bytes) -> list[str]:
 
 
 def test_litert_torch_lowers_a_1d_reflect_pad_to_select_without_the_pass():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     # what the pass is for; when a litert-torch release writes MIRROR_PAD itself, the pass can go
     ops = _opcodes(convert_module(ReflectVAD().eval(), (_waveform(),)))
@@ -56,8 +56,8 @@ def test_litert_torch_lowers_a_1d_reflect_pad_to_select_without_the_pass():
 
 
 def test_reflect_pads_become_mirror_pad_and_compute_the_same():
-    from edge_export.conversion import convert_module
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.conversion.litert import convert_module
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     torch.manual_seed(0)
     module, example = ReflectVAD().eval(), (_waveform(),)
@@ -81,8 +81,8 @@ def test_an_unbatched_reflect_pad_is_rewritten_too():
 
 
 def test_replicate_pads_become_slices_and_concatenations():
-    from edge_export.conversion import convert_module
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.conversion.litert import convert_module
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     example = (torch.randn(1, 2, 8), torch.randn(1, 2, 5, 6), torch.randn(2, 5, 6))
     module = Replicates().eval()
@@ -135,7 +135,7 @@ class ReflectImage(nn.Module):
 
 @pytest.mark.parametrize(("module", "example"), [(ReflectVAD(), (_waveform(),)), (ReflectImage(), (torch.randn(1, 2, 8, 8),))])
 def test_the_edge_tpu_gets_reflect_pads_as_slices(module, example):
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.passes.fx import rewrite_ops_for_edgetpu_pass
 
     module = module.eval()
@@ -150,7 +150,7 @@ def test_the_edge_tpu_gets_reflect_pads_as_slices(module, example):
 
 
 def test_the_gpu_delegate_takes_the_reflect_mirror_pad_but_not_a_symmetric_one():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.targets.gpu.target import check_gpu
 

@@ -70,8 +70,8 @@ def test_ascending_sorts_of_unsigned_integers_are_left_alone():
 
 @pytest.mark.slow
 def test_ties_come_out_lower_index_first_in_litert_like_a_stable_sort():
-    from edge_export.conversion import convert_module
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.conversion.litert import convert_module
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     class Ties(torch.nn.Module):
         def forward(self, x):
@@ -86,9 +86,9 @@ def test_ties_come_out_lower_index_first_in_litert_like_a_stable_sort():
 
 @pytest.mark.slow
 def test_the_rewritten_graph_converts_to_topk_v2_and_runs_in_litert(rewritten):
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     module, x, graph, _ = rewritten
     model = read_flatbuffer(convert_module(graph, (x,)))

@@ -8,7 +8,7 @@ import torch
 
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.passes.flatbuffer import round_to_float16_pass, run_flatbuffer_passes
-from edge_export.runtime import Resolver, TFLiteRunner
+from edge_export.runtime.interpreter import Resolver, TFLiteRunner
 
 
 class TwoLayers(torch.nn.Module):
@@ -24,7 +24,7 @@ class TwoLayers(torch.nn.Module):
 def converted():
     import litert_torch
 
-    from edge_export.library_output import quiet_libraries
+    from edge_export.processes.library_output import quiet_libraries
 
     torch.manual_seed(0)
     module = TwoLayers().eval()

@@ -24,7 +24,7 @@ class ConvPReLU(nn.Module):
 
 @pytest.fixture(scope="module")
 def prelu_model():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.passes.fx import rewrite_prelus_as_litert_prelu_pass
 
     torch.manual_seed(0)
@@ -40,7 +40,7 @@ def _opcodes(model) -> list[str]:
 
 def test_prelu_is_split_and_computes_the_same(prelu_model):
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import Resolver, TFLiteRunner
+    from edge_export.runtime.interpreter import Resolver, TFLiteRunner
 
     example, data = prelu_model
     before = read_flatbuffer(data)
@@ -71,7 +71,7 @@ def test_the_flatbuffer_backend_quantizes_a_prelu_model_fully(prelu_model, mode)
 
 
 def test_a_model_without_prelu_is_left_as_it_is():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_model
 
     model = read_model(convert_module(nn.ReLU(), (torch.zeros(1, 4),)))

@@ -40,7 +40,7 @@ class ConvDepthwiseHead(nn.Module):
 
 @pytest.fixture(scope="module")
 def fp32() -> bytes:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     return convert_module(ConvDepthwiseHead().eval(), (torch.zeros(SHAPE),))
 
@@ -54,7 +54,7 @@ def split(fp32):
 
 
 def _run(model, xs):
-    from edge_export.runtime import Resolver, TFLiteRunner
+    from edge_export.runtime.interpreter import Resolver, TFLiteRunner
 
     runner = TFLiteRunner(model, resolver=Resolver.BUILTIN)
     return np.stack([runner.run([x])[0] for x in xs])
@@ -78,7 +78,7 @@ def test_the_split_float_model_computes_what_the_original_does(fp32, split):
 
 
 def test_outputs_and_names_survive_and_the_halves_name_the_original_module(fp32, split):
-    from edge_export.provenance import operator_module
+    from edge_export.conversion.provenance import operator_module
 
     before, after = read_flatbuffer(fp32), split[1].model
     assert after.output_names == before.output_names and after.input_names == before.input_names
@@ -150,7 +150,7 @@ class SharedFilter(nn.Module):
 
 @pytest.mark.parametrize("both", [True, False])
 def test_a_filter_two_operators_share_is_split_from_its_original_values(both):
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_model
 
     fp32 = convert_module(SharedFilter().eval(), (torch.zeros(SHAPE),))

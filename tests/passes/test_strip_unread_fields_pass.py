@@ -22,7 +22,7 @@ from edge_export.passes.flatbuffer import (
     strip_unread_fields_pass,
 )
 from edge_export.passes.flatbuffer.strip_unread_fields_pass import CONVERTER_METADATA
-from edge_export.runtime import TFLiteRunner
+from edge_export.runtime.interpreter import TFLiteRunner
 from testing_models import mobilenet_v2_like, small_cnn, transformer_encoder_like
 
 MODELS = {
@@ -43,7 +43,7 @@ class Int8Files:
 @pytest.fixture(scope="module")
 def int8_files() -> dict[str, Int8Files]:
     from edge_export.config import InputSpec, QuantizeMode
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization import synthetic_calibration
     from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
 

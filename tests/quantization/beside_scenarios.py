@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from quantization_models import CNN_SPEC, QuantCNN, make  # noqa: E402
 
 from edge_export.config import QuantBackend, QuantizeMode  # noqa: E402
-from edge_export.isolation import run_isolated  # noqa: E402
+from edge_export.processes.isolation import run_isolated  # noqa: E402
 from edge_export.quantization import CalibrationSet, ParityTarget, quantize_model, synthetic_calibration  # noqa: E402
 from edge_export.quantization.budget import TimeBudget  # noqa: E402
 from edge_export.quantization.pt2e_beside import PT2EBeside, start_pt2e_beside  # noqa: E402
@@ -64,7 +64,7 @@ def _skewed(n: int) -> CalibrationSet:
 
 
 def main(name: str) -> dict:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     cnn = make(QuantCNN)
     float_bytes = run_isolated(convert_module, cnn, EXAMPLE, stage="float conversion", backend="litert-torch")

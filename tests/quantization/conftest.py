@@ -15,7 +15,7 @@ def cnn() -> torch.nn.Module:
 
 @pytest.fixture(scope="session")
 def cnn_float_bytes(cnn) -> bytes:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     return convert_module(cnn, (torch.zeros(CNN_SPEC.shape),))
 

@@ -110,7 +110,7 @@ def torch_outputs(model: nn.Module, xs: list[np.ndarray]) -> np.ndarray:
 
 
 def tflite_outputs(model_bytes, xs: list[np.ndarray]) -> np.ndarray:
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     runner = TFLiteRunner(model_bytes)
     return np.concatenate([runner.run([x])[0] for x in xs])

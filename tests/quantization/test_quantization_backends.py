@@ -133,7 +133,7 @@ def test_a_model_neither_backend_can_trace_fails_before_any_backend_runs(monkeyp
 
 
 def test_every_backend_failing_raises_quantization_error(monkeypatch):
-    from edge_export.isolation import CRASH_HOOK_ENV
+    from edge_export.processes.isolation import CRASH_HOOK_ENV
 
     monkeypatch.setenv(CRASH_HOOK_ENV, "int8 quantization")  # the flatbuffer backend's child aborts
     model = make(GatedConv)  # and PT2E cannot lower its LOGISTIC

@@ -92,7 +92,7 @@ def test_a_float_model_no_tensor_can_hold_stops_before_any_backend_calibrates(tm
 def test_a_float_model_litert_cannot_run_stops_before_any_backend_calibrates(tmp_path, backend_calls, monkeypatch, run_cli):
     """The run half of the check, through the crash hook (a model that converts and verifies but
     whose run kills LiteRT): exit 3 with one paragraph, no backend started."""
-    from edge_export.isolation import CRASH_HOOK_ENV
+    from edge_export.processes.isolation import CRASH_HOOK_ENV
 
     src = tmp_path / "net.pt2"
     example = (torch.randn(1, 3, 8, 8),)

@@ -60,7 +60,7 @@ class ConstantKeys(_ConstantOperand):
 
 
 def _convert(module: nn.Module, shape: tuple[int, ...]) -> bytes:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     return convert_module(module, (torch.zeros(shape),))
 
@@ -68,7 +68,7 @@ def _convert(module: nn.Module, shape: tuple[int, ...]) -> bytes:
 def _int8_sqnr(module: nn.Module, shape: tuple[int, ...], float_bytes: bytes) -> float:
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.quantization import check_integer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     calibration = synthetic_calibration([InputSpec(shape, name="x")], n=16, seed=2)
     model = read_flatbuffer(flatbuffer_recipes.quantize_flatbuffer(float_bytes, QuantizeMode.INT8, calibration), origin="test")
@@ -137,7 +137,7 @@ def test_the_mixed_precision_variants_quantize_the_constant_operand_per_tensor_t
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.quantization.constant_matmul_operands import matmuls_of_constants
     from edge_export.quantization.sensitivity import RecipeQuantizer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     torch.manual_seed(0)
     module = make(module_class)

@@ -11,7 +11,7 @@ from edge_export.config import IODtype, QuantizeMode
 from edge_export.flatbuffer import FlatbufferModel, load_flatbuffer, read_flatbuffer
 from edge_export.quantization import describe_io, set_io_dtype
 from edge_export.quantization.pt2e import quantize_pt2e
-from edge_export.runtime import TFLiteRunner
+from edge_export.runtime.interpreter import TFLiteRunner
 from edge_export.validators.metrics import sqnr_db
 
 

@@ -251,7 +251,7 @@ def test_promotions_go_one_at_a_time_then_in_doubling_groups():
 
 
 def test_a_fused_operator_is_attributed_to_the_module_that_computes_it():
-    from edge_export.provenance import operator_module
+    from edge_export.conversion.provenance import operator_module
 
     # names as litert-torch wrote them for a conv fused with the ReLU that follows it
     stem = (
@@ -330,8 +330,8 @@ def search_setup():
     """The float model of OutlierChannelNet, ranges calibrated once, its ranking and held-out set:
     what the export's child process builds before the search."""
     from edge_export.config import InputSpec
-    from edge_export.conversion import convert_module
-    from edge_export.inputs import make_samples
+    from edge_export.conversion.litert import convert_module
+    from edge_export.loading.inputs import make_samples
     from edge_export.quantization.synthetic_calibration import synthetic_calibration
     from edge_export.quantization.selection import reference_outputs
     from edge_export.quantization.sensitivity import (
@@ -468,10 +468,10 @@ def test_operators_without_an_int16_recipe_are_not_int16_candidates_and_are_name
 def test_squared_difference_becomes_sub_and_mul_with_the_same_float_values():
     import numpy as np
 
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.passes.flatbuffer import run_flatbuffer_passes, split_squared_difference_pass
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     module = NormedNet().eval()
     x = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(1))

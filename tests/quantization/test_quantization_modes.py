@@ -11,7 +11,7 @@ from quantization_models import CNN_SPEC, heldout, tflite_outputs, torch_outputs
 from edge_export.config import IODtype, QuantBackend, QuantizeMode
 from edge_export.quantization import quantize_model
 from edge_export.validators.metrics import sqnr_db
-from edge_export.serialize import to_json_value
+from edge_export.output.serialize import to_json_value
 
 EXAMPLE = (torch.zeros(CNN_SPEC.shape),)
 

@@ -44,7 +44,7 @@ class RmsNormed(nn.Module):
 
 
 def _float_bytes(module: nn.Module) -> bytes:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     return convert_module(module, (torch.zeros(SPEC.shape),))
 
@@ -57,7 +57,7 @@ def zero_token():
 
 def _worst_sqnr(module: nn.Module, model_bytes: bytes, seeds=range(4)) -> float:
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     runner, worst = TFLiteRunner(read_flatbuffer(model_bytes, origin="test")), np.inf
     for seed in seeds:
@@ -89,7 +89,7 @@ def test_a_constant_row_no_longer_sets_the_rsqrt_range(zero_token, monkeypatch):
 
 def test_the_bound_is_the_largest_rsqrt_of_the_other_rows(zero_token):
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import Resolver, TFLiteRunner
+    from edge_export.runtime.interpreter import Resolver, TFLiteRunner
 
     _, float_bytes, calibration = zero_token
     model = read_flatbuffer(float_bytes, origin="test")

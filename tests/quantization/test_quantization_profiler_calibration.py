@@ -39,7 +39,7 @@ def _default_mode_ranges(quantizer, float_model, float_bytes, data, observer):
 
 
 def _float_model(module: torch.nn.Module, spec: InputSpec, dtype=torch.float32) -> bytes:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     example = torch.zeros(spec.shape, dtype=dtype)
     return convert_module(module, (example,))

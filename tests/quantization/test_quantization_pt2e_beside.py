@@ -19,7 +19,7 @@ import torch
 from quantization_models import CNN_SPEC
 
 from edge_export.config import QuantBackend, QuantizeMode
-from edge_export.isolation import CRASH_HOOK_ENV
+from edge_export.processes.isolation import CRASH_HOOK_ENV
 from edge_export.quantization.budget import SLOW_STEP_ENV
 from edge_export.quantization.pt2e_beside import BESIDE_ENV, _core_idle, _fork_is_safe, start_pt2e_beside
 

@@ -177,7 +177,7 @@ class PaddedMaxPool(torch.nn.Module):
 @pytest.mark.parametrize("observer", ["percentile", "mse"])
 def test_flatbuffer_clipped_ranges_ignore_a_max_pools_infinite_padding(observer):
     # The percentile over a tensor holding -inf was NaN and became a NaN scale: LiteRT-invalid file.
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
 
     torch.manual_seed(0)
     model = PaddedMaxPool().eval()

@@ -10,12 +10,12 @@ import torch
 from torch import nn
 
 from edge_export.config import QuantizeMode
-from edge_export.conversion import convert_module
+from edge_export.conversion.litert import convert_module
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.quantization.calibration import CalibrationSet
 from edge_export.quantization import flatbuffer_recipes
 from edge_export.quantization.sigmoid_ranges import SIGMOID_INPUT_BOUND, cut_sigmoid_input_ranges
-from edge_export.runtime import TFLiteRunner
+from edge_export.runtime.interpreter import TFLiteRunner
 from edge_export.validators.metrics import sqnr_db
 
 

@@ -45,7 +45,7 @@ def test_the_ranges_of_the_all_split_model_are_those_a_partial_split_calibrates(
     """Calibrated once on the model with every candidate split, reused for every candidate: each
     tensor of a partially split model gets the range a fresh calibration of that model gives."""
     from edge_export.config import InputSpec
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_model
     from edge_export.passes.flatbuffer.split_weights_pass import splittable_operators
     from edge_export.quantization import synthetic_calibration
@@ -126,7 +126,7 @@ def test_the_cli_on_micro_runs_the_split_model_on_the_tflite_micro_interpreter(t
 
 def test_an_unreachable_target_keeps_the_best_split_model_and_says_why():
     from edge_export.config import InputSpec
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization import synthetic_calibration
     from edge_export.quantization.mixed_precision import AccuracyTarget, search_mixed_precision
     from edge_export.quantization.selection import reference_outputs

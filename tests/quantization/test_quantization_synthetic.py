@@ -177,7 +177,7 @@ def test_an_example_at_its_types_limits_draws_without_overflow():
     """A hostile example holding int64's extremes: the draws stay in range instead of failing."""
     import torch
 
-    from edge_export.inputs import make_samples
+    from edge_export.loading.inputs import make_samples
 
     big = torch.tensor([[np.iinfo(np.int64).min, np.iinfo(np.int64).max]])
     spec = InputSpec((1, 2), "int64")

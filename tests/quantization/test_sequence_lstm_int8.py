@@ -37,7 +37,7 @@ def _samples(n: int, seed: int) -> list[np.ndarray]:
 
 
 def _float_model(normalized: bool) -> tuple[torch.nn.Module, bytes]:
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.passes.fx.pipeline import prepare_graph_for_litert
 
     torch.manual_seed(0)
@@ -55,7 +55,7 @@ def tagger():
 @pytest.mark.slow
 def test_the_quantized_model_is_fully_int8_with_the_states_reset_and_near_float(tagger):
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.validators.metrics import sqnr_db
 
     module, _, int8 = tagger
@@ -105,10 +105,10 @@ class Counter(torch.nn.Module):
 
 @pytest.mark.slow
 def test_a_cell_state_beyond_the_integer_kernels_range_saturates_instead_of_wrapping():
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.passes.fx.pipeline import prepare_graph_for_litert
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.validators.metrics import sqnr_db
 
     torch.manual_seed(0)
@@ -130,7 +130,7 @@ def test_the_device_graph_passes_every_target_runs_keep_the_state_resets(tagger)
     calls: 26.8 dB through TFLite Micro instead of 46.0 dB."""
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.passes.flatbuffer.device_graph import simplify_device_graph
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     for model_bytes, reset in ((tagger[2], "BROADCAST_TO"), (tagger[1], "FILL")):
         simplified = simplify_device_graph(read_flatbuffer(model_bytes))
@@ -150,7 +150,7 @@ def test_a_fused_lstm_left_float_is_reported_with_why_and_what_makes_it_integer(
     """int16x8 (no LiteRT kernel) and PT2E int8 (no quantization inside the operator) leave the
     fused LSTM float: the model's LSTM really computes in float, and the report's warning says why."""
     from edge_export.config import QuantBackend, QuantizeMode
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.passes.fx.pipeline import prepare_graph_for_litert
     from edge_export.quantization import quantize_model
     from edge_export.quantization.calibration import CalibrationSet
@@ -178,7 +178,7 @@ def test_litert_has_no_lstm_kernel_for_16_bit_activations(tagger):
     from edge_export.errors import RuntimeRunError
     from edge_export.flatbuffer import pack_model, read_model
     from edge_export.passes.flatbuffer.graph_edits import opcode_name
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
 
     int8 = tagger[2]
     model = read_model(int8)

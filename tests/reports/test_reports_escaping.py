@@ -13,7 +13,7 @@ from report_fixtures import full_report
 from edge_export.reports.junit import render_junit
 from edge_export.reports.markdown import escape_markdown, render_markdown
 from edge_export.reports.model import RunReport
-from edge_export.text_safety import for_c_comment, for_terminal, unsafe_to_show
+from edge_export.output.text_safety import for_c_comment, for_terminal, unsafe_to_show
 
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
 
@@ -48,7 +48,7 @@ def hostile_report(names: tuple[str, ...] = tuple(HOSTILE)) -> RunReport:
     from edge_export.targets.edgetpu.compiler import CompilerResult
     from edge_export.targets.edgetpu.rewrites import AppliedRewrite
     from edge_export.targets.micro.report import MicroReport
-    from edge_export.transpose_report import TransposeReport, TransposeSite
+    from edge_export.conversion.transpose_report import TransposeReport, TransposeSite
     from edge_export.validators.layers import LayerParity
     from edge_export.validators.parity import Check, OutputParity, ParityResult
 

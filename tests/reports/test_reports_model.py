@@ -22,7 +22,7 @@ from cli_harness import validate_report
 from report_fixtures import full_report, skipped_report
 
 from edge_export.reports.model import REPORT_SCHEMA_VERSION, RunReport, SkippedValidation, verdict_of
-from edge_export.serialize import json_field, json_keys, to_json_value
+from edge_export.output.serialize import json_field, json_keys, to_json_value
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "edge_export" / "reports" / "report.schema.json").read_text())
 
@@ -30,7 +30,7 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "edge_export" / "repo
 _TYPE_MODULES = (
     "edge_export.constraints",
     "edge_export.flatbuffer",
-    "edge_export.latency",
+    "edge_export.runtime.latency",
     "edge_export.llm.packaging",
     "edge_export.llm.recipes",
     "edge_export.llm.report",
@@ -46,7 +46,7 @@ _TYPE_MODULES = (
     "edge_export.targets.edgetpu.compiler",
     "edge_export.targets.edgetpu.rewrites",
     "edge_export.targets.edgetpu.report",
-    "edge_export.applied_rewrites",
+    "edge_export.conversion.applied_rewrites",
     "edge_export.targets.gpu.target",
     "edge_export.targets.gpu.precision",
     "edge_export.targets.micro.target",
@@ -62,7 +62,7 @@ _TYPE_MODULES = (
     "edge_export.validators.stability",
     "edge_export.reports.baseline",
     "edge_export.reports.model",
-    "edge_export.transpose_report",
+    "edge_export.conversion.transpose_report",
     "edge_export.config",
 )
 

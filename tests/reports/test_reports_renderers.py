@@ -19,7 +19,7 @@ from edge_export.reports.baseline import EarlierOutput, compare_with_baseline, e
 from edge_export.reports.junit import render_junit
 from edge_export.reports.markdown import render_markdown
 from edge_export.reports.model import BaselineSection, TargetSection
-from edge_export.serialize import to_json_value
+from edge_export.output.serialize import to_json_value
 from edge_export.reports.summary import print_summary
 from edge_export.validators.parity import Check, OutputParity
 
@@ -434,7 +434,7 @@ def test_summary_metadata_line_is_printed_literally():
 
 
 def _with_host_latency(quantized_ms: float):
-    from edge_export.latency import HostLatency
+    from edge_export.runtime.latency import HostLatency
 
     latency = HostLatency("int8", quantized_ms, 1.0, runs=30, warmup=2, host="x86_64 Linux, 2 CPUs")
     return dataclasses.replace(full_report(), host_latency=latency)
@@ -472,7 +472,7 @@ def test_renderers_do_not_warn_when_the_quantized_model_is_faster():
 def _with_transposes(report):
     """The full report's model with one TRANSPOSE inside the graph (module ``stem``) and one at
     its input."""
-    from edge_export.transpose_report import TransposeReport, TransposeSite
+    from edge_export.conversion.transpose_report import TransposeReport, TransposeSite
 
     sites = (
         TransposeSite(3, (1, 8, 8, 16), (0, 3, 1, 2), False, "stem", "Sequential"),
@@ -490,7 +490,7 @@ def test_summary_names_the_module_of_each_transpose_left():
     )
     # a model without TRANSPOSE inside the graph (or a report that did not look) prints no layout line
     assert not any(line.startswith("  layout:") for line in _summary(full_report())[0].splitlines())
-    from edge_export.transpose_report import TransposeReport
+    from edge_export.conversion.transpose_report import TransposeReport
 
     report = _with_transposes(full_report())
     boundary_only = dataclasses.replace(report.flatbuffer.transposes, count=1, inner=0, sites=report.flatbuffer.transposes.sites[1:])

@@ -18,7 +18,7 @@ from edge_export.quantization.mixed_precision import (
 from edge_export.quantization.sensitivity import LayerSensitivity, SensitivityReport
 from edge_export.reports.markdown import render_markdown
 from edge_export.reports.model_explorer import SQNR_THRESHOLDS, node_data
-from edge_export.serialize import to_json_value
+from edge_export.output.serialize import to_json_value
 from edge_export.reports.summary import print_summary
 
 HOSTILE = "blocks.0|[x](y)"

@@ -198,7 +198,7 @@ def test_vela_failures_are_exit_3_with_its_message(tmp_path):
     """Vela itself, on bytes it cannot compile: its refusal is an export failure quoting it, and a
     crash of the process (a truncated flatbuffer segfaults it) is a native crash, both exit 3."""
     from edge_export.errors import ConversionError
-    from edge_export.isolation import NativeCrashError
+    from edge_export.processes.isolation import NativeCrashError
     from edge_export.targets.micro.ethosu import run_vela
 
     with pytest.raises(ConversionError, match="Vela could not compile the model for ethos-u55-128 .*Compilation failed") as refused:

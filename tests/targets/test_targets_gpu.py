@@ -68,7 +68,7 @@ class WithCumsum(nn.Module):
 def _convert(module, example):
     import litert_torch
 
-    from edge_export.library_output import quiet_libraries
+    from edge_export.processes.library_output import quiet_libraries
 
     torch.manual_seed(0)
     with quiet_libraries():
@@ -197,7 +197,7 @@ def test_fp16_weights_stay_on_the_gpu(tmp_path, models):
 
 
 def test_an_analyzer_that_crashes_is_reported_not_raised(models, monkeypatch):
-    from edge_export.isolation import CRASH_HOOK_ENV
+    from edge_export.processes.isolation import CRASH_HOOK_ENV
     from edge_export.targets.gpu.target import run_gpu_analyzer
 
     _, model = models["cumsum"]

@@ -106,7 +106,7 @@ def test_nan_and_collapse_to_zero_are_found_on_a_converted_model():
     """x - x.amax() after an overflow: Inf - Inf is NaN in float16; a tiny output underflows to 0."""
     import litert_torch
 
-    from edge_export.library_output import quiet_libraries
+    from edge_export.processes.library_output import quiet_libraries
 
     class Underflow(torch.nn.Module):
         def forward(self, x):

@@ -5,7 +5,7 @@ import pytest
 
 from edge_export.errors import RuntimeRunError, TargetError
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.runtime import TFLiteRunner
+from edge_export.runtime.interpreter import TFLiteRunner
 from edge_export.targets.micro.target import (
     TFLM_SUPPORTED_OPS,
     MicroRunner,
@@ -16,7 +16,7 @@ from edge_export.targets.micro.target import (
 )
 from edge_export.validators.metrics import sqnr_db
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
-from edge_export.serialize import to_json_value
+from edge_export.output.serialize import to_json_value
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def gelu_model() -> bytes:
     import litert_torch
     import torch
 
-    from edge_export.library_output import quiet_libraries
+    from edge_export.processes.library_output import quiet_libraries
 
     class GeluHead(torch.nn.Module):
         def __init__(self) -> None:

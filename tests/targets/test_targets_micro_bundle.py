@@ -319,7 +319,7 @@ def test_renderers_name_the_bundle():
 
     from edge_export.reports.markdown import render_markdown
     from edge_export.targets.micro.report import CBundleSection
-    from edge_export.serialize import to_json_value
+    from edge_export.output.serialize import to_json_value
     from edge_export.reports.summary import print_summary
 
     report = skipped_report()

@@ -79,7 +79,7 @@ def test_micro_export_has_nhwc_io_and_no_transpose(micro):
 
 
 def test_micro_strips_inner_names_and_maps_every_one(micro):
-    from edge_export.tensor_names import (
+    from edge_export.artifacts.tensor_names import (
         load_tensor_name_map,
         restore_tensor_names,
         tensor_names_path,

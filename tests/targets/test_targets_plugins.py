@@ -213,7 +213,7 @@ def test_micro_no_longer_ignores_edge_tpu_options():
 def test_runners_share_one_protocol(tmp_path):
     import edge_export
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.runtime import TFLiteRunner
+    from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.targets.edgetpu.target import EdgeTPUDelegateRunner
     from edge_export.targets.micro.target import MicroRunner
 

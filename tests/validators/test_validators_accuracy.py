@@ -137,7 +137,7 @@ def test_the_accuracy_section_in_every_rendering(failing):
     from edge_export.reports.junit import render_junit
     from edge_export.reports.markdown import render_markdown
     from edge_export.reports.summary import print_summary
-    from edge_export.serialize import to_json_value
+    from edge_export.output.serialize import to_json_value
 
     labels = [0, 1, 2, 3] * 5
     exported = _scores([0, 1, 2, 3] * 4 + [1, 1, 2, 3]) if failing else _scores(labels)

@@ -20,7 +20,7 @@ from edge_export.validators.output_kinds import (
     resolve_output_kinds,
 )
 from edge_export.validators.parity import compare_outputs
-from edge_export.serialize import to_json_value
+from edge_export.output.serialize import to_json_value
 
 C, E, R = OutputKind.CLASSIFICATION, OutputKind.EMBEDDING, OutputKind.REGRESSION
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from edge_export.config import DEFAULT_THRESHOLDS, QuantizeMode
-from edge_export.serialize import to_json_value
+from edge_export.output.serialize import to_json_value
 from edge_export.validators.output_parts import MAX_PARTS_PER_AXIS, PART_RANGE_FACTOR, find_parts
 from edge_export.validators.parity import compare_outputs
 

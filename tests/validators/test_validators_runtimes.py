@@ -10,7 +10,7 @@ import edge_export
 from cli_harness import read_report
 from edge_export.errors import UsageError
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.runtime import CompiledModelRunner, TFLiteRunner
+from edge_export.runtime.interpreter import CompiledModelRunner, TFLiteRunner
 from edge_export.targets.base import Runner
 from edge_export.validators.runtimes import RuntimeComparison, compare_runtimes
 from model_zoo import small_cnn

@@ -30,15 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .graph_edits import (
-    add_int32_constant,
-    consumers_of,
-    drop_unused_tensors,
-    new_operator,
-    opcode_name,
-    same_quantization,
-    static_shape,
-)
+from .graph_edits import add_int32_constant, consumers_of, drop_unused_tensors, new_operator, opcode_name, same_quantization, static_shape
 
 __all__ = ["LAYOUT_OPCODES", "MAX_ELEMENTS", "fold_layout_chains_pass"]
 

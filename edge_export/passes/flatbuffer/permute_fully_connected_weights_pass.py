@@ -24,16 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .graph_edits import (
-    constant_values,
-    consumers_of,
-    drop_unused_tensors,
-    opcode_name,
-    producers_of,
-    same_quantization,
-    static_shape,
-    unique_name,
-)
+from .graph_edits import constant_values, consumers_of, drop_unused_tensors, opcode_name, producers_of, same_quantization, static_shape, unique_name
 
 __all__ = ["permute_fully_connected_weights_pass"]
 

@@ -3,7 +3,7 @@
 The inverse of ``strip_tensor_names_pass`` for the tensors the map names: per-layer parity finds
 each layer's tensor by the module path in its name, so ``validate --per-layer`` restores the names
 of a stripped model in memory from the ``<stem>.tensors.json`` written with it
-(``edge_export.tensor_names``). Only names change; the file on disk is not touched.
+(``edge_export.artifacts.tensor_names``). Only names change; the file on disk is not touched.
 """
 
 from __future__ import annotations

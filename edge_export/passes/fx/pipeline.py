@@ -48,7 +48,7 @@ class LiteRTGraph:
 def _export(module: Any, example: tuple, strict: bool) -> Any:
     import torch
 
-    from ...library_output import quiet_libraries
+    from ...processes.library_output import quiet_libraries
 
     with quiet_libraries(False):
         try:

@@ -20,8 +20,8 @@ from typing import Any, Mapping, Sequence
 
 from ...errors import TargetError
 from ...flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, read_flatbuffer
-from ...provenance import describe_location, flatbuffer_operator_module, module_user_source, operator_module
-from ...serialize import json_field
+from ...conversion.provenance import describe_location, flatbuffer_operator_module, module_user_source, operator_module
+from ...output.serialize import json_field
 from ..operator_rules import OperatorRules
 
 __all__ = [
@@ -220,7 +220,7 @@ class EdgeTPUReport:
 
 def module_path_from_tensor_name(name: str, opcode: str | None = None) -> tuple[str, str | None] | None:
     """``(module_path, module_type)`` of the module a flatbuffer tensor came from (see
-    edge_export.provenance; for a fused operator ``opcode``, the module that computes it), or None
+    edge_export.conversion.provenance; for a fused operator ``opcode``, the module that computes it), or None
     when its name names none."""
     found = operator_module(name, opcode)
     return None if found is None else (found.path, found.type_name)
@@ -517,7 +517,7 @@ def _with_origins(model: FlatbufferModel, mappings: list[OpMapping], cut: Unmapp
     """Each unsupported operator with the aten call and line it came from (one trace of the module)."""
     from dataclasses import replace
 
-    from ...operator_origins import operator_origins_at
+    from ...conversion.operator_origins import operator_origins_at
 
     origins = operator_origins_at(model, [m.index for m in mappings if not m.supported], source_module)
     if not origins or source_module is None:

@@ -311,7 +311,7 @@ def reattach_metadata(compiled: bytes, metadata: Any) -> bytes:
     the aligned writer (what MediaPipe's populator, the documented way for compiled models, also
     does with a plain writer); the edgetpu-custom operator's data is copied as it is.
     """
-    from ...model_metadata import attach_metadata
+    from ...artifacts.model_metadata import attach_metadata
 
     return attach_metadata(bytes(compiled), metadata, origin=f"the {COMPILER_NAME} output with metadata").data
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...serialize import json_field
+from ...output.serialize import json_field
 from ..registry import ReportSection
 from .checks import EdgeTPUReport
 

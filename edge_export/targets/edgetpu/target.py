@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from ...options import ExportOptions
     from ...flatbuffer import FlatbufferModel
-    from ...runtime import IOTensor
+    from ...runtime.interpreter import IOTensor
 
 __all__ = ["EdgeTPUTarget", "EdgeTPUDelegateRunner"]
 
@@ -51,7 +51,7 @@ class EdgeTPUDelegateRunner:
     name = "ai-edge-litert interpreter with the Edge TPU delegate"
 
     def __init__(self, model: FlatbufferModel | bytes, delegate: Any) -> None:
-        from ...runtime import TFLiteRunner
+        from ...runtime.interpreter import TFLiteRunner
 
         self._runner = TFLiteRunner(model, delegates=[delegate])
         self.inputs: list[IOTensor] = self._runner.inputs
@@ -128,13 +128,7 @@ class EdgeTPUTarget(TargetPlugin):
     def check(self, context: TargetContext) -> TargetCheck:
         from ...errors import TargetError
         from .checks import check_edgetpu
-        from .compiler import (
-            compare_with_prediction,
-            compile_for_edgetpu,
-            load_edgetpu_delegate,
-            reattach_metadata,
-            require_compiled,
-        )
+        from .compiler import compare_with_prediction, compile_for_edgetpu, load_edgetpu_delegate, reattach_metadata, require_compiled
 
         options, tflite_path = context.options, context.tflite_path
         mapping = check_edgetpu(context.model, source_module=context.source_module)

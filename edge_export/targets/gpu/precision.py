@@ -84,7 +84,7 @@ class Float16Layer:
     max_abs_float32: float | None  # the largest magnitude the float32 run holds there
 
     def describe(self) -> str:
-        from ...provenance import describe_location
+        from ...conversion.provenance import describe_location
 
         where = describe_location(self.module_path, self.module_type, self.source)
         return f"operator #{self.operator} {self.opcode}{where}"
@@ -188,7 +188,7 @@ def _measure(model: FlatbufferModel, rounded: FlatbufferModel, feeds: Sequence[S
     signal and float16 noise energies, the float32 peak and whether float16 made Inf or NaN."""
     import numpy as np
 
-    from ...runtime import Resolver, TFLiteRunner
+    from ...runtime.interpreter import Resolver, TFLiteRunner
 
     exact = TFLiteRunner(model, resolver=Resolver.BUILTIN, preserve_all_tensors=True)
     half = TFLiteRunner(rounded, resolver=Resolver.BUILTIN, preserve_all_tensors=True)
@@ -221,7 +221,7 @@ def _sqnr(signal: float, noise: float) -> float:
 
 
 def _layer(index: int, op: Any, model: FlatbufferModel, source_module: Any, stat: Sequence[Any]) -> Float16Layer:
-    from ...provenance import flatbuffer_operator_module, module_user_source
+    from ...conversion.provenance import flatbuffer_operator_module, module_user_source
 
     found = flatbuffer_operator_module(model, op)
     path = found.path if found else None
@@ -252,7 +252,7 @@ def check_gpu_precision(
     ``references`` PyTorch's outputs) and compare it with PyTorch and with its own float32 run."""
     import numpy as np
 
-    from ...isolation import run_isolated
+    from ...processes.isolation import run_isolated
     from ...passes.flatbuffer import run_flatbuffer_passes, round_to_float16_pass
     from ...validators.parity import compare_outputs
     from ...validators.per_layer.measurement import first_jump_index

@@ -66,10 +66,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from ...errors import UsageError
-from ...serialize import json_field
-from ..base import (
-    FinishedRun, FinishedTarget, RewrittenFlatbuffer, TargetCheck, TargetContext, TargetOption, TargetPlugin, register_target,
-)
+from ...output.serialize import json_field
+from ..base import FinishedRun, FinishedTarget, RewrittenFlatbuffer, TargetCheck, TargetContext, TargetOption, TargetPlugin, register_target
 from ..operator_rules import OperatorRules
 from ..registry import ReportSection
 from .precision import GPU_PRECISION_REPORT_SECTION
@@ -263,7 +261,7 @@ class GpuUnsupportedOp:
     aten: str | None = json_field(default=None, omit_none=True)  # "aten.reflection_pad1d", when the graph shows it
 
     def describe(self) -> str:
-        from ...provenance import describe_location
+        from ...conversion.provenance import describe_location
 
         made = f" (from {self.aten})" if self.aten else ""
         where = describe_location(self.module_path, self.module_type, self.source)
@@ -434,7 +432,7 @@ def _model_problems(model: FlatbufferModel) -> list[str]:
 def check_gpu(model: FlatbufferModel, *, source_module: Any = None, analyzer: AnalyzerCrossCheck | None = None) -> GpuReport:
     """Predict which operators of ``model``'s main subgraph the GPU delegate runs, and how it
     partitions; each operator left on the CPU is named with its aten call and line (``source_module``)."""
-    from ...operator_origins import operator_origins_at
+    from ...conversion.operator_origins import operator_origins_at
 
     versions = _op_versions(model)
     verdicts = [_own_verdict(op, version, model) for op, version in zip(model.operators, versions)]
@@ -460,7 +458,7 @@ def check_gpu(model: FlatbufferModel, *, source_module: Any = None, analyzer: An
 
 
 def _module_path(model: FlatbufferModel, op: OperatorInfo) -> str | None:
-    from ...provenance import flatbuffer_operator_module
+    from ...conversion.provenance import flatbuffer_operator_module
 
     found = flatbuffer_operator_module(model, op)
     return found.path if found else None
@@ -520,7 +518,7 @@ def _analyze_in_child(data: bytes) -> str:
 def run_gpu_analyzer(model: FlatbufferModel) -> AnalyzerCrossCheck:
     """Run the analyzer in the isolation child; any failure is reported, never raised."""
     from ...errors import EdgeExportError
-    from ...isolation import run_isolated
+    from ...processes.isolation import run_isolated
 
     try:
         text = run_isolated(_analyze_in_child, model.data, stage="GPU analyzer cross-check", backend="ai-edge-litert's model analyzer")

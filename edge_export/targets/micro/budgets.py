@@ -192,9 +192,7 @@ def check_budgets(
 
 def _tensor_bytes(model: FlatbufferModel, index: int) -> int:
     """Bytes of a tensor's data as stored (constants) or allocated (activations), unpadded."""
-    from ...flatbuffer import (
-        DTYPE_BITS as _DTYPE_BITS,  # bits per element of each tensor type (int4 packed)
-    )
+    from ...flatbuffer import DTYPE_BITS as _DTYPE_BITS
 
     t = model.tensors[index]
     count = 1
@@ -221,7 +219,7 @@ def _tensor_module(model: FlatbufferModel, index: int, using: dict[int, list[str
     """The module of one tensor (a consumer of flash or RAM, not an operator): its own name, read for
     the opcode of its first user, so that a fused conv's weights go to the conv rather than to the
     ReLU the name also names."""
-    from ...provenance import module_label, operator_module
+    from ...conversion.provenance import module_label, operator_module
 
     return module_label(operator_module(model.tensors[index].name, _first_opcode(using.get(index, ()))))
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...text_safety import for_c_comment  # model-supplied text (output names, paths) in // comments
+from ...output.text_safety import for_c_comment  # model-supplied text (output names, paths) in // comments
 
 __all__ = [
     "ARENA_MARGIN_FRACTION",

@@ -33,15 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from ...errors import ConversionError, RuntimeRunError, TargetError
-from ...serialize import json_field
-from ..base import (
-    FinishedRun,
-    FinishedTarget,
-    TargetArtifact,
-    TargetCheck,
-    TargetContext,
-    register_target,
-)
+from ...output.serialize import json_field
+from ..base import FinishedRun, FinishedTarget, TargetArtifact, TargetCheck, TargetContext, register_target
 from ..registry import ReportSection
 from .budgets import BUDGETS_REPORT_SECTION
 from .cmsis_nn import CMSIS_NN_REPORT_SECTION
@@ -221,7 +214,7 @@ def _vela_message(text: str) -> str:
 def run_vela(data: bytes, accelerator: str, timeout_s: float = VELA_TIMEOUT_S) -> VelaRun:
     """Compile ``data`` (an int8 .tflite) for ``accelerator`` with Vela in a subprocess, in a
     temporary folder; Vela's default system configuration and memory mode."""
-    from ...isolation import NativeCrashError, _signal_name
+    from ...processes.isolation import NativeCrashError, _signal_name
 
     with tempfile.TemporaryDirectory(prefix="edge-export-vela-") as tmp:
         folder = Path(tmp)
@@ -261,7 +254,7 @@ def cpu_operators(compiled: FlatbufferModel, named: FlatbufferModel) -> tuple[Cp
     """The operators Vela left outside its ``ethos-u`` operators, matched to the int8 model's
     operators by their output tensor's name (Vela keeps the names of the tensors it does not fold)
     and blamed on the PyTorch module that name points to."""
-    from ...provenance import flatbuffer_operator_module, module_label, operator_module
+    from ...conversion.provenance import flatbuffer_operator_module, module_label, operator_module
 
     by_output = {}
     for op in named.operators:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...serialize import json_field
+from ...output.serialize import json_field
 from ..registry import ReportSection
 
 __all__ = ["MicroReport", "MicroSection", "CBundleSection", "MICRO_REPORT_SECTION"]

@@ -31,7 +31,7 @@ import numpy as np
 from ...config import IODtype
 from ...errors import RuntimeRunError, TargetError, UsageError, first_line
 from ...flatbuffer import FlatbufferModel, read_flatbuffer
-from ...runtime import IOTensor, from_model_outputs, to_model_inputs
+from ...runtime.interpreter import IOTensor, from_model_outputs, to_model_inputs
 from .budgets import BUDGET_OPTIONS, BUDGETS_REPORT_SECTION
 from .cmsis_nn import CMSIS_NN_REPORT_SECTION
 from .report import MICRO_REPORT_SECTION, CBundleSection, MicroReport, MicroSection
@@ -346,7 +346,7 @@ class MicroRunner:
         """(interpreter or None, TFLM's log text)."""
         from tflite_micro import runtime
 
-        from ...library_output import quiet_libraries
+        from ...processes.library_output import quiet_libraries
 
         with quiet_libraries() as captured:
             try:
@@ -357,7 +357,7 @@ class MicroRunner:
 
     def _module_of(self, index: int) -> str:
         """`` in module 'path' (Type)`` of operator ``index`` (TFLM's node number), from its tensors' names."""
-        from ...provenance import describe_location, flatbuffer_operator_module
+        from ...conversion.provenance import describe_location, flatbuffer_operator_module
 
         if not 0 <= index < len(self.model.operators):
             return ""
@@ -365,7 +365,7 @@ class MicroRunner:
         return describe_location(found.path, found.type_name, None) if found else ""
 
     def _rejection(self, log: str, arena: int) -> RuntimeRunError:
-        from ...operator_origins import describe_operator_origins
+        from ...conversion.operator_origins import describe_operator_origins
 
         missing = _MISSING_OP.findall(log)
         if missing:
@@ -407,7 +407,7 @@ class MicroRunner:
             if _MISSING_OP.search(log) or _FAILED_NODE.search(log) or arena >= _MAX_ARENA_BYTES:
                 raise self._rejection(log, arena)
             arena = min(arena * 4, _MAX_ARENA_BYTES)
-        from ...library_output import quiet_libraries
+        from ...processes.library_output import quiet_libraries
 
         with quiet_libraries() as captured:
             interp.print_allocations()
@@ -431,7 +431,7 @@ class MicroRunner:
         up to 16 bytes below the smallest that allocates, TFLM (the pinned tflite-micro) writes past
         the arena and segfaults instead of failing (measured on a Linear-ReLU-Linear model, where the
         search lands in that window). A probe that crashes is a size that does not allocate."""
-        from ...isolation import NativeCrashError, run_isolated
+        from ...processes.isolation import NativeCrashError, run_isolated
 
         try:
             return run_isolated(
@@ -475,7 +475,7 @@ class MicroRunner:
         """Arrays already in the model's input dtypes, in forward() order; outputs as stored."""
         if len(arrays) != len(self.inputs):
             raise RuntimeRunError(f"The flatbuffer has {len(self.inputs)} inputs but {len(arrays)} arrays were given.")
-        from ...library_output import quiet_libraries
+        from ...processes.library_output import quiet_libraries
 
         with quiet_libraries() as captured:
             try:
@@ -567,7 +567,7 @@ class MicroTarget(TargetPlugin):
         return options, implied
 
     def output_paths(self, options: ExportOptions, tflite_path: Path) -> list[tuple[str, Path]]:
-        from ...tensor_names import tensor_names_path
+        from ...artifacts.tensor_names import tensor_names_path
 
         paths = [("--emit-op-resolver", Path(options.emit_op_resolver))] if options.emit_op_resolver else []
         if options.strip_names:
@@ -596,7 +596,7 @@ class MicroTarget(TargetPlugin):
 
         report = check_micro(context.model)
         if report.unsupported_ops:
-            from ...operator_origins import describe_operator_origins
+            from ...conversion.operator_origins import describe_operator_origins
 
             # each refused operator with the aten call, module and line it came from
             origins = describe_operator_origins(context.model, report.unsupported_ops, context.source_module)
@@ -604,7 +604,7 @@ class MicroTarget(TargetPlugin):
                 f"The model cannot run on TFLite Micro: it has no kernel for {origins}. " + " ".join(report.problems),
                 "Replace those operators in the model (or pick --target cpu).",
             )
-        from ...isolation import run_isolated
+        from ...processes.isolation import run_isolated
 
         model = context.model
 
@@ -650,7 +650,7 @@ class MicroTarget(TargetPlugin):
         expected outputs come from the host interpreter running that model."""
         artifacts: tuple[TargetArtifact, ...] = ()
         if run.options.strip_names:
-            from ...tensor_names import build_tensor_name_map, tensor_names_path
+            from ...artifacts.tensor_names import build_tensor_name_map, tensor_names_path
 
             artifacts += (
                 TargetArtifact("tensor_names", tensor_names_path(run.tflite_path), build_tensor_name_map(run.named_model, run.model)),
@@ -661,7 +661,7 @@ class MicroTarget(TargetPlugin):
         if bundle is None:
             return FinishedTarget(entries, artifacts)
         from ...version import __version__
-        from ...isolation import run_isolated
+        from ...processes.isolation import run_isolated
         from . import bundle as cb
 
         model, seed = run.model, run.options.seed

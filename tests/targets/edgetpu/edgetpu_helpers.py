@@ -20,7 +20,7 @@ def export_int8(
     from litert_torch.quantize.quant_config import QuantConfig
 
     from edge_export.config import QuantizeMode
-    from edge_export.conversion import convert_module, plan_channels_last, wrap_channels_last
+    from edge_export.conversion.litert import convert_module, plan_channels_last, wrap_channels_last
     from edge_export.quantization.pt2e import prepare_and_convert_pt2e
 
     torch.manual_seed(seed)

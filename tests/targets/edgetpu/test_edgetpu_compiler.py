@@ -11,7 +11,7 @@ from edgetpu_helpers import FAKE_COMPILER_PROLOGUE, write_fake_compiler
 
 from edge_export.errors import ConversionError, TargetError
 from edge_export.targets.edgetpu.checks import check_edgetpu_bytes
-from edge_export.serialize import to_json_value
+from edge_export.output.serialize import to_json_value
 from edge_export.targets.edgetpu.compiler import (
     compare_with_prediction,
     compile_for_edgetpu,

@@ -10,13 +10,13 @@ from torch import nn
 
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.config import QuantizeMode
-from edge_export.conversion import convert_module
+from edge_export.conversion.litert import convert_module
 from edge_export.passes.fx import restore_source_functions_pass
 from edge_export.quantization.calibration import CalibrationSet
 from edge_export.quantization.flatbuffer_recipes import MIN_SCALE, floor_ranges, quantize_flatbuffer
 from edge_export.quantization.pt2e import make_pt2e_quantizer, quantize_pt2e
 from edge_export.quantization.selection import check_integer
-from edge_export.runtime import Resolver, TFLiteRunner
+from edge_export.runtime.interpreter import Resolver, TFLiteRunner
 from edge_export.targets.edgetpu.checks import check_edgetpu_bytes
 
 

@@ -9,7 +9,7 @@ import torch
 from layer_models import INPUT_SHAPE, Net, make_net, pt2e_int8, samples_for
 from torch import nn
 
-from edge_export.conversion import convert_module, plan_channels_last, wrap_channels_last
+from edge_export.conversion.litert import convert_module, plan_channels_last, wrap_channels_last
 
 
 @pytest.fixture(scope="session")

@@ -95,7 +95,7 @@ def pt2e_int8(module: nn.Module, example: tuple, calibration: list) -> bytes:
     from litert_torch.quantize.quant_config import QuantConfig
 
     from edge_export.config import QuantizeMode
-    from edge_export.conversion import convert_module
+    from edge_export.conversion.litert import convert_module
     from edge_export.quantization.pt2e import prepare_and_convert_pt2e
 
     batches = [(torch.from_numpy(x),) for (x,) in calibration]

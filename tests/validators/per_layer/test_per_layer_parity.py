@@ -10,11 +10,11 @@ import pytest
 import torch
 from layer_models import INPUT_SHAPE, make_net, pt2e_int8, samples_for
 
-from edge_export.conversion import convert_module
+from edge_export.conversion.litert import convert_module
 from edge_export.errors import InputSpecError
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.validators.layers import LayerParityReport, per_layer_parity
-from edge_export.serialize import to_json_value
+from edge_export.output.serialize import to_json_value
 
 CNN_COMPARED = ["stem.2", "block.act", "block", "proj", "pool", "fc"]
 CNN_FUSED = {"stem.0", "stem.1", "block.conv", "block.bn"}

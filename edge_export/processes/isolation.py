@@ -24,7 +24,7 @@ import traceback
 import warnings
 from typing import Any, Callable, TypeVar
 
-from .errors import RuntimeRunError
+from ..errors import RuntimeRunError
 
 __all__ = [
     "BackgroundRun", "NativeCrashError", "run_isolated", "send_message", "send_progress", "start_isolated",

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from .flatbuffer import FlatbufferModel
+    from ..flatbuffer import FlatbufferModel
 
 __all__ = [
     "TENSOR_NAMES_FORMAT",
@@ -62,7 +62,7 @@ class TensorNameMap:
 def build_tensor_name_map(named: FlatbufferModel, stripped: FlatbufferModel) -> bytes:
     """The JSON map of the names ``stripped`` lost relative to ``named`` (the same model with its
     names), each with the PyTorch module path it came from (``provenance.tensor_module``)."""
-    from .provenance import tensor_module
+    from ..conversion.provenance import tensor_module
 
     named_model, stripped_model = named.mutable(), stripped.mutable()
     subgraphs = []
@@ -118,7 +118,7 @@ def restore_tensor_names(model: FlatbufferModel, names: TensorNameMap, source: P
     """The model with the map's names put back (in memory), for per-layer matching."""
     from functools import partial
 
-    from .passes.flatbuffer import restore_tensor_names_pass, run_flatbuffer_passes
+    from ..passes.flatbuffer import restore_tensor_names_pass, run_flatbuffer_passes
 
     restore = partial(restore_tensor_names_pass, names=names.names)
     return run_flatbuffer_passes(model, [restore], origin=f"the model with the names of {source}").model

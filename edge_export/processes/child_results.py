@@ -13,7 +13,7 @@ import io
 import pickle
 from typing import Any
 
-from .errors import EdgeExportError
+from ..errors import EdgeExportError
 
 __all__ = ["RestrictedUnpickler", "loads_child_result", "transportable_error"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .serialize import json_field
+from ..output.serialize import json_field
 
 __all__ = ["AppliedRewrite", "EdgeTPUPreparation"]
 

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from .config import OutputKind, Thresholds
-from .errors import UsageError, map_exceptions
+from ..config import OutputKind, Thresholds
+from ..errors import UsageError, map_exceptions
 
 if TYPE_CHECKING:
-    from .flatbuffer import FlatbufferModel
-    from .validators.parity import ParityResult
+    from ..flatbuffer import FlatbufferModel
+    from ..validators.parity import ParityResult
 
 __all__ = [
     "TEST_VECTORS_FORMAT",
@@ -152,7 +152,7 @@ def build_reference_vectors(
     PyTorch's layout, in the flatbuffer's output order (as parity compared them)."""
     import hashlib
 
-    from .runtime import IOTensor, to_model_inputs
+    from ..runtime.interpreter import IOTensor, to_model_inputs
 
     inputs, outputs = signature_tensors(fb, channels_last_inputs, channels_last_outputs)
     # The runner's own quantization (runtime.to_model_inputs), so these are the bytes parity fed.
@@ -230,7 +230,7 @@ def _refuse(path: Path, problem: str, hint: str = _HINT) -> UsageError:
 
 def _check_members(path: Path, archive: zipfile.ZipFile) -> None:
     """Every member an ``.npy`` within its declared size and memory (npz_files.py)."""
-    from .npz_files import UnsafeNpz, check_npz_members
+    from ..loading.npz_files import UnsafeNpz, check_npz_members
 
     try:
         check_npz_members(archive, f"the test vectors {path}", _MAX_MEMBERS)
@@ -271,7 +271,7 @@ _REQUIRED = (
 
 def load_reference_vectors(path: str | Path) -> ReferenceVectors:
     """Read and check a test-vector file (exit 2 on anything that is not one)."""
-    from .memory import ensure_memory_for
+    from ..processes.memory import ensure_memory_for
 
     p = Path(path)
     if not p.exists():
@@ -363,7 +363,7 @@ def _tensor_table(archive: Any, side: str, p: Path) -> tuple:
 
 def _reference_vectors(stored: _StoredVectors, p: Path) -> ReferenceVectors:
     """The checked vectors, once the keys agree with each other."""
-    from .validators.output_kinds import KindSource
+    from ..validators.output_kinds import KindSource
 
     valid_kinds = {k.value for k in OutputKind}
     valid_sources = {s.value for s in KindSource}

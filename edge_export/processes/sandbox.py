@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .child_results import RestrictedUnpickler
-from .errors import EdgeExportError
+from ..errors import EdgeExportError
 
 __all__ = [
     "SandboxStatus", "LimitExceeded", "run_confined", "python_reads", "run_for_model", "confine_current_process",
@@ -100,7 +100,7 @@ def run_for_model(confine: bool, stages: Any, fn: Callable[..., Any], *args: Any
     )
     from dataclasses import replace
 
-    from .reports.model import RunReport
+    from ..reports.model import RunReport
 
     if not isinstance(report, RunReport) or not isinstance(files, list):
         raise RuntimeError("the confined run returned something other than a report and its artifacts")
@@ -377,7 +377,7 @@ def _read_messages(fd: int, on_stage: Callable[[str], None] | None, on_progress:
                    deadline: float | None = None) -> dict[bytes, bytes]:
     """Stage labels and progress are passed on as they arrive (as terminal-safe text); the last
     message of every other kind is kept."""
-    from .text_safety import for_terminal
+    from ..output.text_safety import for_terminal
 
     kept: dict[bytes, bytes] = {}
     try:

@@ -12,8 +12,8 @@ from typing import Any
 
 from .channels_last import ChannelsLastPlan, plan_channels_last  # noqa: F401  (re-exported)
 from .diagnosis import CONVERTER_PASS_REASON, FailureLocation, is_trace_failure, locate_failure
-from .errors import ConversionError, TraceError
-from .library_output import quiet_libraries
+from ..errors import ConversionError, TraceError
+from ..processes.library_output import quiet_libraries
 
 __all__ = [
     "ChannelsLastPlan",
@@ -34,7 +34,7 @@ def wrap_channels_last(module: Any, plan: ChannelsLastPlan) -> Any:
     import torch
 
     if isinstance(module, torch.fx.GraphModule):
-        from .passes.fx.permute_io_channels_last_pass import permute_io_channels_last_pass
+        from ..passes.fx.permute_io_channels_last_pass import permute_io_channels_last_pass
 
         return permute_io_channels_last_pass(module, plan)
     import litert_torch
@@ -49,8 +49,8 @@ def fold_layout_transposes(model_bytes: bytes) -> bytes:
     both quantization backends and every target start from the same graph."""
     if not _has_transpose(model_bytes):  # read without unpacking: a large model costs nothing
         return model_bytes
-    from .flatbuffer import pack_model, read_model
-    from .passes.flatbuffer import LAYOUT_PASSES
+    from ..flatbuffer import pack_model, read_model
+    from ..passes.flatbuffer import LAYOUT_PASSES
 
     model = read_model(model_bytes)
     changed = [p(model) for p in LAYOUT_PASSES]
@@ -61,19 +61,19 @@ def reset_lstm_states(model_bytes: bytes) -> bytes:
     """The model with a FILL zeroing each fused LSTM's state before every invocation
     (``passes.flatbuffer.reset_lstm_states_pass``: otherwise each call starts from the previous
     call's final state), or the same bytes when it has no UNIDIRECTIONAL_SEQUENCE_LSTM."""
-    from .flatbuffer import has_builtin_operator
+    from ..flatbuffer import has_builtin_operator
 
     if not has_builtin_operator(model_bytes, "UNIDIRECTIONAL_SEQUENCE_LSTM"):
         return model_bytes
-    from .flatbuffer import pack_model, read_model
-    from .passes.flatbuffer.reset_lstm_states_pass import reset_lstm_states_pass
+    from ..flatbuffer import pack_model, read_model
+    from ..passes.flatbuffer.reset_lstm_states_pass import reset_lstm_states_pass
 
     model = read_model(model_bytes)
     return pack_model(model, source=model_bytes) if reset_lstm_states_pass(model) else model_bytes
 
 
 def _has_transpose(model_bytes: bytes) -> bool:
-    from .flatbuffer import has_builtin_operator
+    from ..flatbuffer import has_builtin_operator
 
     return has_builtin_operator(model_bytes, "TRANSPOSE")
 
@@ -126,8 +126,8 @@ def check_converted_model(model_bytes: bytes) -> None:
     """The converter's output is not the user's file: a model LiteRT cannot allocate is a runtime
     error (exit 3) naming the module the tensor came from, and any other failed check a conversion
     error (exit 3), never a "truncated or corrupted" bad input."""
-    from .errors import FlatbufferError, RuntimeRunError
-    from .flatbuffer import OversizedTensorError, read_flatbuffer
+    from ..errors import FlatbufferError, RuntimeRunError
+    from ..flatbuffer import OversizedTensorError, read_flatbuffer
     from .provenance import describe_location, tensor_module
 
     try:

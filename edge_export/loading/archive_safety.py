@@ -63,7 +63,7 @@ def check_state_names(path: Path, ep: Any) -> None:
             names.append(str(node.target))
     for name in names:
         if name and not DOTTED_NAME.fullmatch(name):
-            from .text_safety import for_terminal
+            from ..output.text_safety import for_terminal
 
             raise UnsafeArchiveMember(
                 f"{path} is an ExportedProgram archive with a parameter, buffer or constant named "

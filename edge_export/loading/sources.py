@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputSpecError, ModelLoadError, UsageError, first_line, map_exceptions
+from ..errors import InputSpecError, ModelLoadError, UsageError, first_line, map_exceptions
 
 __all__ = ["ModelKind", "LoadedModel", "detect_kind", "load_model", "is_module_reference", "needs_confinement"]
 
@@ -234,7 +234,7 @@ class ConvertedTorchScript:
 def _convert_confined(data: bytes, example_inputs: tuple, shown: str) -> ConvertedTorchScript:
     import os
 
-    from .sandbox import python_reads, run_confined
+    from ..processes.sandbox import python_reads, run_confined
 
     if not hasattr(os, "fork"):
         return convert_torchscript(data, example_inputs, shown)  # the reader's checks stand alone here

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .flatbuffer import FlatbufferModel
+    from ..flatbuffer import FlatbufferModel
 
 __all__ = [
     "OperatorOrigin", "describe_operator_origins", "name_failing_call", "operator_origin", "operator_origin_at", "operator_origins_at",
@@ -76,7 +76,7 @@ def _examples(source_module: Any, model: FlatbufferModel) -> list[tuple]:
 def _decomposed_graph(source_module: Any, model: FlatbufferModel, example: tuple | None = None) -> Any:
     import torch
 
-    from .library_output import quiet_libraries
+    from ..processes.library_output import quiet_libraries
 
     candidates = [tuple(example)] if example is not None else _examples(source_module, model)
     with quiet_libraries(False):

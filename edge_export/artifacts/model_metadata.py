@@ -38,13 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .errors import UsageError
-from .reports.model import AssociatedFile, MetadataSection, MetadataTensor
+from ..errors import UsageError
+from ..reports.model import AssociatedFile, MetadataSection, MetadataTensor
 
 if TYPE_CHECKING:
-    from .config import InputSpec
-    from .flatbuffer import FlatbufferModel, TensorInfo
-    from .validators.output_kinds import KindDecision
+    from ..config import InputSpec
+    from ..flatbuffer import FlatbufferModel, TensorInfo
+    from ..validators.output_kinds import KindDecision
 
 __all__ = [
     "DESCRIBING_OPTIONS",
@@ -315,8 +315,8 @@ def attach_metadata(model: FlatbufferModel | bytes, metadata: ModelMetadata, ori
     Also re-attaches metadata to a model that lost it (the Edge TPU compiler's output)."""
     import functools
 
-    from .flatbuffer import read_flatbuffer
-    from .passes.flatbuffer import attach_metadata_pass, run_flatbuffer_passes
+    from ..flatbuffer import read_flatbuffer
+    from ..passes.flatbuffer import attach_metadata_pass, run_flatbuffer_passes
 
     attach = functools.partial(attach_metadata_pass, metadata_buffer=metadata.buffer)
     packed = run_flatbuffer_passes(model, [attach], origin=origin).model
@@ -347,7 +347,7 @@ def _flatbuffer_only(data: bytes) -> bytes:
     """The bytes without an appended zip (a packed model never has one; a model read from a file may)."""
     if not _zip_names(data):
         return data
-    from .flatbuffer import pack_model, read_model
+    from ..flatbuffer import pack_model, read_model
 
     return pack_model(read_model(data), source=data)
 
@@ -437,7 +437,7 @@ def model_has_metadata(data: bytes) -> bool:
 
 def _metadata_buffer(data: bytes) -> bytes | None:
     """The data of the buffer the ``TFLITE_METADATA`` entry names (None: no such entry)."""
-    from .flatbuffer import metadata_buffer
-    from .passes.flatbuffer.attach_metadata_pass import METADATA_BUFFER_NAME
+    from ..flatbuffer import metadata_buffer
+    from ..passes.flatbuffer.attach_metadata_pass import METADATA_BUFFER_NAME
 
     return metadata_buffer(data, METADATA_BUFFER_NAME)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = [
     "write_atomic",

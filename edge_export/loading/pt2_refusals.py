@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 
 __all__ = ["DOTTED_NAME", "RATIO_ENV", "UnsafeArchiveMember", "refusal"]
 

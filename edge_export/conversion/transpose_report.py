@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .flatbuffer import FlatbufferModel
+    from ..flatbuffer import FlatbufferModel
 
 __all__ = ["TransposeSite", "TransposeReport", "find_transposes"]
 

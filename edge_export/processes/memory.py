@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["available_memory_bytes", "ensure_memory_for", "format_bytes"]
 

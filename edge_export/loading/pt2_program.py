@@ -54,7 +54,7 @@ def check_program(path: Path, member: str, program: Any) -> None:
         if program.get("guards_code"):
             raise _Refused("$.guards_code", "holds guard code, which torch compiles into Python")
     except _Refused as exc:
-        from .text_safety import for_terminal
+        from ..output.text_safety import for_terminal
 
         raise refusal(path, member, f"is not a program the format allows: at {for_terminal(exc.where[:160])}, {exc.what}") from None
 

@@ -8,8 +8,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .config import InputSpec
-from .errors import InputSpecError, first_line
+from ..config import InputSpec
+from ..errors import InputSpecError, first_line
 
 __all__ = ["specs_from_options", "specs_from_tensors", "example_tensors", "make_samples", "check_model_accepts"]
 
@@ -42,7 +42,7 @@ _SAMPLE_BYTES_PER_ELEMENT = 16
 
 
 def _ensure_memory_for_samples(specs: Sequence[InputSpec], count: int) -> None:
-    from .memory import ensure_memory_for
+    from ..processes.memory import ensure_memory_for
 
     elements = sum(math.prod(spec.shape) for spec in specs)
     ensure_memory_for(

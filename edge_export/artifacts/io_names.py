@@ -20,7 +20,7 @@ import inspect
 import keyword
 from typing import Any, Sequence
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = [
     "DEFAULT_SIGNATURE_KEY",

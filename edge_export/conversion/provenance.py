@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .flatbuffer import FlatbufferModel, OperatorInfo
+    from ..flatbuffer import FlatbufferModel, OperatorInfo
 
 __all__ = [
     "ModuleRef",

@@ -29,7 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputSpecError, ModelLoadError
+from ..errors import InputSpecError, ModelLoadError
 
 __all__ = ["CheckedTorchScript", "UnsafeTorchScript", "read_checked_torchscript"]
 
@@ -132,7 +132,7 @@ def _checked_members(path: Path) -> tuple[dict[str, bytes], str]:
 
 
 def _shown(name: str) -> str:
-    from .text_safety import for_terminal
+    from ..output.text_safety import for_terminal
 
     return for_terminal(name[:120])
 

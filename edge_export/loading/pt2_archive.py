@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 from .pt2_refusals import DOTTED_NAME, RATIO_ENV, UnsafeArchiveMember, refusal  # noqa: F401  (re-exported)
 
 __all__ = ["ArchiveLimits", "CheckedArchive", "UnsafeArchiveMember", "read_checked_archive", "DISABLE_CHECKS_ENV"]
@@ -78,7 +78,7 @@ class ArchiveLimits:
         except ValueError:
             ratio = float("nan")
         if not 1.0 <= ratio <= 1000.0:  # also false for NaN
-            from .errors import UsageError
+            from ..errors import UsageError
 
             raise UsageError(f"{RATIO_ENV}={raw!r} is not a number from 1 to 1000.", f"Unset {RATIO_ENV} or set it to, e.g., 20.")
         return cls(inflate_ratio=ratio)
@@ -159,7 +159,7 @@ def checked_directory(
 
 
 def _shown(name: str) -> str:
-    from .text_safety import for_terminal
+    from ..output.text_safety import for_terminal
 
     return for_terminal(name[:120])
 

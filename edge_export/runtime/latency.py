@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .errors import RuntimeRunError, UsageError, map_exceptions
-from .flatbuffer import FlatbufferModel, read_flatbuffer
-from .runtime import IOTensor, Resolver, TFLiteRunner
+from ..errors import RuntimeRunError, UsageError, map_exceptions
+from ..flatbuffer import FlatbufferModel, read_flatbuffer
+from .interpreter import IOTensor, Resolver, TFLiteRunner
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -144,7 +144,7 @@ def benchmark_latency(
         raise UsageError(f"--runs must be at least 2 to give a spread, got {runs}.", "Try --runs 50.")
     if warmup < 0:
         raise UsageError(f"--warmup cannot be negative, got {warmup}.", "Use --warmup 0 to skip warm-up.")
-    from .isolation import run_isolated
+    from ..processes.isolation import run_isolated
 
     model = model_bytes if isinstance(model_bytes, FlatbufferModel) else read_flatbuffer(model_bytes)
 
@@ -304,7 +304,7 @@ def measure_host_latency(
 ) -> HostLatency | None:
     """Time the written model against the float one in a child process (a native crash is not an
     export failure). None when either cannot be timed: a latency is reported, never required."""
-    from .isolation import run_isolated
+    from ..processes.isolation import run_isolated
 
     try:
         quantized_ms, float_ms, runs = run_isolated(

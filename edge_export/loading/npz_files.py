@@ -31,8 +31,8 @@ def _header(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> tuple[tuple, n
 
 def check_npz_members(archive: zipfile.ZipFile, what: str, max_members: int = 10_000) -> int:
     """Raise UnsafeNpz naming the first member outside the rules; the bytes all arrays declare."""
-    from .errors import UsageError
-    from .memory import ensure_memory_for
+    from ..errors import UsageError
+    from ..processes.memory import ensure_memory_for
 
     members = archive.infolist()
     if len(members) > max_members:

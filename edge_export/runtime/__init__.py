@@ -1,0 +1,1 @@
+"""Running a flatbuffer on the host: the LiteRT interpreter, and host latency."""
