@@ -16,18 +16,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .output.atomic_files import check_artifact_paths, check_writable_folder, remove_created_folders
 from .errors import UsageError
 from .options import ExportOptions
 from .reports.model import REPORT_SCHEMA_VERSION, RunReport
 from .stages.clock import StageClock
-from .stages.paths import RunPaths, check_side_outputs, default_output_path, export_paths, overlay_outputs
-from .stages.target_options import resolve_target_options
+from .stages.paths import RunPaths, check_side_outputs, default_output_path, export_plan
 from .stages.precision import infer_precision
-from .stages.validate import validate
+from .stages.run_shell import run_shell
+from .stages.target_options import resolve_target_options
 from .stages.write import ExportResult, write_run
 
 if TYPE_CHECKING:
+    from .runtime.latency import HostLatency
+    from .stages.check import CheckedRun
+    from .stages.convert import ConvertedRun
+    from .stages.finish import FinishedModel
+    from .stages.parity import ParityRun
     from .targets.base import TargetPlugin
 
 __all__ = ["ExportOptions", "ExportResult", "export", "validate", "infer_precision", "default_output_path", "REPORT_SCHEMA_VERSION"]
@@ -51,46 +55,91 @@ def export(
     each stage starts, ``on_progress(label, step, total)`` before each step of a long one
     (quantization's backends, calibration, sensitivity, mixed precision).
     """
-    if options is None:
-        options = ExportOptions(**option_values)
-    elif option_values:
-        raise UsageError("Pass either options=ExportOptions(...) or keyword options, not both.")
-    options, implied = resolve_target_options(options)
+    options, implied = resolve_target_options(_options(options, option_values))
     from .targets.base import get_target
 
     target = get_target(options.target)
     clock = StageClock(on_stage, on_progress)
-    paths, expected, target_outputs = export_paths(model, options, target, output)
-    created: list[Path] = []
-    try:
-        check_writable_folder(paths.tflite, created)
-        check_side_outputs(options, created)
-        for _, path in target_outputs:
-            check_writable_folder(path, created)
-        from .processes.library_output import quiet_libraries
-        from .loading.sources import needs_confinement
-        from .processes.sandbox import run_for_model
+    plan = export_plan(model, options, target, output)
+    with run_shell(plan.outputs, plan.inputs) as shell:
+        shell.make_folders(plan.paths.tflite)
+        check_side_outputs(options, shell.created)
+        shell.make_folders(*plan.folders[1:])
+        return shell.run(
+            model, options.trust_pickle, _shows_libraries(options), clock,
+            _run_export, (model, example_inputs, options, target, clock, plan.paths, implied),
+            commit=lambda report, files: write_run(report, files, options, clock, plan.paths), may_write=plan.artifacts,
+        )
 
-        with quiet_libraries(options.verbose or not options.quiet_libraries):
-            report, files = run_for_model(
-                needs_confinement(model, options.trust_pickle), clock, _run_export, model, example_inputs, options, target, clock, paths, implied,
-            )
-            check_artifact_paths(files, expected + overlay_outputs(options, paths.tflite))
-            return write_run(report, files, options, clock, paths)
-    except BaseException:
-        remove_created_folders(created)
-        raise
+
+def validate(
+    tflite: str | Path,
+    reference: Any = None,
+    *,
+    test_vectors: str | Path | None = None,
+    example_inputs: tuple | None = None,
+    report_prefix: str | Path | None = None,
+    options: ExportOptions | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    tensor_names: str | Path | None = None,
+    **option_values: Any,
+) -> ExportResult:
+    """Check an existing flatbuffer against a PyTorch model (any source kind ``export`` accepts).
+
+    Writes ``<stem>.validate.report.json`` / ``.md`` beside the flatbuffer (or at ``report_prefix``).
+    Thresholds default to the flatbuffer's precision, read from its tensors. A flatbuffer whose
+    inner tensor names were stripped gets them back, in memory, from ``tensor_names`` (default: the
+    ``<stem>.tensors.json`` beside it, when there is one).
+
+    With ``test_vectors`` (a ``<stem>.testdata.npz`` from ``--emit-test-vectors``) instead of a
+    reference, the model runs on the stored inputs and is judged against the stored PyTorch outputs
+    with the stored thresholds and output kinds: no PyTorch needed.
+    """
+    from .stages.validate import ValidateRequest, check_request, flatbuffer_stage, plan_validation, precision_stage, validate_against_reference
+
+    options = options if options is not None else ExportOptions(**option_values)
+    request = ValidateRequest(Path(tflite), reference, example_inputs, tensor_names, explicit_quantize="quantize" in option_values)
+    check_request(request, test_vectors, options)
+    if test_vectors is not None:
+        from .stages.test_vectors import validate_with_test_vectors
+
+        return validate_with_test_vectors(request, Path(test_vectors), report_prefix, options, on_stage)
+    plan, names = plan_validation(request, options, report_prefix)
+    with run_shell(plan.outputs, plan.inputs) as shell:
+        checked = flatbuffer_stage(request, names, options)
+        options = precision_stage(checked, request, options)
+        shell.make_folders(*plan.folders)
+        check_side_outputs(options, shell.created)
+        clock = StageClock(on_stage)
+        return shell.run(
+            reference, options.trust_pickle, _shows_libraries(options), clock,
+            validate_against_reference, (checked, request, options, plan.paths, clock),
+            commit=lambda report, files: write_run(report, files, options, clock, plan.paths), may_write=plan.artifacts,
+        )
+
+
+def _options(options: ExportOptions | None, option_values: dict[str, Any]) -> ExportOptions:
+    if options is None:
+        return ExportOptions(**option_values)
+    if option_values:
+        raise UsageError("Pass either options=ExportOptions(...) or keyword options, not both.")
+    return options
+
+
+def _shows_libraries(options: ExportOptions) -> bool:
+    """The libraries' own output reaches the terminal with --verbose, or when the caller keeps its streams."""
+    return options.verbose or not options.quiet_libraries
 
 
 @dataclass(frozen=True)
 class ExportStages:
     """Every stage's result of one export, for the report's assembly."""
 
-    converted: Any
-    host_latency: Any
-    checked: Any
-    validated: Any
-    finished: Any
+    converted: ConvertedRun
+    host_latency: HostLatency | None  # None: not timed (not a quantized cpu export, or --no-latency)
+    checked: CheckedRun
+    validated: ParityRun
+    finished: FinishedModel
 
 
 def _run_export(

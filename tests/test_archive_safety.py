@@ -178,7 +178,7 @@ def test_graph_calling_a_non_operator_is_refused(tmp_path):
 def test_unpickling_guard_alone_stops_the_payload(archives, monkeypatch, kind):
     """Defence in depth: with the member check switched off, torch.load held to weights_only while
     torch reads the archive still stops the payload."""
-    from edge_export import pt2_archive
+    from edge_export.loading import pt2_archive
     from edge_export.errors import ModelLoadError
     from edge_export.loading.sources import load_model
 

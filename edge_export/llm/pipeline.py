@@ -46,7 +46,7 @@ def run_text_generation(
 ) -> LanguageModelResult:
     """Export the causal LM ``source`` to .tflite + .litertlm, prove it against transformers and
     write the reports. Bad input raises an EdgeExportError (exit 2 or 3) with nothing written."""
-    from ..output.atomic_files import check_writable_folder, remove_created_folders
+    from ..stages.run_shell import run_shell
 
     options = options or LanguageModelOptions()
     check_options(options)
@@ -54,19 +54,12 @@ def run_text_generation(
     check_options(options)
     prompts = read_prompts(options)
     paths = output_paths(source, output)
-    _check_outputs_apart(source, paths, options)
-    created: list[Path] = []
-    check_writable_folder(paths["tflite"], created)
-    if options.junit:
-        check_writable_folder(Path(options.junit), created)
-    try:
+    with run_shell(*_outputs_and_inputs(source, paths, options)) as shell:
+        shell.make_folders(paths["tflite"], *([options.junit] if options.junit else []))
         with tempfile.TemporaryDirectory(prefix="edge-export-llm-") as work:
             from .run import export_and_check
 
             return export_and_check(source, Path(work), paths, prompts, options, StageClock(on_stage), sizing)
-    except BaseException:
-        remove_created_folders(created)
-        raise
 
 
 def _sized(source: str, options: LanguageModelOptions):
@@ -83,9 +76,8 @@ def _sized(source: str, options: LanguageModelOptions):
     return resolve_lengths(folder if config is not None else None, config, options)
 
 
-def _check_outputs_apart(source: str, paths: dict[str, Path], options: LanguageModelOptions) -> None:
+def _outputs_and_inputs(source: str, paths: dict[str, Path], options: LanguageModelOptions) -> tuple[list, list]:
     """No artifact may replace what the run reads: the model folder's files, the tokenizer, the prompts."""
-    from ..output.atomic_files import check_outputs_apart
     from ..loading.sources import is_module_reference
 
     outputs = [("the .tflite (-o/--output)", paths["tflite"]), ("the .litertlm (named after -o)", paths["litertlm"]),
@@ -94,4 +86,4 @@ def _check_outputs_apart(source: str, paths: dict[str, Path], options: LanguageM
         outputs.append(("--junit", Path(options.junit)))
     inputs = [] if is_module_reference(source) else [("the model folder", Path(source))]
     inputs += [(label, Path(value)) for label, value in (("--tokenizer", options.tokenizer), ("--prompts", options.prompts_file)) if value]
-    check_outputs_apart(outputs, inputs)
+    return outputs, inputs

@@ -13,7 +13,10 @@ from .convert import ConvertedRun
 from .target_options import times_host_latency
 
 if TYPE_CHECKING:
+    from ..artifacts.model_metadata import ModelMetadata
     from ..flatbuffer import FlatbufferModel
+    from ..runtime.latency import HostLatency
+    from ..targets.base import TargetCheck
 
 __all__ = ["CheckedRun", "check_stage", "host_latency_stage"]
 
@@ -22,12 +25,12 @@ __all__ = ["CheckedRun", "check_stage", "host_latency_stage"]
 class CheckedRun:
     converted: ConvertedRun
     model: FlatbufferModel  # after the target's rewrites: what parity checks and the run writes
-    metadata: Any  # model_metadata.ModelMetadata to attach at the end, or None
-    checked: Any  # the target's TargetCheck
+    metadata: ModelMetadata | None  # the TFLite model metadata to attach at the end
+    checked: TargetCheck  # what the target's checks returned
     target_entries: dict = field(default_factory=dict)  # the report's target section so far
 
 
-def host_latency_stage(converted: ConvertedRun, options: ExportOptions, target: Any, clock: StageClock) -> Any:
+def host_latency_stage(converted: ConvertedRun, options: ExportOptions, target: Any, clock: StageClock) -> HostLatency | None:
     """The quantized model against its float one on this CPU (latency.py), or None."""
     if converted.quantization is None or converted.float_bytes is None or not times_host_latency(options, target):
         return None

@@ -16,6 +16,10 @@ from .samples import calibration_in_layout, heldout_in_layout, labelled_calibrat
 from .target_options import mixed_precision_plan, times_host_latency
 
 if TYPE_CHECKING:
+    from ..quantization import CalibrationSet, QuantizationResult
+    from ..quantization.calibration_labels import HeldOutLabels
+    from ..quantization.mixed_precision import MixedPrecisionReport
+    from ..quantization.sensitivity import SensitivityReport
     from ..flatbuffer import FlatbufferModel
 
 __all__ = ["ConvertedRun", "convert_stage", "name_signature"]
@@ -25,13 +29,13 @@ __all__ = ["ConvertedRun", "convert_stage", "name_signature"]
 class ConvertedRun:
     prepared: PreparedRun
     model: FlatbufferModel  # verified, aligned, its signature named after the model
-    quantization: Any = None  # QuantizationResult (integer modes)
+    quantization: QuantizationResult | None = None  # integer modes
     float_bytes: bytes | None = None  # the float flatbuffer, when a quantized export converted one
-    calibration: Any = None  # the CalibrationSet (integer modes)
+    calibration: CalibrationSet | None = None  # integer modes
     heldout: list[tuple] | None = None  # real held-out samples for parity (None: seeded random ones)
-    sensitivity: Any = None
-    mixed_precision: Any = None
-    heldout_labels: Any = None  # HeldOutLabels: the held-out samples' labels (labelled calibration data)
+    sensitivity: SensitivityReport | None = None
+    mixed_precision: MixedPrecisionReport | None = None
+    heldout_labels: HeldOutLabels | None = None  # the held-out samples' labels (labelled calibration data)
 
 
 def convert_stage(prepared: PreparedRun, options: ExportOptions, target: Any, clock: StageClock) -> ConvertedRun:

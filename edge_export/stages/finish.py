@@ -15,6 +15,9 @@ from .clock import StageClock
 from .parity import ParityRun
 
 if TYPE_CHECKING:
+    from ..quantization.sensitivity import SensitivityReport
+    from ..reports.model import MetadataSection
+    from ..targets.base import TargetArtifact
     from ..flatbuffer import FlatbufferModel
 
 __all__ = ["FinishedModel", "finish_stage", "overlay_artifacts"]
@@ -24,9 +27,9 @@ __all__ = ["FinishedModel", "finish_stage", "overlay_artifacts"]
 class FinishedModel:
     model: FlatbufferModel  # exactly what is written
     named_model: FlatbufferModel  # what the checks ran on (the same object without --strip-names)
-    metadata: Any  # the report's MetadataSection, or None
-    artifacts: tuple  # TargetArtifacts of the run: test vectors, overlays
-    sensitivity: Any  # the ranking, with its overlay's path
+    metadata: MetadataSection | None  # the report's metadata section
+    artifacts: tuple[TargetArtifact, ...]  # the run's own files: test vectors, overlays
+    sensitivity: SensitivityReport | None  # the ranking, with its overlay's path
 
 
 def finish_stage(checked: CheckedRun, validated: ParityRun, options: ExportOptions, tflite_path: Path, clock: StageClock) -> FinishedModel:

@@ -4,11 +4,14 @@ eager run whose outputs are the reference every later stage compares with."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import InputSpec
 from ..errors import InputSpecError
 from ..options import ExportOptions
+
+if TYPE_CHECKING:
+    from ..loading.sources import LoadedModel
 
 
 def flatten_outputs(out: Any) -> list:
@@ -117,7 +120,7 @@ def output_keys(returned: Any) -> list[str | None]:
 class LoadedRun:
     """The load stage's result: the model and what one eager run of it returned."""
 
-    loaded: Any  # loading.LoadedModel
+    loaded: LoadedModel
     specs: list[InputSpec]  # named after --input-names or forward()'s parameters
     example: tuple  # the example inputs, in PyTorch's layout
     reference_out: list  # the eager run's flattened outputs

@@ -16,6 +16,11 @@ from .load import flatten_outputs, output_keys
 from .samples import calibration_in_layout, heldout_in_layout, parity_samples, to_layout
 
 if TYPE_CHECKING:
+    from ..quantization.sensitivity import SensitivityReport
+    from ..validators.accuracy import AccuracyResult
+    from ..validators.parity import ParityResult
+    from ..validators.per_layer.results import LayerParityReport
+    from ..validators.runtimes import RuntimeComparison
     from ..flatbuffer import FlatbufferModel
 
 
@@ -256,12 +261,12 @@ def backend_label(runner_factory: Any) -> str:
 class ParityRun:
     """The parity stage's result (all None with --no-validate)."""
 
-    parity: Any = None  # ParityResult
-    layers: Any = None  # LayerParityReport (--per-layer)
-    runtimes: Any = None  # RuntimeComparison (--runtime compiled-model or both)
+    parity: ParityResult | None = None
+    layers: LayerParityReport | None = None  # --per-layer
+    runtimes: RuntimeComparison | None = None  # --runtime compiled-model or both
     samples: tuple | None = None  # (feeds in the model's layout, PyTorch's outputs)
-    sensitivity: Any = None  # the convert stage's ranking, or the one explaining a failed parity
-    accuracy: Any = None  # AccuracyResult, with labelled calibration data (validators/accuracy.py)
+    sensitivity: SensitivityReport | None = None  # the convert stage's ranking, or the one explaining a failed parity
+    accuracy: AccuracyResult | None = None  # with labelled calibration data (validators/accuracy.py)
 
 
 def parity_stage(checked: Any, options: ExportOptions, target: Any, clock: StageClock) -> ParityRun:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..output.atomic_files import check_outputs_apart, check_writable_folder
+from ..output.atomic_files import check_writable_folder
 from ..config import QuantizeMode
 from ..errors import UsageError
 from ..options import ExportOptions
@@ -98,9 +98,22 @@ class RunPaths:
     report_markdown: Path
 
 
-def export_paths(model: Any, options: ExportOptions, target: Any, output: str | Path | None) -> tuple[RunPaths, list[tuple[str, Path]], list[tuple[str, Path]]]:
-    """The export's paths, checked apart from every input: (the run's paths, every artifact the run
-    may write as (label, path), the target's own among them)."""
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run writes and reads, planned before any work (``run_shell`` checks them apart):
+    ``outputs`` every file the run may write, ``artifacts`` those its stages return (the reports and
+    side outputs are the parent's own), ``folders`` the folders made before the body runs."""
+
+    paths: RunPaths
+    outputs: tuple[tuple[str, Path], ...]
+    inputs: tuple[tuple[str, Path], ...]
+    artifacts: tuple[tuple[str, Path], ...]
+    folders: tuple[Path, ...]
+
+
+def export_plan(model: Any, options: ExportOptions, target: Any, output: str | Path | None) -> RunPlan:
+    """The export's paths: the .tflite, its reports, the test vectors and overlays asked for, the
+    target's own files (``TargetPlugin.output_paths``) and --junit/--per-layer-plot."""
     source_text = "<in-memory module>" if not isinstance(model, (str, Path)) else str(model)
     tflite_path = tflite_output_path(source_text, output)
     json_path, md_path = report_paths(tflite_path)
@@ -115,5 +128,26 @@ def export_paths(model: Any, options: ExportOptions, target: Any, output: str | 
 
         outputs.append(("the test vectors (--emit-test-vectors)", test_vectors_path(tflite_path)))
     outputs += overlay_outputs(options, tflite_path)
-    check_outputs_apart(outputs + target_outputs + side_outputs(options), input_paths(model, options))
-    return RunPaths(tflite_path, json_path, md_path), outputs + target_outputs, target_outputs
+    return RunPlan(
+        RunPaths(tflite_path, json_path, md_path), tuple(outputs + target_outputs + side_outputs(options)), tuple(input_paths(model, options)),
+        tuple(outputs + target_outputs), (tflite_path, *(path for _, path in target_outputs)),
+    )
+
+
+def validate_plan(tflite_path: Path, reference: Any, options: ExportOptions, report_prefix: str | Path | None, names_path: Path | None) -> RunPlan:
+    """``validate``'s paths: its two reports (``<stem>.validate.report.*``, or at --report), the
+    Model Explorer overlays asked for (named after --report) and --junit/--per-layer-plot; read:
+    the flatbuffer, its tensor-name map, the reference and the option files."""
+    from ..reports.model_explorer import overlay_path
+
+    prefix, json_path, md_path = validate_report_paths(tflite_path, report_prefix)
+    overlays = [(f"the Model Explorer {kind} overlay (named after --report)", overlay_path(Path(f"{prefix}.tflite"), kind))
+                for kind, on in (("sensitivity", options.sensitivity), ("per_layer", options.per_layer)) if on]
+    reports = [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path)]
+    read = [("the flatbuffer to validate", tflite_path)]
+    if names_path is not None:
+        read.append(("the tensor-name map", names_path))
+    return RunPlan(
+        RunPaths(tflite_path, json_path, md_path), tuple(reports + overlays + side_outputs(options)),
+        tuple(read + input_paths(reference, options)), tuple(overlays), (json_path,),
+    )

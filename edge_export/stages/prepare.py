@@ -4,10 +4,14 @@ channels-last wrapper (--channels-last): the module and example that conversion 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..options import ExportOptions
 from .load import LoadedRun
+
+if TYPE_CHECKING:
+    from ..artifacts.model_metadata import ImageInput
+    from ..conversion.channels_last import ChannelsLastPlan
 
 __all__ = ["PreparedRun", "prepare_stage", "in_model_layout"]
 
@@ -18,8 +22,8 @@ class PreparedRun:
     base_module: Any  # after the target's rewrites, in PyTorch's layout (what blame and checks read)
     module: Any  # what is converted: base_module, wrapped to take NHWC where the plan says so
     example: tuple  # the example in the layout ``module`` takes
-    plan: Any  # conversion.ChannelsLastPlan
-    metadata_image: Any  # model_metadata's image input, when --mean/--std describe one
+    plan: ChannelsLastPlan
+    metadata_image: ImageInput | None  # the metadata's image input, when --mean/--std describe one
     target_entries: dict = field(default_factory=dict)  # the report's target section so far
 
 

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from ..output.atomic_files import check_outputs_apart, check_writable_folder, remove_created_folders
 from ..config import Thresholds
 from ..errors import UsageError
 from ..options import ExportOptions
@@ -16,7 +15,9 @@ from ..reports.model import ArtifactsSection, InputSection, ModelSection, RunRep
 from .assemble import app_section, flatbuffer_section, tool_header, with_baseline
 from .clock import StageClock
 from .precision import infer_precision
-from .paths import RunPaths, check_side_outputs, input_paths, side_outputs, validate_report_paths
+from .validate import ValidateRequest
+from .paths import RunPaths, check_side_outputs, validate_plan
+from .run_shell import run_shell
 from .samples import to_layout
 from .write import ExportResult, write_run
 
@@ -35,24 +36,42 @@ _REFERENCE_ONLY_OPTIONS = (
 
 
 def validate_with_test_vectors(
-    tflite_path: Path,
-    vectors_path: Path,
-    reference: Any,
-    example_inputs: tuple | None,
-    report_prefix: str | Path | None,
-    options: ExportOptions,
-    on_stage: Callable[[str], None] | None,
-    tensor_names: str | Path | None,
-    explicit_quantize: bool,
+    request: ValidateRequest, vectors_path: Path, report_prefix: str | Path | None, options: ExportOptions, on_stage: Callable[[str], None] | None,
 ) -> ExportResult:
     """``validate MODEL.tflite --test-vectors FILE``: the model on the stored inputs, judged against
     the stored outputs, thresholds and kinds (``--atol`` and the other threshold options tighten or
     loosen them; ``--runtime`` picks the runtimes)."""
+    _refuse_reference_options(request, options)
+    plan = validate_plan(request.tflite, None, options, report_prefix, None)
+    inputs = (*plan.inputs[:1], ("the test vectors (--test-vectors)", vectors_path), *plan.inputs[1:])
+    with run_shell(plan.outputs, inputs) as shell:
+        from ..artifacts.testdata import check_vectors_fit_model, load_reference_vectors
+        from ..flatbuffer import load_flatbuffer
+
+        stages = StageClock(on_stage)
+        with stages.run("load", "Reading the model and the test vectors"):
+            fb = load_flatbuffer(request.tflite)
+            vectors = load_reference_vectors(vectors_path)
+            check_vectors_fit_model(vectors, fb, vectors_path, request.tflite)
+        shell.make_folders(*plan.folders)
+        check_side_outputs(options, shell.created)
+
+        def body() -> tuple[RunReport, list]:
+            with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
+                parity, runtimes = parity_on_vectors(fb, vectors, options)
+            return with_baseline(_vectors_report(fb, vectors, vectors_path, parity, runtimes, options, plan.paths, stages), options.baseline), []
+
+        return shell.run(None, False, options.verbose or not options.quiet_libraries, stages, body, (),
+                         commit=lambda report, files: write_run(report, files, options, stages, plan.paths))
+
+
+def _refuse_reference_options(request: ValidateRequest, options: ExportOptions) -> None:
+    """The test-vector file fixes what these options set: given, they contradict it."""
     defaults = ExportOptions()
     given = [flag for name, flag in _REFERENCE_ONLY_OPTIONS if getattr(options, name) != getattr(defaults, name)]
-    given += [flag for flag, value in (("--reference", reference), ("example_inputs", example_inputs),
-                                       ("--tensor-names", tensor_names)) if value is not None]
-    if explicit_quantize:
+    given += [flag for flag, value in (("--reference", request.reference), ("example_inputs", request.example_inputs),
+                                       ("--tensor-names", request.tensor_names)) if value is not None]
+    if request.explicit_quantize:
         given.append("quantize")
     if given:
         raise UsageError(
@@ -61,41 +80,14 @@ def validate_with_test_vectors(
             "PyTorch model runs.",
             f"Drop {', '.join(given)}, or drop --test-vectors and check against --reference.",
         )
-    prefix, json_path, md_path = validate_report_paths(tflite_path, report_prefix)
-    check_outputs_apart(
-        [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *side_outputs(options)],
-        [("the flatbuffer to validate", tflite_path), ("the test vectors (--test-vectors)", vectors_path), *input_paths(None, options)],
-    )
-    created: list[Path] = []
-    try:
-        from ..flatbuffer import load_flatbuffer
-        from ..artifacts.testdata import check_vectors_fit_model, load_reference_vectors
-
-        stages = StageClock(on_stage)
-        with stages.run("load", "Reading the model and the test vectors"):
-            fb = load_flatbuffer(tflite_path)
-            vectors = load_reference_vectors(vectors_path)
-            check_vectors_fit_model(vectors, fb, vectors_path, tflite_path)
-        check_writable_folder(json_path, created)
-        check_side_outputs(options, created)
-        from ..processes.library_output import quiet_libraries
-
-        with quiet_libraries(options.verbose or not options.quiet_libraries):
-            with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
-                parity, runtimes = parity_on_vectors(fb, vectors, options)
-        report = _vectors_report(fb, vectors, vectors_path, parity, runtimes, options, (tflite_path, json_path, md_path), stages)
-        return write_run(with_baseline(report, options.baseline), [], options, stages, RunPaths(tflite_path, json_path, md_path))
-    except BaseException:
-        remove_created_folders(created)
-        raise
 
 
 def _vectors_report(fb: FlatbufferModel, vectors: Any, vectors_path: Path, parity: Any, runtimes: Any, options: ExportOptions,
-                    paths: tuple[Path, Path, Path], stages: StageClock) -> RunReport:
+                    paths: RunPaths, stages: StageClock) -> RunReport:
     """The validate report of a test-vector run: the model described by the vectors' metadata."""
     from ..targets.registry import get_target
 
-    tflite_path, json_path, md_path = paths
+    tflite_path, json_path, md_path = paths.tflite, paths.report_json, paths.report_markdown
     nhwc_in = tuple(i for i, t in enumerate(vectors.input_tensors) if t.layout == "NHWC")
     nhwc_out = tuple(k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC")
     inputs = tuple(
