@@ -56,11 +56,11 @@ class SmallNet(nn.Module):
 def backend_calls(monkeypatch):
     """The stages quantize_model runs in child processes (each backend's calibration and its
     parity run) and PT2E's calibration calls, recorded as they start."""
-    import edge_export.quantization as quantization
+    import edge_export.quantization.candidates as candidates
     from edge_export.quantization import pt2e
 
     calls: list[str] = []
-    real_isolated, real_pt2e = quantization.run_isolated, pt2e.calibrate_pt2e
+    real_isolated, real_pt2e = candidates.run_isolated, pt2e.calibrate_pt2e
 
     def isolated(fn, *args, stage, **kwargs):
         calls.append(stage)
@@ -70,7 +70,7 @@ def backend_calls(monkeypatch):
         calls.append("pt2e calibration")
         return real_pt2e(*args, **kwargs)
 
-    monkeypatch.setattr(quantization, "run_isolated", isolated)
+    monkeypatch.setattr(candidates, "run_isolated", isolated)
     monkeypatch.setattr(pt2e, "calibrate_pt2e", calibrate)
     return calls
 

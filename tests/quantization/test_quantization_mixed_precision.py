@@ -510,7 +510,7 @@ def test_an_int16_search_starts_from_a_fully_integer_model(monkeypatch):
     from edge_export.targets.registry import get_target
 
     asked: list[bool] = []
-    monkeypatch.setattr(quantization, "quantize_model", lambda *a, **kw: asked.append(kw["require_full_integer"]))
+    monkeypatch.setattr(quantization, "quantize_model", lambda *a, **kw: asked.append(a[2].require_full_integer))
     prepared = SimpleNamespace(module=None, example=(), plan=SimpleNamespace(inputs=()))
     calibration = synthetic_calibration([InputSpec((1, 4))], 2, seed=0)
     for mode, wanted in (("int16", True), ("auto", False), ("off", False)):

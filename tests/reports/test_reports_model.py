@@ -35,6 +35,7 @@ _TYPE_MODULES = (
     "edge_export.llm.recipes",
     "edge_export.llm.report",
     "edge_export.quantization",
+    "edge_export.quantization.result",
     "edge_export.quantization.calibration",
     "edge_export.quantization.io_types",
     "edge_export.quantization.output_joins",
