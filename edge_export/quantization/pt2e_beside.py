@@ -144,7 +144,7 @@ class PT2EBeside:
         return None
 
     def _judge(self, message: Any, attempts: list, budget: Any, target: Any) -> Any:
-        """quantization._early_look's and _pt2e_model's decisions (selection.pt2e_settled), on the
+        """candidates._early_look's and _pt2e_model's decisions (selection.pt2e_settled), on the
         simulated SQNRs the child sends."""
         from . import selection
 
