@@ -115,7 +115,9 @@ def int16x8_row(fp32: bytes, model: torch.nn.Module, calibration: list, heldout:
     example = (heldout[0],)
     graph = prepare_graph_for_litert(model, example).module
     samples = CalibrationSet(tuple((x.numpy(),) for x in calibration), "task sequences", True)
-    result = quantize_model(graph, example, QuantizationRequest(QuantizeMode.INT16X8, calibration=samples, backend=QuantBackend.FLATBUFFER), float_model_bytes=fp32)
+    result = quantize_model(graph, example, QuantizationRequest(
+        QuantizeMode.INT16X8, calibration=samples, backend=QuantBackend.FLATBUFFER,
+    ), float_model_bytes=fp32)
     data = result.model.data
     float_ops = sorted({op.opcode for op in result.model.float_operators} - {"QUANTIZE", "DEQUANTIZE"})
     note = next((w for w in result.warnings if "fused LSTM" in w), None)

@@ -85,7 +85,9 @@ def test_float_models_are_only_aligned(cnn_float_bytes):
 
 
 def test_quantize_model_writes_shared_vectors(cnn, cnn_calibration):
-    result = quantize_model(cnn, (torch.zeros(CNN_SPEC.shape),), QuantizationRequest(QuantizeMode.INT8, calibration=cnn_calibration, backend="flatbuffer"))
+    result = quantize_model(cnn, (torch.zeros(CNN_SPEC.shape),), QuantizationRequest(
+        QuantizeMode.INT8, calibration=cnn_calibration, backend="flatbuffer",
+    ))
     data = result.model.data
     assert len(data) < len(_unshared(data))
     assert len(share_quantization_vectors(data)) == len(data)

@@ -159,7 +159,9 @@ def test_a_fused_lstm_left_float_is_reported_with_why_and_what_makes_it_integer(
     example = (torch.from_numpy(_samples(1, 0)[0]),)
     graph = prepare_graph_for_litert(Tagger().eval(), example).module
     calibration = CalibrationSet(tuple((s,) for s in _samples(16, 1)), "test sequences", True)
-    result = quantize_model(graph, example, QuantizationRequest(QuantizeMode(mode), calibration=calibration, backend=QuantBackend(backend)), float_model_bytes=convert_module(graph, example) if backend == "flatbuffer" else None)
+    result = quantize_model(graph, example, QuantizationRequest(
+        QuantizeMode(mode), calibration=calibration, backend=QuantBackend(backend),
+    ), float_model_bytes=convert_module(graph, example) if backend == "flatbuffer" else None)
     model = result.model
     lstms = [op for op in model.operators if op.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM"]
     assert len(lstms) == 2 and all(model.tensors[op.inputs[0]].dtype == "float32" for op in lstms)
