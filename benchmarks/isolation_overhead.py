@@ -29,7 +29,7 @@ def main() -> None:
     import torch
 
     import edge_export.processes.isolation as isolation
-    import edge_export.quantization as quantization
+    import edge_export.quantization.candidates as candidates
     from edge_export import export
     from edge_export.api import ExportOptions
     from testing_models import small_cnn
@@ -57,7 +57,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats + 1):  # the first round warms caches and is not counted
             for how in ("isolated", "in-process"):
-                isolation.run_isolated = quantization.run_isolated = timed(direct=how == "in-process")
+                isolation.run_isolated = candidates.run_isolated = timed(direct=how == "in-process")
                 for name, options in cases.items():
                     stage_seconds.clear()
                     start = time.perf_counter()
@@ -67,7 +67,7 @@ def main() -> None:
                         stages.setdefault((name, how), []).append(sum(stage_seconds))
                         counts[name] = len(stage_seconds)
                     digests.setdefault((name, how), set()).add(Path(result.tflite_path).read_bytes())
-    isolation.run_isolated = quantization.run_isolated = isolated
+    isolation.run_isolated = candidates.run_isolated = isolated
     for name in cases:
         a, b = (statistics.median(walls[(name, h)]) for h in ("isolated", "in-process"))
         sa, sb = (statistics.median(stages[(name, h)]) for h in ("isolated", "in-process"))

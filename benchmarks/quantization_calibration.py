@@ -42,13 +42,12 @@ def _digits():
 
 def _quantize(model, example, calib, backend, observer, float_bytes):
     from edge_export.config import QuantBackend, QuantizeMode
-    from edge_export.quantization import quantize_model
+    from edge_export.quantization import QuantizationRequest, quantize_model
 
     kwargs = {"pt2e_observer": observer} if backend == "pt2e" else {"flatbuffer_observer": observer}
-    return quantize_model(
-        model, example, QuantizeMode.INT8, calibration=calib, backend=QuantBackend(backend),
-        float_model_bytes=float_bytes, parity_samples=1, **kwargs,
-    ).model.data
+    return quantize_model(model, example, QuantizationRequest(
+        QuantizeMode.INT8, calibration=calib, backend=QuantBackend(backend), parity_samples=1, **kwargs,
+    ), float_model_bytes=float_bytes).model.data
 
 
 def _outputs(model_bytes, xs):

@@ -70,14 +70,12 @@ def _digits_model(arch: str):
 
 def _quantize(model, example, calib, backend, algorithm, float_bytes):
     from edge_export.config import QuantBackend, QuantizeMode
-    from edge_export.quantization import quantize_model
+    from edge_export.quantization import QuantizationRequest, quantize_model
     from edge_export.quantization.ranges import observers_for
 
-    return quantize_model(
-        model, example, QuantizeMode.INT8, calibration=calib, backend=QuantBackend(backend),
-        float_model_bytes=float_bytes if backend == "flatbuffer" else None, parity_samples=1,
-        **observers_for(algorithm),
-    ).model.data
+    return quantize_model(model, example, QuantizationRequest(
+        QuantizeMode.INT8, calibration=calib, backend=QuantBackend(backend), parity_samples=1, **observers_for(algorithm),
+    ), float_model_bytes=float_bytes if backend == "flatbuffer" else None).model.data
 
 
 def _logits(model_bytes, xs):

@@ -108,15 +108,16 @@ def int16x8_row(fp32: bytes, model: torch.nn.Module, calibration: list, heldout:
     activations, so the LSTM stays float; the report's warning is kept beside the numbers."""
     from edge_export.config import QuantBackend, QuantizeMode
     from edge_export.passes.fx.pipeline import prepare_graph_for_litert
-    from edge_export.quantization import quantize_model
+    from edge_export.quantization import QuantizationRequest, quantize_model
     from edge_export.quantization.calibration import CalibrationSet
 
     start = time.perf_counter()
     example = (heldout[0],)
     graph = prepare_graph_for_litert(model, example).module
     samples = CalibrationSet(tuple((x.numpy(),) for x in calibration), "task sequences", True)
-    result = quantize_model(graph, example, QuantizeMode.INT16X8, calibration=samples, backend=QuantBackend.FLATBUFFER,
-                            float_model_bytes=fp32)
+    result = quantize_model(graph, example, QuantizationRequest(
+        QuantizeMode.INT16X8, calibration=samples, backend=QuantBackend.FLATBUFFER,
+    ), float_model_bytes=fp32)
     data = result.model.data
     float_ops = sorted({op.opcode for op in result.model.float_operators} - {"QUANTIZE", "DEQUANTIZE"})
     note = next((w for w in result.warnings if "fused LSTM" in w), None)

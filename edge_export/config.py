@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from .errors import UsageError
@@ -38,13 +39,19 @@ class QuantizeMode(str, enum.Enum):
     INT16X8 = "int16x8"
     INT4 = "int4"  # channelwise int4 weights, float activations quantized at run time (phones)
 
+    # What each mode is and does lives in one table (quantization/modes.py); read lazily: that
+    # module is light, but config.py is imported before anything decides to quantize.
     @property
     def is_integer(self) -> bool:
-        return self in (QuantizeMode.DYNAMIC_INT8, QuantizeMode.INT8, QuantizeMode.INT16X8, QuantizeMode.INT4)
+        from .quantization.modes import mode_spec
+
+        return mode_spec(self).integer
 
     @property
     def needs_calibration(self) -> bool:
-        return self in (QuantizeMode.INT8, QuantizeMode.INT16X8)
+        from .quantization.modes import mode_spec
+
+        return mode_spec(self).calibrates
 
 
 class Target(str, enum.Enum):
@@ -195,56 +202,41 @@ class Thresholds:
         return {k: getattr(self, k) for k in KIND_THRESHOLDS[OutputKind(kind)] if getattr(self, k) is not None}
 
 
-# Defaults per precision (README's threshold table is this table). fp32 is strict (the converter
-# reorders float math, so not bit-exact); fp16 weights lose ~3 decimal digits; int modes are judged by
-# SQNR, cosine, top-k and neighbours since absolute error depends on the output range. int8's 20 dB
-# floor is loose on purpose: parity runs on random inputs. Top-1/top-5 are not gated at fp32/fp16,
-# where the error gates are far stricter. Neighbour agreement below 1 tolerates a flip between two
-# samples that are almost equally near in PyTorch (7 of 8 is 0.875). Probabilities (softmax/sigmoid
-# outputs) are judged by their decisions, gated at every precision: int8's 0.9 fails the pitch model
-# whose argmax agreed on 72.7% of frames, and PyTorch's near-ties (within one int8 probability step,
-# validators/probabilities.DECISION_TIE_MARGIN) count as agreement, so the gate sees real flips only;
-# a gate that would demand every one of n decisions allows one (probabilities.decision_slack: 7 of 8).
-# The probability error is one line, 0.05, at int8 and int16x8: it bounds how far a probability may
-# move before decisions near a threshold flip, which no precision changes (int16x8's 0.01 failed
-# models with every decision kept, CREPE 0.011 and MTCNN R-Net 0.021, while their int8 models passed;
-# P-Net int8's 0.18 lost faces). fp32's atol grows to 2e-3 of the output's largest |value|
-# (scaled_atol): YOLO11n's boxes reach 800 px and were off by 0.71-0.82 px (1e-3) with every IoU 1.000;
-# 60 dB SQNR already allows an RMS error of 1e-3 of the RMS value, so on large outputs atol adds a
-# bound on one outlying value of the same order, not a stricter one. int16x8's worst-sample cosine
-# 0.9975 lies between MiniLM's 0.9984 (every neighbour kept on held-out sentences) and Resemblyzer's
-# 0.9964 (neighbour agreement 0.92 over 60 utterances); classification's cosine is bounded by 30 dB.
-DEFAULT_THRESHOLDS: dict[QuantizeMode, Thresholds] = {
-    QuantizeMode.NONE: Thresholds(
-        atol=1e-4, atol_relative=2e-3, min_sqnr_db=60.0, min_cosine=0.99999, min_neighbour_agreement=0.85,
-        min_decision_agreement=0.99, max_probability_error=1e-4,
-    ),
-    QuantizeMode.FP16: Thresholds(
-        atol=5e-2, min_sqnr_db=35.0, min_cosine=0.999, min_neighbour_agreement=0.85,
-        min_decision_agreement=0.99, max_probability_error=1e-2,
-    ),
-    QuantizeMode.DYNAMIC_INT8: Thresholds(
-        min_sqnr_db=20.0, min_cosine=0.99, min_top1=0.75, min_top5=0.85, min_neighbour_agreement=0.75,
-        min_decision_agreement=0.9, max_probability_error=0.05,
-    ),
-    QuantizeMode.INT8: Thresholds(
-        min_sqnr_db=20.0, min_cosine=0.99, min_top1=0.75, min_top5=0.85, min_neighbour_agreement=0.75,
-        min_decision_agreement=0.9, max_probability_error=0.05,
-    ),
-    QuantizeMode.INT16X8: Thresholds(
-        min_sqnr_db=30.0, min_cosine=0.9975, min_top1=0.85, min_top5=0.95, min_neighbour_agreement=0.85,
-        min_decision_agreement=0.95, max_probability_error=0.05,
-    ),
-    # int4 weights have 16 levels: each layer's weight error is ~24 dB worse than int8's, so a
-    # random-weight small CNN or transformer reads 17-20 dB (docs/BENCHMARKS.md section 15).
-    QuantizeMode.INT4: Thresholds(
-        min_sqnr_db=15.0, min_cosine=0.97, min_top1=0.6, min_top5=0.75, min_neighbour_agreement=0.6,
-        min_decision_agreement=0.8, max_probability_error=0.1,
-    ),
-}
+class _ThresholdsByMode(Mapping):
+    """The default thresholds of every mode, read from the mode table (quantization/modes.py, where
+    the reasons for each number are written)."""
+
+    def __getitem__(self, mode: QuantizeMode | str) -> "Thresholds":
+        from .quantization.modes import mode_spec
+
+        try:
+            return Thresholds(**mode_spec(mode).thresholds)
+        except KeyError:
+            raise KeyError(mode) from None
+
+    def __iter__(self) -> Iterator[QuantizeMode | str]:
+        from .quantization.modes import MODES
+
+        return iter(_as_mode(name) for name in MODES)
+
+    def __len__(self) -> int:
+        from .quantization.modes import MODES
+
+        return len(MODES)
 
 
-def default_thresholds(mode: QuantizeMode) -> Thresholds:
+def _as_mode(name: str) -> QuantizeMode | str:
+    """The enum member of ``name``, or the name itself for a mode only the table knows (a test's)."""
+    try:
+        return QuantizeMode(name)
+    except ValueError:
+        return name
+
+
+DEFAULT_THRESHOLDS: Mapping[QuantizeMode | str, Thresholds] = _ThresholdsByMode()
+
+
+def default_thresholds(mode: QuantizeMode | str) -> Thresholds:
     return DEFAULT_THRESHOLDS[mode]
 
 

@@ -15,7 +15,7 @@
     │   ├── ConversionError      exit 3: litert-torch could not lower the graph
     │   └── QuantizationError    exit 3: every quantization backend failed
     │       ├── TimeBudgetSpent  exit 3: never shown: stops PT2E's calibration when --time-budget is spent (quantization/budget.py)
-    │       └── PT2ECannotWin    exit 3: never shown: stops PT2E's calibration when its first ranges cannot beat a result (quantization/__init__.py)
+    │       └── PT2ECannotWin    exit 3: never shown: stops PT2E's calibration when its first ranges cannot beat a result (quantization/candidates.py)
     └── RuntimeRunError          exit 3: the LiteRT (or TFLM) interpreter could not run the model
         └── NativeCrashError     exit 3: native code crashed in an isolated child process (isolation.py)
     InternalError                exit 4: a bug in edge-export ("please report")

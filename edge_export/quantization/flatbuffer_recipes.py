@@ -2,7 +2,7 @@
 
 It sees the model after litert-torch lowered it, so it quantizes every op the LiteRT kernels can run
 in integer (LayerNorm, softmax and batch matmul included), which PT2E's PyTorch-level annotator
-leaves in float. Recipes per mode:
+leaves in float. Recipes per mode (the recipe names are in the mode table, modes.py):
 
     int8          static_wi8_ai8      per-channel int8 weights, int8 activations, int32 bias
     int16x8       static_wi8_ai16     int8 weights, int16 activations
@@ -48,6 +48,7 @@ from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..processes.library_output import quiet_libraries
 from .calibration import CalibrationSet
 from .constant_matmul_operands import quantize_constant_operands_per_tensor
+from .modes import mode_spec
 from .discontinuous import keep_feeders_in_float
 from .output_joins import find_output_joins, keep_output_joins_in_float
 from .sigmoid_ranges import cut_sigmoid_input_ranges
@@ -58,33 +59,37 @@ __all__ = [
     "FLATBUFFER_OBSERVERS",
     "MIN_SCALE",
     "PERCENTILE",
-    "RECIPES",
     "floor_ranges",
     "mse_range",
     "quantize_flatbuffer",
+    "recipe_name",
 ]
 
-RECIPES = {
-    QuantizeMode.INT8: "static_wi8_ai8",
-    QuantizeMode.INT16X8: "static_wi8_ai16",
-    QuantizeMode.DYNAMIC_INT8: "dynamic_wi8_afp32",
-    QuantizeMode.INT4: "dynamic_wi4_afp32",
-}
 FLATBUFFER_OBSERVERS = ("moving_average", "minmax", "percentile", "mse")
 DEFAULT_FLATBUFFER_OBSERVER = "minmax"
 PERCENTILE = 99.99
 # Smallest activation scale kept (float32 epsilon, PyTorch observers' default eps).
 MIN_SCALE = float(np.finfo(np.float32).eps)
-# Quantization steps across an activation's range per mode (int8 asymmetric, int16 symmetric).
-_LEVELS = {QuantizeMode.INT8: 255, QuantizeMode.INT16X8: 65535}
 # Values kept per tensor per sample for the percentile: bounds memory on large activations.
 _PERCENTILE_SUBSAMPLE = 20000
+
+
+def recipe_name(mode: QuantizeMode) -> str | None:
+    """ai-edge-quantizer's recipe for ``mode`` (the mode table's); None when it has none."""
+    return mode_spec(mode).flatbuffer_recipe
+
+
+def _levels(mode: QuantizeMode | None) -> int | None:
+    """Quantization steps across an activation's range (int8 asymmetric 255, int16 symmetric 65535);
+    None for a mode whose activations stay float."""
+    bits = mode_spec(mode).activation_bits if mode is not None else None
+    return 2**bits - 1 if bits else None
 
 
 def _recipe(mode: QuantizeMode) -> Any:
     from ai_edge_quantizer import recipe
 
-    return getattr(recipe, RECIPES[mode])()
+    return getattr(recipe, recipe_name(mode))()
 
 
 def _signature_data(float_model: FlatbufferModel, calibration: CalibrationSet) -> dict[str, list[dict]]:
@@ -217,7 +222,7 @@ def _percentile_ranges(
         if all_values.size == 0:
             continue
         if search == "mse":
-            lo, hi = mse_range(all_values, float(np.min(old["min"])), float(np.max(old["max"])), _LEVELS.get(mode, 255))
+            lo, hi = mse_range(all_values, float(np.min(old["min"])), float(np.max(old["max"])), _levels(mode) or 255)
         else:
             lo = float(np.percentile(all_values, 100.0 - percentile))
             hi = float(np.percentile(all_values, percentile))
@@ -240,7 +245,7 @@ def floor_ranges(
     Returns the new QSVs and the names of the tensors widened. Constant tensors (weights) are left
     alone: their scales come from their values.
     """
-    width = MIN_SCALE * _LEVELS.get(mode, 255)
+    width = MIN_SCALE * _levels(mode) or 255
     result = dict(qsvs)
     widened = []
     for name, qsv in qsvs.items():
@@ -352,7 +357,7 @@ def quantize_flatbuffer(
     """Quantize a float flatbuffer with the recipe for ``mode``; returns the quantized bytes.
     ``part_scales``: an output joined from parts of very different ranges keeps each part's own
     scale (output_joins.py)."""
-    if mode not in RECIPES:
+    if recipe_name(mode) is None:
         raise QuantizationError(f"The flatbuffer backend has no recipe for --quantize {mode.value}.")
     if observer not in FLATBUFFER_OBSERVERS:
         raise QuantizationError(
@@ -360,7 +365,7 @@ def quantize_flatbuffer(
         )
     if mode.needs_calibration:  # -inf in a constant (an additive mask) would set a scale of 1e36
         float_bytes = prepared_for_int8(float_bytes)
-    if mode == QuantizeMode.INT8 and takes_sequence_lstm_model(float_bytes):  # ai-edge-quantizer has no LSTM recipe
+    if mode_spec(mode).activations == "int8" and takes_sequence_lstm_model(float_bytes):  # ai-edge-quantizer has no LSTM recipe
         return quantize_sequence_lstm_model(float_bytes, calibration.samples)
     # The converter's bytes (an edge): read and verified once, for the calibration runs below.
     float_model = read_flatbuffer(float_bytes, origin="the float model") if mode.needs_calibration else None
@@ -372,7 +377,7 @@ def quantize_flatbuffer(
             qz = aeq.Quantizer(bytearray(float_bytes), _recipe(mode))
             if mode.needs_calibration:  # activations quantized: a step function's input stays float
                 kept_float = keep_feeders_in_float(qz, float_model)
-                quantize_constant_operands_per_tensor(qz, float_model, 16 if mode == QuantizeMode.INT16X8 else 8,
+                quantize_constant_operands_per_tensor(qz, float_model, mode_spec(mode).activation_bits,
                                                       dict.fromkeys(kept_float, "float"))
             qsvs = None
             if qz.need_calibration:
@@ -384,7 +389,7 @@ def quantize_flatbuffer(
                     qsvs = _percentile_ranges(float_model, calibration, qsvs, percentile, mode, search=observer)
                 qsvs, _ = floor_ranges(qsvs, mode, _constant_tensor_names(float_model))
                 qsvs, _ = cut_sigmoid_input_ranges(float_model, qsvs, mode)
-                if part_scales and mode in _LEVELS:  # static int8/int16x8: one scale per tensor
+                if part_scales and _levels(mode) is not None:  # static int8/int16x8: one scale per tensor
                     keep_output_joins_in_float(qz, float_model, find_output_joins(float_model, qsvs))
                 if not qsvs:  # every operator left float (a step function and its feeders): nothing to quantize
                     return float_bytes
@@ -394,9 +399,9 @@ def quantize_flatbuffer(
             raise
         except Exception as exc:  # ai-edge-quantizer raises many kinds (and runs LiteRT): all mean the recipe failed
             raise QuantizationError(
-                f"ai-edge-quantizer could not apply recipe {RECIPES[mode]}: {first_line(exc, with_type=True)}",
+                f"ai-edge-quantizer could not apply recipe {recipe_name(mode)}: {first_line(exc, with_type=True)}",
                 "Try --quant-backend pt2e, or run with --verbose to see ai-edge-quantizer's output.",
             ) from exc
     if model is None:
-        raise QuantizationError(f"ai-edge-quantizer returned no model for recipe {RECIPES[mode]}.")
+        raise QuantizationError(f"ai-edge-quantizer returned no model for recipe {recipe_name(mode)}.")
     return bytes(model)

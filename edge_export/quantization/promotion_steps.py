@@ -1,4 +1,4 @@
-"""The pieces the mixed-precision search (mixed_precision.py) and its weight-splitting phase
+"""The pieces the mixed-precision search (mixed_precision/) and its weight-splitting phase
 (weight_splitting.py) share: the accuracy target and a candidate's check against it, the promoted
 layer's record, the SQNR sort key and the step sizes of a search."""
 

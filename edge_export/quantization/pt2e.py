@@ -35,6 +35,7 @@ from ..passes.fx.distinct_operand_scales_pass import distinct_operand_scales_pas
 from ..passes.fx.prelu_operator import annotate_prelu_operators
 from ..passes.fx.restore_source_functions_pass import restore_source_functions_pass
 from .calibration import CalibrationSet
+from .modes import mode_spec
 
 __all__ = [
     "DEFAULT_PT2E_OBSERVER",
@@ -59,7 +60,8 @@ PT2E_PERCENTILE = 99.99  # as the flatbuffer backend's percentile observer
 
 
 def pt2e_supports(mode: QuantizeMode) -> bool:
-    return mode in (QuantizeMode.INT8, QuantizeMode.DYNAMIC_INT8)
+    """PT2E is one of the mode's backends in the mode table (litert-torch lowers int8 only)."""
+    return "pt2e" in mode_spec(mode).backends
 
 
 _percentile_observer_class = None
@@ -107,7 +109,7 @@ def make_pt2e_quantizer(mode: QuantizeMode, observer: str = DEFAULT_PT2E_OBSERVE
 
     if observer not in PT2E_OBSERVERS:
         raise QuantizationError(f"Unknown PT2E observer '{observer}'.", f"Use one of {', '.join(PT2E_OBSERVERS)}.")
-    dynamic = mode == QuantizeMode.DYNAMIC_INT8
+    dynamic = not mode_spec(mode).calibrates  # dynamic-int8: no activation observers
     config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
     if not dynamic and observer != DEFAULT_PT2E_OBSERVER:
         # The config is lru_cached inside litert-torch: replace, never mutate.
@@ -342,7 +344,7 @@ def calibrate_pt2e(
     ):
         batches = calibration.torch_batches()
         # Dynamic mode has no activation observers; one pass validates the graph.
-        batches = batches[:1] if mode == QuantizeMode.DYNAMIC_INT8 else batches
+        batches = batches if mode_spec(mode).calibrates else batches[:1]
         return prepare_and_convert_pt2e(
             module, example_inputs, mode, batches, observer=observer, strict=strict, each_batch=each_batch,
             after_batch=after_batch,

@@ -144,7 +144,7 @@ class PT2EBeside:
         return None
 
     def _judge(self, message: Any, attempts: list, budget: Any, target: Any) -> Any:
-        """quantization._early_look's and _pt2e_model's decisions (selection.pt2e_settled), on the
+        """candidates._early_look's and _pt2e_model's decisions (selection.pt2e_settled), on the
         simulated SQNRs the child sends."""
         from . import selection
 
@@ -168,11 +168,12 @@ def start_pt2e_beside(module: Any, example_inputs: tuple, mode: QuantizeMode, ca
                       verbose: bool = False) -> PT2EBeside | None:
     """PT2E forked for an ``auto`` int8 export that will run both backends, when a core is idle;
     None otherwise (then quantize_model runs PT2E itself at its turn, as before)."""
+    from .modes import mode_spec
     from .pt2e import pt2e_supports
 
-    # auto runs both backends exactly then (quantization.backends_for); dynamic-int8 runs PT2E only
-    # when the flatbuffer backend fails
-    if QuantBackend(backend) != QuantBackend.AUTO or mode == QuantizeMode.DYNAMIC_INT8 or not pt2e_supports(mode):
+    # auto runs both backends exactly then (quantization.backends_for); a first-success mode
+    # (dynamic-int8) runs PT2E only when the flatbuffer backend fails
+    if QuantBackend(backend) != QuantBackend.AUTO or mode_spec(mode).first_success or not pt2e_supports(mode):
         return None
     if not _core_idle():
         return None

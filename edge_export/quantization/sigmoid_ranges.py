@@ -1,7 +1,7 @@
 """A sigmoid's input range, cut to where its quantized output still changes.
 
 An integer LOGISTIC writes a fixed scale: 1/256 at int8, 1/32768 at int16. Below
-``-SIGMOID_INPUT_BOUND[mode]`` its output rounds to 0 and above ``+bound`` to its top step, so the
+``-SIGMOID_INPUT_BOUND[activations]`` its output rounds to 0 and above ``+bound`` to its top step, so the
 part of the calibrated input range beyond the bound buys nothing and costs resolution where the
 output moves. A detector's class logits show it: Ultralytics initialises the class bias at
 log(5 / nc / cells), about -11.5, so YOLO11n's calibrated logits span about -28..+2 and int8 gave
@@ -23,14 +23,16 @@ import numpy as np
 
 from ..config import QuantizeMode
 from ..flatbuffer import FlatbufferModel
+from .modes import mode_spec
 
 __all__ = ["SIGMOID_INPUT_BOUND", "cut_sigmoid_input_ranges"]
 
 # |x| beyond which the integer LOGISTIC's output no longer changes: its output rounds to 0 below
 # -bound (sigmoid(x) < half a step); the top step is reached at a smaller |x|, kept symmetric.
+# Keyed by the mode's integer activation dtype (modes.ModeSpec.activations).
 SIGMOID_INPUT_BOUND = {
-    QuantizeMode.INT8: math.log(2 * 256 - 1),  # 6.24: sigmoid(-6.24) = 1/512, half of 1/256
-    QuantizeMode.INT16X8: math.log(2 * 32768 - 1),  # 11.09
+    "int8": math.log(2 * 256 - 1),  # 6.24: sigmoid(-6.24) = 1/512, half of 1/256
+    "int16": math.log(2 * 32768 - 1),  # 11.09
 }
 # Operators a logit goes through unchanged (their output tensor has the same range as the inputs).
 _PASS_THROUGH = frozenset({"RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS", "CONCATENATION"})
@@ -71,7 +73,7 @@ def _logit_tensors(model: FlatbufferModel) -> set[int]:
 def cut_sigmoid_input_ranges(model: FlatbufferModel, qsvs: dict[str, Any], mode: QuantizeMode) -> tuple[dict[str, Any], list[str]]:
     """``qsvs`` (ai-edge-quantizer's min/max by tensor name) with every logit tensor's range cut to
     the mode's bound; returns them and the names of the tensors cut."""
-    bound = SIGMOID_INPUT_BOUND.get(mode)
+    bound = SIGMOID_INPUT_BOUND.get(mode_spec(mode).activations or "")
     if bound is None:
         return qsvs, []
     result, cut = dict(qsvs), []

@@ -208,15 +208,6 @@ def render_latency(report: LatencyReport, console: Console) -> None:
 SLOWER_MARGIN = 0.10
 HOST_LATENCY_RUNTIME = "LiteRT CPU + XNNPACK, 1 thread"
 
-# Why a mode can be slower than float32 on a desktop CPU (the flag's note says it).
-_SLOWER_BECAUSE = {
-    "int8": "on this CPU XNNPACK's int8 kernels are slower than its float ones for depthwise and narrow convolutions, and int8 operators XNNPACK does not take run on LiteRT's slower built-in kernels",
-    "dynamic-int8": "dynamic-range kernels quantize activations at every call, and XNNPACK's int8 kernels on this CPU are slower than its float ones",
-    "int16x8": "XNNPACK has no int16x8 kernels: the model runs LiteRT's built-in ones, far slower than XNNPACK's float kernels",
-    "int4": "int4 weights are unpacked by LiteRT's built-in kernels, which XNNPACK's float kernels outrun on this CPU",
-}
-
-
 def quantized_is_slower(ratio: float, margin: float = SLOWER_MARGIN) -> bool:
     """The flag rule: the quantized median over the float median exceeds 1 + ``margin``."""
     return ratio > 1.0 + margin
@@ -254,7 +245,10 @@ class HostLatency:
     def note(self) -> str | None:
         if not self.slower:
             return None
-        why = _SLOWER_BECAUSE.get(self.kernels or self.quantize, "its kernels on this CPU are slower than the float ones")
+        # Why a mode can be slower than float32 on a desktop CPU: the mode table's note.
+        from ..quantization.modes import slower_because
+
+        why = slower_because(self.kernels or self.quantize) or "its kernels on this CPU are slower than the float ones"
         what = self.quantize if self.kernels in (None, self.quantize) else f"{self.quantize} (with {self.kernels} operators)"
         return (
             f"{what} runs {self.ratio:.2f}x slower than fp32 on this host ({self.runtime}; {why}). "

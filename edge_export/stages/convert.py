@@ -8,7 +8,7 @@ import contextlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..config import InputSpec, IODtype, QuantizeMode
+from ..config import InputSpec, IODtype
 from ..options import ExportOptions
 from .clock import StageClock
 from .prepare import PreparedRun
@@ -57,11 +57,12 @@ def convert_stage(prepared: PreparedRun, options: ExportOptions, target: Any, cl
 def _convert(prepared: PreparedRun, options: ExportOptions, clock: StageClock) -> FlatbufferModel:
     """Float or fp16: one conversion, read and verified here (the converter's bytes are the edge)."""
     from ..conversion.litert import convert_module, fp16_quant_config
+    from ..quantization.modes import mode_spec
     from ..flatbuffer import read_flatbuffer
     from ..flatbuffer.pack import align_buffers
 
     with clock.run("convert", "Tracing and converting with litert-torch"):
-        quant_config = fp16_quant_config() if options.quantize is QuantizeMode.FP16 else None
+        quant_config = fp16_quant_config() if mode_spec(options.quantize).fp16_weights else None
         model_bytes = convert_module(prepared.module, prepared.example, strict=options.strict, quant_config=quant_config, verbose=options.verbose)
     # The converter ignores the schema's 16-byte alignment of buffer data; every check below runs
     # on, and every file is written from, the aligned model (later rewrites re-pack it aligned).
@@ -119,14 +120,12 @@ def _pt2e_beside(prepared: PreparedRun, options: ExportOptions, calibration: Any
 
 def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, calibration: Any, float_bytes: bytes | None, budget: Any, clock: StageClock,
                    wants_integer: bool = False, pt2e_beside: Any = None) -> Any:
-    from ..quantization import ParityTarget, quantize_model
+    from ..quantization import ParityTarget, QuantizationRequest, quantize_model
     from ..quantization.ranges import observers_for
 
     with clock.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
         gates = options.thresholds()
-        return quantize_model(
-            prepared.module,
-            prepared.example,
+        request = QuantizationRequest(
             options.quantize,
             calibration=calibration_in_layout(calibration, prepared.plan.inputs),
             backend=options.quant_backend,
@@ -138,11 +137,9 @@ def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, c
             verbose=options.verbose,
             # auto keeps the first fully integer result that meets the export's own gates
             target=ParityTarget(gates.min_sqnr_db, gates.min_cosine),
-            float_model_bytes=float_bytes,
-            budget=budget,
-            pt2e_beside=pt2e_beside,
             part_scales=options.part_scales,
         )
+        return quantize_model(prepared.module, prepared.example, request, float_model_bytes=float_bytes, budget=budget, pt2e_beside=pt2e_beside)
 
 
 def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, target: Any, result: Any, float_bytes: bytes | None,

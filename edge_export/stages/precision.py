@@ -9,18 +9,19 @@ from ..config import QuantizeMode
 __all__ = ["infer_precision"]
 
 
-def infer_precision(fb: Any) -> QuantizeMode:
-    """The precision a flatbuffer was exported at, read from its tensors (for default thresholds)."""
+def infer_precision(fb: Any) -> QuantizeMode | str:
+    """The precision a flatbuffer was exported at, read from its tensors (for default thresholds):
+    the first mode of the table (quantization/modes.py) whose ``reads_as`` recognises it, the more
+    specific precisions first (int16 activations before int8 ones, int8 activations before int8
+    weights). A mode only the table knows (a test's) comes back as its name."""
+    from ..quantization.modes import MODES
+
     activations = [t for t in fb.tensors if not t.is_constant]
     constants = [t for t in fb.tensors if t.is_constant]
-    if any(t.dtype == "int16" and t.quant for t in activations):
-        return QuantizeMode.INT16X8
-    if fb.is_fully_integer or any(t.dtype in ("int8", "uint8") and t.quant for t in activations):
-        return QuantizeMode.INT8
-    if any(t.dtype == "int4" and t.quant for t in constants):
-        return QuantizeMode.INT4
-    if any(t.dtype == "int8" and t.quant for t in constants):
-        return QuantizeMode.DYNAMIC_INT8
-    if any(t.dtype == "float16" for t in constants):
-        return QuantizeMode.FP16
+    for spec in sorted(MODES.values(), key=lambda s: s.detect_rank):
+        if spec.reads_as(fb, activations, constants):
+            try:
+                return QuantizeMode(spec.name)
+            except ValueError:
+                return spec.name
     return QuantizeMode.NONE

@@ -182,7 +182,7 @@ def run(
 
     from edge_export.config import QuantBackend, QuantizeMode
     from edge_export.conversion.litert import convert_module
-    from edge_export.quantization import CalibrationSet, quantize_model
+    from edge_export.quantization import CalibrationSet, QuantizationRequest, quantize_model
     from edge_export.output.serialize import to_json_value
     from edge_export.validators.metrics import cosine_similarity, sqnr_db
 
@@ -217,10 +217,10 @@ def run(
     float_bytes = convert_module(model, example)
     artifacts = {"fp32": float_bytes}
     for mode in (QuantizeMode(m) for m in modes):
-        q = quantize_model(
-            model, example, mode, calibration=calib, backend=QuantBackend(backend),
-            require_full_integer=mode == QuantizeMode.INT8, float_model_bytes=float_bytes,
+        request = QuantizationRequest(
+            mode, calibration=calib, backend=QuantBackend(backend), require_full_integer=mode == QuantizeMode.INT8,
         )
+        q = quantize_model(model, example, request, float_model_bytes=float_bytes)
         artifacts[mode.value] = q.model.data
         results["models"][mode.value] = {"backend": q.backend, "fully_integer": q.fully_integer, "reason": q.reason}
         if detailed:

@@ -125,7 +125,7 @@ def exported(tmp_path_factory) -> dict[str, Exported]:
     recorded on the way (the converter's for float modes, the quantizer's for integer ones)."""
     import edge_export
     import edge_export.flatbuffer.pack as packing
-    from edge_export import quantization
+    from edge_export.quantization import candidates
     from edge_export.flatbuffer import FlatbufferModel
 
     folder = tmp_path_factory.mktemp("aligned")
@@ -144,7 +144,7 @@ def exported(tmp_path_factory) -> dict[str, Exported]:
     results = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(packing, "align_buffers", recording(packing.align_buffers))
-        patch.setattr(quantization, "run_flatbuffer_passes", recording(quantization.run_flatbuffer_passes))
+        patch.setattr(candidates, "run_flatbuffer_passes", recording(candidates.run_flatbuffer_passes))
         for name, options in EXPORTS.items():
             seen.clear()
             if options.get("edgetpu_compiler"):

@@ -19,7 +19,7 @@ from quantization_models import CNN_SPEC, QuantCNN, make  # noqa: E402
 
 from edge_export.config import QuantBackend, QuantizeMode  # noqa: E402
 from edge_export.processes.isolation import run_isolated  # noqa: E402
-from edge_export.quantization import CalibrationSet, ParityTarget, quantize_model, synthetic_calibration  # noqa: E402
+from edge_export.quantization import CalibrationSet, ParityTarget, QuantizationRequest, quantize_model, synthetic_calibration  # noqa: E402
 from edge_export.quantization.budget import TimeBudget  # noqa: E402
 from edge_export.quantization.pt2e_beside import PT2EBeside, start_pt2e_beside  # noqa: E402
 
@@ -46,14 +46,16 @@ def _run(cnn, float_bytes, calibration, target, budget_s=None, **options) -> dic
     start = time.monotonic()
     budget = None if budget_s is None else TimeBudget(budget_s)  # from here: the imports before do not count
     with beside:
-        result = quantize_model(cnn, EXAMPLE, QuantizeMode.INT8, calibration=calibration, float_model_bytes=float_bytes,
-                                target=target, budget=budget, pt2e_beside=beside, **options)
+        result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+            QuantizeMode.INT8, calibration=calibration, target=target, **options,
+        ), float_model_bytes=float_bytes, budget=budget, pt2e_beside=beside)
     seconds = time.monotonic() - start
     out = {"attempts": _attempts(result), "backend": result.backend, "reason": result.reason, "reaped": _reaped(beside),
            "seconds": seconds, "skipped": list(budget.skipped) if budget else []}
     if os.environ.get("BESIDE_COMPARE"):
-        at_turn = quantize_model(cnn, EXAMPLE, QuantizeMode.INT8, calibration=calibration, float_model_bytes=float_bytes,
-                                 target=target, **options)
+        at_turn = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+            QuantizeMode.INT8, calibration=calibration, target=target, **options,
+        ), float_model_bytes=float_bytes)
         out["at_turn"] = {"attempts": _attempts(at_turn), "backend": at_turn.backend, "reason": at_turn.reason}
     return out
 

@@ -9,7 +9,7 @@ from quantization_models import CNN_SPEC
 
 import edge_export
 from edge_export.config import QuantizeMode
-from edge_export.quantization import BackendAttempt, ParityTarget, quantize_model
+from edge_export.quantization import BackendAttempt, ParityTarget, QuantizationRequest, quantize_model
 from edge_export.quantization.selection import SCREEN_MARGIN_DB
 
 EXAMPLE = (torch.zeros(CNN_SPEC.shape),)
@@ -31,10 +31,9 @@ def test_target_is_met_only_by_a_fully_integer_result_above_the_margin():
 
 
 def test_auto_stops_after_the_flatbuffer_backend_when_it_meets_the_target(cnn, cnn_float_bytes, cnn_calibration):
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.INT8, calibration=cnn_calibration, float_model_bytes=cnn_float_bytes,
-        target=ParityTarget(min_sqnr_db=20.0, min_cosine=0.99),
-    )
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.INT8, calibration=cnn_calibration, target=ParityTarget(min_sqnr_db=20.0, min_cosine=0.99),
+    ), float_model_bytes=cnn_float_bytes)
     assert [a.backend for a in result.attempts] == ["flatbuffer"]
     assert result.backend == "flatbuffer" and result.fully_integer
     assert "already meets the parity target" in result.reason and "pt2e was not tried" in result.reason
@@ -43,10 +42,9 @@ def test_auto_stops_after_the_flatbuffer_backend_when_it_meets_the_target(cnn, c
 def test_auto_measures_both_and_keeps_the_better_when_the_target_is_not_met(cnn, cnn_float_bytes, cnn_calibration):
     # The flatbuffer backend's moving-average observer clips (several dB below min-max), so PT2E's
     # simulated parity is not below it by the lowering margin: PT2E is lowered and measured too.
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.INT8, calibration=cnn_calibration, float_model_bytes=cnn_float_bytes,
-        target=ParityTarget(min_sqnr_db=200.0), flatbuffer_observer="moving_average",
-    )
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.INT8, calibration=cnn_calibration, target=ParityTarget(min_sqnr_db=200.0), flatbuffer_observer="moving_average",
+    ), float_model_bytes=cnn_float_bytes)
     assert [a.backend for a in result.attempts] == ["flatbuffer", "pt2e"]
     best = max(result.attempts, key=lambda a: a.sqnr_db)
     # Both fully integer: the choice rule keeps the better parity (or the first within the tie band).
@@ -121,22 +119,21 @@ def test_auto_does_not_lower_pt2e_when_its_simulation_cannot_win(cnn, cnn_float_
     from edge_export.config import QuantBackend
 
     options = {"calibration": skewed_calibration, "pt2e_observer": "moving_average"}
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.INT8, float_model_bytes=cnn_float_bytes,
-        target=ParityTarget(min_sqnr_db=200.0), **options,
-    )
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.INT8, target=ParityTarget(min_sqnr_db=200.0), **options,
+    ), float_model_bytes=cnn_float_bytes)
     assert [a.backend for a in result.attempts] == ["flatbuffer"], result.reason
     assert result.backend == "flatbuffer" and result.fully_integer
     assert "simulated in PyTorch" in result.reason and "not lowered" in result.reason
     # The choice is the one measuring both gives: the lowered PT2E model is worse.
-    lowered = quantize_model(cnn, EXAMPLE, QuantizeMode.INT8, backend=QuantBackend.PT2E, **options)
+    lowered = quantize_model(cnn, EXAMPLE, QuantizationRequest(QuantizeMode.INT8, backend=QuantBackend.PT2E, **options))
     assert lowered.attempts[0].sqnr_db < result.attempts[0].sqnr_db - 0.05
 
 
 def test_auto_stops_pt2e_calibration_part_way_when_its_ranges_cannot_win(cnn, cnn_float_bytes, monkeypatch):
     """With 48 samples, PT2E's ranges are simulated after the first 16: far below the flatbuffer
     result, the other 32 are not run, and the choice is the one the full run makes."""
-    import edge_export.quantization as quantization
+    import edge_export.quantization.candidates as candidates
     from edge_export.config import QuantBackend
     from edge_export.quantization import CalibrationSet, synthetic_calibration
     from edge_export.quantization.selection import EARLY_LOOK_SAMPLES
@@ -144,31 +141,30 @@ def test_auto_stops_pt2e_calibration_part_way_when_its_ranges_cannot_win(cnn, cn
     base = synthetic_calibration([CNN_SPEC], n=48, seed=1)
     skewed = CalibrationSet((tuple(a * 0.05 for a in base.samples[0]), *base.samples[1:]), "skewed synthetic", False)
     batches_run = []
-    real_batch = quantization._pt2e_batch
-    monkeypatch.setattr(quantization, "_pt2e_batch", lambda budget, i, n, **kw: (batches_run.append(i), real_batch(budget, i, n, **kw)))
+    real_batch = candidates._pt2e_batch
+    monkeypatch.setattr(candidates, "_pt2e_batch", lambda budget, i, n, **kw: (batches_run.append(i), real_batch(budget, i, n, **kw)))
     options = {"calibration": skewed, "pt2e_observer": "moving_average"}
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.INT8, float_model_bytes=cnn_float_bytes, target=ParityTarget(min_sqnr_db=200.0), **options
-    )
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.INT8, target=ParityTarget(min_sqnr_db=200.0), **options,
+    ), float_model_bytes=cnn_float_bytes)
     assert len(batches_run) == EARLY_LOOK_SAMPLES == 16
     assert [a.backend for a in result.attempts] == ["flatbuffer"] and result.fully_integer
     assert f"after {EARLY_LOOK_SAMPLES} of 48 calibration samples" in result.reason, result.reason
     assert "the rest of its calibration was not run" in result.reason
     monkeypatch.undo()
-    lowered = quantize_model(cnn, EXAMPLE, QuantizeMode.INT8, backend=QuantBackend.PT2E, **options)
+    lowered = quantize_model(cnn, EXAMPLE, QuantizationRequest(QuantizeMode.INT8, backend=QuantBackend.PT2E, **options))
     assert lowered.attempts[0].sqnr_db < result.attempts[0].sqnr_db - 0.05  # the full run's choice too
 
 
 def test_pt2e_calibration_runs_to_the_end_when_its_early_ranges_could_win(cnn, cnn_float_bytes, monkeypatch):
-    import edge_export.quantization as quantization
+    import edge_export.quantization.candidates as candidates
     from edge_export.quantization import synthetic_calibration
 
     batches_run = []
-    real_batch = quantization._pt2e_batch
-    monkeypatch.setattr(quantization, "_pt2e_batch", lambda budget, i, n, **kw: (batches_run.append(i), real_batch(budget, i, n, **kw)))
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.INT8, calibration=synthetic_calibration([CNN_SPEC], n=40, seed=1),
-        float_model_bytes=cnn_float_bytes, target=ParityTarget(min_sqnr_db=200.0), flatbuffer_observer="moving_average",
-    )
+    real_batch = candidates._pt2e_batch
+    monkeypatch.setattr(candidates, "_pt2e_batch", lambda budget, i, n, **kw: (batches_run.append(i), real_batch(budget, i, n, **kw)))
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.INT8, calibration=synthetic_calibration([CNN_SPEC], n=40, seed=1), target=ParityTarget(min_sqnr_db=200.0), flatbuffer_observer="moving_average",
+    ), float_model_bytes=cnn_float_bytes)
     assert len(batches_run) == 40
     assert [a.backend for a in result.attempts] == ["flatbuffer", "pt2e"], result.reason

@@ -22,6 +22,7 @@ from edge_export.flatbuffer import read_flatbuffer
 from edge_export.quantization import (
     BackendAttempt,
     check_integer,
+    QuantizationRequest,
     module_path_for,
     quantize_model,
     synthetic_calibration,
@@ -37,9 +38,9 @@ SEQ_SPEC = InputSpec((1, 8, 16))
 def test_pt2e_failure_falls_back_to_a_fully_integer_flatbuffer_model():
     model = make(GatedConv)
     calib = synthetic_calibration([PAD_SPEC], n=8)
-    result = quantize_model(
-        model, (torch.zeros(PAD_SPEC.shape),), QuantizeMode.INT8, calibration=calib, require_full_integer=True
-    )
+    result = quantize_model(model, (torch.zeros(PAD_SPEC.shape),), QuantizationRequest(
+        QuantizeMode.INT8, calibration=calib, require_full_integer=True,
+    ))
     flat, pt2e = result.attempts
     assert pt2e.backend == "pt2e" and not pt2e.ok and "LOGISTIC" in pt2e.error
     assert flat.ok and result.backend == "flatbuffer" and result.fully_integer
@@ -55,9 +56,9 @@ def test_residual_blocks_are_fully_integer_with_both_backends():
         calib = synthetic_calibration([PAD_SPEC], n=8)
         # Each backend explicitly: auto may skip lowering PT2E when its simulation cannot win.
         for backend in (QuantBackend.FLATBUFFER, QuantBackend.PT2E):
-            result = quantize_model(
-                model, (torch.zeros(PAD_SPEC.shape),), QuantizeMode.INT8, calibration=calib, backend=backend
-            )
+            result = quantize_model(model, (torch.zeros(PAD_SPEC.shape),), QuantizationRequest(
+                QuantizeMode.INT8, calibration=calib, backend=backend,
+            ))
             assert result.attempts[0].ok and result.fully_integer, (cls.__name__, backend, result.attempts)
 
 
@@ -67,10 +68,9 @@ def test_full_integer_requirement_picks_the_integer_backend():
     example = (torch.zeros(PAD_SPEC.shape),)
     # A clipping flatbuffer observer keeps PT2E's simulated parity within reach, so PT2E is lowered and
     # the integer requirement, not parity, decides.
-    result = quantize_model(
-        model, example, QuantizeMode.INT8, calibration=calib, require_full_integer=True,
-        flatbuffer_observer="moving_average",
-    )
+    result = quantize_model(model, example, QuantizationRequest(
+        QuantizeMode.INT8, calibration=calib, require_full_integer=True, flatbuffer_observer="moving_average",
+    ))
     flat, pt2e = result.attempts
     assert pt2e.ok and pt2e.fully_integer is False  # the GroupNorm stayed float
     assert flat.ok and flat.fully_integer and result.backend == "flatbuffer" and result.fully_integer
@@ -83,10 +83,9 @@ def test_full_integer_requirement_picks_the_integer_backend():
 def test_explicit_pt2e_backend_reports_its_failure():
     calib = synthetic_calibration([PAD_SPEC], n=2)
     with pytest.raises(QuantizationError, match="LOGISTIC") as info:
-        quantize_model(
-            make(GatedConv), (torch.zeros(PAD_SPEC.shape),), QuantizeMode.INT8, calibration=calib,
-            backend=QuantBackend.PT2E,
-        )
+        quantize_model(make(GatedConv), (torch.zeros(PAD_SPEC.shape),), QuantizationRequest(
+            QuantizeMode.INT8, calibration=calib, backend=QuantBackend.PT2E,
+        ))
     assert "--quant-backend flatbuffer" in str(info.value)
 
 
@@ -106,10 +105,9 @@ def test_transformer_pt2e_is_mixed_precision_and_the_float_parts_are_named():
 def test_transformer_flatbuffer_backend_is_fully_integer():
     model = make(TinyEncoder)
     calib = synthetic_calibration([SEQ_SPEC], n=8)
-    result = quantize_model(
-        model, (torch.zeros(SEQ_SPEC.shape),), QuantizeMode.INT8, calibration=calib,
-        backend=QuantBackend.FLATBUFFER,
-    )
+    result = quantize_model(model, (torch.zeros(SEQ_SPEC.shape),), QuantizationRequest(
+        QuantizeMode.INT8, calibration=calib, backend=QuantBackend.FLATBUFFER,
+    ))
     assert result.fully_integer and not result.integer_check.float_tensors
     assert result.sqnr_db > 20.0
 
@@ -128,8 +126,9 @@ def test_a_model_neither_backend_can_trace_fails_before_any_backend_runs(monkeyp
     monkeypatch.setattr(pt2e, "calibrate_pt2e", lambda *a, **k: pytest.fail("PT2E calibrated"))
     spec = InputSpec((1, 16))
     with pytest.raises(TraceError, match="torch.export cannot trace it"):
-        quantize_model(DataDependent(), (torch.zeros(spec.shape),), QuantizeMode.INT8,
-                       calibration=synthetic_calibration([spec], n=2))
+        quantize_model(DataDependent(), (torch.zeros(spec.shape),), QuantizationRequest(
+            QuantizeMode.INT8, calibration=synthetic_calibration([spec], n=2),
+        ))
 
 
 def test_every_backend_failing_raises_quantization_error(monkeypatch):
@@ -138,8 +137,9 @@ def test_every_backend_failing_raises_quantization_error(monkeypatch):
     monkeypatch.setenv(CRASH_HOOK_ENV, "int8 quantization")  # the flatbuffer backend's child aborts
     model = make(GatedConv)  # and PT2E cannot lower its LOGISTIC
     with pytest.raises(QuantizationError, match="Every quantization backend failed") as info:
-        quantize_model(model, (torch.zeros(PAD_SPEC.shape),), QuantizeMode.INT8,
-                       calibration=synthetic_calibration([PAD_SPEC], n=2))
+        quantize_model(model, (torch.zeros(PAD_SPEC.shape),), QuantizationRequest(
+            QuantizeMode.INT8, calibration=synthetic_calibration([PAD_SPEC], n=2),
+        ))
     assert "pt2e failed" in str(info.value) and "flatbuffer failed" in str(info.value)
 
 
@@ -149,11 +149,15 @@ def test_bad_argument_combinations():
     from edge_export.config import IODtype
 
     with pytest.raises(UsageError, match="pt2e cannot do --quantize int16x8"):
-        quantize_model(model, example, QuantizeMode.INT16X8, calibration=calib, backend=QuantBackend.PT2E)
+        quantize_model(model, example, QuantizationRequest(
+            QuantizeMode.INT16X8, calibration=calib, backend=QuantBackend.PT2E,
+        ))
     with pytest.raises(UsageError, match="--io-dtype uint8 applies to --quantize int8 only"):
-        quantize_model(model, example, QuantizeMode.DYNAMIC_INT8, calibration=calib, io_dtype=IODtype.UINT8)
+        quantize_model(model, example, QuantizationRequest(
+            QuantizeMode.DYNAMIC_INT8, calibration=calib, io_dtype=IODtype.UINT8,
+        ))
     with pytest.raises(UsageError, match="not fp16"):
-        quantize_model(model, example, QuantizeMode.FP16, calibration=calib)
+        quantize_model(model, example, QuantizationRequest(QuantizeMode.FP16, calibration=calib))
 
 
 # ---- module paths from litert-torch tensor names ----------------------------------------------------

@@ -49,13 +49,13 @@ def test_an_ordinary_int8_model_has_no_clipped_bias(built_artifacts):
 
 
 def test_with_real_data_the_warning_names_near_zero_weights_and_does_not_ask_for_data(monkeypatch):
-    import edge_export.quantization as quantization
+    from edge_export.quantization import explanations
     from edge_export.quantization.bias_saturation import SaturatedBias
 
     found = (SaturatedBias(3, "DEPTHWISE_CONV_2D", "blocks.0/depthwise", 2, 32),)
-    monkeypatch.setattr(quantization, "saturated_biases", lambda model: found)
-    (real,) = quantization._bias_warnings(None, real_data=True)
-    (synthetic,) = quantization._bias_warnings(None, real_data=False)
+    monkeypatch.setattr(explanations, "saturated_biases", lambda model: found)
+    (real,) = explanations.bias_warnings(None, real_data=True)
+    (synthetic,) = explanations.bias_warnings(None, real_data=False)
     assert "#3 DEPTHWISE_CONV_2D (blocks.0/depthwise): 2 of 32 channels" in real
     assert "weights are all near zero" in real and "--calibration-data" not in real and "float" in real
     assert "--calibration-data" in synthetic

@@ -56,11 +56,11 @@ class SmallNet(nn.Module):
 def backend_calls(monkeypatch):
     """The stages quantize_model runs in child processes (each backend's calibration and its
     parity run) and PT2E's calibration calls, recorded as they start."""
-    import edge_export.quantization as quantization
+    import edge_export.quantization.candidates as candidates
     from edge_export.quantization import pt2e
 
     calls: list[str] = []
-    real_isolated, real_pt2e = quantization.run_isolated, pt2e.calibrate_pt2e
+    real_isolated, real_pt2e = candidates.run_isolated, pt2e.calibrate_pt2e
 
     def isolated(fn, *args, stage, **kwargs):
         calls.append(stage)
@@ -70,7 +70,7 @@ def backend_calls(monkeypatch):
         calls.append("pt2e calibration")
         return real_pt2e(*args, **kwargs)
 
-    monkeypatch.setattr(quantization, "run_isolated", isolated)
+    monkeypatch.setattr(candidates, "run_isolated", isolated)
     monkeypatch.setattr(pt2e, "calibrate_pt2e", calibrate)
     return calls
 
@@ -197,7 +197,8 @@ def _check(sqnr: float, met: bool):
 
 @pytest.mark.parametrize("sqnr", [NAN, INF, -INF])
 def test_the_prefix_search_is_bounded_whatever_the_candidates_read(sqnr):
-    from edge_export.quantization.mixed_precision import _groups, _search_prefixes
+    from edge_export.quantization.mixed_precision.prefix_search import search_prefixes as _search_prefixes
+    from edge_export.quantization.promotion_steps import step_sizes as _groups
 
     measured: list[int] = []
 
@@ -212,7 +213,7 @@ def test_the_prefix_search_is_bounded_whatever_the_candidates_read(sqnr):
 
 
 def test_a_spent_budget_stops_the_prefix_search_and_says_what_was_not_tried():
-    from edge_export.quantization.mixed_precision import _search_prefixes
+    from edge_export.quantization.mixed_precision.prefix_search import search_prefixes as _search_prefixes
 
     budget = TimeBudget(1e-9)
     time.sleep(0.001)
@@ -222,7 +223,7 @@ def test_a_spent_budget_stops_the_prefix_search_and_says_what_was_not_tried():
 
 
 def test_a_budget_spent_while_bisecting_keeps_the_prefix_that_met():
-    from edge_export.quantization.mixed_precision import _search_prefixes
+    from edge_export.quantization.mixed_precision.prefix_search import search_prefixes as _search_prefixes
 
     budget = TimeBudget(3600)
 

@@ -55,7 +55,7 @@ def test_a_ranking_that_uses_its_share_still_leaves_the_promotions_their_time(mo
     """The ranking ends at its share (operators it did not reach stay candidates), and the prefix
     search after it measures candidates: before, a slow ranking spent the whole budget and the search
     kept the int8 model."""
-    from edge_export.quantization import mixed_precision as mp
+    from edge_export.quantization.mixed_precision import prefix_search as mp
 
     budget = TimeBudget(1000.0)
     with budget.share(0.5, "the sensitivity ranking"):
@@ -67,6 +67,6 @@ def test_a_ranking_that_uses_its_share_still_leaves_the_promotions_their_time(mo
         measured.append(k)
         return _check(20.0 + k, met=k >= 5)
 
-    met_at, untried = mp._search_prefixes(measure, 100, budget, "float")
+    met_at, untried = mp.search_prefixes(measure, 100, budget, "float")
     assert met_at == 5 and untried is None and measured
     assert "share for the sensitivity ranking" in budget.skipped[0]

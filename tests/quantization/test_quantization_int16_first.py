@@ -134,7 +134,7 @@ def _found(precision: str, sqnr: float, met: bool, promoted: int = 2):
 
 def _run_both(int16, float_):
     from edge_export.quantization.budget import TimeBudget
-    from edge_export.quantization.mixed_precision import _int16_then_float
+    from edge_export.quantization.mixed_precision.search import _int16_then_float
 
     calls: list[dict] = []
 
@@ -174,7 +174,7 @@ def test_an_int8_model_that_already_meets_the_target_is_returned_as_it_is():
 
 
 def test_an_int16_model_that_is_not_fully_integer_names_what_computes_in_float_not_a_float_promotion():
-    from edge_export.quantization.mixed_precision import _not_integer_warning
+    from edge_export.quantization.mixed_precision.driver import _not_integer_warning
     from edge_export.quantization.selection import IntegerCheck, QuantOpEntry
 
     check = IntegerCheck(False, (), (), (QuantOpEntry(3, "CAST", "mask", None),))

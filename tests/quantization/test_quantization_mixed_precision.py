@@ -243,7 +243,8 @@ def test_validate_refuses_sensitivity_on_a_float_model(tmp_path):
 
 
 def test_promotions_go_one_at_a_time_then_in_doubling_groups():
-    from edge_export.quantization.mixed_precision import SINGLE_STEPS, _groups
+    from edge_export.quantization.mixed_precision import SINGLE_STEPS
+    from edge_export.quantization.promotion_steps import step_sizes as _groups
 
     assert _groups(3) == [1, 1, 1]
     assert _groups(20) == [1] * SINGLE_STEPS + [2, 4, 6]
@@ -452,7 +453,7 @@ def test_a_layernorm_model_is_fully_integer_at_int16(tmp_path):
 def test_operators_without_an_int16_recipe_are_not_int16_candidates_and_are_named():
     from types import SimpleNamespace
 
-    from edge_export.quantization.mixed_precision import _promotable
+    from edge_export.quantization.mixed_precision.search import _promotable
     from edge_export.quantization.operator_scopes import has_int16_recipe
 
     assert has_int16_recipe("FULLY_CONNECTED") and not has_int16_recipe("SQUARED_DIFFERENCE")
@@ -486,7 +487,7 @@ def test_squared_difference_becomes_sub_and_mul_with_the_same_float_values():
 
 
 def test_a_search_that_precision_cannot_move_says_the_ranges_limit_it():
-    from edge_export.quantization.mixed_precision import _ranges_limit
+    from edge_export.quantization.mixed_precision.split_phase import ranges_limit as _ranges_limit
     from edge_export.quantization.promotion_steps import TargetCheck
 
     int8 = TargetCheck(6.5, 0.9, None, ("sqnr",))
@@ -510,7 +511,7 @@ def test_an_int16_search_starts_from_a_fully_integer_model(monkeypatch):
     from edge_export.targets.registry import get_target
 
     asked: list[bool] = []
-    monkeypatch.setattr(quantization, "quantize_model", lambda *a, **kw: asked.append(kw["require_full_integer"]))
+    monkeypatch.setattr(quantization, "quantize_model", lambda *a, **kw: asked.append(a[2].require_full_integer))
     prepared = SimpleNamespace(module=None, example=(), plan=SimpleNamespace(inputs=()))
     calibration = synthetic_calibration([InputSpec((1, 4))], 2, seed=0)
     for mode, wanted in (("int16", True), ("auto", False), ("off", False)):

@@ -9,7 +9,7 @@ import torch
 from quantization_models import CNN_SPEC, heldout, tflite_outputs, torch_outputs
 
 from edge_export.config import IODtype, QuantBackend, QuantizeMode
-from edge_export.quantization import quantize_model
+from edge_export.quantization import QuantizationRequest, quantize_model
 from edge_export.validators.metrics import sqnr_db
 from edge_export.output.serialize import to_json_value
 
@@ -26,10 +26,9 @@ def _weights(fb, opcode):
 
 
 def test_int8_flatbuffer_backend_is_full_integer_per_channel(cnn, cnn_float_bytes, cnn_calibration):
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.INT8, calibration=cnn_calibration, backend=QuantBackend.FLATBUFFER,
-        float_model_bytes=cnn_float_bytes,
-    )
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.INT8, calibration=cnn_calibration, backend=QuantBackend.FLATBUFFER,
+    ), float_model_bytes=cnn_float_bytes)
     fb = result.model
     assert result.backend == "flatbuffer" and result.recipe == "static_wi8_ai8"
     assert result.fully_integer and fb.is_fully_integer and not result.integer_check.float_tensors
@@ -46,10 +45,9 @@ def test_int8_flatbuffer_backend_is_full_integer_per_channel(cnn, cnn_float_byte
 
 
 def test_int8_pt2e_backend_with_uint8_io(cnn, cnn_calibration):
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.INT8, calibration=cnn_calibration, backend=QuantBackend.PT2E,
-        io_dtype=IODtype.UINT8,
-    )
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.INT8, calibration=cnn_calibration, backend=QuantBackend.PT2E, io_dtype=IODtype.UINT8,
+    ))
     assert result.backend == "pt2e" and result.observer == "histogram" and result.fully_integer
     assert all(x.dtype == "uint8" and x.scale and x.zero_point is not None for x in result.io)
     fb = result.model
@@ -59,10 +57,9 @@ def test_int8_pt2e_backend_with_uint8_io(cnn, cnn_calibration):
 
 
 def test_dynamic_int8_has_int8_weights_float_activations_float_io(cnn, cnn_float_bytes, cnn_calibration):
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.DYNAMIC_INT8, calibration=cnn_calibration,
-        backend=QuantBackend.FLATBUFFER, float_model_bytes=cnn_float_bytes,
-    )
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.DYNAMIC_INT8, calibration=cnn_calibration, backend=QuantBackend.FLATBUFFER,
+    ), float_model_bytes=cnn_float_bytes)
     fb = result.model
     assert result.recipe == "dynamic_wi8_afp32" and result.observer is None
     assert all(w.dtype == "int8" and w.is_constant for w in _weights(fb, "CONV_2D") + _weights(fb, "FULLY_CONNECTED"))
@@ -74,9 +71,9 @@ def test_dynamic_int8_has_int8_weights_float_activations_float_io(cnn, cnn_float
 
 
 def test_int16x8_has_int16_activations(cnn, cnn_float_bytes, cnn_calibration):
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.INT16X8, calibration=cnn_calibration, float_model_bytes=cnn_float_bytes,
-    )
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.INT16X8, calibration=cnn_calibration,
+    ), float_model_bytes=cnn_float_bytes)
     assert result.backend == "flatbuffer" and result.recipe == "static_wi8_ai16"
     assert [a.backend for a in result.attempts] == ["flatbuffer"]  # PT2E has no int16 activations
     fb = result.model
@@ -91,10 +88,9 @@ def test_auto_tries_both_backends_and_records_why(cnn, cnn_float_bytes, cnn_cali
     capfd.readouterr()
     # The flatbuffer backend's moving-average observer clips, so PT2E's simulated parity is close enough
     # for it to be lowered and measured too (with min-max it is simulated, found worse and not lowered).
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.INT8, calibration=cnn_calibration, float_model_bytes=cnn_float_bytes,
-        flatbuffer_observer="moving_average",
-    )
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.INT8, calibration=cnn_calibration, flatbuffer_observer="moving_average",
+    ), float_model_bytes=cnn_float_bytes)
     out, err = capfd.readouterr()
     assert out == "" and err == ""  # the libraries' chatter stays off the terminal unless verbose
     assert [a.backend for a in result.attempts] == ["flatbuffer", "pt2e"]  # the cheaper one first
@@ -107,8 +103,8 @@ def test_auto_tries_both_backends_and_records_why(cnn, cnn_float_bytes, cnn_cali
 
 
 def test_auto_dynamic_int8_stops_at_the_first_backend_that_works(cnn, cnn_float_bytes, cnn_calibration):
-    result = quantize_model(
-        cnn, EXAMPLE, QuantizeMode.DYNAMIC_INT8, calibration=cnn_calibration, float_model_bytes=cnn_float_bytes,
-    )
+    result = quantize_model(cnn, EXAMPLE, QuantizationRequest(
+        QuantizeMode.DYNAMIC_INT8, calibration=cnn_calibration,
+    ), float_model_bytes=cnn_float_bytes)
     assert [a.backend for a in result.attempts] == ["flatbuffer"]
     assert "not tried" in result.reason and not result.warnings  # no calibration, no synthetic warning

@@ -11,7 +11,7 @@ from quantization_models import CNN_SPEC, heldout, tflite_outputs
 from edge_export.config import QuantizeMode
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.passes.flatbuffer import run_flatbuffer_passes, share_quantization_vectors_pass
-from edge_export.quantization import quantize_model
+from edge_export.quantization import QuantizationRequest, quantize_model
 from edge_export.quantization.flatbuffer_recipes import quantize_flatbuffer
 
 
@@ -85,9 +85,9 @@ def test_float_models_are_only_aligned(cnn_float_bytes):
 
 
 def test_quantize_model_writes_shared_vectors(cnn, cnn_calibration):
-    result = quantize_model(
-        cnn, (torch.zeros(CNN_SPEC.shape),), QuantizeMode.INT8, calibration=cnn_calibration, backend="flatbuffer"
-    )
+    result = quantize_model(cnn, (torch.zeros(CNN_SPEC.shape),), QuantizationRequest(
+        QuantizeMode.INT8, calibration=cnn_calibration, backend="flatbuffer",
+    ))
     data = result.model.data
     assert len(data) < len(_unshared(data))
     assert len(share_quantization_vectors(data)) == len(data)

@@ -40,7 +40,7 @@ def _samples(n: int, seed: int) -> list[tuple[np.ndarray]]:
 
 
 def test_bounds_are_where_the_integer_output_stops_changing():
-    int8, int16 = SIGMOID_INPUT_BOUND[QuantizeMode.INT8], SIGMOID_INPUT_BOUND[QuantizeMode.INT16X8]
+    int8, int16 = SIGMOID_INPUT_BOUND["int8"], SIGMOID_INPUT_BOUND["int16"]
     assert abs(1 / (1 + np.exp(int8)) * 256 - 0.5) < 1e-3  # sigmoid(-bound) is half an output step
     assert abs(1 / (1 + np.exp(int16)) * 32768 - 0.5) < 1e-3
 
@@ -57,7 +57,7 @@ def test_logits_read_by_a_sigmoid_only_are_cut_and_keep_their_scores(monkeypatch
     qsvs = {logits: {"min": np.float32([[-30.0]]), "max": np.float32([[3.0]])}, silu_input: {"min": np.float32([[-19.0]]), "max": np.float32([[14.0]])}}
     cut, names = cut_sigmoid_input_ranges(float_model, qsvs, QuantizeMode.INT8)
     assert names == [logits]
-    assert float(cut[logits]["min"].min()) == np.float32(-SIGMOID_INPUT_BOUND[QuantizeMode.INT8]) and float(cut[logits]["max"].max()) == 3.0
+    assert float(cut[logits]["min"].min()) == np.float32(-SIGMOID_INPUT_BOUND["int8"]) and float(cut[logits]["max"].max()) == 3.0
     assert cut[silu_input] is qsvs[silu_input]
 
     # end to end at int8: the scores, measured apart from the tool, against PyTorch on held-out

@@ -152,15 +152,16 @@ def test_a_fused_lstm_left_float_is_reported_with_why_and_what_makes_it_integer(
     from edge_export.config import QuantBackend, QuantizeMode
     from edge_export.conversion.litert import convert_module
     from edge_export.passes.fx.pipeline import prepare_graph_for_litert
-    from edge_export.quantization import quantize_model
+    from edge_export.quantization import QuantizationRequest, quantize_model
     from edge_export.quantization.calibration import CalibrationSet
 
     torch.manual_seed(0)
     example = (torch.from_numpy(_samples(1, 0)[0]),)
     graph = prepare_graph_for_litert(Tagger().eval(), example).module
     calibration = CalibrationSet(tuple((s,) for s in _samples(16, 1)), "test sequences", True)
-    result = quantize_model(graph, example, QuantizeMode(mode), calibration=calibration, backend=QuantBackend(backend),
-                            float_model_bytes=convert_module(graph, example) if backend == "flatbuffer" else None)
+    result = quantize_model(graph, example, QuantizationRequest(
+        QuantizeMode(mode), calibration=calibration, backend=QuantBackend(backend),
+    ), float_model_bytes=convert_module(graph, example) if backend == "flatbuffer" else None)
     model = result.model
     lstms = [op for op in model.operators if op.opcode == "UNIDIRECTIONAL_SEQUENCE_LSTM"]
     assert len(lstms) == 2 and all(model.tensors[op.inputs[0]].dtype == "float32" for op in lstms)

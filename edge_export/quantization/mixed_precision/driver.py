@@ -1,0 +1,128 @@
+"""The export's entry: the sensitivity ranking and the mixed-precision search run in a child
+process (child_run.py), and the mixed model, when one is kept, finished into the QuantizationResult."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from ...errors import QuantizationError, first_line
+from ..budget import TimeBudget
+from ..promotion_steps import AccuracyTarget
+from ..sensitivity import SensitivityReport
+from .child_run import run_in_child, untried
+from .report import MixedPrecisionReport, recipe_of
+
+__all__ = ["SENSITIVITY_SAMPLES", "int16_ready", "run_sensitivity_and_mixed_precision"]
+
+SENSITIVITY_SAMPLES = 8  # calibration samples the ranking is measured on
+
+
+def int16_ready(float_bytes: bytes) -> bytes:
+    """The float model with the operators ai-edge-quantizer cannot raise to int16 written as ones it
+    can (SQUARED_DIFFERENCE as SUB and MUL, the same float values): what an int16 search starts from."""
+    from ...passes.flatbuffer import run_flatbuffer_passes, split_squared_difference_pass
+
+    return run_flatbuffer_passes(float_bytes, [split_squared_difference_pass], origin="the float model for int16").model.data
+
+
+def _finished_mixed_model(model_bytes: bytes, io_dtype: Any) -> Any:
+    """The search's model with what every quantized candidate gets (integer embedding tables, shared
+    quantization vectors), then the export's I/O type."""
+    from ...passes.flatbuffer import quantize_embedding_tables_pass, run_flatbuffer_passes, set_io_dtype_pass, share_quantization_vectors_pass
+
+    origin = "the mixed-precision model"
+    shared = run_flatbuffer_passes(model_bytes, [quantize_embedding_tables_pass, share_quantization_vectors_pass], origin=origin).model
+    return run_flatbuffer_passes(shared, [partial(set_io_dtype_pass, io_dtype=io_dtype)], origin=origin).model
+
+
+def _not_integer_warning(report: MixedPrecisionReport, check: Any) -> str:
+    """Why the mixed model is not fully integer: its float promotions, or (at int16, whose
+    operators are integer) the operators computing in float that integer_check names."""
+    if report.precision == "float":
+        return f"Mixed precision left {len(report.promoted)} operator(s) in float: the model is not fully integer."
+    opcodes = ", ".join(dict.fromkeys(op.opcode for op in check.float_operators)) or "none; float tensors only"
+    return (
+        f"Mixed precision raised {len({p.op_index for p in report.promoted})} operator(s) to int16, but the model is not fully "
+        f"integer: operators computing in float: {opcodes} (see integer_check)."
+    )
+
+
+def run_sensitivity_and_mixed_precision(
+    base: Any,
+    *,
+    float_bytes: bytes,
+    export_module: Any,
+    calibration: Any,
+    heldout: Sequence[tuple[np.ndarray, ...]],
+    want_sensitivity: bool,
+    search_mode: str | None,
+    precision: str,
+    target: AccuracyTarget,
+    io_dtype: Any,
+    source_module: Any = None,
+    verbose: bool = False,
+    measure_latency: bool = True,
+    budget: TimeBudget | None = None,
+    int16_first: bool = False,
+) -> tuple[Any, SensitivityReport | None, MixedPrecisionReport | None]:
+    """The sensitivity ranking (``want_sensitivity``) and, when ``search_mode`` is set and the
+    quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search
+    (``measure_latency``: time every measured prefix on this CPU), within ``budget`` (what it left
+    untried is added to it; its progress reaches ``budget.on_progress``); ``int16_first``: at float,
+    int16 activations are tried first (search_mixed_precision). Returns the QuantizationResult to
+    keep (``base`` unless a mixed model replaced it)."""
+    budget = budget if budget is not None else TimeBudget(None)
+    from ...config import IODtype
+    from ...processes.isolation import run_isolated
+    from ..io_types import describe_io
+    from ..selection import check_integer, reference_outputs
+
+    if not budget.allows(untried(want_sensitivity, search_mode)):
+        return base, None, None  # spent before anything here started: not even the references
+    int16_first = int16_first and precision == "float"
+    float_bytes = int16_ready(float_bytes) if search_mode is not None and (precision == "int16" or int16_first) else float_bytes
+    ranking_samples = list(calibration.samples[:SENSITIVITY_SAMPLES])
+    ranking_refs = reference_outputs(export_module, ranking_samples)
+    heldout_refs = reference_outputs(export_module, heldout) if heldout else []
+    sensitivity, search, skipped = run_isolated(
+        run_in_child, float_bytes, calibration, ranking_samples, ranking_refs, list(heldout), heldout_refs,
+        module=source_module, want_sensitivity=want_sensitivity, search_mode=search_mode, precision=precision,
+        target=target, base_model_bytes=base.model.data if search_mode is not None and base is not None else None, verbose=verbose,
+        int8_io=io_dtype in (IODtype.INT8, IODtype.UINT8),
+        measure_latency=measure_latency, budget=budget, int16_first=int16_first, progress=budget.on_progress,
+        stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
+        hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",
+        preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
+    )
+    budget.extend(skipped)
+    if search is None:
+        return base, sensitivity, None
+    report = search.report
+    if search.model_bytes is None:
+        return base, sensitivity, report
+    try:
+        final = _finished_mixed_model(search.model_bytes, io_dtype)
+    except Exception as exc:  # a pass that cannot apply to the mixed model: keep the int8 one, say why
+        return base, sensitivity, replace(report, reason=report.reason + f"; not kept: {first_line(exc)}", met=False)
+    check = check_integer(final, export_module)
+    report = replace(report, fully_integer=check.fully_integer)
+    if not check.fully_integer and report.precision == "float":
+        report = replace(report, reason=report.reason + "; the promoted operators run in float, so the model is not fully integer")
+    warnings = tuple(w for w in base.warnings if "not fully integer" not in w)
+    if not check.fully_integer:
+        warnings += (_not_integer_warning(report, check),)
+    quant = replace(
+        base, model=final, backend="flatbuffer",
+        recipe=recipe_of(report),
+        reason=base.reason + f"; mixed precision: {report.reason}",
+        fully_integer=check.fully_integer, integer_check=check, io=describe_io(final),
+        sqnr_db=None, cosine=None, warnings=warnings,
+    )
+    if quant.size_bytes <= 0:
+        raise QuantizationError("The mixed-precision model is empty.")
+    return quant, sensitivity, report

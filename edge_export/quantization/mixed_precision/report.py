@@ -1,0 +1,89 @@
+"""What a mixed-precision search reports: its steps, the report in the export's JSON, and what
+the isolated search hands back; the --mixed-precision option's values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import UsageError
+from ...output.serialize import json_field
+from ..modes import mode_spec
+from ..promotion_steps import AccuracyTarget, PromotedLayer
+
+__all__ = [
+    "MIXED_PRECISION_MODES", "MixedPrecisionReport", "MixedPrecisionSearch", "MixedPrecisionStep",
+    "check_mixed_precision_option", "kept_int16_operators", "recipe_of",
+]
+
+
+MIXED_PRECISION_MODES = ("auto", "int16", "off")
+
+
+def check_mixed_precision_option(value: str | None) -> None:
+    if value is not None and value not in MIXED_PRECISION_MODES:
+        raise UsageError(
+            f"--mixed-precision {value} is not known.", f"Use one of {', '.join(MIXED_PRECISION_MODES)}."
+        )
+
+
+@dataclass(frozen=True)
+class MixedPrecisionStep:
+    promoted: int  # the prefix of the ranking promoted in this candidate
+    sqnr_db: float
+    cosine: float
+    size_bytes: int
+    met: bool
+    latency_ms: float | None = json_field(default=None, digits=3)  # median host latency, when measured
+    split_weights: int = 0  # weighted operators whose int8 weights were split (int16 only; weight_splitting.py)
+
+
+@dataclass(frozen=True)
+class MixedPrecisionReport:
+    mode: str  # the --mixed-precision mode in force ("auto" | "int16")
+    precision: str  # what operators were promoted to: "int16" | "float"
+    target: AccuracyTarget
+    met: bool
+    reason: str
+    int8_sqnr_db: float | None  # the plain int8 model (the one kept when none is needed)
+    int8_cosine: float | None
+    sqnr_db: float | None  # the model kept
+    cosine: float | None
+    promoted: tuple[PromotedLayer, ...] = ()
+    steps: tuple[MixedPrecisionStep, ...] = ()
+    int8_size_bytes: int | None = None
+    size_bytes: int | None = None
+    # median host latency (LiteRT CPU + XNNPACK, 1 thread) of the plain int8 model and the one kept
+    int8_latency_ms: float | None = json_field(default=None, digits=3)
+    latency_ms: float | None = json_field(default=None, digits=3)
+    fully_integer: bool | None = None
+    backend: str = "flatbuffer"
+    seconds: float = json_field(default=0.0, digits=3)
+    # the promotion order: "sensitivity" or "sensitivity, cheapest first within <band> dB (<cost>)"
+    order: str = "sensitivity"
+    latency_seconds: float = json_field(default=0.0, digits=3)  # of ``seconds``, spent timing prefixes
+
+
+@dataclass(frozen=True)
+class MixedPrecisionSearch:
+    """What the isolated search hands back: the report and the model bytes kept (None: the model
+    the export started from)."""
+
+    report: MixedPrecisionReport
+    model_bytes: bytes | None
+    int8_bytes: bytes | None
+
+
+def kept_int16_operators(quant: Any, report: MixedPrecisionReport | None) -> bool:
+    """Whether ``quant`` (the QuantizationResult an export keeps) is the mixed model with operators
+    at int16 (int16x8 kernels), rather than the plain int8 model the search fell back to."""
+    return report is not None and report.precision == "int16" and bool(report.promoted) and quant.recipe == recipe_of(report)
+
+
+def recipe_of(report: MixedPrecisionReport) -> str:
+    base = mode_spec("int8").flatbuffer_recipe  # the search quantizes int8 recipes, raising some operators
+    raised = len({p.op_index for p in report.promoted})
+    if not raised:
+        return base
+    split = sum(1 for p in report.promoted if p.precision != report.precision)
+    return f"{base} + {raised} operator(s) at {report.precision}" + (f", {split} with split int8 weights" if split else "")
