@@ -52,7 +52,7 @@ def export(
     (quantization's backends, calibration, sensitivity, mixed precision).
     """
     if options is None:
-        options = ExportOptions(**option_values)
+        options = ExportOptions.from_keywords(**option_values)
     elif option_values:
         raise UsageError("Pass either options=ExportOptions(...) or keyword options, not both.")
     options, implied = resolve_target_options(options)
@@ -71,9 +71,9 @@ def export(
         from .loading.sources import needs_confinement
         from .processes.sandbox import run_for_model
 
-        with quiet_libraries(options.verbose or not options.quiet_libraries):
+        with quiet_libraries(options.outputs.verbose or not options.outputs.quiet_libraries):
             report, files = run_for_model(
-                needs_confinement(model, options.trust_pickle), clock, _run_export, model, example_inputs, options, target, clock, paths, implied,
+                needs_confinement(model, options.inputs.trust_pickle), clock, _run_export, model, example_inputs, options, target, clock, paths, implied,
             )
             check_artifact_paths(files, expected + overlay_outputs(options, paths.tflite))
             return write_run(report, files, options, clock, paths)

@@ -49,7 +49,7 @@ def validate_with_test_vectors(
     the stored outputs, thresholds and kinds (``--atol`` and the other threshold options tighten or
     loosen them; ``--runtime`` picks the runtimes)."""
     defaults = ExportOptions()
-    given = [flag for name, flag in _REFERENCE_ONLY_OPTIONS if getattr(options, name) != getattr(defaults, name)]
+    given = [flag for name, flag in _REFERENCE_ONLY_OPTIONS if options.value(name) != defaults.value(name)]
     given += [flag for flag, value in (("--reference", reference), ("example_inputs", example_inputs),
                                        ("--tensor-names", tensor_names)) if value is not None]
     if explicit_quantize:
@@ -80,11 +80,11 @@ def validate_with_test_vectors(
         check_side_outputs(options, created)
         from ..processes.library_output import quiet_libraries
 
-        with quiet_libraries(options.verbose or not options.quiet_libraries):
+        with quiet_libraries(options.outputs.verbose or not options.outputs.quiet_libraries):
             with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
                 parity, runtimes = parity_on_vectors(fb, vectors, options)
         report = _vectors_report(fb, vectors, vectors_path, parity, runtimes, options, (tflite_path, json_path, md_path), stages)
-        return write_run(with_baseline(report, options.baseline), [], options, stages, RunPaths(tflite_path, json_path, md_path))
+        return write_run(with_baseline(report, options.outputs.baseline), [], options, stages, RunPaths(tflite_path, json_path, md_path))
     except BaseException:
         remove_created_folders(created)
         raise
@@ -111,7 +111,7 @@ def _vectors_report(fb: FlatbufferModel, vectors: Any, vectors_path: Path, parit
         model=ModelSection(str(vectors_path), "test_vectors", vectors.model_class),
         inputs=inputs,
         export=export,
-        artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
+        artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.outputs.junit) if options.outputs.junit else None),
         flatbuffer=flatbuffer_section(fb),
         stages=tuple(stages.times),
         validation=parity,
@@ -124,7 +124,7 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
     """Each runtime --runtime names on the stored inputs (integer inputs fed as stored: the runners
     pass integer arrays through unchanged), compared output by output with the stored outputs,
     thresholds and kinds, in PyTorch's layout like the export's own parity check."""
-    runs = _run_vectors(fb, vectors, options.runtime)
+    runs = _run_vectors(fb, vectors, options.parity.runtime)
     nhwc_out = [k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC"]
 
     def torch_layout(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -133,21 +133,21 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
     expected = [torch_layout([e[s] for e in vectors.expected]) for s in range(vectors.count)]
     names = [t.name for t in vectors.output_tensors]
     overrides = dict(
-        atol=options.atol, min_sqnr_db=options.min_sqnr, min_cosine=options.min_cosine, min_top1=options.min_top1,
-        min_top5=options.min_top5, min_neighbour_agreement=options.min_neighbour_agreement,
-        max_rel_l2=options.max_rel_l2, max_error_steps=options.max_error_steps,
-        min_decision_agreement=options.min_decision_agreement, max_probability_error=options.max_probability_error,
+        atol=options.parity.atol, min_sqnr_db=options.parity.min_sqnr, min_cosine=options.parity.min_cosine, min_top1=options.parity.min_top1,
+        min_top5=options.parity.min_top5, min_neighbour_agreement=options.parity.min_neighbour_agreement,
+        max_rel_l2=options.parity.max_rel_l2, max_error_steps=options.parity.max_error_steps,
+        min_decision_agreement=options.parity.min_decision_agreement, max_probability_error=options.parity.max_probability_error,
     )
     thresholds = [t.override(**overrides) for t in vectors.thresholds]
     notes = _vector_notes(fb, vectors)
     results = [_judge_run(vectors, names, expected, [torch_layout(o) for o in outs], thresholds, scales, runtime, notes, fb)
                for outs, scales, runtime in runs]
-    if options.runtime == "interpreter":
+    if options.parity.runtime == "interpreter":
         return results[0], None
     from ..validators.runtimes import RuntimeComparison, compare_runtimes
 
     differences = compare_runtimes(names, runs[0][0], runs[1][0], runs[0][1]) if len(runs) == 2 else ()
-    return results[0], RuntimeComparison(options.runtime, tuple(results), differences)
+    return results[0], RuntimeComparison(options.parity.runtime, tuple(results), differences)
 
 
 def _run_vectors(fb: FlatbufferModel, vectors: Any, runtime: str) -> list[tuple]:

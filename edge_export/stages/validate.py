@@ -49,8 +49,8 @@ def validate(
     """
     explicit_quantize = "quantize" in option_values
     if options is None:
-        options = ExportOptions(**option_values)
-    if test_vectors is not None and options.calibration_data:
+        options = ExportOptions.from_keywords(**option_values)
+    if test_vectors is not None and options.quantization.calibration_data:
         raise UsageError(
             "validate --test-vectors checks the stored samples only; --calibration-data (labelled data for the accuracy "
             "check) needs the PyTorch model to compare with.",
@@ -76,7 +76,7 @@ def validate(
     from ..reports.model_explorer import overlay_path
 
     overlays = [(f"the Model Explorer {kind} overlay (named after --report)", overlay_path(Path(f"{prefix}.tflite"), kind))
-                for kind, on in (("sensitivity", options.sensitivity), ("per_layer", options.per_layer)) if on]
+                for kind, on in (("sensitivity", options.quantization.sensitivity), ("per_layer", options.parity.per_layer)) if on]
     check_outputs_apart(
         [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path), *overlays, *side_outputs(options)],
         [("the flatbuffer to validate", tflite_path), ("the tensor-name map", names_path), *input_paths(reference, options)],
@@ -117,7 +117,7 @@ def validate_flatbuffer(
         name_map = load_tensor_name_map(names_path)
         name_map.check_belongs_to(fb, names_path, tflite_path)
         fb = restore_tensor_names(fb, name_map, names_path)
-    if options.per_layer and not fb.has_inner_tensor_names:
+    if options.parity.per_layer and not fb.has_inner_tensor_names:
         raise UsageError(
             f"{tflite_path} has no tensor names besides its inputs and outputs (it was written with "
             "--strip-names), and per-layer parity finds each layer's tensor by the PyTorch module "
@@ -129,10 +129,10 @@ def validate_flatbuffer(
     if not explicit_quantize:
         from dataclasses import replace
 
-        options = replace(options, quantize=infer_precision(fb))
-    if options.sensitivity and options.quantize is not QuantizeMode.INT8:
+        options = options.with_values(quantize=infer_precision(fb))
+    if options.quantization.sensitivity and options.quantization.quantize is not QuantizeMode.INT8:
         raise UsageError(
-            f"--sensitivity ranks operators by what int8 quantization costs them; {tflite_path} is {options.quantize.value}.",
+            f"--sensitivity ranks operators by what int8 quantization costs them; {tflite_path} is {options.quantization.quantize.value}.",
             "Validate an int8 model, or drop --sensitivity.",
         )
     check_writable_folder(json_path, created)
@@ -140,13 +140,13 @@ def validate_flatbuffer(
     stages = StageClock(on_stage)
     from ..processes.library_output import quiet_libraries
 
-    with quiet_libraries(options.verbose or not options.quiet_libraries):
+    with quiet_libraries(options.outputs.verbose or not options.outputs.quiet_libraries):
         from ..reports.model_explorer import overlay_path
         from ..loading.sources import needs_confinement
         from ..processes.sandbox import run_for_model
 
         report, files = run_for_model(
-            needs_confinement(reference, options.trust_pickle), stages, validate_against_reference,
+            needs_confinement(reference, options.inputs.trust_pickle), stages, validate_against_reference,
             fb, file_fb, tflite_path, reference, example_inputs, options, json_path, md_path, stages,
         )
         overlay_stem = Path(str(json_path)[: -len(".report.json")] + ".tflite")
@@ -165,7 +165,7 @@ def validate_against_reference(
 
     from ..loading.sources import ModelKind, detect_kind, is_module_reference
 
-    if not options.input_shapes and example_inputs is None:
+    if not options.inputs.input_shapes and example_inputs is None:
         stored_shapes = (
             isinstance(reference, (str, Path))
             and not is_module_reference(str(reference))
@@ -178,9 +178,9 @@ def validate_against_reference(
             shapes = []
             for t in fb.input_tensors:
                 s = tuple(t.shape)
-                shapes.append((s[0], s[3], s[1], s[2]) if options.channels_last and len(s) == 4 else s)
+                shapes.append((s[0], s[3], s[1], s[2]) if options.layout.channels_last and len(s) == 4 else s)
             dtypes = tuple("float32" if (t.quant or t.is_float) else t.dtype for t in fb.input_tensors)
-            options = replace(options, input_shapes=tuple(shapes), input_dtypes=dtypes)
+            options = options.with_values(input_shapes=tuple(shapes), input_dtypes=dtypes)
     with stages.run("load", "Loading the reference model"):
         loaded, specs, example, ref_out, _ = load_with_inputs(reference, options, example_inputs)
         module = loaded.module
@@ -199,7 +199,7 @@ def validate_against_reference(
     plan = ChannelsLastPlan(nhwc_in, nhwc_out)
     parity, layers, runtimes, _, accuracy = check_parity(module, example, specs, options, fb, plan, stages, **labelled_heldout(options, specs, example))
     sensitivity = None
-    if options.sensitivity:
+    if options.quantization.sensitivity:
         with stages.run("sensitivity", "Ranking operators by sensitivity (the reference converted to float)"):
             sensitivity = validate_sensitivity(module, example, specs, options, plan)
     overlay_stem = Path(str(json_path)[: -len(".report.json")] + ".tflite")  # <prefix>.<kind>.json
@@ -209,17 +209,17 @@ def validate_against_reference(
 
         sensitivity = replace(sensitivity, overlay=str(overlays[0].path))
     export_section = ValidateSection(
-        quantize=options.quantize.value,
+        quantize=options.quantization.quantize.value,
         target=get_target(options.target).name,
         channels_last=plan.active,
         channels_last_inputs=tuple(plan.inputs),
         channels_last_outputs=tuple(plan.outputs),
-        strict=options.strict,
+        strict=options.inputs.strict,
     )
     report = RunReport(
         **run_header(loaded, specs, plan),
         export=export_section,
-        artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
+        artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.outputs.junit) if options.outputs.junit else None),
         flatbuffer=flatbuffer_section(file_fb),
         stages=tuple(stages.times),
         validation=validation_section(parity),
@@ -232,21 +232,21 @@ def validate_against_reference(
         from dataclasses import replace
 
         report = replace(report, artifacts=replace(report.artifacts, extra={a.key: str(a.path) for a in overlays}))
-    report = with_baseline(report, options.baseline)
+    report = with_baseline(report, options.outputs.baseline)
     return report, [(a.path, a.data) for a in overlays]
 
 
 def labelled_heldout(options: ExportOptions, specs: list[InputSpec], example: tuple) -> dict[str, Any]:
     """validate --calibration-data: check_parity's ``samples`` (the held-out part of labelled data)
     and ``labels``, split as export splits it (the same part, when both read the same files)."""
-    if not options.calibration_data:
+    if not options.quantization.calibration_data:
         return {}
     from .samples import labelled_calibration_sets
 
     _, heldout, labels = labelled_calibration_sets(options, specs, example)
     if labels is None:
         raise UsageError(
-            f"validate --calibration-data takes labelled data, for the accuracy check; {options.calibration_data} has no labels.",
+            f"validate --calibration-data takes labelled data, for the accuracy check; {options.quantization.calibration_data} has no labels.",
             "Give an image folder with one sub-folder per class, or an .npz with a 'labels' array (README, "
             "\"Accuracy on your labelled data\"), or drop --calibration-data.",
         )
