@@ -95,7 +95,7 @@ class ModelMetadata:
 def metadata_requested(options: Any) -> bool:
     """Whether the run writes model metadata (any of the six options given, and no --no-metadata)."""
     given = bool(options.parity.labels or options.quantization.mean is not None or options.quantization.std is not None) or any(
-        getattr(options, field) for field, _ in DESCRIBING_OPTIONS
+        getattr(options.metadata, field) for field, _ in DESCRIBING_OPTIONS
     )
     return given and options.metadata.write_metadata
 
@@ -135,7 +135,7 @@ def check_metadata_options(options: Any, specs: Sequence[InputSpec], carries_met
     """Refuse metadata options the run cannot write (exit 2) before any conversion: the extra is
     missing, the target keeps no metadata, ``--mean``/``--std`` do not fit the image input. Returns
     the image input ``--mean``/``--std`` describe (None without them)."""
-    described = [flag for field, flag in DESCRIBING_OPTIONS if getattr(options, field)]
+    described = [flag for field, flag in DESCRIBING_OPTIONS if getattr(options.metadata, field)]
     if described and not options.metadata.write_metadata:
         raise UsageError(
             f"{', '.join(described)} and --no-metadata contradict each other: "
@@ -145,7 +145,7 @@ def check_metadata_options(options: Any, specs: Sequence[InputSpec], carries_met
     if not metadata_requested(options):
         return None
     if not carries_metadata:
-        given = [flag for field, flag in DESCRIBING_OPTIONS if getattr(options, field)]
+        given = [flag for field, flag in DESCRIBING_OPTIONS if getattr(options.metadata, field)]
         if given:
             raise UsageError(
                 f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} written as TFLite model metadata, "
