@@ -194,7 +194,7 @@ def test_builtin_targets_imply_what_they_did(target, implied, notes_count):
     options, notes = resolve_target_options(ExportOptions.from_keywords(target=target))
     assert get_target(target).name == target
     for field, value in implied.items():
-        got = getattr(options, field)
+        got = options.value(field)
         assert getattr(got, "value", got) == value
     assert len(notes) == notes_count and all(note.startswith(f"--target {target} implies") for note in notes)
 
