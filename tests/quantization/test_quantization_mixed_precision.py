@@ -167,7 +167,7 @@ def test_bad_combinations_are_usage_errors(tmp_path, options, message):
 
     if message is None:
         resolved, _ = resolve_target_options(ExportOptions.from_keywords(**options))
-        assert resolved.mixed_precision == "auto"
+        assert resolved.quantization.mixed_precision == "auto"
         return
     with pytest.raises(UsageError, match=message.replace("-", r"\-")):
         resolve_target_options(ExportOptions.from_keywords(**options))
