@@ -49,7 +49,7 @@ def main() -> None:
 
     module = small_cnn()
     example = (torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0)),)
-    cases = {"fp32": ExportOptions(samples=8), "int8 (auto: both backends)": ExportOptions(quantize="int8", samples=8)}
+    cases = {"fp32": ExportOptions.from_keywords(samples=8), "int8 (auto: both backends)": ExportOptions.from_keywords(quantize="int8", samples=8)}
     walls: dict[tuple[str, str], list[float]] = {}
     stages: dict[tuple[str, str], list[float]] = {}
     counts: dict[str, int] = {}

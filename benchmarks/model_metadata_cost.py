@@ -59,7 +59,7 @@ def main() -> None:
             with quiet_libraries():
                 model = read_flatbuffer(align_buffers(convert_module(wrap_channels_last(module, plan), nhwc)))
             convert_s = time.perf_counter() - start
-            options = ExportOptions(labels=str(labels), mean=(0.5,), std=(0.5,), model_name=name, model_version="1.0", author="bench")
+            options = ExportOptions.from_keywords(labels=str(labels), mean=(0.5,), std=(0.5,), model_name=name, model_version="1.0", author="bench")
             kinds = [KindDecision(OutputKind.CLASSIFICATION, KindSource.LABELS, LabelsFile(str(labels), classes))]
             build_ms, attach_ms = [], []
             for _ in range(args.repeats):

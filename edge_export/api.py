@@ -66,7 +66,7 @@ def export(
         check_side_outputs(options, shell.created)
         shell.make_folders(*plan.folders[1:])
         return shell.run(
-            model, options.trust_pickle, _shows_libraries(options), clock,
+            model, options.inputs.trust_pickle, _shows_libraries(options), clock,
             _run_export, (model, example_inputs, options, target, clock, plan.paths, implied),
             commit=lambda report, files: write_run(report, files, options, clock, plan.paths), may_write=plan.artifacts,
         )
@@ -97,7 +97,7 @@ def validate(
     """
     from .stages.validate import ValidateRequest, check_request, flatbuffer_stage, plan_validation, precision_stage, validate_against_reference
 
-    options = options if options is not None else ExportOptions(**option_values)
+    options = options if options is not None else ExportOptions.from_keywords(**option_values)
     request = ValidateRequest(Path(tflite), reference, example_inputs, tensor_names, explicit_quantize="quantize" in option_values)
     check_request(request, test_vectors, options)
     if test_vectors is not None:
@@ -112,7 +112,7 @@ def validate(
         check_side_outputs(options, shell.created)
         clock = StageClock(on_stage)
         return shell.run(
-            reference, options.trust_pickle, _shows_libraries(options), clock,
+            reference, options.inputs.trust_pickle, _shows_libraries(options), clock,
             validate_against_reference, (checked, request, options, plan.paths, clock),
             commit=lambda report, files: write_run(report, files, options, clock, plan.paths), may_write=plan.artifacts,
         )
@@ -120,7 +120,7 @@ def validate(
 
 def _options(options: ExportOptions | None, option_values: dict[str, Any]) -> ExportOptions:
     if options is None:
-        return ExportOptions(**option_values)
+        return ExportOptions.from_keywords(**option_values)
     if option_values:
         raise UsageError("Pass either options=ExportOptions(...) or keyword options, not both.")
     return options
@@ -128,7 +128,7 @@ def _options(options: ExportOptions | None, option_values: dict[str, Any]) -> Ex
 
 def _shows_libraries(options: ExportOptions) -> bool:
     """The libraries' own output reaches the terminal with --verbose, or when the caller keeps its streams."""
-    return options.verbose or not options.quiet_libraries
+    return options.outputs.verbose or not options.outputs.quiet_libraries
 
 
 @dataclass(frozen=True)

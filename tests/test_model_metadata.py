@@ -185,7 +185,7 @@ def test_per_channel_normalization_is_written_with_a_note_for_mediapipe(exported
 
     _, plain, _ = exported
     model = read_flatbuffer(plain.tflite_path.read_bytes())
-    options = ExportOptions(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    options = ExportOptions.from_keywords(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     built = build_model_metadata(model, options, [], ImageInput(0, 3))
     assert built.section.inputs[0].normalization_mean == (123.675, 116.28, 103.53)
     assert built.section.inputs[0].normalization_std == (58.395, 57.12, 57.375)
@@ -276,7 +276,7 @@ def test_empty_model_name_is_refused():
     from edge_export.api import ExportOptions
 
     with pytest.raises(UsageError, match="--model-name is empty"):
-        ExportOptions(model_name="  ")
+        ExportOptions.from_keywords(model_name="  ")
 
 
 def test_micro_refuses_the_describing_options(tmp_path, cnn_source):

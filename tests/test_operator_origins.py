@@ -129,7 +129,7 @@ def test_litert_refusing_to_prepare_an_operator_names_the_aten_call_and_line():
     module, example = ScatterHead().eval(), (torch.randn(2, 8),)
     model = _converted(module, example)
     with pytest.raises(RuntimeRunError) as caught:
-        run_parity(module, [example], ExportOptions(), model, plan_channels_last([2], [2]))
+        run_parity(module, [example], ExportOptions.from_keywords(), model, plan_channels_last([2], [2]))
     message = caught.value.message
     assert "failed to prepare" in message
     line = _line_of(Accumulate, "scatter_add")

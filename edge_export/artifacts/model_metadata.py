@@ -94,10 +94,10 @@ class ModelMetadata:
 
 def metadata_requested(options: Any) -> bool:
     """Whether the run writes model metadata (any of the six options given, and no --no-metadata)."""
-    given = bool(options.labels or options.mean is not None or options.std is not None) or any(
-        getattr(options, field) for field, _ in DESCRIBING_OPTIONS
+    given = bool(options.parity.labels or options.quantization.mean is not None or options.quantization.std is not None) or any(
+        getattr(options.metadata, field) for field, _ in DESCRIBING_OPTIONS
     )
-    return given and options.write_metadata
+    return given and options.metadata.write_metadata
 
 
 def _metadata_modules() -> tuple[Any, Any, Any]:
@@ -135,8 +135,8 @@ def check_metadata_options(options: Any, specs: Sequence[InputSpec], carries_met
     """Refuse metadata options the run cannot write (exit 2) before any conversion: the extra is
     missing, the target keeps no metadata, ``--mean``/``--std`` do not fit the image input. Returns
     the image input ``--mean``/``--std`` describe (None without them)."""
-    described = [flag for field, flag in DESCRIBING_OPTIONS if getattr(options, field)]
-    if described and not options.write_metadata:
+    described = [flag for field, flag in DESCRIBING_OPTIONS if getattr(options.metadata, field)]
+    if described and not options.metadata.write_metadata:
         raise UsageError(
             f"{', '.join(described)} and --no-metadata contradict each other: "
             f"{'it is' if len(described) == 1 else 'they are'} only written as model metadata.",
@@ -145,7 +145,7 @@ def check_metadata_options(options: Any, specs: Sequence[InputSpec], carries_met
     if not metadata_requested(options):
         return None
     if not carries_metadata:
-        given = [flag for field, flag in DESCRIBING_OPTIONS if getattr(options, field)]
+        given = [flag for field, flag in DESCRIBING_OPTIONS if getattr(options.metadata, field)]
         if given:
             raise UsageError(
                 f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} written as TFLite model metadata, "
@@ -155,14 +155,14 @@ def check_metadata_options(options: Any, specs: Sequence[InputSpec], carries_met
             )
         return None
     _metadata_modules()
-    if options.mean is None and options.std is None:
+    if options.quantization.mean is None and options.quantization.std is None:
         return None
-    image = _image_input(specs, options.image_layout)
-    for flag, values in (("--mean", options.mean), ("--std", options.std)):
+    image = _image_input(specs, options.quantization.image_layout)
+    for flag, values in (("--mean", options.quantization.mean), ("--std", options.quantization.std)):
         if values is not None and len(values) not in (1, image.channels):
             raise UsageError(
                 f"{flag} has {len(values)} values, but the image input '{specs[image.index].name}' "
-                f"(shape {specs[image.index].shape_text}, layout {options.image_layout}) has {image.channels} channels.",
+                f"(shape {specs[image.index].shape_text}, layout {options.quantization.image_layout}) has {image.channels} channels.",
                 f"Give one value per channel ({image.channels}), or one for all; check --image-layout.",
             )
     return image
@@ -201,10 +201,10 @@ def build_model_metadata(
     ]
     buffer = _metadata_flatbuffer(model, options, [e.md for e in inputs], [e.md for e in outputs])
     section = MetadataSection(
-        name=options.model_name,
-        version=options.model_version,
-        description=options.description,
-        author=options.author,
+        name=options.metadata.model_name,
+        version=options.metadata.model_version,
+        description=options.metadata.description,
+        author=options.metadata.author,
         min_parser_version=MIN_PARSER_VERSION,
         inputs=tuple(e.row for e in inputs),
         outputs=tuple(e.row for e in outputs),
@@ -240,8 +240,8 @@ def _image_entry(name: str, tensor: TensorInfo, options: Any, channels: int, not
     when MediaPipe Tasks would refuse or misread it."""
     metadata_info, metadata_fb, _ = _metadata_modules()
     # Rounded: 255 * 0.224 is 57.120000000000005 in binary; the schema stores float32 anyway.
-    mean = tuple(round(255.0 * v, 6) for v in (options.mean if options.mean is not None else (0.0,)))
-    std = tuple(round(255.0 * v, 6) for v in (options.std if options.std is not None else (1.0,)))
+    mean = tuple(round(255.0 * v, 6) for v in (options.quantization.mean if options.quantization.mean is not None else (0.0,)))
+    std = tuple(round(255.0 * v, 6) for v in (options.quantization.std if options.quantization.std is not None else (1.0,)))
     if len(mean) != len(std):  # one given per channel, the other once: spell both out
         mean, std = (mean * channels)[:channels], (std * channels)[:channels]
     color = {3: "RGB", 1: "GRAYSCALE"}.get(channels)
@@ -296,7 +296,7 @@ def _metadata_flatbuffer(model: FlatbufferModel, options: Any, input_md: list[An
 
     metadata_info, metadata_fb, _ = _metadata_modules()
     general = metadata_info.GeneralMd(
-        name=options.model_name, version=options.model_version, description=options.description, author=options.author
+        name=options.metadata.model_name, version=options.metadata.model_version, description=options.metadata.description, author=options.metadata.author
     ).create_metadata()
     subgraph = metadata_fb.SubGraphMetadataT()
     subgraph.name = model.signatures[0]["key"] if model.signatures else None

@@ -3,13 +3,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from ..errors import UsageError
+from ..option_fields import option
 from .task import TEXT_GENERATION, is_causal_lm_directory
 
-__all__ = ["wants_text_generation", "text_generation_call"]
+__all__ = ["TASK_OPTIONS", "TASK_READS", "TextGenerationFlags", "wants_text_generation", "text_generation_call"]
+
+_PANEL = "Language models (--task text-generation)"
+
+
+@dataclass(frozen=True)
+class TextGenerationFlags:
+    """The flags of ``--task text-generation``: a Hugging Face causal LM to .tflite + .litertlm,
+    checked against transformers. Read as typer parses them; ``text_generation_call`` checks them."""
+
+    task: str | None = option(None, "--task", panel=_PANEL, help="text-generation: MODEL is a Hugging Face causal-LM folder (config.json, *.safetensors, tokenizer.json; inferred for such a folder) or a package.module:attr returning one (with --tokenizer); writes <stem>.litertlm and the reports (<stem>.tflite too with --write-tflite).")
+    tokenizer: Path | None = option(None, "--tokenizer", panel=_PANEL, cli_type=Optional[Path], help="text-generation: the folder holding tokenizer.json (default: the model's folder).")
+    prefill_lengths: str | None = option(None, "--prefill-lengths", panel=_PANEL, help="text-generation: prefill signature lengths, comma-separated, e.g. 32,128 (default: 1/8 of the cache, at most 128).")
+    cache_length: int | None = option(None, "--cache-length", panel=_PANEL, cli_type=Optional[int], help="text-generation: KV cache length in tokens, the most prompt plus generated tokens (default: sized from config.json and the weights, see README).")
+    prompts: Path | None = option(None, "--prompts", panel=_PANEL, cli_type=Optional[Path], help="text-generation: parity prompts, one per line (default: a built-in set of three).")
+    max_new_tokens: int | None = option(None, "--max-new-tokens", panel=_PANEL, cli_type=Optional[int], help="text-generation: greedy tokens compared per prompt (default 16).")
+    block_size: int | None = option(None, "--block-size", panel=_PANEL, cli_type=Optional[int], help="text-generation --quantize int4/auto: int4 weight block size, 32, 64, 128 or 256 (default 32).")
+    write_tflite: bool = option(False, "--write-tflite", panel=_PANEL, cli_type=bool, help="text-generation: also write <stem>.tflite (the .litertlm already holds it; default: the .litertlm and reports only).")
+
+
+# The task's options, refused with any other model; and what the task reads besides them (export's
+# flags by field name): every other export option given with it is refused, not ignored.
+TASK_OPTIONS = tuple(name for name in TextGenerationFlags.__dataclass_fields__ if name != "task")
+TASK_READS = {"model", "output", "quantize", "target", "validate", "task", *TASK_OPTIONS, "atol", "min_top1", "trust_pickle", "junit", "quiet", "debug", "verbose"}
 
 
 def wants_text_generation(model: str, task: str | None) -> bool:

@@ -98,15 +98,15 @@ def export_report(run: Any, options: ExportOptions, target: Any, paths: Any, clo
     prepared = converted.prepared
     plan = prepared.plan
     export_section = ExportSection(
-        quantize=options.quantize.value,
+        quantize=options.quantization.quantize.value,
         target=target.name,
-        channels_last=options.channels_last,
+        channels_last=options.layout.channels_last,
         channels_last_inputs=tuple(plan.inputs),
         channels_last_outputs=tuple(plan.outputs),
-        strict=options.strict,
-        io_dtype=(options.io_dtype or IODtype.FLOAT32).value if options.quantize.is_integer else None,
-        strip_names=options.strip_names,
-        size_bytes_with_names=finished.named_model.size_bytes if options.strip_names else None,
+        strict=options.inputs.strict,
+        io_dtype=(options.layout.io_dtype or IODtype.FLOAT32).value if options.quantization.quantize.is_integer else None,
+        strip_names=options.outputs.strip_names,
+        size_bytes_with_names=finished.named_model.size_bytes if options.outputs.strip_names else None,
     )
     extra = {a.key: str(a.path) for a in (*checked.checked.artifacts, *finished.artifacts)}
     report = RunReport(
@@ -114,7 +114,7 @@ def export_report(run: Any, options: ExportOptions, target: Any, paths: Any, clo
         export=export_section,
         quantization=converted.quantization,
         target=TargetSection.from_hooks(checked.target_entries) if target.writes_target_section(checked.target_entries) else None,
-        artifacts=ArtifactsSection(str(paths.tflite), str(paths.report_json), str(paths.report_markdown), str(options.junit) if options.junit else None, extra),
+        artifacts=ArtifactsSection(str(paths.tflite), str(paths.report_json), str(paths.report_markdown), str(options.outputs.junit) if options.outputs.junit else None, extra),
         flatbuffer=flatbuffer_section(finished.model, named=finished.named_model),
         stages=tuple(clock.times),
         validation=validation_section(validated.parity),
@@ -127,7 +127,7 @@ def export_report(run: Any, options: ExportOptions, target: Any, paths: Any, clo
         host_latency=run.host_latency,
         accuracy=validated.accuracy,
     )
-    return with_baseline(report, options.baseline)
+    return with_baseline(report, options.outputs.baseline)
 
 
 def finish_with_target(report: RunReport, run: Any, options: ExportOptions, target: Any, tflite_path: Any) -> tuple[RunReport, list]:

@@ -42,7 +42,7 @@ def host_latency_stage(converted: ConvertedRun, options: ExportOptions, target: 
 
         float_fb = read_flatbuffer(align_buffers(converted.float_bytes), origin="the float model")
         int16_inside = kept_int16_operators(converted.quantization, converted.mixed_precision)
-        return measure_host_latency(converted.model, float_fb, options.quantize.value, kernels="int16x8" if int16_inside else None)
+        return measure_host_latency(converted.model, float_fb, options.quantization.quantize.value, kernels="int16x8" if int16_inside else None)
 
 
 def check_stage(converted: ConvertedRun, options: ExportOptions, target: Any, tflite_path: Path, clock: StageClock) -> CheckedRun:

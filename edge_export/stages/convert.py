@@ -39,7 +39,7 @@ class ConvertedRun:
 
 
 def convert_stage(prepared: PreparedRun, options: ExportOptions, target: Any, clock: StageClock) -> ConvertedRun:
-    if options.quantize.is_integer:
+    if options.quantization.quantize.is_integer:
         converted = _quantize(prepared, options, target, clock)
     else:
         converted = ConvertedRun(prepared, _convert(prepared, options, clock))
@@ -62,8 +62,8 @@ def _convert(prepared: PreparedRun, options: ExportOptions, clock: StageClock) -
     from ..flatbuffer.pack import align_buffers
 
     with clock.run("convert", "Tracing and converting with litert-torch"):
-        quant_config = fp16_quant_config() if mode_spec(options.quantize).fp16_weights else None
-        model_bytes = convert_module(prepared.module, prepared.example, strict=options.strict, quant_config=quant_config, verbose=options.verbose)
+        quant_config = fp16_quant_config() if mode_spec(options.quantization.quantize).fp16_weights else None
+        model_bytes = convert_module(prepared.module, prepared.example, strict=options.inputs.strict, quant_config=quant_config, verbose=options.outputs.verbose)
     # The converter ignores the schema's 16-byte alignment of buffer data; every check below runs
     # on, and every file is written from, the aligned model (later rewrites re-pack it aligned).
     return read_flatbuffer(align_buffers(model_bytes), origin="the converted model")
@@ -77,19 +77,19 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
     search_mode, promote_to = mixed_precision_plan(options, target)
     # auto's PT2E, forked now: with a core idle it calibrates while the float model converts
     with _pt2e_beside(prepared, options, calibration) or contextlib.nullcontext() as beside:
-        if search_mode or options.sensitivity:  # per-operator recipes start from the float model
+        if search_mode or options.quantization.sensitivity:  # per-operator recipes start from the float model
             with clock.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
-                float_bytes = convert_module(prepared.module, prepared.example, strict=options.strict, verbose=options.verbose)
+                float_bytes = convert_module(prepared.module, prepared.example, strict=options.inputs.strict, verbose=options.outputs.verbose)
         else:  # converted once here: the flatbuffer backend, the latency stage and the Edge TPU's explanation share it
             float_bytes = float_model_for_flatbuffer_backend(prepared.module, prepared.example, options, clock)
         # one budget for the whole quantization stage: backends, sensitivity, mixed precision
-        budget = TimeBudget(options.time_budget, on_progress=clock.on_progress)
+        budget = TimeBudget(options.quantization.time_budget, on_progress=clock.on_progress)
         # a ranking or a search follows: the backends get a share, so that it always starts
-        with budget.share(BACKENDS_SHARE, "auto's backends") if search_mode or options.sensitivity else contextlib.nullcontext():
+        with budget.share(BACKENDS_SHARE, "auto's backends") if search_mode or options.quantization.sensitivity else contextlib.nullcontext():
             result = _run_quantizer(prepared, options, target, calibration, float_bytes, budget, clock,
                                     wants_integer=promote_to == "int16", pt2e_beside=beside)
     sensitivity = mixed = None
-    if search_mode or options.sensitivity:
+    if search_mode or options.quantization.sensitivity:
         # the steps name the ranking and the promotions; a short stage label leaves room for their
         # "elapsed, about N s left" on a 120-column terminal
         label = "Searching for mixed precision" if search_mode else "Ranking operators by sensitivity"
@@ -97,7 +97,7 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
             result, sensitivity, mixed = _sensitivity_and_search(
                 prepared, options, target, result, float_bytes, calibration, heldout, (search_mode, promote_to), budget
             )
-        if not options.sensitivity and mixed is None:
+        if not options.quantization.sensitivity and mixed is None:
             sensitivity = None  # measured for a search that was not needed: not asked for
     result = replace(result, time_budget=budget.section())
     return ConvertedRun(prepared, result.model, result, float_bytes, calibration, heldout, sensitivity, mixed, labels)
@@ -110,11 +110,11 @@ def _pt2e_beside(prepared: PreparedRun, options: ExportOptions, calibration: Any
     from ..quantization import PARITY_SAMPLES
     from ..quantization.ranges import observers_for
 
-    observer = observers_for(options.range_algorithm).get("pt2e_observer", DEFAULT_PT2E_OBSERVER)
+    observer = observers_for(options.quantization.range_algorithm).get("pt2e_observer", DEFAULT_PT2E_OBSERVER)
     return start_pt2e_beside(
-        prepared.module, prepared.example, options.quantize, calibration_in_layout(calibration, prepared.plan.inputs),
-        backend=options.quant_backend, parity_samples=PARITY_SAMPLES, observer=observer, strict=options.strict,
-        verbose=options.verbose,
+        prepared.module, prepared.example, options.quantization.quantize, calibration_in_layout(calibration, prepared.plan.inputs),
+        backend=options.quantization.quant_backend, parity_samples=PARITY_SAMPLES, observer=observer, strict=options.inputs.strict,
+        verbose=options.outputs.verbose,
     )
 
 
@@ -123,21 +123,21 @@ def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, c
     from ..quantization import ParityTarget, QuantizationRequest, quantize_model
     from ..quantization.ranges import observers_for
 
-    with clock.run("quantize", f"Quantizing ({options.quantize.value}, {len(calibration)} calibration samples)"):
+    with clock.run("quantize", f"Quantizing ({options.quantization.quantize.value}, {len(calibration)} calibration samples)"):
         gates = options.thresholds()
         request = QuantizationRequest(
-            options.quantize,
+            options.quantization.quantize,
             calibration=calibration_in_layout(calibration, prepared.plan.inputs),
-            backend=options.quant_backend,
-            **observers_for(options.range_algorithm),
-            io_dtype=options.io_dtype or IODtype.FLOAT32,
+            backend=options.quantization.quant_backend,
+            **observers_for(options.quantization.range_algorithm),
+            io_dtype=options.layout.io_dtype or IODtype.FLOAT32,
             # --mixed-precision int16 searches to keep the model fully integer: start from a fully integer one
             require_full_integer=target.requires_full_integer or wants_integer,
-            strict=options.strict,
-            verbose=options.verbose,
+            strict=options.inputs.strict,
+            verbose=options.outputs.verbose,
             # auto keeps the first fully integer result that meets the export's own gates
             target=ParityTarget(gates.min_sqnr_db, gates.min_cosine),
-            part_scales=options.part_scales,
+            part_scales=options.quantization.part_scales,
         )
         return quantize_model(prepared.module, prepared.example, request, float_model_bytes=float_bytes, budget=budget, pt2e_beside=pt2e_beside)
 
@@ -148,7 +148,7 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
 
     loaded = prepared.loaded
     # --samples of them: a labelled held-out part (a fraction of the data) can be far larger
-    samples = heldout[: options.samples] if heldout is not None else parity_samples(loaded.specs, options, loaded.example)
+    samples = heldout[: options.parity.samples] if heldout is not None else parity_samples(loaded.specs, options, loaded.example)
     search_mode, promote_to = plan
     return run_sensitivity_and_mixed_precision(
         result,
@@ -156,13 +156,13 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
         export_module=prepared.module,
         calibration=calibration_in_layout(calibration, prepared.plan.inputs),
         heldout=heldout_in_layout(samples, prepared.plan.inputs),
-        want_sensitivity=options.sensitivity,
+        want_sensitivity=options.quantization.sensitivity,
         search_mode=search_mode,
         precision=promote_to,
-        target=AccuracyTarget(options.thresholds().min_sqnr_db, options.min_cosine, options.min_top1),
-        io_dtype=options.io_dtype or IODtype.FLOAT32,
+        target=AccuracyTarget(options.thresholds().min_sqnr_db, options.parity.min_cosine, options.parity.min_top1),
+        io_dtype=options.layout.io_dtype or IODtype.FLOAT32,
         source_module=loaded.module,
-        verbose=options.verbose,
+        verbose=options.outputs.verbose,
         measure_latency=times_host_latency(options, target),  # each promotion's latency: cpu, not --no-latency
         budget=budget,
         # auto on cpu: int16 activations (fully integer) before float, where the target runs both
@@ -178,12 +178,12 @@ def float_model_for_flatbuffer_backend(module: Any, example: tuple, options: Exp
     from ..conversion.litert import convert_module
     from ..quantization import backends_for
 
-    if "flatbuffer" not in backends_for(options.quantize, options.quant_backend):
+    if "flatbuffer" not in backends_for(options.quantization.quantize, options.quantization.quant_backend):
         return None
     with clock.run("convert", "Tracing and converting with litert-torch (float: the flatbuffer backend's input)"):
         # A failure is the export's (exit 3, now): PT2E lowers through the same converter, so no
         # backend could do better, and calibrating first would only delay the same error (issue 21).
-        return convert_module(module, example, strict=options.strict, verbose=options.verbose)
+        return convert_module(module, example, strict=options.inputs.strict, verbose=options.outputs.verbose)
 
 
 def name_signature(fb: FlatbufferModel, specs: Sequence[InputSpec], returned_keys: Sequence[str | None], options: ExportOptions) -> FlatbufferModel:
@@ -194,8 +194,8 @@ def name_signature(fb: FlatbufferModel, specs: Sequence[InputSpec], returned_key
     from ..passes.flatbuffer import rename_signature_pass, run_flatbuffer_passes
 
     inputs = resolve_names((), [s.name for s in specs], fb.input_names)
-    outputs = resolve_names(options.output_names, returned_keys, fb.output_names)
+    outputs = resolve_names(options.inputs.output_names, returned_keys, fb.output_names)
     rename = functools.partial(
-        rename_signature_pass, input_names=inputs, output_names=outputs, signature_key=options.signature_key
+        rename_signature_pass, input_names=inputs, output_names=outputs, signature_key=options.inputs.signature_key
     )
     return run_flatbuffer_passes(fb, [rename], origin="the model with named inputs and outputs").model

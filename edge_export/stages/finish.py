@@ -34,22 +34,22 @@ class FinishedModel:
 
 def finish_stage(checked: CheckedRun, validated: ParityRun, options: ExportOptions, tflite_path: Path, clock: StageClock) -> FinishedModel:
     named = checked.model
-    fb = _strip_names(named) if options.strip_names else named
+    fb = _strip_names(named) if options.outputs.strip_names else named
     fb, metadata = _attach_metadata(fb, checked, tflite_path, clock)
     artifacts: tuple = ()
     # The test vectors describe the file exactly as written (its sha256), metadata included.
-    if options.emit_test_vectors and validated.samples is not None:
+    if options.outputs.emit_test_vectors and validated.samples is not None:
         artifacts = (test_vectors_artifact(fb, validated, checked.converted.prepared, options, tflite_path),)
     # Model Explorer overlays only where asked for (their paths were checked against the inputs up
     # front), keyed by the names the checks ran on.
     sensitivity = validated.sensitivity
-    overlays = overlay_artifacts(sensitivity if options.sensitivity else None, validated.layers, named, tflite_path)
-    if sensitivity is not None and options.sensitivity:
+    overlays = overlay_artifacts(sensitivity if options.quantization.sensitivity else None, validated.layers, named, tflite_path)
+    if sensitivity is not None and options.quantization.sensitivity:
         stripped_note = (
             "The overlay's keys are the tensor names before --strip-names (the written file has none; "
             "its tensor-name map, when the target writes one, gives them back)."
         )
-        notes = sensitivity.notes + ((stripped_note,) if options.strip_names else ())
+        notes = sensitivity.notes + ((stripped_note,) if options.outputs.strip_names else ())
         sensitivity = replace(sensitivity, overlay=str(overlays[0].path), notes=notes)
     return FinishedModel(fb, named, metadata, (*artifacts, *overlays), sensitivity)
 
@@ -90,7 +90,7 @@ def test_vectors_artifact(fb: FlatbufferModel, validated: ParityRun, prepared: A
     vectors = build_reference_vectors(
         fb, feeds, references, validated.parity,
         channels_last_inputs=prepared.plan.inputs, channels_last_outputs=prepared.plan.outputs,
-        count=options.test_vectors_count, model_class=prepared.loaded.loaded.class_name, tool_version=__version__,
+        count=options.outputs.test_vectors_count, model_class=prepared.loaded.loaded.class_name, tool_version=__version__,
     )
     return TargetArtifact("test_vectors", test_vectors_path(tflite_path), serialize_vectors(vectors))
 

@@ -32,12 +32,12 @@ def flatten_outputs(out: Any) -> list:
 def resolve_inputs(loaded: Any, options: ExportOptions, example_inputs: tuple | None) -> tuple[list[InputSpec], tuple]:
     from ..loading.inputs import example_tensors, specs_from_options, specs_from_tensors
 
-    if options.input_shapes:
-        specs = specs_from_options(options.input_shapes, options.input_dtypes)
+    if options.inputs.input_shapes:
+        specs = specs_from_options(options.inputs.input_shapes, options.inputs.input_dtypes)
         if example_inputs is not None and len(example_inputs) == len(specs):
             example = tuple(example_inputs)
         else:
-            example = example_tensors(specs, options.seed)
+            example = example_tensors(specs, options.parity.seed)
         return specs, example
     if example_inputs is not None:
         return specs_from_tensors(example_inputs), tuple(example_inputs)
@@ -60,8 +60,8 @@ def load_with_inputs(
     loaded = load_model(
         model,
         example_inputs=example_for_loading(options, example_inputs),
-        weights=options.weights,
-        trust_pickle=options.trust_pickle,
+        weights=options.inputs.weights,
+        trust_pickle=options.inputs.trust_pickle,
     )
     specs, example = resolve_inputs(loaded, options, example_inputs)
     returned = check_model_accepts(loaded.module, example, specs)
@@ -78,26 +78,26 @@ def named_specs(loaded: Any, specs: list[InputSpec], options: ExportOptions) -> 
 
     from ..artifacts.io_names import check_count, forward_parameter_names, resolve_names
 
-    check_count(options.input_names, len(specs), "--input-names", "input")
+    check_count(options.inputs.input_names, len(specs), "--input-names", "input")
     from_model = list(loaded.input_names or ())[: len(specs)] or forward_parameter_names(loaded.module, len(specs))
-    names = resolve_names(options.input_names, from_model, [f"args_{i}" for i in range(len(specs))])
+    names = resolve_names(options.inputs.input_names, from_model, [f"args_{i}" for i in range(len(specs))])
     return [replace(spec, name=name) for spec, name in zip(specs, names)]
 
 
 def check_output_names(options: ExportOptions, count: int) -> None:
     from ..artifacts.io_names import check_count
 
-    check_count(options.output_names, count, "--output-names", "output")
+    check_count(options.inputs.output_names, count, "--output-names", "output")
 
 
 def example_for_loading(options: ExportOptions, example_inputs: tuple | None) -> tuple | None:
     """TorchScript conversion needs example inputs at load time."""
     if example_inputs is not None:
         return tuple(example_inputs)
-    if options.input_shapes:
+    if options.inputs.input_shapes:
         from ..loading.inputs import example_tensors, specs_from_options
 
-        return example_tensors(specs_from_options(options.input_shapes, options.input_dtypes), options.seed)
+        return example_tensors(specs_from_options(options.inputs.input_shapes, options.inputs.input_dtypes), options.parity.seed)
     return None
 
 

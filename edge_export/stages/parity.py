@@ -44,11 +44,11 @@ def check_parity(
     from ..loading.inputs import make_samples
 
     if samples is None:
-        samples = make_samples(specs, options.samples, options.seed, example)
+        samples = make_samples(specs, options.parity.samples, options.parity.seed, example)
     with stages.run("validate", f"Checking parity on {len(samples)} samples"):
         parity, runtimes, checked, accuracy = run_parity(module, samples, options, fb, plan, runner_factory, labels)
     layers = None
-    if options.per_layer:
+    if options.parity.per_layer:
         from ..validators.layers import per_layer_parity
 
         with stages.run("per_layer", "Comparing every layer with PyTorch (reference kernels)"):
@@ -61,7 +61,7 @@ def check_parity(
                 fb,
                 samples=[tuple(t.numpy() for t in sample) for sample in samples],
                 channels_last_inputs=tuple(plan.inputs),
-                min_sqnr_db=options.per_layer_min_sqnr,
+                min_sqnr_db=options.parity.per_layer_min_sqnr,
                 stage="per-layer comparison",
                 backend="the LiteRT reference kernels",
             )
@@ -81,7 +81,7 @@ def run_parity(
     --runtime compiled-model or both, (feeds, references), the accuracy on ``labels`` or None)."""
     references, feeds, torch_names = _reference_outputs(module, samples, plan)
     try:
-        runs = _run_candidates(fb, feeds, plan, options.runtime, runner_factory)
+        runs = _run_candidates(fb, feeds, plan, options.parity.runtime, runner_factory)
     except RuntimeRunError as exc:  # LiteRT refused an operator: name the aten call and the line too
         from ..conversion.operator_origins import name_failing_call
 
@@ -108,13 +108,13 @@ def run_parity(
         from ..validators.accuracy import accuracy_check
 
         decisions = [o.decision for o in results[0].outputs]
-        accuracy = accuracy_check(labels, references, runs[0][0], names, decisions, options.max_accuracy_drop)
-    if options.runtime == "interpreter":
+        accuracy = accuracy_check(labels, references, runs[0][0], names, decisions, options.parity.max_accuracy_drop)
+    if options.parity.runtime == "interpreter":
         return results[0], None, checked, accuracy
     from ..validators.runtimes import RuntimeComparison, compare_runtimes
 
     differences = compare_runtimes(names, runs[0][0], runs[1][0], scales) if len(runs) == 2 else ()
-    return results[0], RuntimeComparison(options.runtime, tuple(results), differences), checked, accuracy
+    return results[0], RuntimeComparison(options.parity.runtime, tuple(results), differences), checked, accuracy
 
 
 def _with_reference_stability(
@@ -243,7 +243,7 @@ def output_kinds(names: Sequence[str], torch_names: Sequence[str | None], shapes
     for i, (name, shape) in enumerate(zip(names, shapes)):
         torch_name = torch_names[i] if i < len(torch_names) else None
         identities.append(OutputIdentity(i, tuple(dict.fromkeys(n for n in (name, torch_name) if n)), shape))
-    return resolve_output_kinds(identities, options.output_kinds, options.labels)
+    return resolve_output_kinds(identities, options.parity.output_kinds, options.parity.labels)
 
 
 def parity_runner_factory(target: Any, checked: Any) -> Any:
@@ -274,7 +274,7 @@ def parity_stage(checked: Any, options: ExportOptions, target: Any, clock: Stage
     a layer to, a failed int8 parity is explained by the sensitivity ranking."""
     converted = checked.converted
     loaded = converted.prepared.loaded
-    if not options.validate:
+    if not options.parity.validate:
         return ParityRun(sensitivity=converted.sensitivity)
     parity, layers, runtimes, samples, accuracy = check_parity(
         loaded.module, loaded.example, loaded.specs, options, checked.model, converted.prepared.plan, clock,
@@ -298,13 +298,13 @@ def remedy_note(options: ExportOptions, promotions: Sequence[str]) -> str | None
     trained text encoder, a VAD) would otherwise end on a number with no way forward."""
     from ..config import QuantizeMode
 
-    asked = (options.min_sqnr, options.min_cosine, options.min_top1)
-    if not promotions or options.mixed_precision == "off" or any(v is not None for v in asked):
+    asked = (options.parity.min_sqnr, options.parity.min_cosine, options.parity.min_top1)
+    if not promotions or options.quantization.mixed_precision == "off" or any(v is not None for v in asked):
         return None
-    if options.quantize not in (QuantizeMode.INT8, QuantizeMode.INT16X8):
+    if options.quantization.quantize not in (QuantizeMode.INT8, QuantizeMode.INT16X8):
         return None
     steps = []
-    if options.quantize is QuantizeMode.INT8 and "int16" in promotions:
+    if options.quantization.quantize is QuantizeMode.INT8 and "int16" in promotions:
         steps.append("--quantize int16x8 keeps 16-bit activations everywhere, still fully integer")
     steps.append(
         f"--min-sqnr N (or --min-cosine, --min-top1) makes the search raise the operators that limit "
@@ -324,15 +324,15 @@ def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:
     prepared, loaded = converted.prepared, converted.prepared.loaded
     float_bytes = converted.float_bytes
     if float_bytes is None:  # only PT2E ran: no float model was converted yet
-        float_bytes = convert_module(prepared.module, prepared.example, strict=options.strict, verbose=options.verbose)
+        float_bytes = convert_module(prepared.module, prepared.example, strict=options.inputs.strict, verbose=options.outputs.verbose)
     # --samples of them, as the mixed-precision search: a labelled held-out part can be far larger
-    heldout = converted.heldout[: options.samples] if converted.heldout is not None else parity_samples(loaded.specs, options, loaded.example)
+    heldout = converted.heldout[: options.parity.samples] if converted.heldout is not None else parity_samples(loaded.specs, options, loaded.example)
     _, sensitivity, _ = run_sensitivity_and_mixed_precision(
         converted.quantization, float_bytes=float_bytes, export_module=prepared.module,
         calibration=calibration_in_layout(converted.calibration, prepared.plan.inputs),
         heldout=heldout_in_layout(heldout, prepared.plan.inputs),
         want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
-        source_module=loaded.module, verbose=options.verbose,
+        source_module=loaded.module, verbose=options.outputs.verbose,
     )
     top = ", ".join(layer.label for layer in sensitivity.layers[:3])
     note = limiting_note(target.name, top, getattr(converted.calibration, "real_data", False))
@@ -361,14 +361,14 @@ def validate_sensitivity(module: Any, example: tuple, specs: list[InputSpec], op
 
     export_module = wrap_channels_last(module, plan) if plan.active else module
     export_example = tuple(t.permute(0, 2, 3, 1).contiguous() if i in plan.inputs else t for i, t in enumerate(example))
-    float_bytes = convert_module(export_module, export_example, strict=options.strict, verbose=options.verbose)
+    float_bytes = convert_module(export_module, export_example, strict=options.inputs.strict, verbose=options.outputs.verbose)
     synthetic = synthetic_calibration(
-        specs, DEFAULT_SYNTHETIC_SAMPLES, seed=options.seed + 1_000_003, like=example, layout=options.image_layout
+        specs, DEFAULT_SYNTHETIC_SAMPLES, seed=options.parity.seed + 1_000_003, like=example, layout=options.quantization.image_layout
     )  # drawn as the export's calibration is
     calibration = calibration_in_layout(synthetic, plan.inputs)
     _, sensitivity, _ = run_sensitivity_and_mixed_precision(
         None, float_bytes=float_bytes, export_module=export_module, calibration=calibration, heldout=[],
         want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
-        source_module=module, verbose=options.verbose,
+        source_module=module, verbose=options.outputs.verbose,
     )
     return sensitivity

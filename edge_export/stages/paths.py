@@ -50,12 +50,12 @@ def overlay_outputs(options: ExportOptions, tflite_path: Path) -> list[tuple[str
     """The Model Explorer node-data files (reports/model_explorer.py) this run may write."""
     from ..reports.model_explorer import overlay_path
 
-    wanted = (("sensitivity", options.sensitivity and options.quantize is QuantizeMode.INT8), ("per_layer", options.per_layer))
+    wanted = (("sensitivity", options.quantization.sensitivity and options.quantization.quantize is QuantizeMode.INT8), ("per_layer", options.parity.per_layer))
     return [(f"the Model Explorer {kind.replace('_', '-')} overlay", overlay_path(tflite_path, kind)) for kind, on in wanted if on]
 
 
 def side_outputs(options: ExportOptions) -> list[tuple[str, Path]]:
-    named = (("--junit", options.junit), ("--per-layer-plot", options.per_layer_plot))
+    named = (("--junit", options.outputs.junit), ("--per-layer-plot", options.outputs.per_layer_plot))
     return [(label, Path(value)) for label, value in named if value]
 
 
@@ -66,26 +66,26 @@ def input_paths(model: Any, options: ExportOptions) -> list[tuple[str, Path]]:
     inputs = []
     if isinstance(model, (str, Path)) and not is_module_reference(str(model)):
         inputs.append(("the model", Path(model)))
-    named = (("--weights", options.weights), ("--calibration-data", options.calibration_data), ("--baseline", options.baseline))
-    labels = [(f"--labels {name}" if name else "--labels", Path(path)) for name, path in options.labels or ()]
+    named = (("--weights", options.inputs.weights), ("--calibration-data", options.quantization.calibration_data), ("--baseline", options.outputs.baseline))
+    labels = [(f"--labels {name}" if name else "--labels", Path(path)) for name, path in options.parity.labels or ()]
     return inputs + [(label, Path(value)) for label, value in named if value] + labels
 
 
 def check_side_outputs(options: ExportOptions, created: list[Path] | None = None) -> None:
     """Fail on unwritable extra outputs or a bad baseline before minutes of work, not after."""
-    for extra in (options.junit, options.per_layer_plot):
+    for extra in (options.outputs.junit, options.outputs.per_layer_plot):
         if extra:
             check_writable_folder(Path(extra), created)
-    if options.per_layer_plot and not options.per_layer:
+    if options.outputs.per_layer_plot and not options.parity.per_layer:
         raise UsageError("--per-layer-plot needs --per-layer.", "Add --per-layer.")
-    if options.baseline:
+    if options.outputs.baseline:
         from ..reports.json_report import load_report
 
-        load_report(options.baseline)
-    if options.labels:
+        load_report(options.outputs.baseline)
+    if options.parity.labels:
         from ..validators.output_kinds import read_labels
 
-        for _, path in options.labels:
+        for _, path in options.parity.labels:
             read_labels(path)  # missing or empty: exit 2 now; the class count is checked at parity
 
 
@@ -123,7 +123,7 @@ def export_plan(model: Any, options: ExportOptions, target: Any, output: str | P
         ("the Markdown report (named after -o)", md_path),
     ]
     target_outputs = target.output_paths(options, tflite_path)
-    if options.emit_test_vectors:
+    if options.outputs.emit_test_vectors:
         from ..artifacts.testdata import test_vectors_path
 
         outputs.append(("the test vectors (--emit-test-vectors)", test_vectors_path(tflite_path)))
@@ -142,7 +142,7 @@ def validate_plan(tflite_path: Path, reference: Any, options: ExportOptions, rep
 
     prefix, json_path, md_path = validate_report_paths(tflite_path, report_prefix)
     overlays = [(f"the Model Explorer {kind} overlay (named after --report)", overlay_path(Path(f"{prefix}.tflite"), kind))
-                for kind, on in (("sensitivity", options.sensitivity), ("per_layer", options.per_layer)) if on]
+                for kind, on in (("sensitivity", options.quantization.sensitivity), ("per_layer", options.parity.per_layer)) if on]
     reports = [("the JSON report (--report)", json_path), ("the Markdown report (--report)", md_path)]
     read = [("the flatbuffer to validate", tflite_path)]
     if names_path is not None:

@@ -44,11 +44,11 @@ def prepare_stage(loaded: LoadedRun, options: ExportOptions, target: Any, implie
     entries: dict = {"name": target.name, "implied": tuple(implied)}  # TargetSection's fields
     target.check_inputs(loaded.specs)
     metadata_image = check_metadata_options(options, loaded.specs, target.carries_metadata)
-    prepared = target.prepare(loaded.module, loaded.example, strict=options.strict)
+    prepared = target.prepare(loaded.module, loaded.example, strict=options.inputs.strict)
     entries.update(prepared.report)
     plan = plan_channels_last(
-        [len(s.shape) for s in loaded.specs] if options.channels_last else [],
-        [t.dim() for t in loaded.reference_out] if options.channels_last else [],
+        [len(s.shape) for s in loaded.specs] if options.layout.channels_last else [],
+        [t.dim() for t in loaded.reference_out] if options.layout.channels_last else [],
     )
     module, example = in_model_layout(prepared.module, loaded.example, plan)
     return PreparedRun(loaded, prepared.module, module, example, plan, metadata_image, entries)

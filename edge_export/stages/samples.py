@@ -23,7 +23,7 @@ def parity_samples(specs: list[InputSpec], options: ExportOptions, example: tupl
     """The inputs parity runs on when no real held-out data was given (as check_parity makes them)."""
     from ..loading.inputs import make_samples
 
-    return make_samples(specs, options.samples, options.seed, example)
+    return make_samples(specs, options.parity.samples, options.parity.seed, example)
 
 
 def calibration_sets(options: ExportOptions, specs: list[InputSpec], example: tuple) -> tuple[Any, list[tuple] | None]:
@@ -41,23 +41,23 @@ def labelled_calibration_sets(options: ExportOptions, specs: list[InputSpec], ex
 
     from ..quantization import DEFAULT_CALIBRATION_SAMPLES, load_calibration_data, synthetic_calibration
 
-    if options.calibration_data:
+    if options.quantization.calibration_data:
         # --calibration-samples N reads the files of N samples and of the held-out ones, no more: a
         # folder is bounded by what it decodes to (quantization/calibration_bounds.py), and N is
         # the way under that bound
-        wanted = options.calibration_samples + options.samples if options.calibration_samples else None
+        wanted = options.quantization.calibration_samples + options.parity.samples if options.quantization.calibration_samples else None
         data = load_calibration_data(
-            options.calibration_data,
+            options.quantization.calibration_data,
             specs,
-            image_size=options.image_size,
-            mean=options.mean,
-            std=options.std,
-            layout=options.image_layout,
+            image_size=options.quantization.image_size,
+            mean=options.quantization.mean,
+            std=options.quantization.std,
+            layout=options.quantization.image_layout,
             max_samples=wanted,
         )
         if len(data) < 2:
             raise UsageError(
-                f"The calibration data {options.calibration_data} holds {len(data)} sample; at least 2 are needed "
+                f"The calibration data {options.quantization.calibration_data} holds {len(data)} sample; at least 2 are needed "
                 "(some are held out to check parity on inputs the model was not calibrated on).",
                 "Add more samples.",
             )
@@ -65,27 +65,27 @@ def labelled_calibration_sets(options: ExportOptions, specs: list[InputSpec], ex
         if data.labels is not None:
             from ..quantization.calibration_labels import split_labelled
 
-            calibration, holdout, labels = split_labelled(data, options.holdout_fraction)
+            calibration, holdout, labels = split_labelled(data, options.quantization.holdout_fraction)
         else:
             calibration, holdout = data.split(holdout_count(len(data), options))
-        calibration = calibration.limit(options.calibration_samples)
+        calibration = calibration.limit(options.quantization.calibration_samples)
         if labels is not None:
             from dataclasses import replace
 
             labels = replace(labels, calibration_samples=len(calibration))
         parity = [tuple(torch.from_numpy(np_array_copy(a)) for a in sample) for sample in holdout.samples]
         return calibration, parity, labels
-    n = options.calibration_samples or DEFAULT_CALIBRATION_SAMPLES
+    n = options.quantization.calibration_samples or DEFAULT_CALIBRATION_SAMPLES
     # a seed apart from the parity inputs' seed, so parity never runs on calibration inputs
-    calibration = synthetic_calibration(specs, n, seed=options.seed + 1_000_003, like=example, layout=options.image_layout)
+    calibration = synthetic_calibration(specs, n, seed=options.parity.seed + 1_000_003, like=example, layout=options.quantization.image_layout)
     return calibration, None, None
 
 
 def holdout_count(available: int, options: ExportOptions) -> int:
     """How many of the real samples parity checks instead of calibrating on: --samples of them, but
     at most a quarter of the data, or, with --calibration-samples, what is left after those."""
-    left = available - options.calibration_samples if options.calibration_samples else available // 4
-    return min(options.samples, max(1, left))
+    left = available - options.quantization.calibration_samples if options.quantization.calibration_samples else available // 4
+    return min(options.parity.samples, max(1, left))
 
 
 def np_array_copy(a: Any) -> Any:

@@ -17,20 +17,20 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
 
     target = get_target(options.target)
     refuse_foreign_options(target, options)
-    options, implied = target.implied_options(options)
+    options, implied = target.implied_options(target.settled_options(options))
     check_mixed_precision_options(options, target)
-    if options.io_dtype not in (None, IODtype.FLOAT32) and options.quantize is not QuantizeMode.INT8:
+    if options.layout.io_dtype not in (None, IODtype.FLOAT32) and options.quantization.quantize is not QuantizeMode.INT8:
         raise UsageError(
-            f"--io-dtype {options.io_dtype.value} applies to --quantize int8 only.",
+            f"--io-dtype {options.layout.io_dtype.value} applies to --quantize int8 only.",
             "Drop --io-dtype, or use --quantize int8.",
         )
-    if options.range_algorithm is not None:
+    if options.quantization.range_algorithm is not None:
         from ..quantization.ranges import check_range_algorithm
 
-        check_range_algorithm(options.range_algorithm, options.quantize)
-    if options.calibration_data and not options.quantize.needs_calibration:
+        check_range_algorithm(options.quantization.range_algorithm, options.quantization.quantize)
+    if options.quantization.calibration_data and not options.quantization.quantize.needs_calibration:
         raise UsageError(
-            f"--calibration-data applies to --quantize int8 and int16x8, not {options.quantize.value}.",
+            f"--calibration-data applies to --quantize int8 and int16x8, not {options.quantization.quantize.value}.",
             "Drop --calibration-data, or choose a calibrated mode.",
         )
     return options, implied
@@ -39,12 +39,12 @@ def resolve_target_options(options: ExportOptions) -> tuple[ExportOptions, list[
 def check_mixed_precision_options(options: ExportOptions, target: Any) -> None:
     """--sensitivity and --mixed-precision measure and change int8 quantization; a target without
     int16 or float kernels (the Edge TPU) has nothing to promote an operator to."""
-    if options.sensitivity and options.quantize is not QuantizeMode.INT8:
+    if options.quantization.sensitivity and options.quantization.quantize is not QuantizeMode.INT8:
         raise UsageError(
-            f"--sensitivity ranks operators by what int8 quantization costs them, not {options.quantize.value}.",
+            f"--sensitivity ranks operators by what int8 quantization costs them, not {options.quantization.quantize.value}.",
             "Add --quantize int8.",
         )
-    mode = options.mixed_precision
+    mode = options.quantization.mixed_precision
     if mode in (None, "off"):
         return
     promotions = target.mixed_precision_promotions
@@ -55,9 +55,9 @@ def check_mixed_precision_options(options: ExportOptions, target: Any) -> None:
             "Drop --mixed-precision. --sensitivity names the layers that limit accuracy; real "
             "--calibration-data or a rewrite of those layers is what helps there.",
         )
-    if options.quantize is not QuantizeMode.INT8:
+    if options.quantization.quantize is not QuantizeMode.INT8:
         raise UsageError(
-            f"--mixed-precision {mode} raises operators of an int8 model, but --quantize is {options.quantize.value}.",
+            f"--mixed-precision {mode} raises operators of an int8 model, but --quantize is {options.quantization.quantize.value}.",
             "Add --quantize int8 (with --min-sqnr, --min-cosine or --min-top1 as the target).",
         )
     if mode == "int16" and "int16" not in promotions:
@@ -70,11 +70,11 @@ def check_mixed_precision_options(options: ExportOptions, target: Any) -> None:
 def mixed_precision_plan(options: ExportOptions, target: Any) -> tuple[str | None, str]:
     """(the --mixed-precision mode that searches, or None; the precision it promotes to)."""
     promotions = target.mixed_precision_promotions
-    mode = options.mixed_precision
-    if options.quantize is not QuantizeMode.INT8 or not promotions:
+    mode = options.quantization.mixed_precision
+    if options.quantization.quantize is not QuantizeMode.INT8 or not promotions:
         return None, ""
     if mode is None:  # the target's default: on when the user asked for an accuracy
-        asked = any(v is not None for v in (options.min_sqnr, options.min_cosine, options.min_top1))
+        asked = any(v is not None for v in (options.parity.min_sqnr, options.parity.min_cosine, options.parity.min_top1))
         mode = "auto" if target.mixed_precision_by_default and asked else "off"
     if mode == "off":
         return None, ""
@@ -88,4 +88,4 @@ def times_host_latency(options: ExportOptions, target: Any) -> bool:
     fp16 does not: on a CPU it computes in float32 (the converter's DEQUANTIZE of the fp16 weights
     is folded when the model loads), so it runs fp32's kernels, and timing it would cost a second
     conversion."""
-    return options.host_latency and options.quantize.is_integer and target.times_on_host_cpu
+    return options.parity.host_latency and options.quantization.quantize.is_integer and target.times_on_host_cpu

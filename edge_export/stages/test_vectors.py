@@ -59,16 +59,16 @@ def validate_with_test_vectors(
         def body() -> tuple[RunReport, list]:
             with stages.run("validate", f"Checking parity on {vectors.count} test vectors"):
                 parity, runtimes = parity_on_vectors(fb, vectors, options)
-            return with_baseline(_vectors_report(fb, vectors, vectors_path, parity, runtimes, options, plan.paths, stages), options.baseline), []
+            return with_baseline(_vectors_report(fb, vectors, vectors_path, parity, runtimes, options, plan.paths, stages), options.outputs.baseline), []
 
-        return shell.run(None, False, options.verbose or not options.quiet_libraries, stages, body, (),
+        return shell.run(None, False, options.outputs.verbose or not options.outputs.quiet_libraries, stages, body, (),
                          commit=lambda report, files: write_run(report, files, options, stages, plan.paths))
 
 
 def _refuse_reference_options(request: ValidateRequest, options: ExportOptions) -> None:
     """The test-vector file fixes what these options set: given, they contradict it."""
     defaults = ExportOptions()
-    given = [flag for name, flag in _REFERENCE_ONLY_OPTIONS if getattr(options, name) != getattr(defaults, name)]
+    given = [flag for name, flag in _REFERENCE_ONLY_OPTIONS if options.value(name) != defaults.value(name)]
     given += [flag for flag, value in (("--reference", request.reference), ("example_inputs", request.example_inputs),
                                        ("--tensor-names", request.tensor_names)) if value is not None]
     if request.explicit_quantize:
@@ -103,7 +103,7 @@ def _vectors_report(fb: FlatbufferModel, vectors: Any, vectors_path: Path, parit
         model=ModelSection(str(vectors_path), "test_vectors", vectors.model_class),
         inputs=inputs,
         export=export,
-        artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.junit) if options.junit else None),
+        artifacts=ArtifactsSection(str(tflite_path), str(json_path), str(md_path), str(options.outputs.junit) if options.outputs.junit else None),
         flatbuffer=flatbuffer_section(fb),
         stages=tuple(stages.times),
         validation=parity,
@@ -116,7 +116,7 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
     """Each runtime --runtime names on the stored inputs (integer inputs fed as stored: the runners
     pass integer arrays through unchanged), compared output by output with the stored outputs,
     thresholds and kinds, in PyTorch's layout like the export's own parity check."""
-    runs = _run_vectors(fb, vectors, options.runtime)
+    runs = _run_vectors(fb, vectors, options.parity.runtime)
     nhwc_out = [k for k, t in enumerate(vectors.output_tensors) if t.layout == "NHWC"]
 
     def torch_layout(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -125,21 +125,21 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
     expected = [torch_layout([e[s] for e in vectors.expected]) for s in range(vectors.count)]
     names = [t.name for t in vectors.output_tensors]
     overrides = dict(
-        atol=options.atol, min_sqnr_db=options.min_sqnr, min_cosine=options.min_cosine, min_top1=options.min_top1,
-        min_top5=options.min_top5, min_neighbour_agreement=options.min_neighbour_agreement,
-        max_rel_l2=options.max_rel_l2, max_error_steps=options.max_error_steps,
-        min_decision_agreement=options.min_decision_agreement, max_probability_error=options.max_probability_error,
+        atol=options.parity.atol, min_sqnr_db=options.parity.min_sqnr, min_cosine=options.parity.min_cosine, min_top1=options.parity.min_top1,
+        min_top5=options.parity.min_top5, min_neighbour_agreement=options.parity.min_neighbour_agreement,
+        max_rel_l2=options.parity.max_rel_l2, max_error_steps=options.parity.max_error_steps,
+        min_decision_agreement=options.parity.min_decision_agreement, max_probability_error=options.parity.max_probability_error,
     )
     thresholds = [t.override(**overrides) for t in vectors.thresholds]
     notes = _vector_notes(fb, vectors)
     results = [_judge_run(vectors, names, expected, [torch_layout(o) for o in outs], thresholds, scales, runtime, notes, fb)
                for outs, scales, runtime in runs]
-    if options.runtime == "interpreter":
+    if options.parity.runtime == "interpreter":
         return results[0], None
     from ..validators.runtimes import RuntimeComparison, compare_runtimes
 
     differences = compare_runtimes(names, runs[0][0], runs[1][0], runs[0][1]) if len(runs) == 2 else ()
-    return results[0], RuntimeComparison(options.runtime, tuple(results), differences)
+    return results[0], RuntimeComparison(options.parity.runtime, tuple(results), differences)
 
 
 def _run_vectors(fb: FlatbufferModel, vectors: Any, runtime: str) -> list[tuple]:

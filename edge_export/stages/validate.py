@@ -50,7 +50,7 @@ class CheckedFlatbuffer:
 
 def check_request(request: ValidateRequest, test_vectors: str | Path | None, options: ExportOptions) -> None:
     """What to check against: a reference, or test vectors (not with --calibration-data)."""
-    if test_vectors is not None and options.calibration_data:
+    if test_vectors is not None and options.quantization.calibration_data:
         raise UsageError(
             "validate --test-vectors checks the stored samples only; --calibration-data (labelled data for the accuracy "
             "check) needs the PyTorch model to compare with.",
@@ -89,7 +89,7 @@ def flatbuffer_stage(request: ValidateRequest, names_path: Path | None, options:
         name_map = load_tensor_name_map(names_path)
         name_map.check_belongs_to(fb, names_path, request.tflite)
         fb = restore_tensor_names(fb, name_map, names_path)
-    if options.per_layer and not fb.has_inner_tensor_names:
+    if options.parity.per_layer and not fb.has_inner_tensor_names:
         raise UsageError(
             f"{request.tflite} has no tensor names besides its inputs and outputs (it was written with "
             "--strip-names), and per-layer parity finds each layer's tensor by the PyTorch module "
@@ -104,10 +104,10 @@ def flatbuffer_stage(request: ValidateRequest, names_path: Path | None, options:
 def precision_stage(checked: CheckedFlatbuffer, request: ValidateRequest, options: ExportOptions) -> ExportOptions:
     """The precision the thresholds follow: read from the flatbuffer's tensors unless given."""
     if not request.explicit_quantize:
-        options = replace(options, quantize=infer_precision(checked.model))
-    if options.sensitivity and options.quantize is not QuantizeMode.INT8:
+        options = options.with_values(quantize=infer_precision(checked.model))
+    if options.quantization.sensitivity and options.quantization.quantize is not QuantizeMode.INT8:
         raise UsageError(
-            f"--sensitivity ranks operators by what int8 quantization costs them; {request.tflite} is {options.quantize.value}.",
+            f"--sensitivity ranks operators by what int8 quantization costs them; {request.tflite} is {options.quantization.quantize.value}.",
             "Validate an int8 model, or drop --sensitivity.",
         )
     return options
@@ -125,7 +125,7 @@ def validate_against_reference(
         loaded.module, example, specs, options, checked.model, plan, stages, **labelled_heldout(options, specs, example)
     )
     sensitivity = None
-    if options.sensitivity:
+    if options.quantization.sensitivity:
         with stages.run("sensitivity", "Ranking operators by sensitivity (the reference converted to float)"):
             sensitivity = validate_sensitivity(loaded.module, example, specs, options, plan)
     overlay_stem = Path(str(paths.report_json)[: -len(".report.json")] + ".tflite")  # <prefix>.<kind>.json
@@ -135,7 +135,7 @@ def validate_against_reference(
     report = RunReport(
         **run_header(loaded, specs, plan),
         export=_validate_section(options, plan),
-        artifacts=ArtifactsSection(str(paths.tflite), str(paths.report_json), str(paths.report_markdown), str(options.junit) if options.junit else None),
+        artifacts=ArtifactsSection(str(paths.tflite), str(paths.report_json), str(paths.report_markdown), str(options.outputs.junit) if options.outputs.junit else None),
         flatbuffer=flatbuffer_section(checked.file_model),
         stages=tuple(stages.times),
         validation=validation_section(parity),
@@ -146,7 +146,7 @@ def validate_against_reference(
     )
     if overlays:
         report = replace(report, artifacts=replace(report.artifacts, extra={a.key: str(a.path) for a in overlays}))
-    return with_baseline(report, options.baseline), [(a.path, a.data) for a in overlays]
+    return with_baseline(report, options.outputs.baseline), [(a.path, a.data) for a in overlays]
 
 
 def _with_flatbuffer_shapes(fb: FlatbufferModel, request: ValidateRequest, options: ExportOptions) -> ExportOptions:
@@ -155,16 +155,16 @@ def _with_flatbuffer_shapes(fb: FlatbufferModel, request: ValidateRequest, optio
     from ..loading.sources import ModelKind, detect_kind, is_module_reference
 
     reference = request.reference
-    if options.input_shapes or request.example_inputs is not None:
+    if options.inputs.input_shapes or request.example_inputs is not None:
         return options
     if isinstance(reference, (str, Path)) and not is_module_reference(str(reference)) and detect_kind(Path(reference)) is ModelKind.EXPORTED_PROGRAM:
         return options
     shapes = []
     for t in fb.input_tensors:
         s = tuple(t.shape)
-        shapes.append((s[0], s[3], s[1], s[2]) if options.channels_last and len(s) == 4 else s)
+        shapes.append((s[0], s[3], s[1], s[2]) if options.layout.channels_last and len(s) == 4 else s)
     dtypes = tuple("float32" if (t.quant or t.is_float) else t.dtype for t in fb.input_tensors)
-    return replace(options, input_shapes=tuple(shapes), input_dtypes=dtypes)
+    return options.with_values(input_shapes=tuple(shapes), input_dtypes=dtypes)
 
 
 def _layout_plan(fb: FlatbufferModel, specs: list[InputSpec], ref_out: Sequence[Any]) -> Any:
@@ -190,26 +190,26 @@ def _validate_section(options: ExportOptions, plan: Any) -> ValidateSection:
     from ..targets.base import get_target
 
     return ValidateSection(
-        quantize=options.quantize.value,
+        quantize=options.quantization.quantize.value,
         target=get_target(options.target).name,
         channels_last=plan.active,
         channels_last_inputs=tuple(plan.inputs),
         channels_last_outputs=tuple(plan.outputs),
-        strict=options.strict,
+        strict=options.inputs.strict,
     )
 
 
 def labelled_heldout(options: ExportOptions, specs: list[InputSpec], example: tuple) -> dict[str, Any]:
     """validate --calibration-data: check_parity's ``samples`` (the held-out part of labelled data)
     and ``labels``, split as export splits it (the same part, when both read the same files)."""
-    if not options.calibration_data:
+    if not options.quantization.calibration_data:
         return {}
     from .samples import labelled_calibration_sets
 
     _, heldout, labels = labelled_calibration_sets(options, specs, example)
     if labels is None:
         raise UsageError(
-            f"validate --calibration-data takes labelled data, for the accuracy check; {options.calibration_data} has no labels.",
+            f"validate --calibration-data takes labelled data, for the accuracy check; {options.quantization.calibration_data} has no labels.",
             "Give an image folder with one sub-folder per class, or an .npz with a 'labels' array (README, "
             "\"Accuracy on your labelled data\"), or drop --calibration-data.",
         )

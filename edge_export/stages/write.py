@@ -57,7 +57,7 @@ def write_run(
     from ..reports.markdown import render_markdown
 
     json_path, md_path = Path(paths.report_json), Path(paths.report_markdown)
-    junit = str(options.junit) if options.junit else None
+    junit = str(options.outputs.junit) if options.outputs.junit else None
     artifacts = replace(report.artifacts, tflite=str(paths.tflite), report_json=str(json_path), report_markdown=str(md_path), junit=junit)
     report = replace(report, artifacts=artifacts)
     result = ExportResult(Path(paths.tflite), json_path, md_path, report)
@@ -69,13 +69,13 @@ def write_run(
                 artifacts.add(path, content)
             artifacts.add(json_path, render_json(data))
             artifacts.add(md_path, render_markdown(report))
-            if layers is not None and options.per_layer_plot:
-                artifacts.add(options.per_layer_plot, plot_bytes(layers, report.sensitivity))
-            if options.junit:
+            if layers is not None and options.outputs.per_layer_plot:
+                artifacts.add(options.outputs.per_layer_plot, plot_bytes(layers, report.sensitivity))
+            if options.outputs.junit:
                 from ..reports.junit import render_junit
 
-                check_writable_folder(Path(options.junit))
-                artifacts.add(options.junit, render_junit(report))
+                check_writable_folder(Path(options.outputs.junit))
+                artifacts.add(options.outputs.junit, render_junit(report))
             artifacts.commit()
     return result
 

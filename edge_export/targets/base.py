@@ -38,8 +38,7 @@ from ..errors import UsageError
 from .registry import (
     TARGET_NAME_PATTERN,
     ReportSection,
-    TargetOption,
-    declared_target_options,
+    TargetOptions,
     get_target,
     register_target,
     registered_targets,
@@ -183,9 +182,10 @@ class TargetPlugin:
     """One deployment target. Subclasses set ``name`` and override the hooks they need."""
 
     name: str = ""
-    # The options only this target (and targets derived from it) accepts: each becomes an ExportOptions
-    # keyword and a command-line flag, and is refused with any other target (TargetOption).
-    options: ClassVar[tuple[TargetOption, ...]] = ()
+    # The options only this target (and targets derived from it) accepts, a TargetOptions dataclass:
+    # each field becomes an ExportOptions keyword and a command-line flag, and is refused with any
+    # other target. ``options.target_options`` is an instance once the target settled the options.
+    options_class: ClassVar[type[TargetOptions] | None] = None
     # The typed sections this target adds under the report's "target", with their renderers (ReportSection).
     report_sections: ClassVar[tuple[ReportSection, ...]] = ()
     # The quantizer must leave no float operator (the target has no float kernels).
@@ -212,7 +212,17 @@ class TargetPlugin:
     @property
     def own_options(self) -> dict[str, str]:
         """This target's options as {name: flag}."""
-        return {option.name: option.flag for option in self.options}
+        from ..option_fields import flagged_fields
+
+        if self.options_class is None:
+            return {}
+        return {f.name: flag.name for f, flag in flagged_fields(self.options_class)}
+
+    def settled_options(self, options: ExportOptions) -> ExportOptions:
+        """``options`` with this target's own options object (its defaults when none was given)."""
+        given = options.target_options.given() if options.target_options is not None else {}
+        own = self.options_class(**given) if self.options_class is not None else None
+        return options.with_values(target_options=own)
 
     def writes_target_section(self, entries: Mapping[str, Any]) -> bool:
         """Whether the report gets a "target" section: when the target adds to it, or when the
@@ -277,21 +287,22 @@ class TargetPlugin:
 def imply_full_integer_int8(options: ExportOptions, name: str) -> tuple[ExportOptions, list[str]]:
     """For targets without float kernels: --quantize int8 is implied, any other mode refused."""
     flag = f"--target {name}"
-    if options.quantize not in (QuantizeMode.NONE, QuantizeMode.INT8):
+    quantize = options.quantization.quantize
+    if quantize not in (QuantizeMode.NONE, QuantizeMode.INT8):
         raise UsageError(
-            f"{flag} runs only fully integer int8 models, but --quantize {options.quantize.value} was given.",
+            f"{flag} runs only fully integer int8 models, but --quantize {quantize.value} was given.",
             "Drop --quantize (it implies int8) or use --quantize int8.",
         )
-    if options.quantize is QuantizeMode.NONE:
-        return replace(options, quantize=QuantizeMode.INT8), [f"{flag} implies --quantize int8 (full integer)"]
+    if quantize is QuantizeMode.NONE:
+        return options.with_values(quantize=QuantizeMode.INT8), [f"{flag} implies --quantize int8 (full integer)"]
     return options, []
 
 
 def imply_io_dtype(options: ExportOptions, name: str, io_dtype: IODtype, why: str = "") -> tuple[ExportOptions, list[str]]:
-    if options.io_dtype is not None:
+    if options.layout.io_dtype is not None:
         return options, []
     note = f"--target {name} implies --io-dtype {io_dtype.value}" + (f" ({why})" if why else "")
-    return replace(options, io_dtype=io_dtype), [note]
+    return options.with_values(io_dtype=io_dtype), [note]
 
 
 def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None:
@@ -301,7 +312,8 @@ def refuse_foreign_options(plugin: TargetPlugin, options: ExportOptions) -> None
     --delegate apply to --target edgetpu only."), so one message covers them, and only them: micro
     owns several options, and a message about --max-flash need not list the op resolver.
     """
-    given = options.target_options  # only the options given, so a default is never refused
+    # only the options given, so a default is never refused
+    given = options.target_options.given() if options.target_options is not None else {}
     owners, flags = _option_owners()
     for option, names in owners.items():
         if option in plugin.own_options or option not in given:

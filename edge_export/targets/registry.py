@@ -3,7 +3,7 @@
 Targets register themselves with ``register_target`` when their module is imported; the first
 lookup imports every module of the ``edge_export.targets`` package once (plugin discovery), so a new
 target is one new module or subpackage there. This module names no target and imports nothing of
-the chain, so ``options.py`` can build ExportOptions from the declarations without a cycle.
+the chain, so ``options.py`` can route a target's options to its class without a cycle.
 """
 
 from __future__ import annotations
@@ -11,30 +11,32 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 from ..config import Target
 from ..errors import UsageError
 
 __all__ = [
-    "TARGET_NAME_PATTERN", "TargetOption", "declared_target_options", "get_target", "register_target",
+    "TARGET_NAME_PATTERN", "TargetOptions", "target_options_classes", "get_target", "register_target",
     "registered_targets", "target_name", "unregister_target", "ReportSection", "declared_report_sections", "report_sections_of",
 ]
 
 
 @dataclass(frozen=True)
-class TargetOption:
-    """An option a target declares (``TargetPlugin.options``): ExportOptions takes it as a keyword,
-    the CLI as a flag, and it is refused with any target that does not declare it."""
+class TargetOptions:
+    """The base of a target's options class (``TargetPlugin.options_class``), a frozen dataclass
+    whose fields carry their flags (option_fields.option): ExportOptions takes each as a keyword,
+    the CLI as a flag, and any other target refuses it. A field's default (None, False for a
+    switch) means "not given"; a default the target applies is a property of the class."""
 
-    name: str  # the keyword and attribute: "max_flash"
-    flag: str  # the command-line flag: "--max-flash"
-    help: str
-    type: type = str  # what the command line parses: str, int, float, bool or pathlib.Path
-    default: Any = None  # what ``options.<name>`` is when the option is not given
-    metavar: str | None = None
-    check: Callable[[Any], Any] | None = None  # the given value checked and normalized (raises UsageError)
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def given(self) -> dict[str, Any]:
+        """The options given: every field whose value is not its default."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
 
 
 # ---- the registry -------------------------------------------------------------------------------
@@ -112,13 +114,13 @@ def get_target(target: Target | str) -> Any:
 
 
 
-def declared_target_options() -> dict[str, TargetOption]:
-    """Every registered target's options by name (targets that share one, such as micro's budgets
-    with the Ethos-U targets, declare the same object)."""
-    found: dict[str, TargetOption] = {}
+def target_options_classes() -> list[type]:
+    """Every registered target's options class, once, in the targets' order (targets that share
+    one, such as micro's with the Ethos-U targets, declare the same class)."""
+    found: list[type] = []
     for plugin in registered_targets().values():
-        for option in plugin.options:
-            found.setdefault(option.name, option)
+        if plugin.options_class is not None and plugin.options_class not in found:
+            found.append(plugin.options_class)
     return found
 
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Optional
 
 import pytest
 from cli_harness import validate_report
 
-from edge_export.targets.base import ReportSection, TargetCheck, TargetOption, TargetPlugin, register_target, unregister_target
+from edge_export.option_fields import option
+from edge_export.targets.base import ReportSection, TargetCheck, TargetPlugin, register_target, unregister_target
+from edge_export.targets.registry import TargetOptions
 
 
 @dataclass(frozen=True)
@@ -43,22 +46,32 @@ TOY_SECTION = ReportSection(
 )
 
 
-def _check_level(value) -> int:
-    from edge_export.errors import UsageError
+@dataclass(frozen=True)
+class ToyOptions(TargetOptions):
+    """The toy target's one option: None when not given, ``level`` then its default."""
 
-    if int(value) < 1:
-        raise UsageError(f"--toy-level {value} must be at least 1.")
-    return int(value)
+    toy_level: int | None = option(
+        None, "--toy-level", help="toy: the most operators the toy device runs.", panel="Target: toy", cli_type=Optional[int], metavar="N")
+
+    def __post_init__(self) -> None:
+        from edge_export.errors import UsageError
+
+        if self.toy_level is not None and int(self.toy_level) < 1:
+            raise UsageError(f"--toy-level {self.toy_level} must be at least 1.")
+
+    @property
+    def level(self) -> int:
+        return 100 if self.toy_level is None else int(self.toy_level)
 
 
 class ToyTarget(TargetPlugin):
     name = "toy"
     check_label = "Counting operators for the toy target"
-    options = (TargetOption("toy_level", "--toy-level", "toy: the most operators the toy device runs.", int, 100, "N", _check_level),)
+    options_class = ToyOptions
     report_sections = (TOY_SECTION,)
 
     def check(self, context) -> TargetCheck:
-        return TargetCheck(report={"toy": ToyReport(context.options.toy_level, context.model.num_operators)})
+        return TargetCheck(report={"toy": ToyReport(context.options.target_options.level, context.model.num_operators)})
 
 
 @pytest.fixture
@@ -70,7 +83,8 @@ def toy_target():
 
 def test_the_toy_option_is_a_flag_of_export(toy_target, run_cli):
     result = run_cli("export", "--help")
-    assert result.exit_code == 0 and "--toy-level" in result.stdout and "the most operators the toy device runs" in result.stdout
+    assert result.exit_code == 0 and "--toy-level" in result.stdout and "Target: toy" in result.stdout
+    assert "the most operators the toy device runs" in " ".join(result.stdout.replace("│", " ").split())
 
 
 def test_the_toy_option_with_another_target_is_exit_2(toy_target, run_cli, tmp_path):

@@ -199,9 +199,9 @@ def test_calibration_samples_read_only_their_files_and_the_held_out_ones(tmp_pat
     folder = _images(tmp_path / "calib", 6)
     for i in range(30):
         (folder / f"z{i:03d}.png").write_bytes(png_declaring(9000, 9000))
-    options = ExportOptions(quantize=QuantizeMode.INT8, calibration_data=str(folder), calibration_samples=4, samples=2)
+    options = ExportOptions.from_keywords(quantize=QuantizeMode.INT8, calibration_data=str(folder), calibration_samples=4, samples=2)
     calibration, heldout = calibration_sets(options, [IMG], (torch.zeros(1, 3, 8, 8),))
     assert len(calibration) == 4 and len(heldout) == 2
-    without = ExportOptions(quantize=QuantizeMode.INT8, calibration_data=str(folder), samples=2)
+    without = ExportOptions.from_keywords(quantize=QuantizeMode.INT8, calibration_data=str(folder), samples=2)
     with pytest.raises(CalibrationDataError, match="--calibration-samples"):
         calibration_sets(without, [IMG], (torch.zeros(1, 3, 8, 8),))

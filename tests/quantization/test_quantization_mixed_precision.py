@@ -166,11 +166,11 @@ def test_bad_combinations_are_usage_errors(tmp_path, options, message):
     from edge_export.api import ExportOptions, resolve_target_options
 
     if message is None:
-        resolved, _ = resolve_target_options(ExportOptions(**options))
-        assert resolved.mixed_precision == "auto"
+        resolved, _ = resolve_target_options(ExportOptions.from_keywords(**options))
+        assert resolved.quantization.mixed_precision == "auto"
         return
     with pytest.raises(UsageError, match=message.replace("-", r"\-")):
-        resolve_target_options(ExportOptions(**options))
+        resolve_target_options(ExportOptions.from_keywords(**options))
 
 
 def test_the_cli_exits_2_for_mixed_precision_on_the_edge_tpu(tmp_path, run_cli):
@@ -515,7 +515,7 @@ def test_an_int16_search_starts_from_a_fully_integer_model(monkeypatch):
     prepared = SimpleNamespace(module=None, example=(), plan=SimpleNamespace(inputs=()))
     calibration = synthetic_calibration([InputSpec((1, 4))], 2, seed=0)
     for mode, wanted in (("int16", True), ("auto", False), ("off", False)):
-        options = ExportOptions(quantize="int8", min_sqnr=30.0, mixed_precision=mode)
+        options = ExportOptions.from_keywords(quantize="int8", min_sqnr=30.0, mixed_precision=mode)
         cpu = get_target("cpu")
         wants = convert.mixed_precision_plan(options, cpu)[1] == "int16"
         convert._run_quantizer(prepared, options, cpu, calibration, None, TimeBudget(None), StageClock(None), wants_integer=wants)

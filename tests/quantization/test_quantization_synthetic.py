@@ -166,7 +166,7 @@ def test_the_export_calibrates_like_its_example_and_never_on_it():
     picture = torch.from_numpy(_picture_example())
     ids = torch.arange(1000, 1064).reshape(1, 64)
     specs = [InputSpec(tuple(picture.shape), name="image"), InputSpec((1, 64), "int64", name="ids")]
-    calibration, heldout = calibration_sets(ExportOptions(quantize="int8", calibration_samples=8), specs, (picture, ids))
+    calibration, heldout = calibration_sets(ExportOptions.from_keywords(quantize="int8", calibration_samples=8), specs, (picture, ids))
     assert heldout is None and len(calibration) == 8
     assert "natural-image-like pictures and noise" in calibration.source
     assert all(1000 <= s[1].min() and s[1].max() <= 1063 for s in calibration.samples)

@@ -45,7 +45,7 @@ def test_budget_options_name_the_family_once():
     from edge_export.api import ExportOptions, resolve_target_options
 
     with pytest.raises(UsageError, match=r"--max-flash applies to --target micro or --target ethos-u55-128 \(any ethos-u target\) only"):
-        resolve_target_options(ExportOptions(target="cpu", max_flash="1MiB"))
+        resolve_target_options(ExportOptions.from_keywords(target="cpu", max_flash="1MiB"))
 
 
 @pytest.fixture(scope="module")
@@ -184,14 +184,14 @@ def test_micro_rules_apply_before_any_work():
     """Full integer int8 with int8 NHWC I/O and names stripped, as for micro; float modes refused."""
     from edge_export.api import ExportOptions, resolve_target_options
 
-    options, notes = resolve_target_options(ExportOptions(target="ethos-u85-256"))
-    assert options.quantize.value == "int8" and options.io_dtype.value == "int8"
-    assert options.channels_last and options.strip_names
+    options, notes = resolve_target_options(ExportOptions.from_keywords(target="ethos-u85-256"))
+    assert options.quantization.quantize.value == "int8" and options.layout.io_dtype.value == "int8"
+    assert options.layout.channels_last and options.outputs.strip_names
     assert notes[0] == "--target ethos-u85-256 implies --quantize int8 (full integer)"
     with pytest.raises(UsageError, match="runs only fully integer int8 models"):
-        resolve_target_options(ExportOptions(target="ethos-u55-128", quantize="fp16"))
+        resolve_target_options(ExportOptions.from_keywords(target="ethos-u55-128", quantize="fp16"))
     with pytest.raises(UsageError, match="needs int8 model inputs and outputs"):
-        resolve_target_options(ExportOptions(target="ethos-u55-128", io_dtype="uint8"))
+        resolve_target_options(ExportOptions.from_keywords(target="ethos-u55-128", io_dtype="uint8"))
 
 
 def test_vela_failures_are_exit_3_with_its_message(tmp_path):

@@ -142,8 +142,8 @@ def test_budgets_are_accepted_by_a_target_derived_from_micro():
 
     register_target(DerivedMicroTarget())
     try:
-        options, _ = resolve_target_options(ExportOptions(target="derived-micro-budgets", max_flash="1.5MB", max_ram="64K"))
-        assert (options.max_flash, options.max_ram) == (1_500_000, 65536)
+        options, _ = resolve_target_options(ExportOptions.from_keywords(target="derived-micro-budgets", max_flash="1.5MB", max_ram="64K"))
+        assert (options.target_options.max_flash, options.target_options.max_ram) == (1_500_000, 65536)
     finally:
         unregister_target("derived-micro-budgets")
 

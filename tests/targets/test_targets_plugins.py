@@ -4,7 +4,6 @@ API without any edit to api.py; the built-in targets, runners and Edge TPU rules
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,10 +57,11 @@ class ThrowawayTarget(TargetPlugin):
         self.hooks: list[str] = []
 
     def implied_options(self, options):
-        if options.quantize.is_integer:
-            raise UsageError(f"--target throwaway runs float models, not --quantize {options.quantize.value}.")
-        if options.quantize is QuantizeMode.NONE:
-            return replace(options, quantize=QuantizeMode.FP16), ["--target throwaway implies --quantize fp16"]
+        quantize = options.quantization.quantize
+        if quantize.is_integer:
+            raise UsageError(f"--target throwaway runs float models, not --quantize {quantize.value}.")
+        if quantize is QuantizeMode.NONE:
+            return options.with_values(quantize=QuantizeMode.FP16), ["--target throwaway implies --quantize fp16"]
         return options, []
 
     def output_paths(self, options, tflite_path):
@@ -165,18 +165,18 @@ def test_a_registered_target_refuses_what_it_refuses_and_other_targets_options(t
     from edge_export.api import ExportOptions, resolve_target_options
 
     with pytest.raises(UsageError, match="runs float models"):
-        resolve_target_options(ExportOptions(target="throwaway", quantize="int8"))
+        resolve_target_options(ExportOptions.from_keywords(target="throwaway", quantize="int8"))
     with pytest.raises(UsageError, match="--delegate applies to --target edgetpu only"):
-        resolve_target_options(ExportOptions(target="throwaway", delegate="edgetpu"))
+        resolve_target_options(ExportOptions.from_keywords(target="throwaway", delegate="edgetpu"))
     with pytest.raises(UsageError, match=r"--emit-op-resolver applies to --target micro or --target ethos-u55-128 \(any ethos-u target\) only"):
-        resolve_target_options(ExportOptions(target="throwaway", emit_op_resolver="ops.h"))
+        resolve_target_options(ExportOptions.from_keywords(target="throwaway", emit_op_resolver="ops.h"))
 
 
 def test_unknown_target_names_the_known_ones():
     from edge_export.api import ExportOptions
 
     with pytest.raises(UsageError) as caught:
-        ExportOptions(target="nonesuch")
+        ExportOptions.from_keywords(target="nonesuch")
     assert "nonesuch" in caught.value.message and "cpu, edgetpu, micro" in caught.value.hint
 
 
@@ -191,10 +191,10 @@ def test_unknown_target_names_the_known_ones():
 def test_builtin_targets_imply_what_they_did(target, implied, notes_count):
     from edge_export.api import ExportOptions, resolve_target_options
 
-    options, notes = resolve_target_options(ExportOptions(target=target))
+    options, notes = resolve_target_options(ExportOptions.from_keywords(target=target))
     assert get_target(target).name == target
     for field, value in implied.items():
-        got = getattr(options, field)
+        got = options.value(field)
         assert getattr(got, "value", got) == value
     assert len(notes) == notes_count and all(note.startswith(f"--target {target} implies") for note in notes)
 
@@ -203,11 +203,11 @@ def test_micro_no_longer_ignores_edge_tpu_options():
     from edge_export.api import ExportOptions, resolve_target_options
 
     with pytest.raises(UsageError, match="--delegate applies to --target edgetpu only"):
-        resolve_target_options(ExportOptions(target="micro", delegate="edgetpu"))
+        resolve_target_options(ExportOptions.from_keywords(target="micro", delegate="edgetpu"))
     with pytest.raises(UsageError, match="--edgetpu-compiler and --delegate apply to --target edgetpu only"):
-        resolve_target_options(ExportOptions(target="micro", delegate="edgetpu", edgetpu_compiler="c"))
+        resolve_target_options(ExportOptions.from_keywords(target="micro", delegate="edgetpu", edgetpu_compiler="c"))
     with pytest.raises(UsageError, match=r"applies to --target micro or --target ethos-u55-128 \(any ethos-u target\) only"):
-        resolve_target_options(ExportOptions(target="edgetpu", emit_op_resolver="ops.h"))
+        resolve_target_options(ExportOptions.from_keywords(target="edgetpu", emit_op_resolver="ops.h"))
 
 
 def test_runners_share_one_protocol(tmp_path):
@@ -257,11 +257,11 @@ def test_a_target_derived_from_micro_inherits_its_rules_and_options():
 
     register_target(DerivedMicroTarget())
     try:
-        options, notes = resolve_target_options(ExportOptions(target="derived-micro", emit_op_resolver="ops.h"))
-        assert options.quantize is QuantizeMode.INT8 and options.io_dtype.value == "int8"
+        options, notes = resolve_target_options(ExportOptions.from_keywords(target="derived-micro", emit_op_resolver="ops.h"))
+        assert options.quantization.quantize is QuantizeMode.INT8 and options.layout.io_dtype.value == "int8"
         assert notes[0] == "--target derived-micro implies --quantize int8 (full integer)"
         with pytest.raises(UsageError, match=r"applies to --target micro or --target derived-micro or --target ethos-u55-128 \(any ethos-u target\) only"):
-            resolve_target_options(ExportOptions(target="cpu", emit_op_resolver="ops.h"))
+            resolve_target_options(ExportOptions.from_keywords(target="cpu", emit_op_resolver="ops.h"))
     finally:
         unregister_target("derived-micro")
 

@@ -115,15 +115,15 @@ def test_export_options_parse_and_check_kind_options_early(tmp_path):
     from edge_export.api import ExportOptions
     from edge_export.stages.paths import check_side_outputs as _check_side_outputs
 
-    options = ExportOptions(output_kinds=("embedding", "logits=classification"), min_top5=0.9)
-    assert options.output_kinds == ((None, E), ("logits", C))
+    options = ExportOptions.from_keywords(output_kinds=("embedding", "logits=classification"), min_top5=0.9)
+    assert options.parity.output_kinds == ((None, E), ("logits", C))
     assert options.thresholds().min_top5 == 0.9
     with pytest.raises(UsageError, match="--min-neighbour-agreement 2"):
-        ExportOptions(min_neighbour_agreement=2)
+        ExportOptions.from_keywords(min_neighbour_agreement=2)
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     with pytest.raises(UsageError, match="holds no labels"):
-        _check_side_outputs(ExportOptions(labels=str(empty)))
+        _check_side_outputs(ExportOptions.from_keywords(labels=str(empty)))
 
 
 # ---- the checks each kind gets -----------------------------------------------------------------

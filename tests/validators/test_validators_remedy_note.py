@@ -15,28 +15,28 @@ CPU, MICRO = ("int16", "float"), ("int16",)
 
 
 def test_int8_on_cpu_names_int16x8_and_the_search():
-    note = remedy_note(ExportOptions(quantize="int8"), CPU)
+    note = remedy_note(ExportOptions.from_keywords(quantize="int8"), CPU)
     assert "--quantize int16x8" in note and "--min-sqnr N" in note and "int16 and then float" in note
 
 
 def test_int16x8_names_the_search_only():
-    note = remedy_note(ExportOptions(quantize="int16x8"), CPU)
+    note = remedy_note(ExportOptions.from_keywords(quantize="int16x8"), CPU)
     assert "--quantize int16x8" not in note and "--min-sqnr N" in note
 
 
 def test_micro_raises_to_int16_only():
-    note = remedy_note(ExportOptions(quantize="int8"), MICRO)
+    note = remedy_note(ExportOptions.from_keywords(quantize="int8"), MICRO)
     assert note.endswith("to int16 until N is met.")
 
 
 @pytest.mark.parametrize(
     "options, promotions",
     [
-        (ExportOptions(quantize="int8", min_sqnr=25.0), CPU),  # the search was asked for
-        (ExportOptions(quantize="int8", min_top1=0.99), CPU),
-        (ExportOptions(quantize="int8", mixed_precision="off"), CPU),
-        (ExportOptions(quantize="int8"), ()),  # the Edge TPU: its own note names the limiting layers
-        (ExportOptions(quantize="fp16"), CPU),
+        (ExportOptions.from_keywords(quantize="int8", min_sqnr=25.0), CPU),  # the search was asked for
+        (ExportOptions.from_keywords(quantize="int8", min_top1=0.99), CPU),
+        (ExportOptions.from_keywords(quantize="int8", mixed_precision="off"), CPU),
+        (ExportOptions.from_keywords(quantize="int8"), ()),  # the Edge TPU: its own note names the limiting layers
+        (ExportOptions.from_keywords(quantize="fp16"), CPU),
     ],
 )
 def test_no_note_where_the_search_ran_cannot_run_or_was_refused(options, promotions):

@@ -69,7 +69,7 @@ def test_a_difference_between_runtimes_is_a_finding_and_fails_the_verdict(tmp_pa
 
 def test_an_unknown_runtime_is_a_usage_error(run_cli, tmp_path):
     with pytest.raises(UsageError, match="--runtime gpu is not known"):
-        edge_export.ExportOptions(runtime="gpu")
+        edge_export.ExportOptions.from_keywords(runtime="gpu")
     result = run_cli("model_zoo:small_cnn", "--input-shape", "1,3,16,16", "--runtime", "npu", "-o", tmp_path / "m.tflite")
     assert result.exit_code == 2 and "--runtime npu is not known" in result.stderr
 

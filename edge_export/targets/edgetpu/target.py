@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from ...config import IODtype
 from ...errors import UsageError
+from .options import EdgeTpuOptions
 from .report import EDGETPU_REPORT_SECTIONS, CompilerSection, DelegateSection
 from ..base import (
     PreparedModule,
@@ -27,7 +28,6 @@ from ..base import (
     TargetArtifact,
     TargetCheck,
     TargetContext,
-    TargetOption,
     TargetPlugin,
     imply_full_integer_int8,
     imply_io_dtype,
@@ -68,36 +68,18 @@ def _compiled_paths(tflite_path: Path) -> tuple[Path, Path]:
     )
 
 
-def _check_timeout(value: Any) -> float:
-    seconds = float(value)
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise UsageError(f"--compiler-timeout {value} is not a positive number of seconds.", "Give e.g. --compiler-timeout 180 (the default).")
-    return seconds
-
-
-def _check_delegate(value: Any) -> str:
-    if value != "edgetpu":
-        raise UsageError(f"--delegate {value} is not known.", "Use --delegate edgetpu.")
-    return value
-
-
 class EdgeTPUTarget(TargetPlugin):
     name = "edgetpu"
     report_sections = EDGETPU_REPORT_SECTIONS
-    options: ClassVar[tuple[TargetOption, ...]] = (
-        TargetOption("edgetpu_compiler", "--edgetpu-compiler", "Path of edgetpu_compiler (default: found on PATH).", metavar="PATH"),
-        TargetOption("compiler_timeout", "--compiler-timeout", "Seconds before edgetpu_compiler is stopped (default 180).", float, 180.0, "SECONDS", _check_timeout),
-        TargetOption("require_compiler", "--require-compiler", "Fail when edgetpu_compiler is absent or fails (default: report it and go on).", bool, False),
-        TargetOption("delegate", "--delegate", "edgetpu: run parity through the Edge TPU delegate (libedgetpu) when present.", metavar="edgetpu", check=_check_delegate),
-    )
+    options_class: ClassVar[type[EdgeTpuOptions]] = EdgeTpuOptions
     requires_full_integer = True
     mixed_precision_promotions = ()  # int8 only: no int16 or float kernels on the TPU
     check_label = "Checking the Edge TPU mapping"
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
         options, implied = imply_full_integer_int8(options, self.name)
-        if not options.channels_last:
-            options = replace(options, channels_last=True)
+        if not options.layout.channels_last:
+            options = options.with_values(channels_last=True)
             implied.append("--target edgetpu implies NHWC image I/O (--channels-last)")
         options, io_note = imply_io_dtype(options, self.name, IODtype.UINT8, "what Coral apps expect")
         return options, implied + io_note
@@ -139,9 +121,9 @@ class EdgeTPUTarget(TargetPlugin):
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / f"{tflite_path.stem}.tflite"
             src.write_bytes(context.model.data)
-            result = compile_for_edgetpu(src, tmp, explicit_compiler=options.edgetpu_compiler, timeout_s=options.compiler_timeout)
+            result = compile_for_edgetpu(src, tmp, explicit_compiler=options.target_options.edgetpu_compiler, timeout_s=options.target_options.timeout_s)
             report["compiler"] = CompilerSection(result, tuple(compare_with_prediction(mapping, result)))
-            if options.require_compiler:
+            if options.target_options.require_compiler:
                 require_compiled(result)
             if result.compiled and result.compiled_model:
                 compiled = Path(result.compiled_model)
@@ -153,7 +135,7 @@ class EdgeTPUTarget(TargetPlugin):
                 if log.is_file():
                     artifacts.append(TargetArtifact("edgetpu_log", log_path, log.read_bytes()))
         runner = None
-        if options.delegate == "edgetpu":
+        if options.target_options.delegate == "edgetpu":
             try:
                 delegate = load_edgetpu_delegate()
             except TargetError as exc:

@@ -67,9 +67,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from ...errors import UsageError
 from ...output.serialize import json_field
-from ..base import FinishedRun, FinishedTarget, RewrittenFlatbuffer, TargetCheck, TargetContext, TargetOption, TargetPlugin, register_target
+from ..base import FinishedRun, FinishedTarget, RewrittenFlatbuffer, TargetCheck, TargetContext, TargetPlugin, register_target
 from ..operator_rules import OperatorRules
 from ..registry import ReportSection
+from .options import GpuOptions
 from .precision import GPU_PRECISION_REPORT_SECTION
 
 if TYPE_CHECKING:
@@ -534,12 +535,6 @@ def run_gpu_analyzer(model: FlatbufferModel) -> AnalyzerCrossCheck:
 # ---- the target ---------------------------------------------------------------------------------
 
 
-def _check_gpu_precision(value: Any) -> str:
-    if value not in ("fp16", "fp32"):
-        raise UsageError(f"--gpu-precision {value} is not known.", "Use --gpu-precision fp16 (the delegate's default) or fp32.")
-    return value
-
-
 def _markdown(gpu: GpuReport, target: object, artifacts: object) -> list[str]:
     from ...reports.markdown import escape_markdown as _e
 
@@ -572,14 +567,7 @@ class GpuTarget(TargetPlugin):
     name = "gpu"
     check_label = "Predicting the GPU delegate's partitions"
     report_sections = (GPU_REPORT_SECTION, GPU_PRECISION_REPORT_SECTION)
-    options: ClassVar[tuple[TargetOption, ...]] = (
-        TargetOption(
-            "gpu_precision", "--gpu-precision",
-            "gpu: the precision the app runs the GPU delegate at: fp16 (the delegate's default; a failed float16 "
-            "precision check is exit 1) or fp32 (the app forces float32; the check is reported only).",
-            str, "fp16", "PRECISION", _check_gpu_precision,
-        ),
-    )
+    options_class: ClassVar[type[GpuOptions]] = GpuOptions
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
         # The delegate computes in float16/float32, so the integer modes are refused (issue 10):
@@ -591,9 +579,9 @@ class GpuTarget(TargetPlugin):
         #   DEQUANTIZE);
         # - full int8 is run by newer delegates only by dequantizing to float inside the GPU: none
         #   of int8's speed, and parity would no longer test what the phone computes.
-        if options.quantize.is_integer:
+        if options.quantization.quantize.is_integer:
             raise UsageError(
-                f"--target gpu runs float models (fp32 or fp16 weights), but --quantize {options.quantize.value} "
+                f"--target gpu runs float models (fp32 or fp16 weights), but --quantize {options.quantization.quantize.value} "
                 "stores integer tensors, which the LiteRT GPU delegate either leaves on the CPU (dynamic-int8's "
                 "int8 weights, int16x8) or converts back to float inside the GPU (int8).",
                 "Drop --quantize, or use --quantize fp16 (half the size, the delegate's native precision).",
@@ -619,7 +607,7 @@ class GpuTarget(TargetPlugin):
         it compares against the same PyTorch outputs, on the model with its tensor names."""
         from .precision import check_gpu_precision, skipped_gpu_precision
 
-        precision = run.options.gpu_precision
+        precision = run.options.target_options.precision
         if run.samples is None:
             return FinishedTarget({"gpu_precision": skipped_gpu_precision("parity did not run (--no-validate)", precision)})
         feeds, references = run.samples

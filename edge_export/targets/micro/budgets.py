@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ...errors import UsageError
-from ..registry import ReportSection, TargetOption
+from ..registry import ReportSection
 
 if TYPE_CHECKING:
     from ...flatbuffer import FlatbufferModel
 
 __all__ = [
-    "BUDGET_OPTIONS",
     "BudgetCheck",
     "BudgetsSection",
     "SizeConsumer",
@@ -33,22 +32,6 @@ __all__ = [
     "largest_constants",
     "parse_size",
 ]
-
-# The budget options of the targets that accept budgets (TargetPlugin.options): micro, Ethos-U.
-BUDGET_OPTIONS = (
-    TargetOption(
-        "max_flash", "--max-flash",
-        "micro and ethos-u*: flash budget for the model, e.g. 256KiB, 1MiB, 1.5MB or 300000 (bytes); over it: "
-        "exit 1 naming the largest weights.",
-        str, None, "SIZE", lambda value: parse_size(value, "--max-flash"),
-    ),
-    TargetOption(
-        "max_ram", "--max-ram",
-        "micro and ethos-u*: RAM budget for the tensor arena TFLite Micro measures, e.g. 64KiB; over it: exit 1 "
-        "naming the largest activations.",
-        str, None, "SIZE", lambda value: parse_size(value, "--max-ram"),
-    ),
-)
 
 # Binary units (KiB) are what linker scripts and datasheets size memories in; decimal units (kB, MB)
 # are accepted too, as written. "K"/"M" alone are binary, as in a linker script's LENGTH = 256K.

@@ -424,8 +424,8 @@ class EthosUTarget(MicroTarget):
         return check_budgets(
             flash_bytes=len(section.compiled),
             ram_bytes=ram,
-            max_flash=run.options.max_flash,
-            max_ram=run.options.max_ram,
+            max_flash=run.options.target_options.max_flash,
+            max_ram=run.options.target_options.max_ram,
             flash_consumers=largest_constants(run.named_model),
             ram_consumers=largest_activations(run.named_model),
             flash_measured="Vela-compiled model (<stem>_vela.tflite)",

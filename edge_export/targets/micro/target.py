@@ -32,10 +32,10 @@ from ...config import IODtype
 from ...errors import RuntimeRunError, TargetError, UsageError, first_line
 from ...flatbuffer import FlatbufferModel, read_flatbuffer
 from ...runtime.interpreter import IOTensor, from_model_outputs, to_model_inputs
-from .budgets import BUDGET_OPTIONS, BUDGETS_REPORT_SECTION
+from .budgets import BUDGETS_REPORT_SECTION
 from .cmsis_nn import CMSIS_NN_REPORT_SECTION
 from .report import MICRO_REPORT_SECTION, CBundleSection, MicroReport, MicroSection
-from ..base import TargetOption
+from .options import MicroOptions
 from ..base import (
     FinishedRun,
     FinishedTarget,
@@ -518,17 +518,7 @@ class MicroTarget(TargetPlugin):
 
     name = "micro"
     report_sections = (MICRO_REPORT_SECTION, BUDGETS_REPORT_SECTION, CMSIS_NN_REPORT_SECTION)
-    options: ClassVar[tuple[TargetOption, ...]] = (
-        TargetOption("emit_op_resolver", "--emit-op-resolver", "micro: write the C++ MicroMutableOpResolver lines for the model's operators here.", Path, check=str),
-        *BUDGET_OPTIONS,
-        TargetOption(
-            "emit_c", "--emit-c",
-            "micro: write the firmware bundle (model array, op resolver, arena size, test vectors) into DIR "
-            "(default with --target micro: <stem>_micro/ beside the .tflite).",
-            Path, metavar="DIR", check=str,
-        ),
-        TargetOption("no_emit_c", "--no-emit-c", "micro: write no firmware bundle.", bool, False),
-    )
+    options_class: ClassVar[type[MicroOptions]] = MicroOptions
     requires_full_integer = True
     # TFLite Micro ignores metadata: it would only cost flash (--labels stays a parity option).
     carries_metadata = False
@@ -537,31 +527,31 @@ class MicroTarget(TargetPlugin):
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
         options, implied = imply_full_integer_int8(options, self.name)
-        if options.io_dtype not in (None, IODtype.INT8):
+        if options.layout.io_dtype not in (None, IODtype.INT8):
             raise UsageError(
-                f"--target {self.name} needs int8 model inputs and outputs, but --io-dtype {options.io_dtype.value} was given.",
+                f"--target {self.name} needs int8 model inputs and outputs, but --io-dtype {options.layout.io_dtype.value} was given.",
                 f"Drop --io-dtype ({self.name} implies int8).",
             )
         options, io_note = imply_io_dtype(options, self.name, IODtype.INT8)
         implied += io_note
-        if options.part_scales:  # a joined output keeps its parts' scales only as a float output
-            options = replace(options, part_scales=False)
+        if options.quantization.part_scales:  # a joined output keeps its parts' scales only as a float output
+            options = options.with_values(part_scales=False)
             implied.append(f"--target {self.name} implies --no-part-scales (its outputs are int8, one scale each)")
-        if not options.channels_last:
+        if not options.layout.channels_last:
             # Sensors and camera pipelines deliver NHWC; NCHW I/O would cost a TRANSPOSE at each
             # image input and output (flash, arena and time on the device).
-            options = replace(options, channels_last=True)
+            options = options.with_values(channels_last=True)
             implied.append(f"--target {self.name} implies NHWC image I/O (--channels-last)")
-        if not options.strip_names and not options.keep_names:
+        if not options.outputs.strip_names and not options.outputs.keep_names:
             # Names are ~15% of a small int8 CNN's flash and TFLM never reads them; the tensor-name
             # map written beside the model keeps per-layer debugging possible.
-            options = replace(options, strip_names=True)
+            options = options.with_values(strip_names=True)
             implied.append(
                 f"--target {self.name} implies --strip-names (the names go to <stem>.tensors.json; --keep-names keeps them)"
             )
-        if options.emit_c and options.no_emit_c:
+        if options.target_options.emit_c and options.target_options.no_emit_c:
             raise UsageError(
-                f"--emit-c {options.emit_c} and --no-emit-c contradict each other.",
+                f"--emit-c {options.target_options.emit_c} and --no-emit-c contradict each other.",
                 "Keep one: --emit-c DIR writes the firmware bundle there, --no-emit-c writes none.",
             )
         return options, implied
@@ -569,8 +559,8 @@ class MicroTarget(TargetPlugin):
     def output_paths(self, options: ExportOptions, tflite_path: Path) -> list[tuple[str, Path]]:
         from ...artifacts.tensor_names import tensor_names_path
 
-        paths = [("--emit-op-resolver", Path(options.emit_op_resolver))] if options.emit_op_resolver else []
-        if options.strip_names:
+        paths = [("--emit-op-resolver", Path(options.target_options.emit_op_resolver))] if options.target_options.emit_op_resolver else []
+        if options.outputs.strip_names:
             paths.append(("the tensor-name map (named after -o)", tensor_names_path(tflite_path)))
         bundle = _bundle_layout(options, tflite_path)
         if bundle is not None:
@@ -587,7 +577,7 @@ class MicroTarget(TargetPlugin):
                 )
             from .bundle import bundle_paths
 
-            label = f"the firmware bundle ({'--emit-c' if options.emit_c else f'implied by --target {self.name}; --no-emit-c skips it'})"
+            label = f"the firmware bundle ({'--emit-c' if options.target_options.emit_c else f'implied by --target {self.name}; --no-emit-c skips it'})"
             paths += [(label, p) for p in bundle_paths(folder, name)]
         return paths
 
@@ -616,7 +606,7 @@ class MicroTarget(TargetPlugin):
         arena, micro_report = run_isolated(measure, stage="TFLite Micro arena measurement", backend="the TFLite Micro interpreter")
 
         artifacts = ()
-        resolver_path = context.options.emit_op_resolver
+        resolver_path = context.options.target_options.emit_op_resolver
         if resolver_path:
             artifacts = (TargetArtifact("op_resolver", Path(resolver_path), emit_op_resolver(micro_report.ops).encode()),)
         bundle = _bundle_layout(context.options, context.tflite_path)
@@ -649,7 +639,7 @@ class MicroTarget(TargetPlugin):
         and the firmware bundle, whose comments carry the report's headline and whose test vectors'
         expected outputs come from the host interpreter running that model."""
         artifacts: tuple[TargetArtifact, ...] = ()
-        if run.options.strip_names:
+        if run.options.outputs.strip_names:
             from ...artifacts.tensor_names import build_tensor_name_map, tensor_names_path
 
             artifacts += (
@@ -664,7 +654,7 @@ class MicroTarget(TargetPlugin):
         from ...processes.isolation import run_isolated
         from . import bundle as cb
 
-        model, seed = run.model, run.options.seed
+        model, seed = run.model, run.options.parity.seed
         vectors = run_isolated(
             lambda: make_test_vectors(model, bundle.arena_measured_bytes, bundle.test_vectors, seed),
             stage="TFLite Micro test vectors",
@@ -700,8 +690,8 @@ class MicroTarget(TargetPlugin):
         return check_budgets(
             flash_bytes=run.model.size_bytes,
             ram_bytes=arena,
-            max_flash=run.options.max_flash,
-            max_ram=run.options.max_ram,
+            max_flash=run.options.target_options.max_flash,
+            max_ram=run.options.target_options.max_ram,
             flash_consumers=largest_constants(run.named_model),
             ram_consumers=largest_activations(run.named_model),
             ram_measured="tensor arena (measured by the TFLite Micro host interpreter)",
@@ -751,11 +741,11 @@ def _report_headline(report) -> str:
 
 def _bundle_layout(options: ExportOptions, tflite_path: Path) -> tuple[Path, str] | None:
     """(folder, C name) of the firmware bundle, or None with --no-emit-c."""
-    if options.no_emit_c:
+    if options.target_options.no_emit_c:
         return None
     from .bundle import c_identifier
 
-    folder = Path(options.emit_c) if options.emit_c else tflite_path.with_name(f"{tflite_path.stem}_micro")
+    folder = Path(options.target_options.emit_c) if options.target_options.emit_c else tflite_path.with_name(f"{tflite_path.stem}_micro")
     return folder, c_identifier(tflite_path.stem)
 
 
