@@ -68,7 +68,7 @@ def export(
         return shell.run(
             model, options.inputs.trust_pickle, _shows_libraries(options), clock,
             _run_export, (model, example_inputs, options, target, clock, plan.paths, implied),
-            commit=lambda report, files: write_run(report, files, options, clock, plan.paths), may_write=plan.artifacts,
+            commit=lambda report, files: write_run(report, files, clock, plan.paths, **options.outputs.written_beside()), may_write=plan.artifacts,
         )
 
 
@@ -114,7 +114,7 @@ def validate(
         return shell.run(
             reference, options.inputs.trust_pickle, _shows_libraries(options), clock,
             validate_against_reference, (checked, request, options, plan.paths, clock),
-            commit=lambda report, files: write_run(report, files, options, clock, plan.paths), may_write=plan.artifacts,
+            commit=lambda report, files: write_run(report, files, clock, plan.paths, **options.outputs.written_beside()), may_write=plan.artifacts,
         )
 
 
@@ -154,7 +154,7 @@ def _run_export(
     from .stages.parity import parity_stage
     from .stages.prepare import prepare_stage
 
-    loaded = load_stage(model, options, example_inputs, clock)
+    loaded = load_stage(model, options.inputs, options.parity.seed, example_inputs, clock)
     prepared = prepare_stage(loaded, options, target, implied)
     converted = convert_stage(prepared, options, target, clock)
     host_latency = host_latency_stage(converted, options, target, clock)

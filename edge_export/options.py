@@ -315,6 +315,10 @@ class OutputOptions:
         if self.test_vectors_count < 1:
             raise UsageError(f"--test-vectors-count {self.test_vectors_count} must be at least 1.", "Use e.g. --test-vectors-count 4.")
 
+    def written_beside(self) -> dict[str, str | None]:
+        """The side files the write stage commits with the model (stages/write.py)."""
+        return {"junit": self.junit, "per_layer_plot": self.per_layer_plot}
+
 
 _TARGET_HELP = "cpu (LiteRT/XNNPACK), edgetpu (implies int8, batch 1, NHWC, uint8 I/O), micro (int8 with int8 NHWC I/O, names stripped, TFLite Micro), gpu (float; predicts the Android GPU delegate's partitions), ethos-u55-128 and the other Arm Ethos-U configurations Vela accepts (ethos-u55-32..256, ethos-u65-256/512, ethos-u85-128..2048: micro plus the Vela NPU compiler, <stem>_vela.tflite; needs pip install 'edge-export[ethos-u]'), or any other target registered in edge_export/targets."
 # The groups ExportOptions composes, by attribute; a flat keyword is routed to the group declaring it.

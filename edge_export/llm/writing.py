@@ -55,5 +55,5 @@ def write_language_model(source: str, class_name: str, paths: dict, tflite: byte
     files = [(paths["tflite"], tflite)] if options.write_tflite else []
     report = build_run_report(source, class_name, {**paths, "tflite": model_path}, tflite, section, stages, options.junit)
     run_paths = RunPaths(model_path, Path(paths["json"]), Path(paths["md"]))
-    written = write_run(report, [*files, (paths["litertlm"], litertlm)], options, stages, run_paths)
+    written = write_run(report, [*files, (paths["litertlm"], litertlm)], stages, run_paths, junit=options.junit)
     return LanguageModelResult(written.tflite_path, written.report_json_path, written.report_md_path, report, litertlm_path=paths["litertlm"])

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import InputSpec
 from ..errors import InputSpecError
-from ..options import ExportOptions
+from ..options import InputOptions
 
 if TYPE_CHECKING:
     from ..loading.sources import LoadedModel
@@ -29,15 +29,15 @@ def flatten_outputs(out: Any) -> list:
     return leaves
 
 
-def resolve_inputs(loaded: Any, options: ExportOptions, example_inputs: tuple | None) -> tuple[list[InputSpec], tuple]:
+def resolve_inputs(loaded: Any, inputs: InputOptions, seed: int, example_inputs: tuple | None) -> tuple[list[InputSpec], tuple]:
     from ..loading.inputs import example_tensors, specs_from_options, specs_from_tensors
 
-    if options.inputs.input_shapes:
-        specs = specs_from_options(options.inputs.input_shapes, options.inputs.input_dtypes)
+    if inputs.input_shapes:
+        specs = specs_from_options(inputs.input_shapes, inputs.input_dtypes)
         if example_inputs is not None and len(example_inputs) == len(specs):
             example = tuple(example_inputs)
         else:
-            example = example_tensors(specs, options.parity.seed)
+            example = example_tensors(specs, seed)
         return specs, example
     if example_inputs is not None:
         return specs_from_tensors(example_inputs), tuple(example_inputs)
@@ -50,7 +50,7 @@ def resolve_inputs(loaded: Any, options: ExportOptions, example_inputs: tuple | 
 
 
 def load_with_inputs(
-    model: Any, options: ExportOptions, example_inputs: tuple | None
+    model: Any, inputs: InputOptions, seed: int, example_inputs: tuple | None
 ) -> tuple[Any, list[InputSpec], tuple, list, list[str | None]]:
     """Load the model, settle its input specs (named) and example, and run it once eagerly: its
     flattened outputs and the key each was returned under."""
@@ -59,45 +59,45 @@ def load_with_inputs(
 
     loaded = load_model(
         model,
-        example_inputs=example_for_loading(options, example_inputs),
-        weights=options.inputs.weights,
-        trust_pickle=options.inputs.trust_pickle,
+        example_inputs=example_for_loading(inputs, seed, example_inputs),
+        weights=inputs.weights,
+        trust_pickle=inputs.trust_pickle,
     )
-    specs, example = resolve_inputs(loaded, options, example_inputs)
+    specs, example = resolve_inputs(loaded, inputs, seed, example_inputs)
     returned = check_model_accepts(loaded.module, example, specs)
     outputs = flatten_outputs(returned)
-    specs = named_specs(loaded, specs, options)
-    check_output_names(options, len(outputs))
+    specs = named_specs(loaded, specs, inputs)
+    check_output_names(inputs, len(outputs))
     return loaded, specs, example, outputs, output_keys(returned)
 
 
-def named_specs(loaded: Any, specs: list[InputSpec], options: ExportOptions) -> list[InputSpec]:
+def named_specs(loaded: Any, specs: list[InputSpec], inputs: InputOptions) -> list[InputSpec]:
     """The specs named after --input-names or forward()'s parameters: every file a user hands in
     (calibration archives) is keyed by the same names as the signature."""
     from dataclasses import replace
 
     from ..artifacts.io_names import check_count, forward_parameter_names, resolve_names
 
-    check_count(options.inputs.input_names, len(specs), "--input-names", "input")
+    check_count(inputs.input_names, len(specs), "--input-names", "input")
     from_model = list(loaded.input_names or ())[: len(specs)] or forward_parameter_names(loaded.module, len(specs))
-    names = resolve_names(options.inputs.input_names, from_model, [f"args_{i}" for i in range(len(specs))])
+    names = resolve_names(inputs.input_names, from_model, [f"args_{i}" for i in range(len(specs))])
     return [replace(spec, name=name) for spec, name in zip(specs, names)]
 
 
-def check_output_names(options: ExportOptions, count: int) -> None:
+def check_output_names(inputs: InputOptions, count: int) -> None:
     from ..artifacts.io_names import check_count
 
-    check_count(options.inputs.output_names, count, "--output-names", "output")
+    check_count(inputs.output_names, count, "--output-names", "output")
 
 
-def example_for_loading(options: ExportOptions, example_inputs: tuple | None) -> tuple | None:
+def example_for_loading(inputs: InputOptions, seed: int, example_inputs: tuple | None) -> tuple | None:
     """TorchScript conversion needs example inputs at load time."""
     if example_inputs is not None:
         return tuple(example_inputs)
-    if options.inputs.input_shapes:
+    if inputs.input_shapes:
         from ..loading.inputs import example_tensors, specs_from_options
 
-        return example_tensors(specs_from_options(options.inputs.input_shapes, options.inputs.input_dtypes), options.parity.seed)
+        return example_tensors(specs_from_options(inputs.input_shapes, inputs.input_dtypes), seed)
     return None
 
 
@@ -131,6 +131,8 @@ class LoadedRun:
         return self.loaded.module
 
 
-def load_stage(model: Any, options: ExportOptions, example_inputs: tuple | None, clock: Any) -> LoadedRun:
+def load_stage(model: Any, inputs: InputOptions, seed: int, example_inputs: tuple | None, clock: Any) -> LoadedRun:
+    """Load the model (``inputs``: what loading and tracing read; ``seed``: of the random example
+    inputs made from --input-shape)."""
     with clock.run("load", "Loading the model"):
-        return LoadedRun(*load_with_inputs(model, options, example_inputs))
+        return LoadedRun(*load_with_inputs(model, inputs, seed, example_inputs))

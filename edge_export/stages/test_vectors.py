@@ -62,7 +62,7 @@ def validate_with_test_vectors(
             return with_baseline(_vectors_report(fb, vectors, vectors_path, parity, runtimes, options, plan.paths, stages), options.outputs.baseline), []
 
         return shell.run(None, False, options.outputs.verbose or not options.outputs.quiet_libraries, stages, body, (),
-                         commit=lambda report, files: write_run(report, files, options, stages, plan.paths))
+                         commit=lambda report, files: write_run(report, files, stages, plan.paths, **options.outputs.written_beside()))
 
 
 def _refuse_reference_options(request: ValidateRequest, options: ExportOptions) -> None:

@@ -119,7 +119,7 @@ def validate_against_reference(
     """Load the reference, check parity and build the report; ``validate`` writes it."""
     options = _with_flatbuffer_shapes(checked.model, request, options)
     with stages.run("load", "Loading the reference model"):
-        loaded, specs, example, ref_out, _ = load_with_inputs(request.reference, options, request.example_inputs)
+        loaded, specs, example, ref_out, _ = load_with_inputs(request.reference, options.inputs, options.parity.seed, request.example_inputs)
     plan = _layout_plan(checked.model, specs, ref_out)
     parity, layers, runtimes, _, accuracy = check_parity(
         loaded.module, example, specs, options, checked.model, plan, stages, **labelled_heldout(options, specs, example)

@@ -9,7 +9,6 @@ from typing import Any, Sequence
 
 from ..output.atomic_files import ArtifactSet, check_writable_folder
 from ..errors import EXIT_OK
-from ..options import ExportOptions
 from ..reports.model import RunReport
 from .clock import StageClock
 from .paths import RunPaths
@@ -48,17 +47,18 @@ class ExportResult:
 
 
 def write_run(
-    report: RunReport, files: Sequence[tuple[Path, bytes]], options: ExportOptions, stages: StageClock, paths: RunPaths,
+    report: RunReport, files: Sequence[tuple[Path, bytes]], stages: StageClock, paths: RunPaths, *,
+    junit: str | Path | None = None, per_layer_plot: str | Path | None = None,
 ) -> ExportResult:
     """The atomic write of every artifact: the model files given, then the renderings of the report
     at ``paths``, the caller's own. A report built in a confined child names paths too, but
-    nothing it says decides where a file goes: its artifacts section is set to these."""
+    nothing it says decides where a file goes: its artifacts section is set to these. ``junit`` and
+    ``per_layer_plot``: the paths of --junit and --per-layer-plot, when given."""
     from ..reports.json_report import render_json
     from ..reports.markdown import render_markdown
 
     json_path, md_path = Path(paths.report_json), Path(paths.report_markdown)
-    junit = str(options.outputs.junit) if options.outputs.junit else None
-    artifacts = replace(report.artifacts, tflite=str(paths.tflite), report_json=str(json_path), report_markdown=str(md_path), junit=junit)
+    artifacts = replace(report.artifacts, tflite=str(paths.tflite), report_json=str(json_path), report_markdown=str(md_path), junit=str(junit) if junit else None)
     report = replace(report, artifacts=artifacts)
     result = ExportResult(Path(paths.tflite), json_path, md_path, report)
     layers = report.per_layer
@@ -69,13 +69,13 @@ def write_run(
                 artifacts.add(path, content)
             artifacts.add(json_path, render_json(data))
             artifacts.add(md_path, render_markdown(report))
-            if layers is not None and options.outputs.per_layer_plot:
-                artifacts.add(options.outputs.per_layer_plot, plot_bytes(layers, report.sensitivity))
-            if options.outputs.junit:
+            if layers is not None and per_layer_plot:
+                artifacts.add(per_layer_plot, plot_bytes(layers, report.sensitivity))
+            if junit:
                 from ..reports.junit import render_junit
 
-                check_writable_folder(Path(options.outputs.junit))
-                artifacts.add(options.outputs.junit, render_junit(report))
+                check_writable_folder(Path(junit))
+                artifacts.add(junit, render_junit(report))
             artifacts.commit()
     return result
 
