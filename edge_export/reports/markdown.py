@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .model import SkippedValidation
 from ..output.serialize import to_json_value as _plain
-from ..output.text_safety import show_unsafe
+from ..output.text_safety import code_span, escape_markdown, kotlin_string
 
 if TYPE_CHECKING:
     from ..constraints import PinnedSetCheck
@@ -27,35 +27,9 @@ if TYPE_CHECKING:
     from ..validators.runtimes import RuntimeComparison
     from .model import AppSection, ArtifactsSection, FlatbufferSection, MetadataSection, RunReport, TargetSection
 
-__all__ = ["render_markdown", "escape_markdown", "code_span", "kotlin_string"]
+__all__ = ["render_markdown"]
 
 _ICON = {"passed": "✅ PASSED", "failed": "❌ FAILED", "exported-unvalidated": "⚠️ EXPORTED, NOT VALIDATED"}
-
-
-# Everything a model or file supplies (tensor, output, module and op names, paths, error texts) goes
-# through escape_markdown: the report is published as a CI step summary, where a crafted name could
-# otherwise add a heading, an image, a link, raw HTML or table cells. Such text is never put in a
-# backtick code span (a backtick in it would end the span); <code> keeps the look.
-# Backslash-escaped: emphasis, code, links and images, table cells, strikethrough, math, headings,
-# and the ':' and '.' that GFM's bare-URL autolinks start from.
-# Characters that are unsafe to show (text_safety.unsafe_to_show: controls, bidi overrides, zero-width
-# and other format characters, U+2028/9) become visible escapes such as \u202e, whose backslash is
-# then escaped like any other; a line break or tab, which a message may hold, is a space.
-_MD_PUNCTUATION = re.compile(r"([\\`*_\[\]()#!|~$:.])")
-_LINE_BREAKS = str.maketrans("\r\n\t", "   ")
-
-
-def escape_markdown(value) -> str:
-    """``value`` as literal text in Markdown and HTML: no markup of any kind survives, and no
-    character that would hide or reorder the text around it."""
-    text = show_unsafe(str(value).translate(_LINE_BREAKS))
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_PUNCTUATION.sub(r"\\\1", text)
-
-
-def code_span(value) -> str:
-    """A model-supplied name shown as code, escaped."""
-    return f"<code>{escape_markdown(value)}</code>"
 
 
 _code = code_span
@@ -493,23 +467,6 @@ def _metadata_section(metadata: MetadataSection) -> list[str]:
 
 
 # ---- "Use it in an app": the signature as an app calls it, and a Kotlin example ---------------
-
-def kotlin_string(value) -> str:
-    """``value`` as a Kotlin string literal of printable ASCII only: quotes, backslashes and ``$``
-    (string templates) escaped, everything else as ``\\uXXXX``. No line break can appear, so a name
-    read from a file cannot end the fenced code block it is written in, nor the literal; backticks
-    and ``<>&`` are ``\\uXXXX`` too, so the block holds no fence or HTML a name brought."""
-    out = []
-    for ch in str(value):
-        if ch in '"\\$':
-            out.append("\\" + ch)
-        elif " " <= ch <= "~" and ch not in "`<>&":
-            out.append(ch)
-        else:
-            data = ch.encode("utf-16-be")
-            out.extend(f"\\u{int.from_bytes(data[i:i + 2], 'big'):04X}" for i in range(0, len(data), 2))
-    return '"' + "".join(out) + '"'
-
 
 # TensorBuffer's typed writers and readers (LiteRT 2.x Kotlin API) per tensor dtype.
 _KOTLIN_IO = {

@@ -11,7 +11,8 @@ from pathlib import Path
 from report_fixtures import full_report
 
 from edge_export.reports.junit import render_junit
-from edge_export.reports.markdown import escape_markdown, render_markdown
+from edge_export.output.text_safety import escape_markdown
+from edge_export.reports.markdown import render_markdown
 from edge_export.reports.model import RunReport
 from edge_export.output.text_safety import for_c_comment, for_terminal, unsafe_to_show
 

@@ -123,7 +123,7 @@ def test_an_unsupported_op_is_blamed_on_its_module_and_source_line(models):
     assert first.aten == "aten.cumsum" and first.source == call
     assert "CUMSUM (from aten.cumsum) in module 'total' (RunningTotal), at " + call in report.summary()
     assert (report.ops[1].aten, report.ops[1].source) == ("aten.cumsum", call) and report.ops[0].aten is None
-    from edge_export.reports.markdown import escape_markdown
+    from edge_export.output.text_safety import escape_markdown
     from edge_export.targets.gpu.target import GPU_REPORT_SECTION
 
     markdown = "\n".join(GPU_REPORT_SECTION.markdown(report, None, None))

@@ -285,7 +285,7 @@ def check_gpu_precision(
 
 def _markdown(check: GpuPrecisionReport, target: object, artifacts: object) -> list[str]:
     """The float16 check: its verdict, what broke where, and the Kotlin option that avoids it."""
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import escape_markdown as _e
 
     out = ["### GPU precision (float16, the delegate's default)", "", _e(check.summary()), ""]
     if check.skipped is None:

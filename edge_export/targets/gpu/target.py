@@ -541,7 +541,7 @@ def _check_gpu_precision(value: Any) -> str:
 
 
 def _markdown(gpu: GpuReport, target: object, artifacts: object) -> list[str]:
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import escape_markdown as _e
 
     out = ["", f"**GPU delegate (predicted):** {_e(gpu.summary())}", ""]
     for opcode, count in gpu.unsupported_ops().items():

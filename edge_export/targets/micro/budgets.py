@@ -250,7 +250,7 @@ def largest_activations(model: FlatbufferModel, limit: int = _LARGEST) -> tuple[
 
 def _markdown(budgets: BudgetsSection, target: object, artifacts: object) -> list[str]:
     """Flash and RAM against --max-flash/--max-ram, and the largest consumers of an exceeded one."""
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import escape_markdown as _e
 
     out = ["### Flash and RAM budgets", "", "| resource | measured | bytes | budget | margin |", "|---|---|---|---|---|"]
     for c in budgets.checks:

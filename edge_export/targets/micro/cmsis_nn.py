@@ -202,8 +202,8 @@ def check_cmsis_nn(model: FlatbufferModel) -> CmsisNNReport:
 
 
 def _markdown(rules: CmsisNNReport, target: object, artifacts: object) -> list[str]:
-    from ...reports.markdown import code_span as _code
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import code_span as _code
+    from ...output.text_safety import escape_markdown as _e
 
     out = ["### CMSIS-NN kernel rules", "", _e(rules.note)]
     if rules.violations:

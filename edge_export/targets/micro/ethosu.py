@@ -290,8 +290,8 @@ def ram_bytes(section: EthosUReport, int8_arena: int) -> int:
 
 def _markdown(ethos: EthosUReport, target: object, artifacts: object) -> list[str]:
     """Vela's placement (NPU or CPU, each CPU operator with its module) and its figures."""
-    from ...reports.markdown import code_span as _code
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import code_span as _code
+    from ...output.text_safety import escape_markdown as _e
 
     s = ethos.summary
     out = [
