@@ -180,7 +180,7 @@ def _target_option(value: Target | str) -> Target | str:
         return Target(value)
     except ValueError:
         pass
-    from .targets.registry import get_target
+    from .plugins.target_registry import get_target
 
     return get_target(value).name  # UsageError naming the known targets when it is none
 
@@ -188,7 +188,7 @@ def _target_option(value: Target | str) -> Target | str:
 def _checked_target_options(given: Mapping[str, Any]) -> dict[str, Any]:
     """The target options given, each checked and normalized by its declaration (a size that does
     not parse fails now, before any work)."""
-    from .targets.registry import declared_target_options
+    from .plugins.target_registry import declared_target_options
 
     declared = declared_target_options()
     checked = {}
@@ -205,7 +205,7 @@ _dataclass_init = ExportOptions.__init__
 
 def _init(self: ExportOptions, **values: Any) -> None:
     """Keywords that name a target's declared option go to ``target_options``."""
-    from .targets.registry import declared_target_options
+    from .plugins.target_registry import declared_target_options
 
     declared = declared_target_options()
     own = dict(values.pop("target_options", None) or {})
@@ -218,7 +218,7 @@ def _target_option_value(self: ExportOptions, name: str) -> Any:
     """``options.max_flash``: a declared target option's given value, else its default."""
     if name.startswith("__") or name == "target_options":
         raise AttributeError(name)
-    from .targets.registry import declared_target_options
+    from .plugins.target_registry import declared_target_options
 
     option = declared_target_options().get(name)
     if option is None:

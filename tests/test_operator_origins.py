@@ -121,7 +121,7 @@ def test_litert_refusing_to_prepare_an_operator_names_the_aten_call_and_line():
     """A real "failed to prepare" from LiteRT's interpreter, met where parity runs the model (in a
     child process): the error names the aten call and the user's line, not only the opcode and the
     module. (An export refuses scatter_add before conversion; converted here without that pass.)"""
-    from edge_export.conversion.channels_last import plan_channels_last
+    from edge_export.graph.channels_last import plan_channels_last
     from edge_export.errors import RuntimeRunError
     from edge_export.options import ExportOptions
     from edge_export.stages.parity import run_parity

@@ -64,9 +64,9 @@ def render_markdown(report: RunReport) -> str:
     if not isinstance(val, SkippedValidation) and val.outputs:
         lines.extend(_outputs_section(val))
     if report.language_model is not None:
-        from ..llm.report import markdown_lines
+        from ..plugins.report_sections import run_section
 
-        lines.extend(markdown_lines(report.language_model, _e))
+        lines.extend(run_section("language_model").markdown(report.language_model))
     if report.accuracy is not None:
         from ..validators.accuracy import markdown_lines as accuracy_lines
 
@@ -403,7 +403,7 @@ def _host_latency_section(h: HostLatency) -> list[str]:
 def _target_section(t: TargetSection, artifacts: ArtifactsSection) -> list[str]:
     """What the target implied and rewrote, then each of its sections as its declaration renders it
     (``ReportSection.markdown``); sections without a renderer are in the JSON only."""
-    from ..targets.registry import report_sections_of
+    from ..plugins.report_sections import report_sections_of
 
     out = [f"## Target: {_e(t.name)}", ""]
     for note in t.implied:

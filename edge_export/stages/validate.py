@@ -161,7 +161,7 @@ def validate_against_reference(
     """Load the reference, check parity and build the report; ``validate`` writes it."""
     from ..targets.base import get_target
 
-    from ..conversion.channels_last import ChannelsLastPlan
+    from ..graph.channels_last import ChannelsLastPlan
 
     from ..loading.sources import ModelKind, detect_kind, is_module_reference
 

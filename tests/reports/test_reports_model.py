@@ -46,7 +46,7 @@ _TYPE_MODULES = (
     "edge_export.targets.edgetpu.compiler",
     "edge_export.targets.edgetpu.rewrites",
     "edge_export.targets.edgetpu.report",
-    "edge_export.conversion.applied_rewrites",
+    "edge_export.graph.applied_rewrites",
     "edge_export.targets.gpu.target",
     "edge_export.targets.gpu.precision",
     "edge_export.targets.micro.target",

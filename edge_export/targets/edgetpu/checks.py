@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from ...errors import TargetError
 from ...flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, read_flatbuffer
-from ...conversion.provenance import describe_location, flatbuffer_operator_module, module_user_source, operator_module
+from ...graph.provenance import describe_location, flatbuffer_operator_module, module_user_source, operator_module
 from ...output.serialize import json_field
 from ..operator_rules import OperatorRules
 
@@ -220,7 +220,7 @@ class EdgeTPUReport:
 
 def module_path_from_tensor_name(name: str, opcode: str | None = None) -> tuple[str, str | None] | None:
     """``(module_path, module_type)`` of the module a flatbuffer tensor came from (see
-    edge_export.conversion.provenance; for a fused operator ``opcode``, the module that computes it), or None
+    edge_export.graph.provenance; for a fused operator ``opcode``, the module that computes it), or None
     when its name names none."""
     found = operator_module(name, opcode)
     return None if found is None else (found.path, found.type_name)

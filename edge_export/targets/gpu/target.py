@@ -261,7 +261,7 @@ class GpuUnsupportedOp:
     aten: str | None = json_field(default=None, omit_none=True)  # "aten.reflection_pad1d", when the graph shows it
 
     def describe(self) -> str:
-        from ...conversion.provenance import describe_location
+        from ...graph.provenance import describe_location
 
         made = f" (from {self.aten})" if self.aten else ""
         where = describe_location(self.module_path, self.module_type, self.source)
@@ -458,7 +458,7 @@ def check_gpu(model: FlatbufferModel, *, source_module: Any = None, analyzer: An
 
 
 def _module_path(model: FlatbufferModel, op: OperatorInfo) -> str | None:
-    from ...conversion.provenance import flatbuffer_operator_module
+    from ...graph.provenance import flatbuffer_operator_module
 
     found = flatbuffer_operator_module(model, op)
     return found.path if found else None

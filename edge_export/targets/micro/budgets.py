@@ -219,7 +219,7 @@ def _tensor_module(model: FlatbufferModel, index: int, using: dict[int, list[str
     """The module of one tensor (a consumer of flash or RAM, not an operator): its own name, read for
     the opcode of its first user, so that a fused conv's weights go to the conv rather than to the
     ReLU the name also names."""
-    from ...conversion.provenance import module_label, operator_module
+    from ...graph.provenance import module_label, operator_module
 
     return module_label(operator_module(model.tensors[index].name, _first_opcode(using.get(index, ()))))
 

@@ -189,7 +189,7 @@ def _bias_matches_activations(op: OperatorInfo, model: FlatbufferModel, constant
 
 def check_cmsis_nn(model: FlatbufferModel) -> CmsisNNReport:
     """Every tensor or operator of the main subgraph that breaks a rule CMSIS-NN assumes."""
-    from ...conversion.provenance import flatbuffer_operator_module, module_label
+    from ...graph.provenance import flatbuffer_operator_module, module_label
 
     found: list[KernelRuleViolation] = []
     for op in model.operators:

@@ -254,7 +254,7 @@ def cpu_operators(compiled: FlatbufferModel, named: FlatbufferModel) -> tuple[Cp
     """The operators Vela left outside its ``ethos-u`` operators, matched to the int8 model's
     operators by their output tensor's name (Vela keeps the names of the tensors it does not fold)
     and blamed on the PyTorch module that name points to."""
-    from ...conversion.provenance import flatbuffer_operator_module, module_label, operator_module
+    from ...graph.provenance import flatbuffer_operator_module, module_label, operator_module
 
     by_output = {}
     for op in named.operators:

@@ -357,7 +357,7 @@ class MicroRunner:
 
     def _module_of(self, index: int) -> str:
         """`` in module 'path' (Type)`` of operator ``index`` (TFLM's node number), from its tensors' names."""
-        from ...conversion.provenance import describe_location, flatbuffer_operator_module
+        from ...graph.provenance import describe_location, flatbuffer_operator_module
 
         if not 0 <= index < len(self.model.operators):
             return ""
