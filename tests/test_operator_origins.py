@@ -94,7 +94,7 @@ def test_the_micro_refusal_names_the_aten_call_module_and_line(tmp_path):
 
 def test_the_tflite_micro_interpreter_rejection_names_the_module():
     from edge_export.errors import RuntimeRunError
-    from edge_export.targets.micro.target import MicroRunner
+    from edge_export.targets.micro.runner import MicroRunner
 
     model = _converted(GeluNet(), (torch.randn(1, 8),))
     with pytest.raises(RuntimeRunError) as rejected:  # TFLM's own log, read by MicroRunner

@@ -215,7 +215,7 @@ def test_runners_share_one_protocol(tmp_path):
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.targets.edgetpu.target import EdgeTPUDelegateRunner
-    from edge_export.targets.micro.target import MicroRunner
+    from edge_export.targets.micro.runner import MicroRunner
 
     result = edge_export.export(SmallCNN().eval(), example_inputs=(X,), output=tmp_path / "m.tflite", validate=False)
     data = result.tflite_path.read_bytes()

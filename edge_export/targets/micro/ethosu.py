@@ -350,7 +350,7 @@ class EthosUTarget(MicroTarget):
         report = self._report(compiled, context.model, context.model.data, context.tflite_path)
         # --emit-op-resolver: the operators of the compiled model (ethos-u and what stays on the CPU)
         from ...flatbuffer import read_flatbuffer
-        from .target import emit_op_resolver
+        from .kernels import emit_op_resolver
 
         ops = read_flatbuffer(compiled.data, origin="the Vela-compiled model").op_counts
         artifacts = tuple(
