@@ -48,7 +48,7 @@ _TYPE_MODULES = (
     "edge_export.targets.edgetpu.rewrites",
     "edge_export.targets.edgetpu.report",
     "edge_export.graph.applied_rewrites",
-    "edge_export.targets.gpu.target",
+    "edge_export.targets.gpu.report",
     "edge_export.targets.gpu.precision",
     "edge_export.targets.micro.target",
     "edge_export.targets.micro.checks",
