@@ -45,7 +45,7 @@ def hostile_report(names: tuple[str, ...] = tuple(HOSTILE)) -> RunReport:
     from edge_export.targets.edgetpu.report import CompilerSection, DelegateSection
     from edge_export.targets.micro.report import MicroSection
     from edge_export.reports.model import AppSection, AppTensor
-    from edge_export.targets.edgetpu.checks import TableRow
+    from edge_export.targets.edgetpu.mapping import TableRow
     from edge_export.targets.edgetpu.compiler import CompilerResult
     from edge_export.targets.edgetpu.rewrites import AppliedRewrite
     from edge_export.targets.micro.report import MicroReport

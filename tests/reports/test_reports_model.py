@@ -43,7 +43,7 @@ _TYPE_MODULES = (
     "edge_export.quantization.selection",
     "edge_export.quantization.sensitivity",
     "edge_export.quantization.mixed_precision",
-    "edge_export.targets.edgetpu.checks",
+    "edge_export.targets.edgetpu.mapping",
     "edge_export.targets.edgetpu.compiler",
     "edge_export.targets.edgetpu.rewrites",
     "edge_export.targets.edgetpu.report",

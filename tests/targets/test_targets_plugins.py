@@ -231,7 +231,7 @@ def test_runners_share_one_protocol(tmp_path):
 
 def test_every_edgetpu_rule_is_for_a_supported_operator():
     """A rule registered under a misspelt or unsupported opcode would never run."""
-    from edge_export.targets.edgetpu.checks import EDGETPU_RULES, SUPPORTED_OPS
+    from edge_export.targets.edgetpu.rules import EDGETPU_RULES, SUPPORTED_OPS
 
     assert EDGETPU_RULES.opcodes and EDGETPU_RULES.opcodes <= SUPPORTED_OPS
     assert [r.__name__ for r in EDGETPU_RULES.rules_for("CONCATENATION")] == [

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...output.serialize import json_field
 from ..registry import ReportSection
-from .checks import EdgeTPUReport
+from .mapping import EdgeTPUReport
 
 if TYPE_CHECKING:
     from .compiler import CompilerResult
