@@ -220,7 +220,7 @@ def make_test_vectors(model: FlatbufferModel, arena_bytes: int, count: int, seed
     """``count`` seeded inputs in the model's own input dtypes and shapes (quantized inputs over
     their whole integer range; unquantized integer inputs, such as indices, 0 or 1) and the outputs
     the TFLite Micro host interpreter returns for them, as stored (int8 for a micro export)."""
-    from .bundle import TestVectors
+    from .bundle_selftest import TestVectors
 
     runner = MicroRunner(model, arena_size=arena_bytes)
     rng = np.random.default_rng(seed)

@@ -197,6 +197,7 @@ class MicroTarget(TargetPlugin):
         from ...version import __version__
         from ...processes.isolation import run_isolated
         from . import bundle as cb
+        from .bundle_selftest import render_test_data, render_test_main
 
         model, seed = run.model, run.options.seed
         vectors = run_isolated(
@@ -212,8 +213,8 @@ class MicroTarget(TargetPlugin):
             arena_measured=bundle.arena_measured_bytes, arena_size=bundle.arena_size, tool_version=__version__,
         )
         resolver = cb.render_op_resolver(name, emit_op_resolver(ops, function=f"{name}_register_ops"))
-        test_h, test_cc = cb.render_test_data(name, vectors, headline=headline)
-        test_main = cb.render_test_main(name, len({resolver_method(op) for op in ops}), vectors.inputs, vectors.outputs)
+        test_h, test_cc = render_test_data(name, vectors, headline=headline)
+        test_main = render_test_main(name, len({resolver_method(op) for op in ops}), vectors.inputs, vectors.outputs)
         texts = (model_h, model_cc, resolver, test_h, test_cc, test_main)
         keys = ("c_model_data_h", "c_model_data_cc", "c_op_resolver_h", "c_test_data_h", "c_test_data_cc", "c_test_cc")
         paths = cb.bundle_paths(folder, name)
