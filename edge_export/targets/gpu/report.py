@@ -12,6 +12,7 @@ from ..registry import ReportSection
 __all__ = ["GpuOp", "GpuUnsupportedOp", "AnalyzerCrossCheck", "GpuReport", "GPU_REPORT_SECTION"]
 
 
+@dataclass(frozen=True)
 class GpuOp:
     index: int
     opcode: str
