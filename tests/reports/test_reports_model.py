@@ -51,7 +51,6 @@ _TYPE_MODULES = (
     "edge_export.targets.gpu.report",
     "edge_export.targets.gpu.precision",
     "edge_export.targets.micro.target",
-    "edge_export.targets.micro.checks",
     "edge_export.targets.micro.report",
     "edge_export.targets.micro.budgets",
     "edge_export.targets.micro.cmsis_nn",
