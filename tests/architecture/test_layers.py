@@ -29,7 +29,7 @@ from __future__ import annotations
 from test_import_cycles import cycles, import_graph
 
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in (
-    "version errors constraints config",
+    "version errors constraints config option_fields",  # option_fields: the options' field metadata (issue 37, point 1)
     "plugins",
     "output",
     "processes",
@@ -48,7 +48,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in
     "stages",
     "llm",
     "api inspection",
-    "cli __main__ edge_export",
+    "cli cli_flags cli_tools __main__ edge_export",
 ))
 
 
