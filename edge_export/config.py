@@ -39,17 +39,17 @@ class QuantizeMode(str, enum.Enum):
     INT16X8 = "int16x8"
     INT4 = "int4"  # channelwise int4 weights, float activations quantized at run time (phones)
 
-    # What each mode is and does lives in one table (quantization/modes.py); read lazily: that
+    # What each mode is and does lives in one table (quantize_modes.py); read lazily: that
     # module is light, but config.py is imported before anything decides to quantize.
     @property
     def is_integer(self) -> bool:
-        from .quantization.modes import mode_spec
+        from .quantize_modes import mode_spec
 
         return mode_spec(self).integer
 
     @property
     def needs_calibration(self) -> bool:
-        from .quantization.modes import mode_spec
+        from .quantize_modes import mode_spec
 
         return mode_spec(self).calibrates
 
@@ -203,11 +203,11 @@ class Thresholds:
 
 
 class _ThresholdsByMode(Mapping):
-    """The default thresholds of every mode, read from the mode table (quantization/modes.py, where
+    """The default thresholds of every mode, read from the mode table (quantize_modes.py, where
     the reasons for each number are written)."""
 
     def __getitem__(self, mode: QuantizeMode | str) -> "Thresholds":
-        from .quantization.modes import mode_spec
+        from .quantize_modes import mode_spec
 
         try:
             return Thresholds(**mode_spec(mode).thresholds)
@@ -215,12 +215,12 @@ class _ThresholdsByMode(Mapping):
             raise KeyError(mode) from None
 
     def __iter__(self) -> Iterator[QuantizeMode | str]:
-        from .quantization.modes import MODES
+        from .quantize_modes import MODES
 
         return iter(_as_mode(name) for name in MODES)
 
     def __len__(self) -> int:
-        from .quantization.modes import MODES
+        from .quantize_modes import MODES
 
         return len(MODES)
 

@@ -400,7 +400,7 @@ def _target_option(value: Target | str) -> Target | str:
         return Target(value)
     except ValueError:
         pass
-    from .targets.registry import get_target
+    from .plugins.target_registry import get_target
 
     return get_target(value).name  # UsageError naming the known targets when it is none
 
@@ -409,7 +409,7 @@ def _target_options_from(target: Target | str, values: dict[str, Any]) -> Any:
     """The options object of the target that declares ``values``: the chosen target's own class
     when it declares them all, else the class of the first one it does not declare (so that the
     target refuses them, naming their owners: targets/base.py refuse_foreign_options)."""
-    from .targets.registry import get_target, target_options_classes
+    from .plugins.target_registry import get_target, target_options_classes
 
     classes = target_options_classes()
     declared = {name for c in classes for name in c.field_names()}

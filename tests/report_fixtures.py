@@ -32,7 +32,7 @@ from edge_export.reports.model import (
     TargetSection,
     ToolSection,
 )
-from edge_export.targets.edgetpu.checks import EdgeTPUReport, OpMapping, OpStatus, TableRow, UnmappedOp
+from edge_export.targets.edgetpu.mapping import EdgeTPUReport, OpMapping, OpStatus, TableRow, UnmappedOp
 from edge_export.targets.edgetpu.compiler import CompilerOutput, CompilerResult
 from edge_export.targets.edgetpu.rewrites import AppliedRewrite
 from edge_export.targets.edgetpu.report import CompilerSection, DelegateSection

@@ -94,7 +94,7 @@ def test_the_micro_refusal_names_the_aten_call_module_and_line(tmp_path):
 
 def test_the_tflite_micro_interpreter_rejection_names_the_module():
     from edge_export.errors import RuntimeRunError
-    from edge_export.targets.micro.target import MicroRunner
+    from edge_export.targets.micro.runner import MicroRunner
 
     model = _converted(GeluNet(), (torch.randn(1, 8),))
     with pytest.raises(RuntimeRunError) as rejected:  # TFLM's own log, read by MicroRunner
@@ -121,7 +121,7 @@ def test_litert_refusing_to_prepare_an_operator_names_the_aten_call_and_line():
     """A real "failed to prepare" from LiteRT's interpreter, met where parity runs the model (in a
     child process): the error names the aten call and the user's line, not only the opcode and the
     module. (An export refuses scatter_add before conversion; converted here without that pass.)"""
-    from edge_export.conversion.channels_last import plan_channels_last
+    from edge_export.graph.channels_last import plan_channels_last
     from edge_export.errors import RuntimeRunError
     from edge_export.options import ExportOptions
     from edge_export.stages.parity import run_parity

@@ -1,4 +1,4 @@
-"""edge_export.conversion.provenance against one table of tensor names taken from real litert-torch conversions
+"""edge_export.graph.provenance against one table of tensor names taken from real litert-torch conversions
 (tests' SmallCNN fp32 / int8 through both backends / channels-last I/O, a nested ModuleList model
 under PT2E, a TransformerEncoderLayer), so the quantization report, the Edge TPU report, per-layer
 parity and diagnosis all read names the same way."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from edge_export.conversion.provenance import ModuleRef, clean_module_path, node_module, node_user_source, tensor_module, tensor_scopes
+from edge_export.graph.provenance import ModuleRef, clean_module_path, node_module, node_user_source, tensor_module, tensor_scopes
 from edge_export.quantization import module_path_for
 from edge_export.targets.edgetpu.checks import module_path_from_tensor_name
 
@@ -181,7 +181,7 @@ def _model(names_and_constness, opcode):
     ],
 )
 def test_flatbuffer_operator_module_reads_output_then_weights_then_inputs(tensors, opcode, module):
-    from edge_export.conversion.provenance import flatbuffer_operator_module, module_label
+    from edge_export.graph.provenance import flatbuffer_operator_module, module_label
 
     model, op = _model(tensors, opcode)
     found = flatbuffer_operator_module(model, op)
@@ -190,7 +190,7 @@ def test_flatbuffer_operator_module_reads_output_then_weights_then_inputs(tensor
 
 
 def test_module_label_names_the_root_by_its_class():
-    from edge_export.conversion.provenance import module_label
+    from edge_export.graph.provenance import module_label
 
     assert module_label(ModuleRef("", "Attn")) == "Attn"
     assert module_label(ModuleRef("layer.norm2", "LayerNorm")) == "layer.norm2"
@@ -198,7 +198,7 @@ def test_module_label_names_the_root_by_its_class():
 
 
 def test_module_user_source_points_at_the_users_class_not_the_librarys():
-    from edge_export.conversion.provenance import module_user_source
+    from edge_export.graph.provenance import module_user_source
 
     model = _Outer().eval()
     assert module_user_source(model, "blocks.1") == f"{__file__}:{_Inner.__init__.__code__.co_firstlineno - 1}"

@@ -62,7 +62,7 @@ class TensorNameMap:
 def build_tensor_name_map(named: FlatbufferModel, stripped: FlatbufferModel) -> bytes:
     """The JSON map of the names ``stripped`` lost relative to ``named`` (the same model with its
     names), each with the PyTorch module path it came from (``provenance.tensor_module``)."""
-    from ..conversion.provenance import tensor_module
+    from ..graph.provenance import tensor_module
 
     named_model, stripped_model = named.mutable(), stripped.mutable()
     subgraphs = []

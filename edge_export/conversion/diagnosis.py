@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from .provenance import node_module
+from ..graph.provenance import node_module
 
 __all__ = ["CONVERTER_PASS_REASON", "FailureLocation", "locate_failure", "is_trace_failure", "reason_line"]
 

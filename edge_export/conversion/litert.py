@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .channels_last import ChannelsLastPlan, plan_channels_last  # noqa: F401  (re-exported)
+from ..graph.channels_last import ChannelsLastPlan, plan_channels_last  # noqa: F401  (re-exported)
 from .diagnosis import CONVERTER_PASS_REASON, FailureLocation, is_trace_failure, locate_failure
 from ..errors import ConversionError, TraceError
 from ..processes.library_output import quiet_libraries
@@ -128,7 +128,7 @@ def check_converted_model(model_bytes: bytes) -> None:
     error (exit 3), never a "truncated or corrupted" bad input."""
     from ..errors import FlatbufferError, RuntimeRunError
     from ..flatbuffer import OversizedTensorError, read_flatbuffer
-    from .provenance import describe_location, tensor_module
+    from ..graph.provenance import describe_location, tensor_module
 
     try:
         read_flatbuffer(model_bytes, origin="the converted model")

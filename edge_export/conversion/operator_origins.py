@@ -50,7 +50,7 @@ class OperatorOrigin:
     source: str | None  # "file.py:12" in the user's code
 
     def describe(self) -> str:
-        from .provenance import describe_location
+        from ..graph.provenance import describe_location
 
         made = f" (from {self.aten})" if self.aten else ""
         return f"{self.opcode}{made}{describe_location(self.module_path, self.module_type, self.source)}"
@@ -99,7 +99,7 @@ def _core_name(node: Any) -> str:
 
 def _call_in(graph: Any, opcode: str, module_path: str) -> tuple[str | None, str | None]:
     """(the user's aten operator, the user's line) of the node in ``module_path`` that lowers to ``opcode``."""
-    from .provenance import node_module, node_user_source
+    from ..graph.provenance import node_module, node_user_source
 
     def path(node: Any) -> str:  # the root module's own calls may carry no module stack
         found = node_module(node)
@@ -118,7 +118,7 @@ def _call_in(graph: Any, opcode: str, module_path: str) -> tuple[str | None, str
 def operator_origin_at(model: FlatbufferModel, index: int, source_module: Any = None, graph: Any = None) -> OperatorOrigin:
     """Where operator #``index`` of ``model`` came from (``graph``: a decomposed graph of
     ``source_module`` already traced, else traced here when a module is given)."""
-    from .provenance import flatbuffer_operator_module, module_user_source
+    from ..graph.provenance import flatbuffer_operator_module, module_user_source
 
     op = model.operators[index]
     found = flatbuffer_operator_module(model, op)

@@ -64,7 +64,7 @@ def _is_io_adapter(op, perm, boundary_tensors: set[int]) -> bool:
 def _module_near(names: FlatbufferModel, op) -> Any:
     """The module the TRANSPOSE's output or input names; for a model output (named after the
     signature), the first module named by what its input was computed from (a few steps back)."""
-    from .provenance import operator_module
+    from ..graph.provenance import operator_module
 
     for index in (op.outputs[0], op.inputs[0]):
         where = operator_module(names.tensors[index].name, "TRANSPOSE")

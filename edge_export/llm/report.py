@@ -1,5 +1,6 @@
 """The report's ``language_model`` section: typed results, and their Markdown, JUnit and terminal
-renderings (called by reports/markdown.py, junit.py and summary.py when the section is present).
+renderings, declared as a run section (``plugins/report_sections.RunSection``) that
+reports/markdown.py, junit.py and summary.py call when the section is present, without importing llm/.
 
     LanguageModelSection
       task, weights_format, prefill_lengths, cache_length, max_new_tokens, quantize, block_size
@@ -20,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..output.serialize import json_field
+from ..output.text_safety import escape_markdown
+from ..plugins.report_sections import RunSection, register_run_section
 from .packaging import PackageMetadata
 from .recipes import WeightGroup
 from .sizing import LlmSizing
@@ -225,3 +228,10 @@ def summary_lines(lm: LanguageModelSection) -> list[str]:
     if a.chat is not None:
         lines.append(f"chat turn (LiteRT-LM Conversation API): {'identical to transformers' if a.chat.passed else a.chat.failing_reason}")
     return lines
+
+
+# Declared when this module is imported: before any report holds a LanguageModelSection.
+LANGUAGE_MODEL_SECTION = register_run_section(RunSection(
+    key="language_model", type=LanguageModelSection, markdown=lambda lm: markdown_lines(lm, escape_markdown),
+    summary=summary_lines, junit=junit_cases,
+))

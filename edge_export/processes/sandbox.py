@@ -98,11 +98,10 @@ def run_for_model(confine: bool, stages: Any, fn: Callable[..., Any], *args: Any
     (report, files), status = run_confined(
         _staged_call, fn, child_stages, child_args, on_stage=stages.announce, on_progress=stages.on_progress
     )
-    from dataclasses import replace
+    from dataclasses import is_dataclass, replace
 
-    from ..reports.model import RunReport
-
-    if not isinstance(report, RunReport) or not isinstance(files, list):
+    # A run report (reports/model.RunReport, a layer above: checked by its shape, not its class)
+    if not (is_dataclass(report) and hasattr(report, "model")) or not isinstance(files, list):
         raise RuntimeError("the confined run returned something other than a report and its artifacts")
     return replace(report, model=replace(report.model, isolation=status.describe())), files
 

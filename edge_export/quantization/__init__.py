@@ -24,7 +24,7 @@ from .calibration import DEFAULT_CALIBRATION_SAMPLES, DEFAULT_SYNTHETIC_SAMPLES,
 from .engine import backends_for, quantize_model
 from .flatbuffer_recipes import FLATBUFFER_OBSERVERS
 from .io_types import IOQuantInfo, describe_io, set_io_dtype
-from .modes import MODES, ModeSpec, mode_spec
+from ..quantize_modes import MODES, ModeSpec, mode_spec
 from .pt2e import PT2E_OBSERVERS
 from .request import PARITY_SAMPLES, QuantizationRequest
 from .result import CalibrationParity, QuantizationResult

@@ -30,8 +30,8 @@ import numpy as np
 
 from ..config import InputSpec
 from ..errors import CalibrationDataError, UsageError, map_exceptions
-from .calibration_bounds import (HINT_FEWER_ARRAYS, check_decode_budget, check_image_headers, list_calibration_folder,
-                                 list_class_folders, open_calibration_image)
+from .calibration_bounds import HINT_FEWER_ARRAYS, check_decode_budget, check_image_headers
+from .calibration_bounds import list_calibration_folder, list_class_folders, open_calibration_image
 from .calibration_labels import LABELS_KEY, checked_labels, labelled_images
 
 __all__ = ["DEFAULT_CALIBRATION_SAMPLES", "DEFAULT_SYNTHETIC_SAMPLES", "IMAGE_SUFFIXES", "CalibrationSet", "load_calibration_data"]

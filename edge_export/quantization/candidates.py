@@ -14,16 +14,11 @@ from typing import Any
 from ..config import QuantBackend, QuantizeMode
 from ..errors import EdgeExportError, QuantizationError, UsageError, first_line
 from ..flatbuffer import FlatbufferModel
-from ..passes.flatbuffer import (
-    quantize_embedding_tables_pass,
-    repair_signature_outputs_pass,
-    run_flatbuffer_passes,
-    share_quantization_vectors_pass,
-)
+from ..passes.flatbuffer import quantize_embedding_tables_pass, repair_signature_outputs_pass, run_flatbuffer_passes, share_quantization_vectors_pass
 from ..processes.isolation import run_isolated
 from .budget import TimeBudget, TimeBudgetSpent
 from .calibration import CalibrationSet
-from .modes import mode_spec
+from ..quantize_modes import mode_spec
 from .request import QuantizationRequest
 from .selection import BackendAttempt, check_integer
 

@@ -15,7 +15,7 @@ from .budget import TimeBudget
 from .candidates import BackendJob, run_backends
 from .explanations import kept_reason, result_warnings
 from .io_types import describe_io
-from .modes import mode_spec
+from ..quantize_modes import mode_spec
 from .request import QuantizationRequest
 from .result import QuantizationResult
 from .selection import BackendAttempt, check_integer

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import QuantBackend, QuantizeMode
 from ..flatbuffer import FlatbufferModel
 from .bias_saturation import saturated_biases
-from .modes import mode_spec
+from ..quantize_modes import mode_spec
 from .selection import BackendAttempt, IntegerCheck, ParityTarget
 
 if TYPE_CHECKING:

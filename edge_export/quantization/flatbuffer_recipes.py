@@ -48,7 +48,7 @@ from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..processes.library_output import quiet_libraries
 from .calibration import CalibrationSet
 from .constant_matmul_operands import quantize_constant_operands_per_tensor
-from .modes import mode_spec
+from ..quantize_modes import mode_spec
 from .discontinuous import keep_feeders_in_float
 from .output_joins import find_output_joins, keep_output_joins_in_float
 from .sigmoid_ranges import cut_sigmoid_input_ranges

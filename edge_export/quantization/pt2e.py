@@ -35,7 +35,7 @@ from ..passes.fx.distinct_operand_scales_pass import distinct_operand_scales_pas
 from ..passes.fx.prelu_operator import annotate_prelu_operators
 from ..passes.fx.restore_source_functions_pass import restore_source_functions_pass
 from .calibration import CalibrationSet
-from .modes import mode_spec
+from ..quantize_modes import mode_spec
 
 __all__ = [
     "DEFAULT_PT2E_OBSERVER",

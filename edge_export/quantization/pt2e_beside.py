@@ -168,7 +168,7 @@ def start_pt2e_beside(module: Any, example_inputs: tuple, mode: QuantizeMode, ca
                       verbose: bool = False) -> PT2EBeside | None:
     """PT2E forked for an ``auto`` int8 export that will run both backends, when a core is idle;
     None otherwise (then quantize_model runs PT2E itself at its turn, as before)."""
-    from .modes import mode_spec
+    from ..quantize_modes import mode_spec
     from .pt2e import pt2e_supports
 
     # auto runs both backends exactly then (quantization.backends_for); a first-success mode

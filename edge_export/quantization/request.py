@@ -8,7 +8,7 @@ from typing import Any
 from ..config import IODtype, QuantBackend, QuantizeMode
 from ..errors import UsageError
 from .flatbuffer_recipes import DEFAULT_FLATBUFFER_OBSERVER
-from .modes import MODES, mode_spec
+from ..quantize_modes import MODES, mode_spec
 from .pt2e import DEFAULT_PT2E_OBSERVER
 from .selection import ParityTarget
 

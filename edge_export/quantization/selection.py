@@ -161,7 +161,7 @@ def module_path_for(tensor_name: str, module: Any | None = None) -> str | None:
     forward()), or None when the name carries no module. With ``module`` the path is resolved
     against its real submodules (so ModuleList names dropped from the stack come back); without it,
     the attribute names are joined."""
-    from ..conversion.provenance import scope_levels, tensor_scopes
+    from ..graph.provenance import scope_levels, tensor_scopes
 
     scopes = tensor_scopes(tensor_name)
     levels = scope_levels(scopes[0]) if scopes else None  # the first location is the op's own result

@@ -39,7 +39,7 @@ from ..config import QuantizeMode
 from ..errors import QuantizationError, first_line
 from ..flatbuffer import read_flatbuffer
 from ..processes.library_output import quiet_libraries
-from ..conversion.provenance import operator_module
+from ..graph.provenance import operator_module
 from ..output.serialize import json_field
 from .budget import TimeBudget
 from .calibration import CalibrationSet
@@ -231,7 +231,7 @@ def source_line(module: Any, module_path: str) -> str | None:
     """``file:line`` of the user's code for a module: the exported graph's stack trace when the
     model is a graph, else where the innermost user-defined class on the path is defined (a
     library class such as nn.Conv2d says nothing about the user's code, its parent block does)."""
-    from ..conversion.provenance import module_user_source
+    from ..graph.provenance import module_user_source
 
     path = module_path
     while True:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..config import QuantizeMode
 from ..flatbuffer import FlatbufferModel
-from .modes import mode_spec
+from ..quantize_modes import mode_spec
 
 __all__ = ["SIGMOID_INPUT_BOUND", "cut_sigmoid_input_ranges"]
 

@@ -41,7 +41,7 @@ def _target_cases(report: RunReport) -> list[tuple]:
     target = report.target
     if target is None:
         return []
-    from ..targets.registry import report_sections_of
+    from ..plugins.report_sections import report_sections_of
 
     cases = []
     for section in report_sections_of(target.name):
@@ -82,9 +82,9 @@ def render_junit(report: RunReport) -> str:
     if isinstance(val, SkippedValidation) and report.language_model is None:
         _case(suite, "edge_export.parity", "outputs", None, "", skipped=val.reason)
     if report.language_model is not None:
-        from ..llm.report import junit_cases
+        from ..plugins.report_sections import run_section
 
-        for classname, name, failure, details in junit_cases(report.language_model):
+        for classname, name, failure, details in run_section("language_model").junit(report.language_model):
             _case(suite, classname, name, failure, details)
     for o in () if isinstance(val, SkippedValidation) else val.outputs:
         kind = o.kind.value

@@ -31,11 +31,10 @@ if TYPE_CHECKING:
     from ..constraints import PinnedSetCheck
     from ..flatbuffer import TensorInfo
     from ..runtime.latency import HostLatency
-    from ..llm.report import LanguageModelSection
     from ..quantization import QuantizationResult
     from ..quantization.mixed_precision import MixedPrecisionReport
     from ..quantization.sensitivity import SensitivityReport
-    from ..conversion.applied_rewrites import AppliedRewrite
+    from ..graph.applied_rewrites import AppliedRewrite
     from ..conversion.transpose_report import TransposeReport
     from ..validators.accuracy import AccuracyResult
     from ..validators.layers import LayerParityReport
@@ -223,7 +222,7 @@ class TargetSection:
 
     def __init__(self, name: str, implied: tuple[str, ...], rewrites: Any = None, reordered_operators: bool | None = None,
                  sections: Mapping[str, Any] | None = None, **more: Any) -> None:
-        from ..targets.registry import declared_report_sections
+        from ..plugins.report_sections import declared_report_sections
 
         given = {k: v for k, v in {**(sections or {}), **more}.items() if v is not None}
         order = list(declared_report_sections())
@@ -236,7 +235,7 @@ class TargetSection:
         """A declared section by its key (``target.micro``), None when this run has none."""
         if key.startswith("__") or key == "sections":
             raise AttributeError(key)
-        from ..targets.registry import declared_report_sections
+        from ..plugins.report_sections import declared_report_sections
 
         declared = declared_report_sections()
         if key in self.sections:
@@ -265,7 +264,7 @@ class TargetSection:
     @property
     def extra(self) -> dict[str, Any]:
         """The entries no target declares (a plugin's free-form keys): in the JSON only."""
-        from ..targets.registry import declared_report_sections
+        from ..plugins.report_sections import declared_report_sections
 
         declared = declared_report_sections()
         return {k: v for k, v in self.sections.items() if k not in declared}
@@ -274,7 +273,7 @@ class TargetSection:
     def failed_sections(self) -> tuple[str, ...]:
         """The keys of the sections that fail the verdict (an exceeded budget, a failed GPU float16
         check): each declaration's ``failed`` hook decides."""
-        from ..targets.registry import declared_report_sections
+        from ..plugins.report_sections import declared_report_sections
 
         declared = declared_report_sections()
         return tuple(k for k in self.sections if k in declared and self._failure(k, declared))
@@ -352,7 +351,7 @@ def verdict_of(
     baseline: BaselineSection | None,
     target: TargetSection | None = None,
     runtimes: RuntimeComparison | None = None,
-    language_model: LanguageModelSection | None = None,
+    language_model: Any = None,  # the declared run section (llm/report.py's LanguageModelSection)
     accuracy: AccuracyResult | None = None,
 ) -> str:
     """Failed when parity, the per-layer gate, the baseline gate, a flash/RAM budget, the GPU
@@ -404,7 +403,7 @@ class RunReport:
     metadata: MetadataSection | None = json_field(default=None, omit_none=True)  # TFLite model metadata, when written
     app: AppSection | None = json_field(default=None, omit_none=True)  # the signature as an app calls it
     pinned_set: PinnedSetCheck | None = json_field(default=None, omit_none=True)  # libraries vs the tested set
-    language_model: LanguageModelSection | None = json_field(default=None, omit_none=True)  # --task text-generation (llm/report.py)
+    language_model: Any = json_field(default=None, omit_none=True)  # --task text-generation: a declared run section (llm/report.py)
     accuracy: AccuracyResult | None = json_field(default=None, omit_none=True)  # labelled calibration data (validators/accuracy.py)
     schema_version: str = field(default=REPORT_SCHEMA_VERSION)
 

@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SQNR_THRESHOLDS", "node_data", "overlay_artifact", "overlay_path"]
+__all__ = ["SQNR_THRESHOLDS", "node_data", "overlay_file", "overlay_path"]
 
 # red below 20 dB (int8's default parity floor), orange to 30, yellow to 40; above it uncoloured
 SQNR_THRESHOLDS = (
@@ -49,7 +49,7 @@ def _sensitivity_values(report: Any, model: Any) -> dict[str, float]:
     """Each ranked operator's SQNR under its tensor name in ``model``. The ranking was measured on
     the float model's names; a model from the PT2E backend names its tensors its own way, so an
     operator whose name is not in it is found by its module and opcode instead."""
-    from ..conversion.provenance import operator_module
+    from ..graph.provenance import operator_module
 
     names = {t.name for t in model.tensors}
     by_module: dict[tuple[str, str], str] = {}
@@ -68,15 +68,14 @@ def _sensitivity_values(report: Any, model: Any) -> dict[str, float]:
     return values
 
 
-def overlay_artifact(kind: str, report: Any, model: Any, tflite_path: Path) -> Any:
-    """The overlay as a target artifact (written atomically with the .tflite). Only names that are
-    tensors of ``model`` are kept: Model Explorer matches nothing else."""
-    from ..targets.base import TargetArtifact
-
+def overlay_file(kind: str, report: Any, model: Any, tflite_path: Path) -> tuple[str, Path, bytes]:
+    """The overlay as (its key under the report's "artifacts", its path, its bytes), which the
+    finish stage writes atomically with the .tflite. Only names that are tensors of ``model`` are
+    kept: Model Explorer matches nothing else."""
     if kind == "sensitivity":
         values = _sensitivity_values(report, model)
     else:
         names = {t.name for t in model.tensors}
         values = {row.tflite_tensor: row.sqnr_db for row in report.layers if row.tflite_tensor in names}
     data = json.dumps(node_data(values), indent=1, sort_keys=False).encode("utf-8") + b"\n"
-    return TargetArtifact(_KEYS[kind], overlay_path(tflite_path, kind), data)
+    return _KEYS[kind], overlay_path(tflite_path, kind), data

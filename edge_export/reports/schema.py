@@ -18,7 +18,7 @@ def published_schema() -> dict[str, Any]:
 def report_schema() -> dict[str, Any]:
     """The published schema plus every registered target's declared section schemas; a section the
     published schema already describes keeps its published form."""
-    from ..targets.registry import declared_report_sections
+    from ..plugins.report_sections import declared_report_sections
 
     schema = copy.deepcopy(published_schema())
     properties = schema["properties"]["target"]["properties"]

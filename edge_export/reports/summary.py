@@ -83,7 +83,7 @@ def _print_target(report: RunReport, out: Console, err: Console) -> None:
     target = report.target
     if target is None:
         return
-    from ..targets.registry import report_sections_of
+    from ..plugins.report_sections import report_sections_of
 
     _print_rewrites(target.rewrites or (), out)
 
@@ -114,9 +114,9 @@ def _print_headline(report: RunReport, out: Console, err: Console) -> None:
     _print_transposes(fb.transposes, out)
     worst = None if val.passed is None else val.worst()
     if report.language_model is not None:
-        from ..llm.report import summary_lines
+        from ..plugins.report_sections import run_section
 
-        for line in summary_lines(report.language_model):
+        for line in run_section("language_model").summary(report.language_model):
             _plain(out, f"  {line}")
     elif val.passed is None:
         _plain(out, f"  parity: not checked ({val.reason})")

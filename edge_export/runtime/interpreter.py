@@ -106,7 +106,7 @@ _FAILED_NODE = re.compile(r"Node number (\d+) \((\w+)\) failed to (?:prepare|inv
 def blame_failing_operator(error: RuntimeRunError, model: FlatbufferModel) -> RuntimeRunError:
     """``error`` with the operator LiteRT names ("Node number 6 (STABLEHLO_SCATTER) failed to
     prepare") and the PyTorch module its output tensor came from; unchanged when it names none."""
-    from ..conversion.provenance import describe_location, operator_module
+    from ..graph.provenance import describe_location, operator_module
 
     found = _FAILED_NODE.search(str(error.__cause__ or error))
     index = int(found.group(1)) if found else -1

@@ -246,7 +246,7 @@ class HostLatency:
         if not self.slower:
             return None
         # Why a mode can be slower than float32 on a desktop CPU: the mode table's note.
-        from ..quantization.modes import slower_because
+        from ..quantize_modes import slower_because
 
         why = slower_because(self.kernels or self.quantize) or "its kernels on this CPU are slower than the float ones"
         what = self.quantize if self.kernels in (None, self.quantize) else f"{self.quantize} (with {self.kernels} operators)"

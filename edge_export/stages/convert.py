@@ -57,7 +57,7 @@ def convert_stage(prepared: PreparedRun, options: ExportOptions, target: Any, cl
 def _convert(prepared: PreparedRun, options: ExportOptions, clock: StageClock) -> FlatbufferModel:
     """Float or fp16: one conversion, read and verified here (the converter's bytes are the edge)."""
     from ..conversion.litert import convert_module, fp16_quant_config
-    from ..quantization.modes import mode_spec
+    from ..quantize_modes import mode_spec
     from ..flatbuffer import read_flatbuffer
     from ..flatbuffer.pack import align_buffers
 

@@ -98,11 +98,12 @@ def test_vectors_artifact(fb: FlatbufferModel, validated: ParityRun, prepared: A
 def overlay_artifacts(sensitivity: Any, layers: Any, named_fb: FlatbufferModel, tflite_path: Path) -> tuple:
     """The Model Explorer node-data files: keyed by the tensor names of the model as checked (the
     written model's, or with --strip-names the names it had before stripping)."""
-    from ..reports.model_explorer import overlay_artifact
+    from ..reports.model_explorer import overlay_file
+    from ..targets.base import TargetArtifact
 
     found = []
     if sensitivity is not None:
-        found.append(overlay_artifact("sensitivity", sensitivity, named_fb, tflite_path))
+        found.append(TargetArtifact(*overlay_file("sensitivity", sensitivity, named_fb, tflite_path)))
     if layers is not None:
-        found.append(overlay_artifact("per_layer", layers, named_fb, tflite_path))
+        found.append(TargetArtifact(*overlay_file("per_layer", layers, named_fb, tflite_path)))
     return tuple(found)

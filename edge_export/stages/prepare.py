@@ -11,7 +11,7 @@ from .load import LoadedRun
 
 if TYPE_CHECKING:
     from ..artifacts.model_metadata import ImageInput
-    from ..conversion.channels_last import ChannelsLastPlan
+    from ..graph.channels_last import ChannelsLastPlan
 
 __all__ = ["PreparedRun", "prepare_stage", "in_model_layout"]
 
@@ -37,7 +37,7 @@ def in_model_layout(module: Any, example: tuple, plan: Any) -> tuple[Any, tuple]
 
 
 def prepare_stage(loaded: LoadedRun, options: ExportOptions, target: Any, implied: list[str]) -> PreparedRun:
-    from ..conversion.channels_last import plan_channels_last
+    from ..graph.channels_last import plan_channels_last
     from ..artifacts.model_metadata import check_metadata_options
 
     # The target's sections of the report, in the order of its hooks (see targets/base.py).

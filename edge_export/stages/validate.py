@@ -169,7 +169,7 @@ def _with_flatbuffer_shapes(fb: FlatbufferModel, request: ValidateRequest, optio
 
 def _layout_plan(fb: FlatbufferModel, specs: list[InputSpec], ref_out: Sequence[Any]) -> Any:
     """Which inputs and outputs the flatbuffer holds in NHWC, read from its shapes against PyTorch's."""
-    from ..conversion.channels_last import ChannelsLastPlan
+    from ..graph.channels_last import ChannelsLastPlan
 
     if len(specs) != len(fb.inputs):
         raise InputSpecError(

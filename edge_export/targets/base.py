@@ -254,7 +254,7 @@ class TargetPlugin:
         prepared = self.prepare_module(graph.module, example)
         if not graph.rewrites:
             return prepared
-        from ..conversion.applied_rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
+        from ..graph.applied_rewrites import AppliedRewrite  # the report's rewrite record (module, kind, why)
 
         applied = tuple(AppliedRewrite(r.module_path or "<root>", r.kind, r.why, r.module_type, r.source, r.declined) for r in graph.rewrites)
         return PreparedModule(prepared.module, {**prepared.report, "rewrites": (*applied, *prepared.report.get("rewrites", ()))})

@@ -1,7 +1,7 @@
 """The package's modules form no import cycle (issue 22): every import counts, lazy ones inside
 functions and those under ``TYPE_CHECKING`` too (a module that names another's types depends on it).
 
-Plugin discovery (``targets/registry.py`` importing every target module by its computed name) is not
+Plugin discovery (``plugins/target_registry.py`` importing every target module by its computed name) is not
 an import statement and is not counted: it is how targets register, from the bottom up.
 """
 

@@ -185,7 +185,7 @@ def test_a_gru_kept_unrolled_on_the_cpu_target_is_in_every_report(models):
     assert gru["kind"] == "nn.GRU kept unrolled" and gru["declined"] is True and gru["module_path"] == "gru"
     assert "LiteRT has no fused GRU operator" in gru["why"]
     assert "device_graph_models.py:" in gru["source"] and gru["module_type"] == "GRU"
-    from edge_export.reports.markdown import code_span, escape_markdown
+    from edge_export.output.text_safety import code_span, escape_markdown
 
     markdown = out.with_suffix(".report.md").read_text()
     line = f"- not rewritten {code_span('gru')} (GRU), at {code_span(gru['source'])}: {escape_markdown('nn.GRU kept unrolled')} ("

@@ -225,7 +225,7 @@ def test_aligned_file_computes_the_same_as_its_unaligned_packing(exported, name)
     for a, b in zip(_litert_outputs(data), _litert_outputs(unaligned)):
         np.testing.assert_array_equal(a, b)
     if name == "micro":
-        from edge_export.targets.micro.target import MicroRunner
+        from edge_export.targets.micro.runner import MicroRunner
 
         aligned_runner, unaligned_runner = MicroRunner(data), MicroRunner(unaligned)
         for x in _inputs(tuple(aligned_runner.inputs[0].shape)):  # NHWC: micro implies it

@@ -100,7 +100,7 @@ def test_defaults_are_sized_from_the_config_and_the_tflite_is_not_duplicated(def
     lm = report["language_model"]
     assert lengths == [((16,), CACHE)] and lm["prefill_lengths"] == [16] and lm["cache_length"] == CACHE
     assert lm["sizing"]["source"] == "default" and "1/32" in lm["sizing"]["reason"]
-    from edge_export.reports.markdown import escape_markdown
+    from edge_export.output.text_safety import escape_markdown
 
     assert escape_markdown(lm["sizing"]["reason"]) in out.with_suffix(".report.md").read_text()
     assert not out.exists() and out.with_suffix(".litertlm").is_file()  # no second copy of the model

@@ -264,7 +264,7 @@ def test_model_serves_constants_from_its_own_bytes(converted):
 
 def test_model_io_names_are_the_runtimes_and_the_reports(converted):
     from edge_export.quantization import describe_io
-    from edge_export.targets.micro.target import MicroRunner
+    from edge_export.targets.micro.runner import MicroRunner
 
     fb = read_flatbuffer(converted.int8)
     assert fb.input_names and fb.output_names

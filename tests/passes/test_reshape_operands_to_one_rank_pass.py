@@ -68,7 +68,7 @@ def vit():
 
 
 def test_litert_torch_writes_residual_adds_of_two_ranks_without_the_pass(vit):
-    from edge_export.targets.gpu.target import check_gpu
+    from edge_export.targets.gpu.checks import check_gpu
 
     module, _, model = vit
     # what the pass is for; when litert-torch keeps one rank, the pass can go
@@ -81,7 +81,7 @@ def test_litert_torch_writes_residual_adds_of_two_ranks_without_the_pass(vit):
 def test_the_vit_is_one_gpu_partition_and_computes_the_same(vit):
     from edge_export.passes.flatbuffer.pipeline import run_flatbuffer_passes
     from edge_export.runtime.interpreter import Resolver, TFLiteRunner
-    from edge_export.targets.gpu.target import check_gpu
+    from edge_export.targets.gpu.checks import check_gpu
 
     module, example, model = vit
     result = run_flatbuffer_passes(model, (reshape_operands_to_one_rank_pass,))

@@ -152,7 +152,7 @@ def test_the_edge_tpu_gets_reflect_pads_as_slices(module, example):
 def test_the_gpu_delegate_takes_the_reflect_mirror_pad_but_not_a_symmetric_one():
     from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
-    from edge_export.targets.gpu.target import check_gpu
+    from edge_export.targets.gpu.checks import check_gpu
 
     module, example = ReflectVAD().eval(), (_waveform(),)
     graph = torch.export.export(module, example).module()

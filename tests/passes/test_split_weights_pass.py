@@ -78,7 +78,7 @@ def test_the_split_float_model_computes_what_the_original_does(fp32, split):
 
 
 def test_outputs_and_names_survive_and_the_halves_name_the_original_module(fp32, split):
-    from edge_export.conversion.provenance import operator_module
+    from edge_export.graph.provenance import operator_module
 
     before, after = read_flatbuffer(fp32), split[1].model
     assert after.output_names == before.output_names and after.input_names == before.input_names

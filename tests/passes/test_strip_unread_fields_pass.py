@@ -82,7 +82,7 @@ def test_stripped_int8_file_computes_bit_identically_in_litert(int8_files, name)
 
 @pytest.mark.parametrize("name", ["small_cnn", "mobilenet_v2_like"])
 def test_stripped_int8_file_loads_and_computes_bit_identically_in_tflite_micro(int8_files, name):
-    from edge_export.targets.micro.target import MicroRunner
+    from edge_export.targets.micro.runner import MicroRunner
 
     files = int8_files[name]
     named, stripped = MicroRunner(files.named), MicroRunner(files.stripped)

@@ -252,7 +252,7 @@ def test_promotions_go_one_at_a_time_then_in_doubling_groups():
 
 
 def test_a_fused_operator_is_attributed_to_the_module_that_computes_it():
-    from edge_export.conversion.provenance import operator_module
+    from edge_export.graph.provenance import operator_module
 
     # names as litert-torch wrote them for a conv fused with the ReLU that follows it
     stem = (

@@ -1,4 +1,4 @@
-"""The table of quantization modes (quantization/modes.py) is the one place a mode is described:
+"""The table of quantization modes (quantize_modes.py) is the one place a mode is described:
 a mode added to it at run time is picked up by every consumer without any other edit."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from edge_export.config import DEFAULT_THRESHOLDS, QuantBackend, QuantizeMode, d
 from edge_export.errors import UsageError
 from edge_export.quantization import backends_for
 from edge_export.quantization.flatbuffer_recipes import recipe_name
-from edge_export.quantization.modes import MODES, mode_spec
+from edge_export.quantize_modes import MODES, mode_spec
 from edge_export.quantization.pt2e import pt2e_supports
 from edge_export.runtime.latency import HostLatency
 from edge_export.stages.precision import infer_precision

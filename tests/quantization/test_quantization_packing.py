@@ -64,7 +64,7 @@ def test_sharing_saves_every_repeated_zero_point_vector(per_channel_int8):
 
 
 def test_shared_model_runs_bit_identically_in_litert_and_tflite_micro(per_channel_int8):
-    from edge_export.targets.micro.target import MicroRunner
+    from edge_export.targets.micro.runner import MicroRunner
 
     shared = share_quantization_vectors(per_channel_int8)
     xs = heldout(CNN_SPEC, 3)

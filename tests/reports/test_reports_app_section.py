@@ -12,7 +12,8 @@ import pytest
 from cli_harness import validate_report
 from report_fixtures import app_section, full_report
 
-from edge_export.reports.markdown import kotlin_string, render_markdown
+from edge_export.output.text_safety import kotlin_string
+from edge_export.reports.markdown import render_markdown
 from edge_export.reports.model import AppSection, AppTensor
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from report_fixtures import full_report
 
 from edge_export.reports.junit import render_junit
-from edge_export.reports.markdown import escape_markdown, render_markdown
+from edge_export.output.text_safety import escape_markdown
+from edge_export.reports.markdown import render_markdown
 from edge_export.reports.model import RunReport
 from edge_export.output.text_safety import for_c_comment, for_terminal, unsafe_to_show
 
@@ -44,7 +45,7 @@ def hostile_report(names: tuple[str, ...] = tuple(HOSTILE)) -> RunReport:
     from edge_export.targets.edgetpu.report import CompilerSection, DelegateSection
     from edge_export.targets.micro.report import MicroSection
     from edge_export.reports.model import AppSection, AppTensor
-    from edge_export.targets.edgetpu.checks import TableRow
+    from edge_export.targets.edgetpu.mapping import TableRow
     from edge_export.targets.edgetpu.compiler import CompilerResult
     from edge_export.targets.edgetpu.rewrites import AppliedRewrite
     from edge_export.targets.micro.report import MicroReport

@@ -12,7 +12,7 @@ import dataclasses
 from report_fixtures import quantization
 
 from edge_export.quantization.selection import FloatTensorEntry, IntegerCheck, QuantOpEntry
-from edge_export.reports.markdown import _quant_section
+from edge_export.reports.markdown_quantization import quant_section as _quant_section
 
 
 def test_float_tensors_and_inner_ops_name_their_module():

@@ -23,6 +23,7 @@ from report_fixtures import full_report, skipped_report
 
 from edge_export.reports.model import REPORT_SCHEMA_VERSION, RunReport, SkippedValidation, verdict_of
 from edge_export.output.serialize import json_field, json_keys, to_json_value
+from edge_export.plugins.report_sections import run_section
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "edge_export" / "reports" / "report.schema.json").read_text())
 
@@ -44,12 +45,12 @@ _TYPE_MODULES = (
     "edge_export.quantization.sensitivity",
     "edge_export.quantization.mixed_precision",
     "edge_export.quantization.mixed_precision.report",
-    "edge_export.targets.edgetpu.checks",
+    "edge_export.targets.edgetpu.mapping",
     "edge_export.targets.edgetpu.compiler",
     "edge_export.targets.edgetpu.rewrites",
     "edge_export.targets.edgetpu.report",
-    "edge_export.conversion.applied_rewrites",
-    "edge_export.targets.gpu.target",
+    "edge_export.graph.applied_rewrites",
+    "edge_export.targets.gpu.report",
     "edge_export.targets.gpu.precision",
     "edge_export.targets.micro.target",
     "edge_export.targets.micro.report",
@@ -77,6 +78,7 @@ def _namespace() -> dict:
 
 
 NS = _namespace()
+_RUN_SECTIONS = {"language_model": run_section("language_model")}  # registered by llm.report, imported above
 
 
 def _resolve(node: dict) -> dict:
@@ -86,8 +88,11 @@ def _resolve(node: dict) -> dict:
 
 
 def _hint_of(cls: type, attribute: str):
-    """The type of one JSON key: a field's annotation, or a derived value's return annotation."""
+    """The type of one JSON key: a field's annotation, a declared run section's type (the language
+    model's: reports/ do not import llm/), or a derived value's return annotation."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    if attribute in _RUN_SECTIONS and cls.__name__ == "RunReport":
+        return _RUN_SECTIONS[attribute].type | None
     if attribute in fields:
         return typing.get_type_hints(cls, globalns=NS)[attribute]
     member = getattr(cls, attribute)

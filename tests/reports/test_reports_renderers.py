@@ -450,7 +450,7 @@ def test_renderers_flag_a_quantized_model_slower_than_fp32():
     md = render_markdown(report)
     section = md[md.index("## Host latency (LiteRT CPU + XNNPACK, 1 thread)"):]
     assert "- int8: 1.4 ms; fp32: 1 ms (medians of 30 interleaved runs after 2 warm-up, on x86\\_64 Linux, 2 CPUs); ratio 1.40x" in section
-    from edge_export.reports.markdown import escape_markdown
+    from edge_export.output.text_safety import escape_markdown
 
     assert f"- **Warning:** {escape_markdown(report.host_latency.note)}" in section
     data = validate_report(to_json_value(report))

@@ -12,14 +12,10 @@ from torch import nn
 import edge_export
 from cli_harness import read_report
 from edge_export.flatbuffer import read_flatbuffer
-from edge_export.targets.gpu.target import (
-    GPU_MAX_VERSIONS,
-    GPU_RULES,
-    AnalyzerCrossCheck,
-    check_gpu,
-    estimate_macs,
-    parse_analyzer_output,
-)
+from edge_export.targets.gpu.analyzer import parse_analyzer_output
+from edge_export.targets.gpu.checks import check_gpu, estimate_macs
+from edge_export.targets.gpu.report import AnalyzerCrossCheck
+from edge_export.targets.gpu.rules import GPU_MAX_VERSIONS, GPU_RULES
 from testing_models import InvertedResidual
 
 
@@ -123,8 +119,8 @@ def test_an_unsupported_op_is_blamed_on_its_module_and_source_line(models):
     assert first.aten == "aten.cumsum" and first.source == call
     assert "CUMSUM (from aten.cumsum) in module 'total' (RunningTotal), at " + call in report.summary()
     assert (report.ops[1].aten, report.ops[1].source) == ("aten.cumsum", call) and report.ops[0].aten is None
-    from edge_export.reports.markdown import escape_markdown
-    from edge_export.targets.gpu.target import GPU_REPORT_SECTION
+    from edge_export.output.text_safety import escape_markdown
+    from edge_export.targets.gpu.report import GPU_REPORT_SECTION
 
     markdown = "\n".join(GPU_REPORT_SECTION.markdown(report, None, None))
     assert escape_markdown("CUMSUM (from aten.cumsum) in module 'total'") in markdown and "aten.cumsum" not in markdown
@@ -198,7 +194,7 @@ def test_fp16_weights_stay_on_the_gpu(tmp_path, models):
 
 def test_an_analyzer_that_crashes_is_reported_not_raised(models, monkeypatch):
     from edge_export.processes.isolation import CRASH_HOOK_ENV
-    from edge_export.targets.gpu.target import run_gpu_analyzer
+    from edge_export.targets.gpu.analyzer import run_gpu_analyzer
 
     _, model = models["cumsum"]
     monkeypatch.setenv(CRASH_HOOK_ENV, "GPU analyzer cross-check")

@@ -6,14 +6,9 @@ import pytest
 from edge_export.errors import RuntimeRunError, TargetError
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.runtime.interpreter import TFLiteRunner
-from edge_export.targets.micro.target import (
-    TFLM_SUPPORTED_OPS,
-    MicroRunner,
-    check_micro,
-    emit_op_resolver,
-    installed_tflm_kernels,
-    write_op_resolver,
-)
+from edge_export.targets.micro.checks import check_micro
+from edge_export.targets.micro.kernels import TFLM_SUPPORTED_OPS, emit_op_resolver, installed_tflm_kernels, write_op_resolver
+from edge_export.targets.micro.runner import MicroRunner
 from edge_export.validators.metrics import sqnr_db
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
 from edge_export.output.serialize import to_json_value

@@ -20,11 +20,8 @@ from cli_harness import read_report
 from model_zoo import small_cnn
 
 from edge_export.errors import UsageError
-from edge_export.targets.micro.target import (
-    TFLM_CUSTOM_OP_METHODS,
-    TFLM_OP_RESOLVER_METHODS,
-    MicroRunner,
-)
+from edge_export.targets.micro.kernels import TFLM_CUSTOM_OP_METHODS, TFLM_OP_RESOLVER_METHODS
+from edge_export.targets.micro.runner import MicroRunner
 from edge_export.targets.micro.bundle import (
     ARENA_MARGIN_MIN_BYTES,
     BUNDLE_SUFFIXES,

@@ -215,7 +215,7 @@ def test_runners_share_one_protocol(tmp_path):
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.runtime.interpreter import TFLiteRunner
     from edge_export.targets.edgetpu.target import EdgeTPUDelegateRunner
-    from edge_export.targets.micro.target import MicroRunner
+    from edge_export.targets.micro.runner import MicroRunner
 
     result = edge_export.export(SmallCNN().eval(), example_inputs=(X,), output=tmp_path / "m.tflite", validate=False)
     data = result.tflite_path.read_bytes()
@@ -231,7 +231,7 @@ def test_runners_share_one_protocol(tmp_path):
 
 def test_every_edgetpu_rule_is_for_a_supported_operator():
     """A rule registered under a misspelt or unsupported opcode would never run."""
-    from edge_export.targets.edgetpu.checks import EDGETPU_RULES, SUPPORTED_OPS
+    from edge_export.targets.edgetpu.rules import EDGETPU_RULES, SUPPORTED_OPS
 
     assert EDGETPU_RULES.opcodes and EDGETPU_RULES.opcodes <= SUPPORTED_OPS
     assert [r.__name__ for r in EDGETPU_RULES.rules_for("CONCATENATION")] == [

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ...conversion.channels_last import ChannelsLastPlan
+    from ...graph.channels_last import ChannelsLastPlan
 
 __all__ = ["permute_io_channels_last_pass"]
 

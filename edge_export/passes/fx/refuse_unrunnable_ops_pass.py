@@ -69,7 +69,7 @@ def _operator_name(node: Any) -> str | None:
 def refuse_unrunnable_ops_pass(gm: Any) -> None:
     """Raise TargetError at the first call of an operator LiteRT cannot run; change nothing."""
     from ...errors import TargetError
-    from ...conversion.provenance import describe_location
+    from ...graph.provenance import describe_location
 
     for node in gm.graph.nodes:
         name = _operator_name(node)

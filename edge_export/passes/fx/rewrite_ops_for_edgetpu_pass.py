@@ -14,7 +14,7 @@ import copy
 import math
 from typing import Any
 
-from ...conversion.applied_rewrites import AppliedRewrite, EdgeTPUPreparation
+from ...graph.applied_rewrites import AppliedRewrite, EdgeTPUPreparation
 
 __all__ = ["rewrite_ops_for_edgetpu_pass"]
 
@@ -68,7 +68,7 @@ def _spatial_mean(x: Any, keepdim: bool) -> Any:
 
 
 def _node_module_path(node: Any) -> str:
-    from ...conversion.provenance import node_module
+    from ...graph.provenance import node_module
 
     found = node_module(node)
     if found is None:

@@ -18,14 +18,14 @@ class FxRewrite:
     declined: bool = False  # a rewrite that could not be made (an LSTM kept unrolled), with why
 
     def describe(self) -> str:
-        from ...conversion.provenance import describe_location
+        from ...graph.provenance import describe_location
 
         return f"{self.kind}{describe_location(self.module_path, self.module_type, self.source)}"
 
 
 def node_location(node: Any) -> tuple[str, str | None, str | None]:
     """(module path, module type, user source line) of an FX node, from its metadata."""
-    from ...conversion.provenance import node_module, node_user_source
+    from ...graph.provenance import node_module, node_user_source
 
     found = node_module(node)
     path, mtype = (found.path, found.type_name) if found else ("", None)

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ...output.serialize import json_field
-from ..modes import mode_spec
+from ...quantize_modes import mode_spec
 from ..promotion_steps import AccuracyTarget, PromotedLayer
 
 __all__ = [

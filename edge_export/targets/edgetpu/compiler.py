@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConversionError, TargetError, first_line
-from .checks import EdgeTPUReport, OpStatus, TableRow
+from .mapping import EdgeTPUReport, OpStatus, TableRow
 
 __all__ = [
     "COMPILER_NAME",

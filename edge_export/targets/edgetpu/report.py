@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...output.serialize import json_field
 from ..registry import ReportSection
-from .checks import EdgeTPUReport
+from .mapping import EdgeTPUReport
 
 if TYPE_CHECKING:
     from .compiler import CompilerResult
@@ -33,8 +33,8 @@ class DelegateSection:
 
 def _markdown(tpu: EdgeTPUReport, target: Any, artifacts: Any) -> list[str]:
     """The mapping table, then the compiler's and the delegate's outcome."""
-    from ...reports.markdown import code_span as _code
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import code_span as _code
+    from ...output.text_safety import escape_markdown as _e
 
     out = ["", f"**Edge TPU mapping (predicted):** {_e(tpu.summary())}", "", "| Operator | Count | Status |", "|---|---|---|"]
     for row in tpu.table:

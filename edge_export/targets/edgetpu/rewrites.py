@@ -29,7 +29,7 @@ import copy
 import math
 from typing import Any
 
-from ...conversion.applied_rewrites import AppliedRewrite, EdgeTPUPreparation
+from ...graph.applied_rewrites import AppliedRewrite, EdgeTPUPreparation
 from ...flatbuffer import FlatbufferModel
 
 __all__ = [

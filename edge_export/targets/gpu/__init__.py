@@ -1,4 +1,5 @@
-"""The Android GPU delegate target: the op-by-op prediction and plugin (``target``) and the float16
-precision check (``precision``)."""
+"""The Android GPU delegate target: the plugin (``target``), the delegate's operator table
+(``rules``), the op-by-op prediction (``checks``), the analyzer cross-check (``analyzer``), the
+report section (``report``) and the float16 precision check (``precision``)."""
 
 from . import target as _target  # noqa: F401  (registers the plugin)

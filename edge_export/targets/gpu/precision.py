@@ -84,7 +84,7 @@ class Float16Layer:
     max_abs_float32: float | None  # the largest magnitude the float32 run holds there
 
     def describe(self) -> str:
-        from ...conversion.provenance import describe_location
+        from ...graph.provenance import describe_location
 
         where = describe_location(self.module_path, self.module_type, self.source)
         return f"operator #{self.operator} {self.opcode}{where}"
@@ -221,7 +221,7 @@ def _sqnr(signal: float, noise: float) -> float:
 
 
 def _layer(index: int, op: Any, model: FlatbufferModel, source_module: Any, stat: Sequence[Any]) -> Float16Layer:
-    from ...conversion.provenance import flatbuffer_operator_module, module_user_source
+    from ...graph.provenance import flatbuffer_operator_module, module_user_source
 
     found = flatbuffer_operator_module(model, op)
     path = found.path if found else None
@@ -285,7 +285,7 @@ def check_gpu_precision(
 
 def _markdown(check: GpuPrecisionReport, target: object, artifacts: object) -> list[str]:
     """The float16 check: its verdict, what broke where, and the Kotlin option that avoids it."""
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import escape_markdown as _e
 
     out = ["### GPU precision (float16, the delegate's default)", "", _e(check.summary()), ""]
     if check.skipped is None:

@@ -202,7 +202,7 @@ def _tensor_module(model: FlatbufferModel, index: int, using: dict[int, list[str
     """The module of one tensor (a consumer of flash or RAM, not an operator): its own name, read for
     the opcode of its first user, so that a fused conv's weights go to the conv rather than to the
     ReLU the name also names."""
-    from ...conversion.provenance import module_label, operator_module
+    from ...graph.provenance import module_label, operator_module
 
     return module_label(operator_module(model.tensors[index].name, _first_opcode(using.get(index, ()))))
 
@@ -233,7 +233,7 @@ def largest_activations(model: FlatbufferModel, limit: int = _LARGEST) -> tuple[
 
 def _markdown(budgets: BudgetsSection, target: object, artifacts: object) -> list[str]:
     """Flash and RAM against --max-flash/--max-ram, and the largest consumers of an exceeded one."""
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import escape_markdown as _e
 
     out = ["### Flash and RAM budgets", "", "| resource | measured | bytes | budget | margin |", "|---|---|---|---|---|"]
     for c in budgets.checks:

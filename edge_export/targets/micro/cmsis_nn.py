@@ -189,7 +189,7 @@ def _bias_matches_activations(op: OperatorInfo, model: FlatbufferModel, constant
 
 def check_cmsis_nn(model: FlatbufferModel) -> CmsisNNReport:
     """Every tensor or operator of the main subgraph that breaks a rule CMSIS-NN assumes."""
-    from ...conversion.provenance import flatbuffer_operator_module, module_label
+    from ...graph.provenance import flatbuffer_operator_module, module_label
 
     found: list[KernelRuleViolation] = []
     for op in model.operators:
@@ -202,8 +202,8 @@ def check_cmsis_nn(model: FlatbufferModel) -> CmsisNNReport:
 
 
 def _markdown(rules: CmsisNNReport, target: object, artifacts: object) -> list[str]:
-    from ...reports.markdown import code_span as _code
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import code_span as _code
+    from ...output.text_safety import escape_markdown as _e
 
     out = ["### CMSIS-NN kernel rules", "", _e(rules.note)]
     if rules.violations:

@@ -254,7 +254,7 @@ def cpu_operators(compiled: FlatbufferModel, named: FlatbufferModel) -> tuple[Cp
     """The operators Vela left outside its ``ethos-u`` operators, matched to the int8 model's
     operators by their output tensor's name (Vela keeps the names of the tensors it does not fold)
     and blamed on the PyTorch module that name points to."""
-    from ...conversion.provenance import flatbuffer_operator_module, module_label, operator_module
+    from ...graph.provenance import flatbuffer_operator_module, module_label, operator_module
 
     by_output = {}
     for op in named.operators:
@@ -290,8 +290,8 @@ def ram_bytes(section: EthosUReport, int8_arena: int) -> int:
 
 def _markdown(ethos: EthosUReport, target: object, artifacts: object) -> list[str]:
     """Vela's placement (NPU or CPU, each CPU operator with its module) and its figures."""
-    from ...reports.markdown import code_span as _code
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import code_span as _code
+    from ...output.text_safety import escape_markdown as _e
 
     s = ethos.summary
     out = [
@@ -350,7 +350,7 @@ class EthosUTarget(MicroTarget):
         report = self._report(compiled, context.model, context.model.data, context.tflite_path)
         # --emit-op-resolver: the operators of the compiled model (ethos-u and what stays on the CPU)
         from ...flatbuffer import read_flatbuffer
-        from .target import emit_op_resolver
+        from .kernels import emit_op_resolver
 
         ops = read_flatbuffer(compiled.data, origin="the Vela-compiled model").op_counts
         artifacts = tuple(

@@ -85,8 +85,8 @@ class MicroSection:
 
 
 def _markdown(micro: MicroSection, target: Any, artifacts: Any) -> list[str]:
-    from ...reports.markdown import code_span as _code
-    from ...reports.markdown import escape_markdown as _e
+    from ...output.text_safety import code_span as _code
+    from ...output.text_safety import escape_markdown as _e
 
     out = ["", f"**TFLite Micro:** tensor arena {_e(micro.report.arena_bytes)} bytes; operators: {_e(', '.join(micro.report.ops))}."]
     if micro.op_resolver:

@@ -32,7 +32,7 @@ import numpy as np
 
 from ...errors import InputSpecError, RuntimeRunError, map_exceptions
 from ...flatbuffer import FlatbufferModel, TensorInfo
-from ...conversion.provenance import clean_module_path
+from ...graph.provenance import clean_module_path
 
 __all__ = [
     "CapturedCall",

@@ -9,7 +9,7 @@ from: one *scope* per module on the call stack, ``<class fullname>_<attribute na
     __main__.Net/torch.nn.modules.container.Sequential_stem/torch.nn.modules.activation.ReLU_2;;
     __main__.Net/torch.nn.modules.container.Sequential_stem/torch.nn.modules.conv.Conv2d_0;2
 
-(``edge_export.conversion.provenance.tensor_scopes`` reads them.) Capture gives each PyTorch module call the
+(``edge_export.graph.provenance.tensor_scopes`` reads them.) Capture gives each PyTorch module call the
 same scope key. Each rule below is one function, applied by ``match_layers`` in this order:
 
 1. ``scope_below_the_root`` / ``functional_scope_resolves_to_the_nearest_module``: a name's scopes
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...flatbuffer import OperatorInfo, TensorInfo
-from ...conversion.provenance import tensor_scopes
+from ...graph.provenance import tensor_scopes
 from .capture import CapturedCall, CapturedSample, ModuleKey, tensor_identity
 from .layout import layout_candidates
 from .results import UnmatchedModule, UnmatchedReason

@@ -9,8 +9,8 @@ from torch import nn
 from edgetpu_helpers import edit_flatbuffer, export_int8, find_op
 from edge_export.errors import TargetError
 from edge_export.flatbuffer import FlatbufferModel, OperatorInfo, TensorInfo, QuantParams
+from edge_export.targets.edgetpu.mapping import OpStatus
 from edge_export.targets.edgetpu.checks import (
-    OpStatus,
     check_edgetpu,
     check_edgetpu_bytes,
     check_edgetpu_inputs,

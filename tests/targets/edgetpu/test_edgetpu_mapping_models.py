@@ -14,7 +14,8 @@ from torch import nn
 from edgetpu_helpers import cached_int8, export_int8
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.runtime.interpreter import TFLiteRunner
-from edge_export.targets.edgetpu.checks import OpStatus, check_edgetpu, check_edgetpu_bytes
+from edge_export.targets.edgetpu.checks import check_edgetpu, check_edgetpu_bytes
+from edge_export.targets.edgetpu.mapping import OpStatus
 from edge_export.targets.edgetpu.rewrites import prepare_module_for_edgetpu, reorder_for_edgetpu
 from edgetpu_models import mobilenet_v2_like, random_batchnorm_stats, resnet_like, transformer_encoder_like
 from edge_export.output.serialize import to_json_value
