@@ -23,7 +23,7 @@ EXIT_CODES_HELP = """Exit codes: 0 exported and parity passed; 1 exported but pa
 regression gate) failed, artifacts kept and the report says why; 2 bad usage or unreadable input,
 nothing written; 3 tracing, quantization or conversion failed, nothing written; 4 internal error
 (a bug: please report it with --debug output); 130 interrupted (Ctrl-C); 143 terminated
-(SIGTERM). An interrupted run leaves no partial output."""
+(SIGTERM). An interrupted run leaves no partial output.""".replace("\n", " ")  # one paragraph: rich help keeps line breaks
 
 app = typer.Typer(
     name="edge-export",
