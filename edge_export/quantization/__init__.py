@@ -9,7 +9,7 @@ applies ai-edge-quantizer recipes to the converted float flatbuffer (flatbuffer_
 
 Where things are:
 
-- modes.py: the table of modes (what each is, its backends and recipes, thresholds, latency note);
+- ../quantize_modes.py (at the package root, the ground layer): the table of modes (what each is, its backends and recipes, thresholds, latency note);
 - request.py, result.py: what quantize_model takes and returns;
 - engine.py: quantize_model itself; candidates.py: each backend's run, PT2E's early look and the
   parity of each candidate; explanations.py: the reason a backend was kept, and the warnings;

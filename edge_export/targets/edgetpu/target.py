@@ -2,8 +2,8 @@
 
     implied options   int8 (full integer), NHWC image I/O, uint8 I/O
     inputs            batch 1, static shapes (edgetpu.check_edgetpu_inputs)
-    module rewrites   edgetpu_rewrites.prepare_module_for_edgetpu
-    flatbuffer pass   edgetpu_rewrites.reorder_for_edgetpu
+    module rewrites   rewrites.prepare_module_for_edgetpu
+    flatbuffer pass   rewrites.reorder_for_edgetpu
     checks            the predicted mapping (edgetpu.check_edgetpu), then edgetpu_compiler when present
     artifacts         <stem>_edgetpu.tflite and <stem>_edgetpu.log from the compiler
     parity runner     the LiteRT interpreter, or with --delegate edgetpu the Edge TPU delegate
