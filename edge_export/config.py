@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from .errors import UsageError
+from .quantize_modes import MODES, mode_spec
 
 __all__ = [
     "QuantizeMode",
@@ -31,27 +32,21 @@ __all__ = [
 ]
 
 
-class QuantizeMode(str, enum.Enum):
-    NONE = "none"
-    FP16 = "fp16"
-    DYNAMIC_INT8 = "dynamic-int8"
-    INT8 = "int8"
-    INT16X8 = "int16x8"
-    INT4 = "int4"  # channelwise int4 weights, float activations quantized at run time (phones)
+class _Mode(str, enum.Enum):
+    """A ``--quantize`` mode; what it is and does is its entry in the mode table (quantize_modes.py)."""
 
-    # What each mode is and does lives in one table (quantize_modes.py); read lazily: that
-    # module is light, but config.py is imported before anything decides to quantize.
     @property
     def is_integer(self) -> bool:
-        from .quantize_modes import mode_spec
-
         return mode_spec(self).integer
 
     @property
     def needs_calibration(self) -> bool:
-        from .quantize_modes import mode_spec
-
         return mode_spec(self).calibrates
+
+
+# The members are the table's entries, in its order (NONE, FP16, DYNAMIC_INT8, INT8, INT16X8, INT4:
+# "dynamic-int8" is DYNAMIC_INT8): a new mode is one entry in MODES, nothing here.
+QuantizeMode = _Mode("QuantizeMode", [(name.upper().replace("-", "_"), name) for name in MODES], module=__name__, qualname="QuantizeMode")
 
 
 class Target(str, enum.Enum):
@@ -207,21 +202,15 @@ class _ThresholdsByMode(Mapping):
     the reasons for each number are written)."""
 
     def __getitem__(self, mode: QuantizeMode | str) -> "Thresholds":
-        from .quantize_modes import mode_spec
-
         try:
             return Thresholds(**mode_spec(mode).thresholds)
         except KeyError:
             raise KeyError(mode) from None
 
     def __iter__(self) -> Iterator[QuantizeMode | str]:
-        from .quantize_modes import MODES
-
         return iter(_as_mode(name) for name in MODES)
 
     def __len__(self) -> int:
-        from .quantize_modes import MODES
-
         return len(MODES)
 
 

@@ -84,3 +84,28 @@ def test_precision_inference_keeps_its_order_without_the_new_mode():
     assert infer_precision(model(("float32", None, False), ("int8", quant, True))) is QuantizeMode.DYNAMIC_INT8
     assert infer_precision(model(("float32", None, False), ("float16", None, True))) is QuantizeMode.FP16
     assert infer_precision(model(("float32", None, False), ("float32", None, True))) is QuantizeMode.NONE
+
+
+def test_a_mode_added_to_the_table_is_a_quantize_mode_everywhere(tmp_path):
+    """The enum is made from the table: an entry added before edge_export.config is imported (as a
+    new mode is, in the source) is a QuantizeMode member that --quantize and ExportOptions accept,
+    integer and calibrated as its entry says. In a fresh interpreter: the enum is
+    made once, at import."""
+    import subprocess
+    import sys
+
+    script = f"""
+from dataclasses import replace
+import edge_export.quantize_modes as table
+table.MODES[{FAKE!r}] = replace(table.MODES["int8"], name={FAKE!r}, detect_rank=-1)
+from edge_export.config import QuantizeMode, default_thresholds
+from edge_export.options import ExportOptions
+mode = QuantizeMode({FAKE!r})
+assert mode.name == "INT8_FAKE" and mode.is_integer and mode.needs_calibration
+assert ExportOptions.from_keywords(quantize={FAKE!r}).quantization.quantize is mode
+assert default_thresholds(mode) == default_thresholds(QuantizeMode.INT8)
+print("ok", mode.value)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"ok {FAKE}"
