@@ -170,10 +170,19 @@ def run_matrix(out: Path, only: list[str]) -> int:
     out = out.resolve()
     selected = [c for c in cases() if not only or any(word in c.name for word in only)]
     print(f"edge_export from {_edge_export_root()}; {len(selected)} cases into {out}", flush=True)
+    # The tree the runs imported: its paths in the reports (a model's source lines) are the run's own
+    # repository, masked as such when two runs from different trees are compared.
+    (out / "matrix.json").write_text(json.dumps({"edge_export_root": str(_edge_export_root())}) + "\n")
     for case in selected:
         record = run_case(case, out)
         print(f"{case.name:<28} exit {record['exit_code']!s:<8} {record['seconds']:>7.1f} s", flush=True)
     return 0
+
+
+def _recorded_root(out: Path) -> Path | None:
+    """The tree a run's cases imported edge_export from (``matrix.json``, written by the run)."""
+    record = out / "matrix.json"
+    return Path(json.loads(record.read_text())["edge_export_root"]) if record.is_file() else None
 
 
 def _edge_export_root() -> Path | None:
@@ -200,9 +209,9 @@ class Normaliser:
 
     def __init__(self, out: Path) -> None:
         roots = {str(out.resolve()): "<OUT>", str(REPO): "<REPO>"}
-        found = _edge_export_root()
-        if found is not None:
-            roots.setdefault(str(found), "<REPO>")
+        for found in (_edge_export_root(), _recorded_root(out)):
+            if found is not None:
+                roots.setdefault(str(found), "<REPO>")
         # The Markdown report escapes punctuation in paths (reports/markdown.py, escape_markdown).
         roots.update({_MD_PUNCTUATION.sub(r"\\\1", root): placeholder for root, placeholder in roots.items()})
         # The longest first: the run's folder may sit inside a repository or under /tmp.
