@@ -172,6 +172,7 @@ def run_matrix(out: Path, only: list[str]) -> int:
     print(f"edge_export from {_edge_export_root()}; {len(selected)} cases into {out}", flush=True)
     # The tree the runs imported: its paths in the reports (a model's source lines) are the run's own
     # repository, masked as such when two runs from different trees are compared.
+    out.mkdir(parents=True, exist_ok=True)
     (out / "matrix.json").write_text(json.dumps({"edge_export_root": str(_edge_export_root())}) + "\n")
     for case in selected:
         record = run_case(case, out)
