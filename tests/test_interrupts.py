@@ -91,8 +91,16 @@ def _start(model_folder: Path, tmp: Path, case: str, path_kind: str, sig: signal
         proc = subprocess.Popen(
             [*_cli_command(), *model, "-o", str(out_root / "deep" / "net.tflite"), "--samples", "2", *extra],
             cwd=model_folder, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+            preexec_fn=_as_a_terminal_starts_it,
         )
     return Run(name, proc, out_root, tmpdir, log, label, sig)
+
+
+def _as_a_terminal_starts_it() -> None:
+    """A shell starts a foreground command with Ctrl-C's default action; a test run launched in the
+    background (`nohup ... &` without job control) ignores SIGINT, and a child would inherit that
+    and never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _deliver(run: Run) -> None:
