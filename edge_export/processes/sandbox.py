@@ -83,11 +83,12 @@ class SandboxStatus:
         return "confined child process: " + " and ".join(parts) + (f"; {self.reason}" if self.reason else "")
 
 
-def run_for_model(confine: bool, stages: Any, fn: Callable[..., Any], *args: Any) -> Any:
+def run_for_model(confine: bool, stages: Any, fn: Callable[..., Any], *args: Any, report_type: type) -> Any:
     """``fn(*args)``: in a confined child when ``confine`` (the model is an untrusted archive:
-    ``loading.needs_confinement``), else here. The report of a confined run says how the child was
-    confined (``model.isolation``). ``stages`` (one of ``args``) sends its labels to the parent's
-    display from the child."""
+    ``loading.needs_confinement``), else here. ``fn`` returns (report, files); a confined run's
+    report must be a ``report_type`` (the caller's: reports/ is a layer above) and says how the
+    child was confined (``model.isolation``). ``stages`` (one of ``args``) sends its labels to the
+    parent's display from the child."""
     if not hasattr(os, "fork") or not confine:
         return fn(*args)
     import copy
@@ -100,8 +101,7 @@ def run_for_model(confine: bool, stages: Any, fn: Callable[..., Any], *args: Any
     )
     from dataclasses import is_dataclass, replace
 
-    # A run report (reports/model.RunReport, a layer above: checked by its shape, not its class)
-    if not (is_dataclass(report) and hasattr(report, "model")) or not isinstance(files, list):
+    if not isinstance(report, report_type) or not is_dataclass(report) or not isinstance(files, list):
         raise RuntimeError("the confined run returned something other than a report and its artifacts")
     return replace(report, model=replace(report.model, isolation=status.describe())), files
 

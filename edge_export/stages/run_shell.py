@@ -45,9 +45,10 @@ class RunShell:
         from ..loading.sources import needs_confinement
         from ..processes.library_output import quiet_libraries
         from ..processes.sandbox import run_for_model
+        from ..reports.model import RunReport
 
         with quiet_libraries(show_libraries):
-            report, files = run_for_model(needs_confinement(model, trust_pickle), clock, body, *args)
+            report, files = run_for_model(needs_confinement(model, trust_pickle), clock, body, *args, report_type=RunReport)
             check_artifact_paths(files, self.outputs if may_write is None else may_write)
             return commit(report, files)
 
