@@ -125,7 +125,7 @@ class QuantizationOptions:
         help="Seconds for the whole quantization stage (auto's backends, calibration, --sensitivity, --mixed-precision): when spent, no new step starts (the one running finishes), the best model so far is kept and checked as usual (exit code by its parity), and the report lists what was not tried.")
     mixed_precision: str | None = option(  # auto | int16 | off; None: the target's default
         None, "--mixed-precision", metavar="MODE", panel="Quantization",
-        help="int8: auto (raise the most sensitive operators until --min-sqnr/--min-cosine/--min-top1 is met: on cpu to int16 activations first, fully integer, and to float only when int16 misses; on micro to int16; the default on cpu when one of them is given), int16 (integer promotions only) or off. Not for --target edgetpu.")
+        help="int8: auto (raise the most sensitive operators until --min-sqnr/--min-cosine/--min-top1 is met: on cpu to int16 activations first, fully integer, and to float only when int16 misses; on micro to int16; the default on cpu when one of them is given), int16 (integer promotions only) or off (every activation int8). Without it or a target, on cpu, an int8 model that misses its gate gets int16 activations where needed (fully integer) up to the gate + 5 dB. Not for --target edgetpu.")
     calibration_data: str | None = option(
         None, "--calibration-data", panel="Quantization", cli_type=Optional[Path], parse=path_text, commands=BOTH,
         help="Calibration data: .npz (arrays keyed by input name or position), .npy, a folder of .npy, or a folder of JPEG/PNG images.",

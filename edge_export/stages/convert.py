@@ -70,24 +70,28 @@ def _convert(prepared: PreparedRun, options: ExportOptions, clock: StageClock) -
 
 
 def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock: StageClock) -> ConvertedRun:
-    from ..conversion.litert import convert_module
     from ..quantization.budget import BACKENDS_SHARE, TimeBudget
+    from ..quantization.mixed_precision import DEFAULT_SEARCH
 
     calibration, heldout, labels = labelled_calibration_sets(options, prepared.loaded.specs, prepared.loaded.example)
     search_mode, promote_to = mixed_precision_plan(options, target)
+    asked = search_mode not in (None, DEFAULT_SEARCH)  # the default search runs only if int8 misses
     # auto's PT2E, forked now: with a core idle it calibrates while the float model converts
     with _pt2e_beside(prepared, options, calibration) or contextlib.nullcontext() as beside:
-        if search_mode or options.quantization.sensitivity:  # per-operator recipes start from the float model
-            with clock.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
-                float_bytes = convert_module(prepared.module, prepared.example, strict=options.inputs.strict, verbose=options.outputs.verbose)
+        if asked or options.quantization.sensitivity:  # per-operator recipes start from the float model
+            float_bytes = _float_for_recipes(prepared, options, clock)
         else:  # converted once here: the flatbuffer backend, the latency stage and the Edge TPU's explanation share it
             float_bytes = float_model_for_flatbuffer_backend(prepared.module, prepared.example, options, clock)
         # one budget for the whole quantization stage: backends, sensitivity, mixed precision
         budget = TimeBudget(options.quantization.time_budget, on_progress=clock.on_progress)
         # a ranking or a search follows: the backends get a share, so that it always starts
-        with budget.share(BACKENDS_SHARE, "auto's backends") if search_mode or options.quantization.sensitivity else contextlib.nullcontext():
+        with budget.share(BACKENDS_SHARE, "auto's backends") if asked or options.quantization.sensitivity else contextlib.nullcontext():
             result = _run_quantizer(prepared, options, target, calibration, float_bytes, budget, clock,
-                                    wants_integer=promote_to == "int16", pt2e_beside=beside)
+                                    wants_integer=asked and promote_to == "int16", pt2e_beside=beside)
+    if search_mode == DEFAULT_SEARCH and meets_own_gate(result, options):
+        search_mode = None  # the plain int8 model passes its gate: it is kept as it is
+    if search_mode and float_bytes is None:  # only PT2E ran: the promotions need the float model
+        float_bytes = _float_for_recipes(prepared, options, clock)
     sensitivity = mixed = None
     if search_mode or options.quantization.sensitivity:
         # the steps name the ranking and the promotions; a short stage label leaves room for their
@@ -101,6 +105,23 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
             sensitivity = None  # measured for a search that was not needed: not asked for
     result = replace(result, time_budget=budget.section())
     return ConvertedRun(prepared, result.model, result, float_bytes, calibration, heldout, sensitivity, mixed, labels)
+
+
+def _float_for_recipes(prepared: PreparedRun, options: ExportOptions, clock: StageClock) -> bytes:
+    from ..conversion.litert import convert_module
+
+    with clock.run("convert", "Tracing and converting with litert-torch (float, for per-operator recipes)"):
+        return convert_module(prepared.module, prepared.example, strict=options.inputs.strict, verbose=options.outputs.verbose)
+
+
+def meets_own_gate(result: Any, options: ExportOptions) -> bool:
+    """Whether the int8 model quantization kept meets the export's SQNR and cosine gates on the
+    calibration inputs (measured while choosing it); unmeasured counts as met: the default search
+    is for a model known to miss, not a second check of every export."""
+    gates = options.thresholds()
+    low_sqnr = result.sqnr_db is not None and gates.min_sqnr_db is not None and result.sqnr_db < gates.min_sqnr_db
+    low_cosine = result.cosine is not None and gates.min_cosine is not None and result.cosine < gates.min_cosine
+    return not (low_sqnr or low_cosine)
 
 
 def _pt2e_beside(prepared: PreparedRun, options: ExportOptions, calibration: Any) -> Any:
@@ -144,7 +165,7 @@ def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, c
 
 def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, target: Any, result: Any, float_bytes: bytes | None,
                             calibration: Any, heldout: list[tuple] | None, plan: tuple[str | None, str], budget: Any) -> tuple:
-    from ..quantization.mixed_precision import AccuracyTarget, run_sensitivity_and_mixed_precision
+    from ..quantization.mixed_precision import run_sensitivity_and_mixed_precision
 
     loaded = prepared.loaded
     # --samples of them: a labelled held-out part (a fraction of the data) can be far larger
@@ -159,7 +180,7 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
         want_sensitivity=options.quantization.sensitivity,
         search_mode=search_mode,
         precision=promote_to,
-        target=AccuracyTarget(options.thresholds().min_sqnr_db, options.parity.min_cosine, options.parity.min_top1),
+        target=search_target(options, search_mode),
         io_dtype=options.layout.io_dtype or IODtype.FLOAT32,
         source_module=loaded.module,
         verbose=options.outputs.verbose,
@@ -168,6 +189,17 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
         # auto on cpu: int16 activations (fully integer) before float, where the target runs both
         int16_first=search_mode == "auto" and "int16" in target.mixed_precision_promotions,
     )
+
+
+def search_target(options: ExportOptions, search_mode: str | None) -> Any:
+    """The accuracy the search aims at: the user's --min-* targets, or for the default search the
+    export's own gates with a margin (the search sees only the parity inputs)."""
+    from ..quantization.mixed_precision import DEFAULT_SEARCH, DEFAULT_SEARCH_MARGIN_DB, AccuracyTarget
+
+    gates = options.thresholds()
+    if search_mode == DEFAULT_SEARCH and gates.min_sqnr_db is not None:
+        return AccuracyTarget(gates.min_sqnr_db + DEFAULT_SEARCH_MARGIN_DB, gates.min_cosine)
+    return AccuracyTarget(gates.min_sqnr_db, options.parity.min_cosine, options.parity.min_top1)
 
 
 def float_model_for_flatbuffer_backend(module: Any, example: tuple, options: ExportOptions, clock: StageClock) -> bytes | None:

@@ -284,18 +284,21 @@ def parity_stage(checked: Any, options: ExportOptions, target: Any, clock: Stage
     if parity.passed is False and converted.quantization is not None and sensitivity is None and not target.mixed_precision_promotions:
         with clock.run("sensitivity", "Ranking operators by sensitivity (parity failed)"):
             sensitivity = limiting_layers(converted, options, target)
-    note = remedy_note(options, target.mixed_precision_promotions)
-    if parity.passed is False and converted.quantization is not None and sensitivity is None and note:
+    notes = [default_search_note(converted.mixed_precision)]
+    if parity.passed is False and converted.quantization is not None and (sensitivity is None or converted.mixed_precision is not None):
+        notes.append(remedy_note(options, target.mixed_precision_promotions, converted.mixed_precision))
+    if any(notes):
         from dataclasses import replace
 
-        parity = replace(parity, notes=(*parity.notes, note))
+        parity = replace(parity, notes=(*parity.notes, *filter(None, notes)))
     return ParityRun(parity, layers, runtimes, samples, sensitivity, accuracy)
 
 
-def remedy_note(options: ExportOptions, promotions: Sequence[str]) -> str | None:
-    """What helps a failed int8/int16x8 parity where the target can raise operators but no search
-    ran: the search runs only for an accuracy target, so a plain --quantize int8 that fails (a
-    trained text encoder, a VAD) would otherwise end on a number with no way forward."""
+def remedy_note(options: ExportOptions, promotions: Sequence[str], mixed: Any = None) -> str | None:
+    """What helps a failed int8/int16x8 parity where the target can raise operators but the user
+    gave no accuracy target: the default search (int16 only, when int8 missed its gate on the
+    calibration inputs) may not have run or not have been enough, and a failed export should not
+    end on a number with no way forward (a trained text encoder, a VAD)."""
     from ..config import QuantizeMode
 
     asked = (options.parity.min_sqnr, options.parity.min_cosine, options.parity.min_top1)
@@ -303,14 +306,44 @@ def remedy_note(options: ExportOptions, promotions: Sequence[str]) -> str | None
         return None
     if options.quantization.quantize not in (QuantizeMode.INT8, QuantizeMode.INT16X8):
         return None
+    from ..quantization.mixed_precision import DEFAULT_SEARCH
+
     steps = []
-    if options.quantization.quantize is QuantizeMode.INT8 and "int16" in promotions:
+    searched = mixed is not None and mixed.mode == DEFAULT_SEARCH  # int16 activations were measured already
+    if options.quantization.quantize is QuantizeMode.INT8 and "int16" in promotions and not searched:
         steps.append("--quantize int16x8 keeps 16-bit activations everywhere, still fully integer")
     steps.append(
         f"--min-sqnr N (or --min-cosine, --min-top1) makes the search raise the operators that limit "
         f"accuracy to {' and then '.join(promotions)} until N is met"
     )
-    return f"Parity failed and no accuracy target was given, so no operator was raised: {'; '.join(steps)}."
+    return f"Parity failed{_searched(mixed)}: {'; '.join(steps)}."
+
+
+def _searched(mixed: Any) -> str:
+    from ..quantization.mixed_precision import DEFAULT_SEARCH
+
+    if mixed is None or mixed.mode != DEFAULT_SEARCH:
+        return " and no accuracy target was given, so no operator was raised"
+    raised = len({p.op_index for p in mixed.promoted})
+    return (f" after the default search raised {raised} operator(s) to int16 activations "
+            f"({mixed.sqnr_db:.1f} dB against its {mixed.target.describe()})" if mixed.sqnr_db is not None else
+            " and the default search found no better integer model")
+
+
+def default_search_note(mixed: Any) -> str | None:
+    """Says that a plain --quantize int8 kept operators at int16 activations, and why: they run
+    on int16x8 kernels, slower than int8 ones on most CPUs, which the user did not ask for."""
+    from ..quantization.mixed_precision import DEFAULT_SEARCH
+
+    if mixed is None or mixed.mode != DEFAULT_SEARCH or not mixed.promoted or not mixed.met:
+        return None
+    raised = len({p.op_index for p in mixed.promoted})
+    before = f" ({mixed.int8_sqnr_db:.1f} dB on the parity inputs)" if mixed.int8_sqnr_db is not None else ""
+    return (
+        f"The all-int8 model missed the int8 gate{before}, so {raised} operator(s) were raised to int16 activations "
+        f"with int8 weights (still fully integer; int16x8 kernels, slower than int8 ones on most CPUs) to reach "
+        f"{mixed.target.describe()}. --mixed-precision off keeps every activation int8; --min-sqnr N sets the target."
+    )
 
 
 def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:

@@ -75,6 +75,12 @@ def mixed_precision_plan(options: ExportOptions, target: Any) -> tuple[str | Non
         return None, ""
     if mode is None:  # the target's default: on when the user asked for an accuracy
         asked = any(v is not None for v in (options.parity.min_sqnr, options.parity.min_cosine, options.parity.min_top1))
+        if target.mixed_precision_by_default and not asked and "int16" in promotions:
+            from ..quantization.mixed_precision.report import DEFAULT_SEARCH
+
+            # a plain --quantize int8 that misses its own gate raises operators to int16 only:
+            # the model stays fully integer, as int8 promises (DEFAULT_SEARCH, quantization/mixed_precision)
+            return DEFAULT_SEARCH, "int16"
         mode = "auto" if target.mixed_precision_by_default and asked else "off"
     if mode == "off":
         return None, ""

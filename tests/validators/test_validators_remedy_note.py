@@ -1,5 +1,6 @@
 """A failed int8 parity with no accuracy target names its remedies (issue #39: a row fails naming
-the remedy): the search that raises operators runs only for --min-sqnr/--min-cosine/--min-top1."""
+the remedy): the default search raises operators to int16 only; the one that may raise them to
+float runs for --min-sqnr/--min-cosine/--min-top1."""
 
 from __future__ import annotations
 
@@ -43,8 +44,22 @@ def test_no_note_where_the_search_ran_cannot_run_or_was_refused(options, promoti
     assert remedy_note(options, promotions) is None
 
 
+def test_after_the_default_search_the_note_says_so_and_does_not_offer_int16_again():
+    from types import SimpleNamespace
+
+    from edge_export.quantization.mixed_precision import DEFAULT_SEARCH, AccuracyTarget
+
+    mixed = SimpleNamespace(mode=DEFAULT_SEARCH, promoted=(SimpleNamespace(op_index=3), SimpleNamespace(op_index=3)),
+                            sqnr_db=14.3, target=AccuracyTarget(25.0, 0.99))
+    note = remedy_note(ExportOptions.from_keywords(quantize="int8"), CPU, mixed)
+    assert note.startswith("Parity failed after the default search raised 1 operator(s) to int16 activations (14.3 dB against its SQNR >= 25 dB")
+    assert "--quantize int16x8" not in note and "--min-sqnr N" in note and "int16 and then float" in note
+
+
 @pytest.mark.slow
-def test_a_failed_plain_int8_export_carries_the_note_in_its_report(tmp_path):
+def test_a_plain_int8_export_that_int16_cannot_save_fails_naming_the_remedy(tmp_path):
+    """The default search (int16 only) runs and misses: the export fails, names what it tried and
+    the search that may raise operators to float."""
     import torch
     from torch import nn
 
@@ -52,7 +67,7 @@ def test_a_failed_plain_int8_export_carries_the_note_in_its_report(tmp_path):
 
     class LoudSum(nn.Module):
         """Logits added to a loud signal and taken back out: exact in float, lost under the one int8
-        scale of the sum."""
+        scale of the sum, and int8 weights still limit it at int16 (14 dB)."""
 
         def __init__(self):
             super().__init__()
@@ -68,5 +83,7 @@ def test_a_failed_plain_int8_export_carries_the_note_in_its_report(tmp_path):
     report = json.loads(result.report_json_path.read_text())
     validate_report(report)
     assert result.exit_code == 1
-    assert any("--quantize int16x8" in note for note in report["validation"]["notes"])
-    assert "--quantize int16x8" in result.report_md_path.read_text()
+    assert report["mixed_precision"]["mode"] == "default" and report["mixed_precision"]["met"] is False
+    note = next(n for n in report["validation"]["notes"] if n.startswith("Parity failed"))
+    assert "after the default search raised" in note and "--min-sqnr N" in note and "--quantize int16x8" not in note
+    assert "--min-sqnr N" in result.report_md_path.read_text()

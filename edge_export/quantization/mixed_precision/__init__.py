@@ -22,6 +22,10 @@ Modes (``--mixed-precision``): ``auto`` promotes to the precision the target all
 fastest here (float on cpu and gpu: XNNPACK runs float and int8 kernels but has no int16x8 ones,
 which fall back to the reference kernels, 17-31x slower than fp32 on this host; int16 on targets
 that need a fully integer model), ``int16`` promotes to int16 only, ``off`` does nothing.
+Without the option, on cpu, a plain ``--quantize int8`` whose model misses the export's own gate on
+the calibration inputs runs ``DEFAULT_SEARCH``: int16 promotions only (the model stays fully
+integer, as int8 promises) to the gate plus ``DEFAULT_SEARCH_MARGIN_DB``; a model that passes is
+kept untouched and nothing more runs.
 
 The search: the plain int8 model is checked first; only when it misses the target does anything
 else run. Then operators are promoted in sensitivity order, cumulatively: one at a time for the
@@ -58,6 +62,8 @@ from ..promotion_steps import SINGLE_STEPS, AccuracyTarget, PromotedLayer, Targe
 from .driver import SENSITIVITY_SAMPLES, int16_ready, run_sensitivity_and_mixed_precision
 from .order import TIE_BAND_DB, PromotionCost, promotion_costs, promotion_order, promotion_overrides
 from .report import (
+    DEFAULT_SEARCH,
+    DEFAULT_SEARCH_MARGIN_DB,
     MIXED_PRECISION_MODES,
     MixedPrecisionReport,
     MixedPrecisionSearch,
@@ -68,6 +74,8 @@ from .report import (
 from .search import search_mixed_precision
 
 __all__ = [
+    "DEFAULT_SEARCH",
+    "DEFAULT_SEARCH_MARGIN_DB",
     "MIXED_PRECISION_MODES",
     "SENSITIVITY_SAMPLES",
     "SINGLE_STEPS",

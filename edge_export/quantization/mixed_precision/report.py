@@ -12,12 +12,18 @@ from ...quantize_modes import mode_spec
 from ..promotion_steps import AccuracyTarget, PromotedLayer
 
 __all__ = [
-    "MIXED_PRECISION_MODES", "MixedPrecisionReport", "MixedPrecisionSearch", "MixedPrecisionStep",
+    "DEFAULT_SEARCH", "DEFAULT_SEARCH_MARGIN_DB", "MIXED_PRECISION_MODES", "MixedPrecisionReport", "MixedPrecisionSearch", "MixedPrecisionStep",
     "check_mixed_precision_option", "kept_int16_operators", "recipe_of",
 ]
 
 
 MIXED_PRECISION_MODES = ("auto", "int16", "off")
+# The search a plain --quantize int8 runs on cpu when its model misses the export's own gate
+# (no --min-sqnr/--min-cosine/--min-top1, no --mixed-precision): int16 promotions only, to the gate
+# plus DEFAULT_SEARCH_MARGIN_DB, since the search sees only the parity inputs and the model must
+# still pass on data it did not see (a trained VAD, a text encoder: 6-18 dB at int8, issue 39).
+DEFAULT_SEARCH = "default"
+DEFAULT_SEARCH_MARGIN_DB = 5.0
 
 
 def check_mixed_precision_option(value: str | None) -> None:
@@ -40,7 +46,7 @@ class MixedPrecisionStep:
 
 @dataclass(frozen=True)
 class MixedPrecisionReport:
-    mode: str  # the --mixed-precision mode in force ("auto" | "int16")
+    mode: str  # the --mixed-precision mode in force ("auto" | "int16"), or DEFAULT_SEARCH
     precision: str  # what operators were promoted to: "int16" | "float"
     target: AccuracyTarget
     met: bool
