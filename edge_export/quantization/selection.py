@@ -52,6 +52,7 @@ __all__ = [
     "pt2e_settled",
     "NotLowered",
     "measure_parity",
+    "worst_parity",
     "module_path_for",
     "reference_outputs",
     "simulated_parity",
@@ -252,17 +253,26 @@ def reference_outputs(module: Any, samples: Sequence[tuple[np.ndarray, ...]]) ->
     return refs
 
 
-def _worst_parity(refs: list[list[np.ndarray]], outs: list[list[np.ndarray]]) -> tuple[float, float]:
-    from ..validators.metrics import cosine_similarity, sqnr_db
+def worst_parity(refs: list[list[np.ndarray]], outs: list[list[np.ndarray]]) -> tuple[float, float]:
+    """(worst SQNR of an output or of one of its parts, worst output cosine)."""
+    from ..validators.metrics import cosine_similarity
+    from ..validators.output_parts import worst_sqnr_db
 
     n_out = min(len(refs[0]), len(outs[0]))
     sqnrs, cosines = [], []
     for k in range(n_out):
-        ref = np.concatenate([r[k].ravel() for r in refs])
-        out = np.concatenate([o[k].ravel() for o in outs])
-        sqnrs.append(sqnr_db(ref, out))
-        cosines.append(cosine_similarity(ref, out))
-    return float(min(sqnrs)), float(min(cosines))
+        ref, out = _stacked(refs, k), _stacked(outs, k)
+        sqnrs.append(worst_sqnr_db(ref, out) if ref.shape == out.shape else worst_sqnr_db(ref.ravel(), out.ravel()))
+        cosines.append(cosine_similarity(ref.ravel(), out.ravel()))
+    return float(min(sqnrs, key=lambda v: -math.inf if math.isnan(v) else v)), float(min(cosines))
+
+
+def _stacked(outputs: list[list[np.ndarray]], k: int) -> np.ndarray:
+    """Output ``k`` of every sample, samples first (flat when their shapes differ)."""
+    values = [np.asarray(o[k], dtype=np.float32) for o in outputs]
+    if len({v.shape for v in values}) == 1:
+        return np.stack(values)
+    return np.concatenate([v.ravel() for v in values])
 
 
 def measure_parity(
@@ -272,7 +282,7 @@ def measure_parity(
     from ..runtime.interpreter import Resolver, TFLiteRunner
 
     runner = TFLiteRunner(model, resolver=Resolver.BUILTIN)
-    return _worst_parity(refs, [runner.run(list(sample)) for sample in samples])
+    return worst_parity(refs, [runner.run(list(sample)) for sample in samples])
 
 
 def simulated_parity(
@@ -280,7 +290,7 @@ def simulated_parity(
 ) -> tuple[float, float]:
     """As :func:`measure_parity`, for PT2E's converted graph run in PyTorch (quantize/dequantize
     pairs simulate the int8 rounding): a prediction of the lowered model's parity, without lowering."""
-    return _worst_parity(refs, reference_outputs(with_weights_dequantized_once(quantized_graph), samples))
+    return worst_parity(refs, reference_outputs(with_weights_dequantized_once(quantized_graph), samples))
 
 
 def with_weights_dequantized_once(quantized_graph: Any) -> Any:

@@ -203,16 +203,11 @@ def parity_outputs(model_bytes: bytes, samples: Sequence[tuple[np.ndarray, ...]]
 
 
 def worst_sqnr(refs: list[list[np.ndarray]], outs: list[list[np.ndarray]]) -> float:
-    """The lowest SQNR over the outputs, each taken over all samples."""
-    from ..validators.metrics import sqnr_db
+    """The lowest SQNR over the outputs and their parts (a detector's scores beside its boxes),
+    each taken over all samples."""
+    from .selection import worst_parity
 
-    n_out = min(len(refs[0]), len(outs[0]))
-    values = []
-    for k in range(n_out):
-        ref = np.concatenate([r[k].ravel() for r in refs])
-        out = np.concatenate([o[k].ravel().astype(np.float32) for o in outs])
-        values.append(sqnr_db(ref, out))
-    return float(min(values))
+    return worst_parity(refs, outs)[0]
 
 
 def _provenance(ops: Sequence[QuantizableOp], module: Any) -> dict[int, tuple[str | None, str | None, str | None]]:

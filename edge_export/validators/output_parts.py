@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MAX_PART_AXES", "MAX_PARTS_PER_AXIS", "PART_RANGE_FACTOR", "PartSlice", "find_parts"]
+__all__ = ["MAX_PART_AXES", "MAX_PARTS_PER_AXIS", "PART_RANGE_FACTOR", "PartSlice", "find_parts", "worst_sqnr_db"]
 
 PART_RANGE_FACTOR = 10.0
 MAX_PART_AXES = 4
@@ -92,3 +92,18 @@ def find_parts(stacked: np.ndarray) -> tuple[PartSlice, ...]:
         if reference.shape[axis + 1] >= 2:
             parts += _axis_parts(magnitude, axis)
     return tuple(parts)
+
+
+def worst_sqnr_db(reference: np.ndarray, candidate: np.ndarray) -> float:
+    """The SQNR of one output (samples first) and of each of its parts, the worst of them (NaN
+    first): what quantization's choices aim at, so that a backend or a mixed-precision search is
+    not satisfied by a whole-tensor SQNR that the boxes of a detector dominate while its scores are
+    lost (parity fails on the part)."""
+    import math
+
+    from .metrics import sqnr_db
+
+    reference, candidate = np.asarray(reference), np.asarray(candidate).reshape(np.shape(reference))
+    values = [sqnr_db(reference.ravel(), candidate.ravel())]
+    values += [sqnr_db(part.take(reference).ravel(), part.take(candidate).ravel()) for part in find_parts(reference)]
+    return float(min(values, key=lambda v: -math.inf if math.isnan(v) else v))
