@@ -15,7 +15,7 @@ from ..budget import TimeBudget
 from ..promotion_steps import AccuracyTarget
 from ..sensitivity import SensitivityReport
 from .child_run import run_in_child, untried
-from .report import MixedPrecisionReport, recipe_of
+from .report import DEFAULT_SEARCH, MixedPrecisionReport, recipe_of
 
 __all__ = ["SENSITIVITY_SAMPLES", "int16_ready", "run_sensitivity_and_mixed_precision"]
 
@@ -89,22 +89,36 @@ def run_sensitivity_and_mixed_precision(
     ranking_samples = list(calibration.samples[:SENSITIVITY_SAMPLES])
     ranking_refs = reference_outputs(export_module, ranking_samples)
     heldout_refs = reference_outputs(export_module, heldout) if heldout else []
-    sensitivity, search, skipped = run_isolated(
-        run_in_child, float_bytes, calibration, ranking_samples, ranking_refs, list(heldout), heldout_refs,
-        module=source_module, want_sensitivity=want_sensitivity, search_mode=search_mode, precision=precision,
-        target=target, base_model_bytes=base.model.data if search_mode is not None and base is not None else None, verbose=verbose,
+    child = partial(
+        run_isolated, run_in_child, float_bytes, calibration, ranking_samples, ranking_refs, list(heldout), heldout_refs,
+        module=source_module, want_sensitivity=want_sensitivity, precision=precision,
+        target=target, verbose=verbose,
         int8_io=io_dtype in (IODtype.INT8, IODtype.UINT8),
         measure_latency=measure_latency, budget=budget, int16_first=int16_first, progress=budget.on_progress,
         stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
         hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",
         preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
     )
+    base_bytes = base.model.data if search_mode is not None and base is not None else None
+    try:
+        sensitivity, search, skipped = child(search_mode=search_mode, base_model_bytes=base_bytes)
+    except QuantizationError as exc:
+        if search_mode != DEFAULT_SEARCH:
+            raise
+        # the search nobody asked for failed: the int8 model asked for is kept, and the report says so
+        base = replace(base, warnings=(*base.warnings, f"The default mixed-precision search could not run ({first_line(exc)}); the int8 model is kept."))
+        if not want_sensitivity:
+            return base, None, None
+        sensitivity, search, skipped = child(search_mode=None, base_model_bytes=None)
     budget.extend(skipped)
     if search is None:
         return base, sensitivity, None
     report = search.report
     if search.model_bytes is None:
         return base, sensitivity, report
+    if report.mode == DEFAULT_SEARCH and not report.met:
+        # not asked for: a slower model that still misses is no better than the int8 one asked for
+        return base, sensitivity, replace(report, reason=report.reason + "; not kept: the target was missed, so the plain int8 model is kept")
     try:
         final = _finished_mixed_model(search.model_bytes, io_dtype)
     except Exception as exc:  # a pass that cannot apply to the mixed model: keep the int8 one, say why
