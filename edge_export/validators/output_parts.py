@@ -105,5 +105,10 @@ def worst_sqnr_db(reference: np.ndarray, candidate: np.ndarray) -> float:
 
     reference, candidate = np.asarray(reference), np.asarray(candidate).reshape(np.shape(reference))
     values = [sqnr_db(reference.ravel(), candidate.ravel())]
-    values += [sqnr_db(part.take(reference).ravel(), part.take(candidate).ravel()) for part in find_parts(reference)]
+    # Only an output with two axes or more beyond the batch (features by positions, as a detector's
+    # rows by anchors): one vector per sample is an embedding or a set of logits, which parity
+    # judges whole (an embedding's direction; quantization does not know the kind yet), and a
+    # text encoder's near-zero dimensions would otherwise read as a lost part (MiniLM: 0.0 dB).
+    if sum(1 for n in reference.shape[1:] if n >= 2) >= 2:
+        values += [sqnr_db(part.take(reference).ravel(), part.take(candidate).ravel()) for part in find_parts(reference)]
     return float(min(values, key=lambda v: -math.inf if math.isnan(v) else v))
