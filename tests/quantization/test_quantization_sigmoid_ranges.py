@@ -1,6 +1,7 @@
 """A sigmoid's input range is cut to where its integer output still changes (sigmoid_ranges.py):
 class logits around -11 (YOLO's class bias) get a finer int8 step and keep their scores; a SiLU's
-input, which its MUL also reads, keeps its range."""
+input, which its MUL also reads, keeps its top and loses only the bottom where the integer sigmoid
+is 0 (a trained YOLO11n's first convolutions reach -90 before their SiLU)."""
 
 from __future__ import annotations
 
@@ -56,9 +57,13 @@ def test_logits_read_by_a_sigmoid_only_are_cut_and_keep_their_scores(monkeypatch
     (silu_input,) = [float_model.tensors[t].name for t in sigmoid_inputs if t in multiplied]
     qsvs = {logits: {"min": np.float32([[-30.0]]), "max": np.float32([[3.0]])}, silu_input: {"min": np.float32([[-19.0]]), "max": np.float32([[14.0]])}}
     cut, names = cut_sigmoid_input_ranges(float_model, qsvs, QuantizeMode.INT8)
-    assert names == [logits]
+    assert names == [logits, silu_input]
     assert float(cut[logits]["min"].min()) == np.float32(-SIGMOID_INPUT_BOUND["int8"]) and float(cut[logits]["max"].max()) == 3.0
-    assert cut[silu_input] is qsvs[silu_input]
+    # the SiLU's input: its bottom only (the MUL passes its top on)
+    assert float(cut[silu_input]["min"].min()) == np.float32(-SIGMOID_INPUT_BOUND["int8"]) and float(cut[silu_input]["max"].max()) == 14.0
+    # a range wholly below the bound is left as it is (the cut would leave it no width)
+    low = {silu_input: {"min": np.float32([[-40.0]]), "max": np.float32([[-20.0]])}}
+    assert cut_sigmoid_input_ranges(float_model, low, QuantizeMode.INT8) == (low, [])
 
     # end to end at int8: the scores, measured apart from the tool, against PyTorch on held-out
     # inputs, with the cut and without it
