@@ -341,9 +341,10 @@ def default_search_note(mixed: Any) -> str | None:
         return None
     raised = len({p.op_index for p in mixed.promoted})
     before = f" ({mixed.int8_sqnr_db:.1f} dB on the parity inputs)" if mixed.int8_sqnr_db is not None else ""
+    integer = "still fully integer" if mixed.fully_integer else "not fully integer: an operator with no int16 kernel stays as the int8 model had it, see integer_check"
     return (
         f"The all-int8 model missed the int8 gate{before}, so {raised} operator(s) were raised to int16 activations "
-        f"with int8 weights (still fully integer; int16x8 kernels, slower than int8 ones on most CPUs) to reach "
+        f"with int8 weights ({integer}; int16x8 kernels, slower than int8 ones on most CPUs) to reach "
         f"{mixed.target.describe()}. --mixed-precision off keeps every activation int8; --min-sqnr N sets the target."
     )
 
