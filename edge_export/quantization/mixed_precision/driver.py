@@ -79,8 +79,7 @@ def run_sensitivity_and_mixed_precision(
     budget = budget if budget is not None else TimeBudget(None)
     from ...config import IODtype
     from ...processes.isolation import run_isolated
-    from ..io_types import describe_io
-    from ..selection import check_integer, reference_outputs
+    from ..selection import reference_outputs
 
     if not budget.allows(untried(want_sensitivity, search_mode)):
         return base, None, None  # spent before anything here started: not even the references
@@ -113,16 +112,26 @@ def run_sensitivity_and_mixed_precision(
     budget.extend(skipped)
     if search is None:
         return base, sensitivity, None
+    quant, report = _kept_model(base, search, io_dtype, export_module)
+    return quant, sensitivity, report
+
+
+def _kept_model(base: Any, search: Any, io_dtype: Any, export_module: Any) -> tuple[Any, MixedPrecisionReport]:
+    """The QuantizationResult to keep after a search: the mixed model, finished and checked, or
+    ``base`` with the reason it was not kept."""
+    from ..io_types import describe_io
+    from ..selection import check_integer
+
     report = search.report
     if search.model_bytes is None:
-        return base, sensitivity, report
+        return base, report
     if report.mode == DEFAULT_SEARCH and not report.met:
         # not asked for: a slower model that still misses is no better than the int8 one asked for
-        return base, sensitivity, replace(report, reason=report.reason + "; not kept: the target was missed, so the plain int8 model is kept")
+        return base, replace(report, reason=report.reason + "; not kept: the target was missed, so the plain int8 model is kept")
     try:
         final = _finished_mixed_model(search.model_bytes, io_dtype)
     except Exception as exc:  # a pass that cannot apply to the mixed model: keep the int8 one, say why
-        return base, sensitivity, replace(report, reason=report.reason + f"; not kept: {first_line(exc)}", met=False)
+        return base, replace(report, reason=report.reason + f"; not kept: {first_line(exc)}", met=False)
     check = check_integer(final, export_module)
     report = replace(report, fully_integer=check.fully_integer)
     if not check.fully_integer and report.precision == "float":
@@ -139,4 +148,4 @@ def run_sensitivity_and_mixed_precision(
     )
     if quant.size_bytes <= 0:
         raise QuantizationError("The mixed-precision model is empty.")
-    return quant, sensitivity, report
+    return quant, report
