@@ -143,6 +143,9 @@ class QuantizationOptions:
     part_scales: bool = option(  # quantization/output_joins.py
         True, "--part-scales/--no-part-scales", panel="Quantization", cli_type=bool,
         help="int8/int16x8: an output joined (concatenated) from parts whose calibrated ranges differ 10x or more, such as a detector's boxes in pixels and class scores, keeps one scale per part, joined in float at the model's end (the output stays float32 with its name and shape, whatever --io-dtype). --no-part-scales: one integer scale for the whole output.")
+    weight_rounding: bool = option(  # quantization/weight_rounding.py
+        True, "--weight-rounding/--no-weight-rounding", panel="Quantization", cli_type=bool,
+        help="int8/int16x8 (flatbuffer backend): round each conv, depthwise and fully connected filter to int8 for what the layer computes on the calibration samples (GPTQ, then bias correction), not each weight to its nearest step; the weights stay on the same per-channel int8 grid. --no-weight-rounding: nearest rounding (faster to export).")
     image_size: tuple[int, int] | None = option(
         None, "--image-size", help="Resize calibration images to H,W (default: the input shape's).", panel="Quantization",
         parse=height_width("--image-size"), commands=BOTH,

@@ -205,6 +205,7 @@ def _flatbuffer_model(job: BackendJob) -> bytes:
     return run_isolated(
         flatbuffer_recipes.quantize_flatbuffer, job.float_model_bytes, job.mode, job.calibration,
         observer=job.request.flatbuffer_observer, verbose=job.request.verbose, part_scales=job.request.part_scales,
+        weight_rounding=job.request.weight_rounding,
         stage=f"{job.mode.value} quantization", backend="ai-edge-quantizer (flatbuffer backend)",
         hint=_CRASH_HINT, preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
     )

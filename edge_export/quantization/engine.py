@@ -13,6 +13,7 @@ from ..flatbuffer import FlatbufferModel
 from ..passes.flatbuffer import run_flatbuffer_passes, set_io_dtype_pass
 from .budget import TimeBudget
 from .candidates import BackendJob, run_backends
+from .flatbuffer_recipes import rounding_applied
 from .explanations import kept_reason, result_warnings
 from .io_types import describe_io
 from ..quantize_modes import mode_spec
@@ -142,4 +143,5 @@ def _result(
         sqnr_db=chosen.sqnr_db,
         cosine=chosen.cosine,
         warnings=result_warnings(job, check, chosen.backend, final),
+        weight_rounding=rounding_applied(job.mode, job.request.weight_rounding, job.float_model_bytes) if chosen.backend == "flatbuffer" else None,
     )

@@ -344,6 +344,28 @@ def prepared_for_int8(float_bytes: bytes) -> bytes:
     return result.model_bytes if result.modified else float_bytes
 
 
+def rounding_applied(mode: QuantizeMode, enabled: bool, float_bytes: bytes | None) -> str | None:
+    """How quantize_flatbuffer rounds the int8 filters of ``mode``: "gptq", "nearest", or None when
+    the mode has no calibrated int8 weights (or the sequence-LSTM path quantizes the model itself)."""
+    spec = mode_spec(mode)
+    if not (spec.calibrates and spec.activations) or float_bytes is None:
+        return None
+    if spec.activations == "int8" and takes_sequence_lstm_model(float_bytes):
+        return None
+    return "gptq" if enabled else "nearest"
+
+
+def _with_rounded_weights(float_bytes: bytes, calibration: CalibrationSet) -> bytes:
+    """The float model with its filters rounded for their outputs (weight_rounding.py); a step
+    function's feeders, which stay float, keep their weights."""
+    from .discontinuous import feeders_of_discontinuous_ops
+    from .weight_rounding import round_weights, with_rounded_weights
+
+    float_model = read_flatbuffer(float_bytes, origin="the float model")
+    keep = {op.index for op in feeders_of_discontinuous_ops(float_model)}
+    return with_rounded_weights(float_bytes, round_weights(float_bytes, calibration.samples, skip=keep))
+
+
 def quantize_flatbuffer(
     float_bytes: bytes,
     mode: QuantizeMode,
@@ -353,10 +375,12 @@ def quantize_flatbuffer(
     percentile: float = PERCENTILE,
     verbose: bool = False,
     part_scales: bool = True,
+    weight_rounding: bool = True,
 ) -> bytes:
     """Quantize a float flatbuffer with the recipe for ``mode``; returns the quantized bytes.
     ``part_scales``: an output joined from parts of very different ranges keeps each part's own
-    scale (output_joins.py)."""
+    scale (output_joins.py). ``weight_rounding``: int8 filters rounded for their layers' outputs
+    on the calibration samples (weight_rounding.py), not each weight to its nearest step."""
     if recipe_name(mode) is None:
         raise QuantizationError(f"The flatbuffer backend has no recipe for --quantize {mode.value}.")
     if observer not in FLATBUFFER_OBSERVERS:
@@ -367,6 +391,8 @@ def quantize_flatbuffer(
         float_bytes = prepared_for_int8(float_bytes)
     if mode_spec(mode).activations == "int8" and takes_sequence_lstm_model(float_bytes):  # ai-edge-quantizer has no LSTM recipe
         return quantize_sequence_lstm_model(float_bytes, calibration.samples)
+    if weight_rounding and mode_spec(mode).calibrates and mode_spec(mode).activations:  # int8 weights, static
+        float_bytes = _with_rounded_weights(float_bytes, calibration)
     # The converter's bytes (an edge): read and verified once, for the calibration runs below.
     float_model = read_flatbuffer(float_bytes, origin="the float model") if mode.needs_calibration else None
     with quiet_libraries(verbose):

@@ -34,6 +34,7 @@ class QuantizationRequest:
     parity_samples: int = PARITY_SAMPLES
     target: ParityTarget | None = None  # the export's parity target: auto stops at the first result meeting it
     part_scales: bool = True  # an output joined from parts of different ranges keeps their scales (output_joins.py)
+    weight_rounding: bool = True  # int8 filters rounded for their layers' outputs (weight_rounding.py)
     strict: bool = False
     verbose: bool = False
 

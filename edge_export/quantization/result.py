@@ -36,9 +36,11 @@ class QuantizationResult:
     warnings: tuple[str, ...] = ()
     # --time-budget: the budget, the time used and what was not tried (set by the export, after mixed precision)
     time_budget: BudgetSection | None = json_field(default=None, omit_none=True)
+    # how the int8 filters were rounded: "gptq" (weight_rounding.py), "nearest"; None: not the flatbuffer backend's int8 weights
+    weight_rounding: str | None = json_field(default=None, omit_none=True)
 
     JSON_KEYS = (
-        "mode", "backend", "recipe", "observer", "reason", "attempts", "fully_integer", "integer_check",
+        "mode", "backend", "recipe", "observer", "weight_rounding", "reason", "attempts", "fully_integer", "integer_check",
         "io_dtype", "io", "output_parts", "saturated_biases", "calibration", "calibration_parity", "size_bytes", "warnings",
         "time_budget",
     )

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..config import QuantizeMode
 from ..errors import QuantizationError, first_line
-from ..flatbuffer import read_flatbuffer
+from ..flatbuffer import FlatbufferModel, read_flatbuffer
 from ..processes.library_output import quiet_libraries
 from ..graph.provenance import operator_module
 from ..output.serialize import json_field
@@ -106,7 +106,9 @@ class RecipeQuantizer:
     Precisions: ``"int8"`` (int8 weights and activations), ``"int16"`` (int8 weights, int16
     activations: int16x8, still integer), ``"float"`` (left as it is)."""
 
-    def __init__(self, float_bytes: bytes, calibration: CalibrationSet, *, observer: str = "minmax", verbose: bool = False) -> None:
+    def __init__(
+        self, float_bytes: bytes, calibration: CalibrationSet, *, observer: str = "minmax", verbose: bool = False, weight_rounding: bool = True,
+    ) -> None:
         from ai_edge_quantizer import quantizer as aeq
         from ai_edge_quantizer import recipe as aeq_recipe
 
@@ -130,6 +132,7 @@ class RecipeQuantizer:
         constants = {t.name for t in self.float_model.tensors if t.is_constant}
         # The int16 floor is the narrower one; int8 ranges get the int8 floor at quantize time.
         self.qsvs, _ = fr.floor_ranges(qsvs, QuantizeMode.INT8, constants)
+        self.rounding = _weight_rounding(self.float_bytes, self.float_model, calibration) if weight_rounding else None
 
     @classmethod
     def with_ranges(cls, float_bytes: bytes, like: RecipeQuantizer) -> RecipeQuantizer:
@@ -140,6 +143,7 @@ class RecipeQuantizer:
         made.float_bytes = bytes(float_bytes)
         made.float_model = read_flatbuffer(made.float_bytes, origin="the float model")
         made.verbose, made.calibration, made.observer, made.qsvs = like.verbose, like.calibration, like.observer, like.qsvs
+        made.rounding = like.rounding  # found by filter name: a split operator's halves are not rounded again
         return made
 
     def quantize(self, base: str, overrides: Mapping[QuantizableOp, str] | None = None) -> bytes:
@@ -150,7 +154,7 @@ class RecipeQuantizer:
         overrides = dict(overrides or {})
         try:
             with quiet_libraries(self.verbose):
-                qz = aeq.Quantizer(bytearray(self.float_bytes))
+                qz = aeq.Quantizer(bytearray(self._rounded_for(base, overrides)))
                 kept_float: dict[QuantizableOp, str] = {}
                 if base != "float":
                     qz.add_static_config(".*", TFLOperationName.ALL_SUPPORTED, _ACTIVATION_BITS[base], 8)
@@ -176,6 +180,30 @@ class RecipeQuantizer:
                 f"{len(overrides)} operator(s) changed): {first_line(exc, with_type=True)}",
                 "Run with --verbose to see ai-edge-quantizer's output, or use --mixed-precision off.",
             ) from exc
+
+
+    def _rounded_for(self, base: str, overrides: Mapping[QuantizableOp, str]) -> bytes:
+        """The float model with the rounded int8 filters of the operators this recipe quantizes
+        (weight_rounding.py); an operator left float keeps its float weights."""
+        from .weight_rounding import with_rounded_weights
+
+        if self.rounding is None:
+            return self.float_bytes
+        if base == "float":
+            quantized = {op.index for op, precision in overrides.items() if precision != "float"}
+            keep = set(range(len(self.float_model.operators))) - quantized
+        else:
+            keep = {op.index for op, precision in overrides.items() if precision == "float"}
+        return with_rounded_weights(self.float_bytes, self.rounding, keep=keep)
+
+
+def _weight_rounding(float_bytes: bytes, float_model: FlatbufferModel, calibration: CalibrationSet) -> Any:
+    """The int8 filters rounded for their outputs, as quantize_flatbuffer rounds them (a step
+    function's feeders, kept float, left out)."""
+    from .discontinuous import feeders_of_discontinuous_ops
+    from .weight_rounding import round_weights
+
+    return round_weights(float_bytes, calibration.samples, skip={op.index for op in feeders_of_discontinuous_ops(float_model)})
 
 
 _ACTIVATION_BITS = {"int8": 8, "int16": 16}

@@ -122,8 +122,10 @@ def search_split_weights(
     calibrated = time.perf_counter()
     all_split = RecipeQuantizer(
         split_float_model(quantizer.float_bytes, [layer.op_index for layer in order]), quantizer.calibration,
-        observer=quantizer.observer, verbose=quantizer.verbose,
+        observer=quantizer.observer, verbose=quantizer.verbose, weight_rounding=False,
     )
+    # the unsplit model's rounded filters, found by name: an operator not split in a candidate keeps them
+    all_split.rounding = quantizer.rounding
     calibration_seconds = time.perf_counter() - calibrated
 
     def meets(k: int) -> bool:

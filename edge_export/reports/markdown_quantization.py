@@ -18,9 +18,13 @@ if TYPE_CHECKING:
 __all__ = ["quant_section", "sensitivity_section", "mixed_precision_section", "host_latency_section"]
 
 
+_ROUNDING = {"gptq": "for each layer's output (GPTQ, bias corrected)", "nearest": "to the nearest int8 step"}
+
+
 def quant_section(q: QuantizationResult) -> list[str]:
     out = ["## Quantization", ""]
-    out.append(f"- mode **{_e(q.mode.value)}**, backend **{_e(q.backend)}** ({_e(q.recipe)}, observer {_e(q.observer)}): {_e(q.reason)}")
+    rounding = f", weights rounded {_ROUNDING[q.weight_rounding]}" if q.weight_rounding in _ROUNDING else ""
+    out.append(f"- mode **{_e(q.mode.value)}**, backend **{_e(q.backend)}** ({_e(q.recipe)}, observer {_e(q.observer)}{rounding}): {_e(q.reason)}")
     cal = q.calibration
     real = "real data" if cal.real_data else "**synthetic inputs (not real data)**"
     out.append(f"- calibrated on {_e(cal.samples)} samples of {real} from {_code(cal.source)}")

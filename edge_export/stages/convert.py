@@ -159,6 +159,7 @@ def _run_quantizer(prepared: PreparedRun, options: ExportOptions, target: Any, c
             # auto keeps the first fully integer result that meets the export's own gates
             target=ParityTarget(gates.min_sqnr_db, gates.min_cosine),
             part_scales=options.quantization.part_scales,
+            weight_rounding=options.quantization.weight_rounding,
         )
         return quantize_model(prepared.module, prepared.example, request, float_model_bytes=float_bytes, budget=budget, pt2e_beside=pt2e_beside)
 
@@ -188,6 +189,7 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
         budget=budget,
         # auto on cpu: int16 activations (fully integer) before float, where the target runs both
         int16_first=search_mode == "auto" and "int16" in target.mixed_precision_promotions,
+        weight_rounding=options.quantization.weight_rounding,
     )
 
 

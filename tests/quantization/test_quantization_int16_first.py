@@ -110,7 +110,8 @@ def test_a_transformer_whose_residual_stream_int8_cannot_hold_is_kept_integer_at
     assert mixed["precision"] == "int16" and mixed["met"] is True and mixed["sqnr_db"] >= 30
     # the residual sums and LayerNorm's operators are among the int16 ones, and nothing is float
     promoted = {(p["module_path"] or "", p["opcode"]) for p in mixed["promoted"]}
-    assert ("0", "ADD") in promoted and any(path.endswith("norm2") for path, _ in promoted)
+    # (which layer's residual sum comes first depends on the weights' rounding: layer 1's with GPTQ, layer 0's with nearest)
+    assert {("0", "ADD"), ("1", "ADD")} & promoted and any(path.endswith("norm2") for path, _ in promoted)
     assert report["quantization"]["fully_integer"] is True and load_flatbuffer(result.tflite_path).is_fully_integer
     assert report["validation"]["outputs"][0]["metrics"]["sqnr_db"] >= 30
 

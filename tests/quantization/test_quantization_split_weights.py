@@ -4,7 +4,9 @@ The model is limited by its int8 weights, not its activations: conv2's every out
 weight 60x its largest other weight, on an input channel conv1 always writes as 0 (weight 0, bias
 -1, ReLU). The outlier adds nothing to the output but sets the channel's int8 scale, so the other
 weights keep a few int8 steps each; int16 activations leave that error as it is (every operator at
-int16: about 24 dB), splitting conv2's weights removes it (about 50 dB)."""
+int16: about 24 dB), splitting conv2's weights removes it (about 50 dB). These tests round weights
+to the nearest step (--no-weight-rounding): rounded for conv2's output (weight_rounding.py), the
+int8 model alone meets the target, and there is nothing left to split."""
 
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ def int16(tmp_path_factory):
     out = tmp_path_factory.mktemp("int16") / "net.tflite"
     result = export(
         DeadChannelOutlierNet().eval(), example_inputs=(X,), output=out, quantize="int8", quant_backend="flatbuffer",
-        min_sqnr=30.0, mixed_precision="int16",
+        min_sqnr=30.0, mixed_precision="int16", weight_rounding=False,
     )
     validate_report(json.loads(result.report_json_path.read_text()))
     return result
@@ -111,7 +113,7 @@ def test_the_cli_on_micro_runs_the_split_model_on_the_tflite_micro_interpreter(t
     src = tmp_path / "net.pt2"
     torch.export.save(torch.export.export(DeadChannelOutlierNet().eval(), (X,)), src)
     out = tmp_path / "net.tflite"
-    res = run_cli(src, "--target", "micro", "--quantize", "int8", "--mixed-precision", "int16", "--min-sqnr", "30", "-o", out)
+    res = run_cli(src, "--target", "micro", "--quantize", "int8", "--mixed-precision", "int16", "--min-sqnr", "30", "--no-weight-rounding", "-o", out)
     assert res.exit_code == 0, res.stderr
     rep = validate_report(json.loads(out.with_suffix(".report.json").read_text()))
     assert rep["validation"]["runtime"] == "TFLite Micro host interpreter"
@@ -134,7 +136,7 @@ def test_an_unreachable_target_keeps_the_best_split_model_and_says_why():
 
     module = DeadChannelOutlierNet().eval()
     calibration = synthetic_calibration([InputSpec(shape=tuple(X.shape), name="x")], 16, seed=1)
-    quantizer = RecipeQuantizer(convert_module(module, (X,)), calibration)
+    quantizer = RecipeQuantizer(convert_module(module, (X,)), calibration, weight_rounding=False)
     samples = list(calibration.samples[:4])
     ranking = measure_sensitivity(quantizer, samples, reference_outputs(module, samples)).layers
     heldout = [(np.random.default_rng(i).standard_normal(X.shape).astype(np.float32),) for i in range(4)]
@@ -150,3 +152,18 @@ def test_an_unreachable_target_keeps_the_best_split_model_and_says_why():
     assert [s.split_weights for s in split_steps] == [1, 2, 3]  # every weighted operator tried
     assert report.sqnr_db == max(s.sqnr_db for s in report.steps) > 40  # far above int16 alone
     assert len(search.model_bytes) == next(s.size_bytes for s in split_steps if s.sqnr_db == report.sqnr_db)
+
+
+def test_weights_rounded_for_the_output_meet_the_target_at_int8_with_nothing_to_split(tmp_path):
+    """The default rounding (weight_rounding.py) leaves conv2's outlier at its step and rounds the
+    other weights for conv2's output, the bias taking the mean shift: the plain int8 model meets
+    the 30 dB that nearest rounding needed int16 and a split for."""
+    result = export(
+        DeadChannelOutlierNet().eval(), example_inputs=(X,), output=tmp_path / "net.tflite", quantize="int8",
+        quant_backend="flatbuffer", min_sqnr=30.0, mixed_precision="int16",
+    )
+    rep = validate_report(json.loads(result.report_json_path.read_text()))
+    assert result.exit_code == 0, rep["validation"]
+    assert rep["quantization"]["weight_rounding"] == "gptq" and "mixed_precision" not in rep
+    assert rep["validation"]["outputs"][0]["metrics"]["sqnr_db"] >= 30
+    assert "weights rounded for each layer's output (GPTQ, bias corrected)" in result.report_md_path.read_text()

@@ -38,6 +38,7 @@ def run_in_child(
     measure_latency: bool = True,
     budget: TimeBudget,
     int16_first: bool = False,
+    weight_rounding: bool = True,
 ) -> tuple[SensitivityReport | None, MixedPrecisionSearch | None, list[str]]:
     """Everything native in one child process: calibration, the sensitivity variants, the search.
     Also returns what the time budget left untried (this process's copy of ``budget`` is not the
@@ -50,7 +51,7 @@ def run_in_child(
         return None, None, budget.skipped
     if not budget.allows(untried(want_sensitivity, search_mode if search_needed else None, needed=True)):
         return None, None, budget.skipped
-    quantizer = RecipeQuantizer(float_bytes, calibration, verbose=verbose)
+    quantizer = RecipeQuantizer(float_bytes, calibration, verbose=verbose, weight_rounding=weight_rounding)
     ranked: list[SensitivityReport] = []
 
     def ranking() -> Sequence[LayerSensitivity]:  # measured once, when first needed
