@@ -336,16 +336,19 @@ def default_search_note(mixed: Any) -> str | None:
     """Says that a plain --quantize int8 kept operators at int16 activations, and why: they run
     on int16x8 kernels, slower than int8 ones on most CPUs, which the user did not ask for."""
     from ..quantization.mixed_precision import DEFAULT_SEARCH
+    from ..quantization.mixed_precision.report import default_search_kept
 
-    if mixed is None or mixed.mode != DEFAULT_SEARCH or not mixed.promoted or not mixed.met:
+    if mixed is None or mixed.mode != DEFAULT_SEARCH or not mixed.promoted or not default_search_kept(mixed):
         return None
     raised = len({p.op_index for p in mixed.promoted})
     before = f" ({mixed.int8_sqnr_db:.1f} dB on the parity inputs)" if mixed.int8_sqnr_db is not None else ""
     integer = "still fully integer" if mixed.fully_integer else "not fully integer: an operator with no int16 kernel stays as the int8 model had it, see integer_check"
+    reached = (f"to reach {mixed.target.describe()}" if mixed.met else
+               f"reaching {mixed.sqnr_db:.1f} dB: short of its target ({mixed.target.describe()}), past the gate the int8 model missed")
     return (
         f"The all-int8 model missed the int8 gate{before}, so {raised} operator(s) were raised to int16 activations "
-        f"with int8 weights ({integer}; int16x8 kernels, slower than int8 ones on most CPUs) to reach "
-        f"{mixed.target.describe()}. --mixed-precision off keeps every activation int8; --min-sqnr N sets the target."
+        f"with int8 weights ({integer}; int16x8 kernels, slower than int8 ones on most CPUs) {reached}. "
+        "--mixed-precision off keeps every activation int8; --min-sqnr N sets the target."
     )
 
 

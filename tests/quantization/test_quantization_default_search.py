@@ -80,3 +80,34 @@ def test_mixed_precision_off_keeps_every_activation_int8_and_fails(encoder_expor
     assert result.exit_code == 1
     assert report.get("mixed_precision") is None
     assert not any(n.startswith("The all-int8 model missed") for n in report["validation"]["notes"])
+
+
+@pytest.mark.parametrize(
+    ("sqnr", "cosine", "kept"),
+    [(26.0, 0.999, True), (22.0, 0.999, True), (22.0, 0.95, False), (19.0, 0.999, False), (float("nan"), 0.999, False)],
+)
+def test_a_default_search_short_of_its_margin_is_kept_when_it_passes_the_gate(sqnr, cosine, kept):
+    """The default search aims at the gate + 5 dB. A model that misses that but passes the gate
+    itself (20 dB, cosine 0.99) replaces the int8 model that failed it, and its note says how far it
+    got; one under the gate (or NaN) does not."""
+    from dataclasses import replace
+
+    from test_quantization_int16_first import _found
+
+    from edge_export.quantization.mixed_precision import DEFAULT_SEARCH, AccuracyTarget
+    from edge_export.quantization.mixed_precision.driver import _kept_model
+    from edge_export.quantization.mixed_precision.report import default_search_kept
+    from edge_export.stages.parity import default_search_note
+
+    found = _found("int16", sqnr, met=sqnr >= 25.0)
+    report = replace(found.report, mode=DEFAULT_SEARCH, target=AccuracyTarget(25.0, 0.99), cosine=cosine, fully_integer=True)
+    assert default_search_kept(report) is kept
+    note = default_search_note(report)
+    if not kept:
+        assert note is None
+        base = object()
+        assert _kept_model(base, replace(found, report=report), None, None)[0] is base
+    elif report.met:
+        assert "to reach SQNR >= 25 dB" in note
+    else:
+        assert "reaching 22.0 dB: short of its target" in note and "past the gate the int8 model missed" in note

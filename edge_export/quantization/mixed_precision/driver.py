@@ -15,7 +15,7 @@ from ..budget import TimeBudget
 from ..promotion_steps import AccuracyTarget
 from ..sensitivity import SensitivityReport
 from .child_run import run_in_child, untried
-from .report import DEFAULT_SEARCH, MixedPrecisionReport, recipe_of
+from .report import DEFAULT_SEARCH, DEFAULT_SEARCH_MARGIN_DB, MixedPrecisionReport, default_search_kept, recipe_of
 
 __all__ = ["SENSITIVITY_SAMPLES", "int16_ready", "run_sensitivity_and_mixed_precision"]
 
@@ -69,12 +69,14 @@ def run_sensitivity_and_mixed_precision(
     measure_latency: bool = True,
     budget: TimeBudget | None = None,
     int16_first: bool = False,
+    weight_rounding: bool = True,
 ) -> tuple[Any, SensitivityReport | None, MixedPrecisionReport | None]:
     """The sensitivity ranking (``want_sensitivity``) and, when ``search_mode`` is set and the
     quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search
     (``measure_latency``: time every measured prefix on this CPU), within ``budget`` (what it left
     untried is added to it; its progress reaches ``budget.on_progress``); ``int16_first``: at float,
-    int16 activations are tried first (search_mixed_precision). Returns the QuantizationResult to
+    int16 activations are tried first (search_mixed_precision); ``weight_rounding``: the int8 filters
+    are rounded for their outputs (weight_rounding.py), as the backend rounded them. Returns the QuantizationResult to
     keep (``base`` unless a mixed model replaced it)."""
     budget = budget if budget is not None else TimeBudget(None)
     from ...config import IODtype
@@ -93,7 +95,8 @@ def run_sensitivity_and_mixed_precision(
         module=source_module, want_sensitivity=want_sensitivity, precision=precision,
         target=target, verbose=verbose,
         int8_io=io_dtype in (IODtype.INT8, IODtype.UINT8),
-        measure_latency=measure_latency, budget=budget, int16_first=int16_first, progress=budget.on_progress,
+        measure_latency=measure_latency, budget=budget, int16_first=int16_first, weight_rounding=weight_rounding,
+        progress=budget.on_progress,
         stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
         hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",
         preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
@@ -125,9 +128,12 @@ def _kept_model(base: Any, search: Any, io_dtype: Any, export_module: Any) -> tu
     report = search.report
     if search.model_bytes is None:
         return base, report
-    if report.mode == DEFAULT_SEARCH and not report.met:
+    if report.mode == DEFAULT_SEARCH and not default_search_kept(report):
         # not asked for: a slower model that still misses is no better than the int8 one asked for
         return base, replace(report, reason=report.reason + "; not kept: the target was missed, so the plain int8 model is kept")
+    if report.mode == DEFAULT_SEARCH and not report.met:
+        gate = report.target.min_sqnr_db - DEFAULT_SEARCH_MARGIN_DB
+        report = replace(report, reason=report.reason + f"; kept: it meets the export's own gate ({gate:g} dB), which the int8 model missed")
     try:
         final = _finished_mixed_model(search.model_bytes, io_dtype)
     except Exception as exc:  # a pass that cannot apply to the mixed model: keep the int8 one, say why

@@ -70,6 +70,18 @@ class MixedPrecisionReport:
     latency_seconds: float = json_field(default=0.0, digits=3)  # of ``seconds``, spent timing prefixes
 
 
+def default_search_kept(report: MixedPrecisionReport) -> bool:
+    """A default search's model is kept when it meets its target, or short of the margin when it
+    reaches the export's own gate (the target less DEFAULT_SEARCH_MARGIN_DB), which the int8 model
+    missed: parity then judges it as any model."""
+    if report.met:
+        return True
+    target = report.target
+    if report.sqnr_db is None or target.min_sqnr_db is None or not report.sqnr_db >= target.min_sqnr_db - DEFAULT_SEARCH_MARGIN_DB:
+        return False
+    return target.min_cosine is None or (report.cosine is not None and report.cosine >= target.min_cosine)
+
+
 @dataclass(frozen=True)
 class MixedPrecisionSearch:
     """What the isolated search hands back: the report and the model bytes kept (None: the model
