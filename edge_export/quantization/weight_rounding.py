@@ -26,7 +26,7 @@ E[x^2]; its mean goes into the bias). On the trained YOLO11n at int16x8 that one
 class scores from 25 to 14 dB.
 
 A filter keeps nearest rounding (on that grid, with the bias correction) when its inputs were seen
-in fewer than 4 rows per input on the calibration samples (a fully connected layer over a few hundred
+in fewer than 2 rows per input on the calibration samples (a fully connected layer over a few hundred
 crops: GPTQ would fit those samples), or when GPTQ's rounding is no better on them (the damping).
 
 Operators left float (a search's float promotions, a step function's feeders) and filters that a
@@ -55,7 +55,7 @@ _DAMP = 0.01  # of the mean diagonal, added to X^T X: an input never seen is not
 # Input rows per filter input below which a filter keeps nearest rounding (and the bias correction):
 # fewer rows than inputs leave X^T X singular, and GPTQ then fits the calibration samples, not the
 # layer (MTCNN's R-Net, 576 inputs to a fully connected layer and 256 crops: 22.6 -> 19.8 dB held out).
-_MIN_ROWS_PER_INPUT = 4
+_MIN_ROWS_PER_INPUT = 2
 _STATS_BYTES = 1 << 30  # X^T X held at once (float64); more operators are gathered in several runs
 # Inputs per output a filter may have to be rounded here (ResNet's 3x3x512; its X^T X is 170 MB and
 # costs O(d^3)); a wider one (a fully connected layer over a flattened feature map) keeps nearest rounding.
