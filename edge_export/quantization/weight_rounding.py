@@ -23,9 +23,11 @@ folded a near-zero gamma into them, with a bias of -1.85 in the trained YOLO11n'
 2**40 steps and is clipped: quantization/bias_saturation.py) gets the least scale at which it fits
 at int16 input scales with room to spare, pinned by one weight on the channel's quietest input (least
 E[x^2]; its mean goes into the bias). On the trained YOLO11n at int16x8 that one channel took the
-class scores from 25 to 14 dB. An operator whose rounded filter would be
-worse than nearest rounding on the calibration inputs (it cannot be by construction, but the
-damping and few samples may) keeps the nearest rounding, with the bias correction.
+class scores from 25 to 14 dB.
+
+A filter keeps nearest rounding (on that grid, with the bias correction) when its inputs were seen
+in fewer than 2 rows per input on the calibration samples (a fully connected layer over a few hundred
+crops: GPTQ would fit those samples), or when GPTQ's rounding is no better on them (the damping).
 
 Operators left float (a search's float promotions, a step function's feeders) and filters that a
 later rewrite changed (a weight split's ``W_hi``) keep their own weights: a rounded filter is written
@@ -50,6 +52,10 @@ _OPCODES = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}
 _MAX_SAMPLES = 64  # calibration samples whose inputs are gathered (the rest add little to X^T X)
 _ROWS_PER_SAMPLE = 2048  # input rows (im2col patches) kept per sample and operator, chosen at random
 _DAMP = 0.01  # of the mean diagonal, added to X^T X: an input never seen is not trusted to be zero
+# Input rows per filter input below which a filter keeps nearest rounding (and the bias correction):
+# fewer rows than inputs leave X^T X singular, and GPTQ then fits the calibration samples, not the
+# layer (MTCNN's R-Net, 576 inputs to a fully connected layer and 256 crops: 22.6 -> 19.8 dB held out).
+_MIN_ROWS_PER_INPUT = 2
 _STATS_BYTES = 1 << 30  # X^T X held at once (float64); more operators are gathered in several runs
 # Inputs per output a filter may have to be rounded here (ResNet's 3x3x512; its X^T X is 170 MB and
 # costs O(d^3)); a wider one (a fully connected layer over a flattened feature map) keeps nearest rounding.
@@ -225,6 +231,7 @@ class _Statistics:
     outer: Any
     mean: Any
     bound: float
+    rows: int
 
 
 def _input_statistics(runner: Any, layers: Sequence[_Layer], samples: Sequence[tuple]) -> list[_Statistics]:
@@ -273,7 +280,7 @@ class _Moments:
 
     def result(self) -> _Statistics:
         self._flush()
-        return _Statistics(self.outer / max(self.count, 1), self.total / max(self.count, 1), self.bound)
+        return _Statistics(self.outer / max(self.count, 1), self.total / max(self.count, 1), self.bound, self.count)
 
 
 @dataclass(frozen=True)
@@ -374,10 +381,15 @@ def _rounded(layer: _Layer, model: Any, stats: _Statistics) -> RoundedOperator:
     bias = _constant(model, sg, layer.bias_index) if layer.bias_index is not None else None
     quiet = torch.argmin(torch.diagonal(stats.outer, dim1=-2, dim2=-1), dim=-1)
     grid = _grid(weights, quiet, _needed_scale(bias, stats.bound, tuple(weights.shape[:2])))
-    nearest, gptq = _nearest(weights, grid), _gptq(weights, stats.outer, grid)
+    nearest = _nearest(weights, grid)
     centred = stats.outer - stats.mean[:, :, None] * stats.mean[:, None, :]  # what bias correction leaves: the covariance
-    nearest_error, gptq_error = _output_error(weights, nearest, centred), _output_error(weights, gptq, centred)
-    kept, error = (gptq, gptq_error) if gptq_error <= nearest_error else (nearest, nearest_error)
+    error = nearest_error = _output_error(weights, nearest, centred)
+    kept = nearest
+    if stats.rows >= _MIN_ROWS_PER_INPUT * weights.shape[-1]:
+        gptq = _gptq(weights, stats.outer, grid)
+        gptq_error = _output_error(weights, gptq, centred)
+        if gptq_error <= nearest_error:
+            kept, error = gptq, gptq_error
     filt = _constant(model, sg, layer.filter_index)
     values = _ungrouped(layer.opcode, kept.float().numpy(), filt.shape)
     if bias is not None:

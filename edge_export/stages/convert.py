@@ -88,7 +88,7 @@ def _quantize(prepared: PreparedRun, options: ExportOptions, target: Any, clock:
         with budget.share(BACKENDS_SHARE, "auto's backends") if asked or options.quantization.sensitivity else contextlib.nullcontext():
             result = _run_quantizer(prepared, options, target, calibration, float_bytes, budget, clock,
                                     wants_integer=asked and promote_to == "int16", pt2e_beside=beside)
-    if search_mode == DEFAULT_SEARCH and meets_own_gate(result, options):
+    if search_mode == DEFAULT_SEARCH and keeps_search_margin(result, options):
         search_mode = None  # the plain int8 model passes its gate: it is kept as it is
     if search_mode and float_bytes is None:  # only PT2E ran: the promotions need the float model
         float_bytes = _float_for_recipes(prepared, options, clock)
@@ -114,13 +114,18 @@ def _float_for_recipes(prepared: PreparedRun, options: ExportOptions, clock: Sta
         return convert_module(prepared.module, prepared.example, strict=options.inputs.strict, verbose=options.outputs.verbose)
 
 
-def meets_own_gate(result: Any, options: ExportOptions) -> bool:
-    """Whether the int8 model quantization kept meets the export's SQNR and cosine gates on the
-    calibration inputs (measured while choosing it); unmeasured counts as met: the default search
-    is for a model known to miss, not a second check of every export."""
-    gates = options.thresholds()
-    low_sqnr = result.sqnr_db is not None and gates.min_sqnr_db is not None and result.sqnr_db < gates.min_sqnr_db
-    low_cosine = result.cosine is not None and gates.min_cosine is not None and result.cosine < gates.min_cosine
+def keeps_search_margin(result: Any, options: ExportOptions) -> bool:
+    """Whether the int8 model quantization kept meets the default search's target (the export's
+    gates plus its margin, ``search_target``) on the calibration inputs, measured while choosing
+    it; unmeasured counts as met: the default search is for a model known to fall short, not a
+    second check of every export. The margin, not the gate itself, because those inputs are the
+    quantizer's own: EfficientNet-Lite0's int8 model read 21.2 dB on them and passed its 8 parity
+    samples, then 19.8 dB on 96 held-out photos with top-1 agreeing on 0.906 of them."""
+    from ..quantization.mixed_precision import DEFAULT_SEARCH
+
+    target = search_target(options, DEFAULT_SEARCH)
+    low_sqnr = result.sqnr_db is not None and target.min_sqnr_db is not None and result.sqnr_db < target.min_sqnr_db
+    low_cosine = result.cosine is not None and target.min_cosine is not None and result.cosine < target.min_cosine
     return not (low_sqnr or low_cosine)
 
 

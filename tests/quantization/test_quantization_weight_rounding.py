@@ -86,15 +86,18 @@ def test_every_weighted_operator_is_rounded_onto_the_quantizers_own_grid(convert
     fp32, calibration, _, _ = converted
     rounding = round_weights(fp32, calibration.samples)
     assert len(rounding.operators) == 4 and rounding.samples == 48
-    for op in rounding.operators:
+    *convs, head = rounding.operators
+    for op in convs:
         assert op.error < op.nearest_error, op.filter_name
+    # the fully connected head: 1,536 inputs seen in 48 rows, too few to round for (it would fit them)
+    assert head.values.ndim == 2 and head.error == head.nearest_error
     assert rounding.gain_db() > 3.0
     rounded = _filters(with_rounded_weights(fp32, rounding))
     original = _filters(fp32)
     for name, values in rounded.items():
         axis = 3 if values.shape[0] == 1 and values.ndim == 4 else 0  # depthwise 1HWO, else OHWI / OI
         np.testing.assert_array_equal(int8_per_channel(values, axis), values, err_msg=name)
-        assert not np.array_equal(values, original[name]), name
+        assert not np.array_equal(values, original[name]), name  # the head too: nearest, on the grid
 
 
 def test_rounded_weights_lift_the_held_out_sqnr_at_int16x8_and_int8(converted):
@@ -106,7 +109,7 @@ def test_rounded_weights_lift_the_held_out_sqnr_at_int16x8_and_int8(converted):
         for rounding in (False, True):
             model = quantize_flatbuffer(fp32, mode, calibration, weight_rounding=rounding)
             measured[mode, rounding] = _sqnr(model, held_out, refs)
-    # measured: int16x8 43.7 -> 51.7 dB, int8 38.1 -> 40.5 dB (its activations' rounding then weighs more)
+    # measured: int16x8 43.7 -> 51.5 dB, int8 38.1 -> 40.4 dB (its activations' rounding then weighs more)
     assert measured[QuantizeMode.INT16X8, True] > measured[QuantizeMode.INT16X8, False] + 5.0, measured
     assert measured[QuantizeMode.INT8, True] > measured[QuantizeMode.INT8, False] + 1.0, measured
 

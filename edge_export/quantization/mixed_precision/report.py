@@ -72,14 +72,20 @@ class MixedPrecisionReport:
 
 def default_search_kept(report: MixedPrecisionReport) -> bool:
     """A default search's model is kept when it meets its target, or short of the margin when it
-    reaches the export's own gate (the target less DEFAULT_SEARCH_MARGIN_DB), which the int8 model
-    missed: parity then judges it as any model."""
+    reaches the export's own gate (the target less DEFAULT_SEARCH_MARGIN_DB) and the int8 model
+    did not (on the same parity inputs): parity then judges it as any model. An int8 model that
+    passes the gate is kept over a slower one that misses the target too."""
     if report.met:
         return True
-    target = report.target
-    if report.sqnr_db is None or target.min_sqnr_db is None or not report.sqnr_db >= target.min_sqnr_db - DEFAULT_SEARCH_MARGIN_DB:
+    gate = None if report.target.min_sqnr_db is None else report.target.min_sqnr_db - DEFAULT_SEARCH_MARGIN_DB
+    return _passes(report.sqnr_db, report.cosine, gate, report.target.min_cosine) and not _passes(
+        report.int8_sqnr_db, report.int8_cosine, gate, report.target.min_cosine)
+
+
+def _passes(sqnr: float | None, cosine: float | None, min_sqnr: float | None, min_cosine: float | None) -> bool:
+    if min_sqnr is None or sqnr is None or not sqnr >= min_sqnr:
         return False
-    return target.min_cosine is None or (report.cosine is not None and report.cosine >= target.min_cosine)
+    return min_cosine is None or (cosine is not None and cosine >= min_cosine)
 
 
 @dataclass(frozen=True)
