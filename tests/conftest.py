@@ -16,6 +16,16 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # testing_models, 
 from cli_harness import CliResult  # noqa: E402
 
 
+def pytest_configure(config) -> None:
+    """Under pytest-xdist (-n) the workers share the cores, so torch's OpenMP threads in one worker
+    wait while another worker runs: spinning, as libgomp's threads do by default, burns the core the
+    other worker needs (tests/passes took 297 test-seconds spinning, 199 sleeping, on 2 cores). The
+    workers, and the processes they start, inherit this before they import torch; the thread
+    counts, and so the results, stay what they were. A value already set is kept."""
+    if getattr(config.option, "numprocesses", None):
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 @pytest.fixture
 def run_cli(capfd):
     """Run `edge-export ARGS` in this process (the real CLI entry point) and capture its output."""

@@ -1,9 +1,12 @@
 """Scenarios of PT2E run beside (pt2e_beside.py), each in a fresh Python process: a fork is only made
 in a process that has converted no model yet (its converter threads make a fork unsafe), and a
-pytest worker has converted many. ``python beside_scenarios.py NAME`` prints one JSON line.
+pytest worker has converted many. ``python beside_scenarios.py NAME [FLOAT.tflite]`` prints one
+JSON line.
 
-The float model is converted in a child process (run_isolated) so this process stays forkable; the
-run with PT2E at its turn, which converts in this process, comes after the one beside."""
+The float model is QuantCNN's conversion: read from FLOAT.tflite when given (the suite passes the
+session's, the same bytes, so each scenario does not convert it again), else converted in a child
+process (run_isolated) so this process stays forkable; the run with PT2E at its turn, which converts
+in this process, comes after the one beside."""
 
 from __future__ import annotations
 
@@ -65,11 +68,20 @@ def _skewed(n: int) -> CalibrationSet:
     return CalibrationSet((tuple(a * 0.05 for a in base.samples[0]), *base.samples[1:]), "skewed synthetic", False)
 
 
-def main(name: str) -> dict:
+def _float_bytes(cnn, float_file: str | None) -> bytes:
+    if float_file:
+        with open(float_file, "rb") as f:
+            return f.read()
     from edge_export.conversion.litert import convert_module
 
+    return run_isolated(convert_module, cnn, EXAMPLE, stage="float conversion", backend="litert-torch")
+
+
+def main(name: str, float_file: str | None = None) -> dict:
+    if name == "fail-fast":  # exports a model of its own
+        return _fail_fast()
     cnn = make(QuantCNN)
-    float_bytes = run_isolated(convert_module, cnn, EXAMPLE, stage="float conversion", backend="litert-torch")
+    float_bytes = _float_bytes(cnn, float_file)
     calibration = synthetic_calibration([CNN_SPEC], n=16, seed=1)
     never = ParityTarget(min_sqnr_db=200.0)
     if name == "both":
@@ -92,8 +104,6 @@ def main(name: str) -> dict:
         return _run(cnn, float_bytes, calibration, never)
     if name == "crash":  # the environment names the child's stage (isolation.CRASH_HOOK_ENV)
         return _run(cnn, float_bytes, calibration, never)
-    if name == "fail-fast":
-        return _fail_fast()
     raise SystemExit(f"unknown scenario {name}")
 
 
@@ -135,4 +145,4 @@ def _fail_fast() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1])))
+    print(json.dumps(main(*sys.argv[1:3])))

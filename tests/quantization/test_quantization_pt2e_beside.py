@@ -27,9 +27,18 @@ EXAMPLE = (torch.zeros(CNN_SPEC.shape),)
 SCENARIOS = Path(__file__).with_name("beside_scenarios.py")
 
 
-def _scenario(name: str, **env: str) -> dict:
+@pytest.fixture(scope="module")
+def float_file(cnn_float_bytes, tmp_path_factory) -> Path:
+    """The session's float QuantCNN for the scenarios: each would otherwise convert the same model."""
+    path = tmp_path_factory.mktemp("beside") / "cnn.tflite"
+    path.write_bytes(cnn_float_bytes)
+    return path
+
+
+def _scenario(name: str, float_file: Path | None = None, **env: str) -> dict:
     environment = {**os.environ, BESIDE_ENV: "yes", "BESIDE_COMPARE": "1", **env}
-    done = subprocess.run([sys.executable, str(SCENARIOS), name], capture_output=True, text=True, timeout=300, env=environment)
+    command = [sys.executable, str(SCENARIOS), name, *([str(float_file)] if float_file else [])]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -44,29 +53,31 @@ def _same_as_at_turn(run: dict) -> None:
 
 
 @pytest.mark.slow
-def test_both_measured_gives_the_same_attempts_and_choice():
-    run = _scenario("both")
+def test_both_measured_gives_the_same_attempts_and_choice(float_file):
+    run = _scenario("both", float_file)
     assert [a[0] for a in run["attempts"]] == ["flatbuffer", "pt2e"]
     _same_as_at_turn(run)
 
 
 @pytest.mark.slow
-def test_a_target_met_by_the_flatbuffer_backend_kills_pt2e():
-    run = _scenario("target-met")
+def test_a_target_met_by_the_flatbuffer_backend_kills_pt2e(float_file):
+    run = _scenario("target-met", float_file)
     assert [a[0] for a in run["attempts"]] == ["flatbuffer"] and "pt2e was not tried" in run["reason"]
     _same_as_at_turn(run)
 
 
 @pytest.mark.slow
-def test_an_early_look_that_cannot_win_stops_pt2e_part_way():
-    run = _scenario("early-look")
+def test_an_early_look_that_cannot_win_stops_pt2e_part_way(float_file):
+    run = _scenario("early-look", float_file)
     assert "after 16 of 48 calibration samples" in run["reason"] and run["reason"] == run["at_turn"]["reason"]
     _same_as_at_turn(run)
 
 
 @pytest.mark.slow
-def test_a_spent_budget_kills_pt2e_mid_calibration_and_says_so():
-    run = _scenario("budget", **{SLOW_STEP_ENV: "0.3"})  # 40 samples of at least 0.3 s: 12 s against 6 s
+def test_a_spent_budget_kills_pt2e_mid_calibration_and_says_so(float_file):
+    # 40 samples of at least 0.3 s: 12 s against 6 s. No run at PT2E's turn (BESIDE_COMPARE): nothing here
+    # reads it, and its 40 slow samples took 12 s more.
+    run = _scenario("budget", float_file, BESIDE_COMPARE="", **{SLOW_STEP_ENV: "0.3"})
     assert run["seconds"] < 6.0 + 2.0 and run["reaped"]
     assert [a[0] for a in run["attempts"]] == ["flatbuffer"]
     assert len(run["skipped"]) == 1 and run["skipped"][0].startswith("the rest of PT2E's calibration (")
@@ -74,11 +85,11 @@ def test_a_spent_budget_kills_pt2e_mid_calibration_and_says_so():
 
 
 @pytest.mark.slow
-def test_a_pt2e_error_or_crash_in_the_child_is_a_failed_attempt():
-    failed = _scenario("error", BESIDE_COMPARE="")
+def test_a_pt2e_error_or_crash_in_the_child_is_a_failed_attempt(float_file):
+    failed = _scenario("error", float_file, BESIDE_COMPARE="")
     assert [a[:2] for a in failed["attempts"]] == [["flatbuffer", True], ["pt2e", False]] and failed["reaped"]
     assert "test failure" in failed["attempts"][1][4] and failed["backend"] == "flatbuffer"
-    crashed = _scenario("crash", BESIDE_COMPARE="", **{CRASH_HOOK_ENV: "int8 quantization (PT2E)"})
+    crashed = _scenario("crash", float_file, BESIDE_COMPARE="", **{CRASH_HOOK_ENV: "int8 quantization (PT2E)"})
     assert [a[:2] for a in crashed["attempts"]] == [["flatbuffer", True], ["pt2e", False]] and crashed["reaped"]
     assert "SIGABRT" in crashed["attempts"][1][4]
 

@@ -53,25 +53,61 @@ def _calibrated(module: torch.nn.Module, example: torch.Tensor):
     return prepared
 
 
+def _pattern_key(pattern, example_inputs: tuple, is_cuda: bool, kwargs: dict) -> tuple:
+    """What a traced pattern depends on: the wrapped function's code and closure (the conv function and
+    the per-channel, bias and training flags), the inputs' shapes and dtypes (not their random values)."""
+
+    def spec(value):
+        return (tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else value
+
+    fn = pattern.fn  # torchao's WrapperModule around the pattern function
+    closure = tuple(cell.cell_contents for cell in fn.__closure__ or ())
+    return fn.__code__, closure, is_cuda, tuple(map(spec, example_inputs)), tuple((k, spec(v)) for k, v in sorted(kwargs.items()))
+
+
+@pytest.fixture(scope="module")
+def traced_patterns() -> dict:
+    """torchao's QAT conv + BatchNorm patterns, traced once for the module: its convert traces the
+    same 96 patterns, which do not depend on the model, for every model (about 13 s each time)."""
+    return {}
+
+
+def _torchaos_convert(prepared, traced_patterns: dict, monkeypatch):
+    """torchao's own convert_pt2e, its search whole, the patterns it traces kept for the next model."""
+    from torchao.quantization.pt2e import qat_utils
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
+
+    trace = qat_utils._get_aten_graph_module_for_pattern
+
+    def trace_once(pattern, example_inputs, is_cuda=False, **kwargs):
+        key = _pattern_key(pattern, example_inputs, is_cuda, kwargs)
+        if key not in traced_patterns:
+            traced_patterns[key] = trace(pattern, example_inputs, is_cuda, **kwargs)
+        return traced_patterns[key]
+
+    with monkeypatch.context() as patched:
+        patched.setattr(qat_utils, "_get_aten_graph_module_for_pattern", trace_once)
+        return convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
+
+
 def _graph_has_batch_norm(prepared) -> bool:
     from torchao.quantization.pt2e.utils import _is_bn_node
 
     return any(_is_bn_node(node) for node in prepared.graph.nodes)
 
 
-@pytest.mark.slow  # torchao's own convert traces its 96 patterns: about 13 s a model
+@pytest.mark.slow  # torchao's own convert traces its 96 patterns: about 13 s, once for the module
 @pytest.mark.parametrize(
     "module, example",
     [(WeightStandardizedConv(), torch.randn(1, 3, 8, 8)), (LinearThenBatchNorm(), torch.randn(2, 5, 16))],
     ids=["weight-standardized-conv", "linear-batchnorm"],
 )
-def test_the_graph_is_torchaos_and_no_qat_pattern_is_traced(module, example, monkeypatch):
+def test_the_graph_is_torchaos_and_no_qat_pattern_is_traced(module, example, traced_patterns, monkeypatch):
     from torchao.quantization.pt2e import qat_utils
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 
     prepared = _calibrated(module, example)
     assert _graph_has_batch_norm(prepared)  # else torchao skips its search itself and this proves nothing
-    expected = convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
+    expected = _torchaos_convert(prepared, traced_patterns, monkeypatch)
 
     helper = qat_utils._fold_conv_bn_qat_helper
     traced = []
