@@ -373,9 +373,13 @@ def _needed_scale(bias: np.ndarray | None, input_bound: float, shape: tuple[int,
     return torch.from_numpy(needed).reshape(shape)
 
 
-def _rounded(layer: _Layer, model: Any, stats: _Statistics) -> RoundedOperator:
+def _rounded(layer: _Layer, model: Any, stats: _Statistics) -> RoundedOperator | None:
+    """The layer's rounded filter and corrected bias; None when its inputs overflowed in float
+    (Inf in X^T X): it is left to the quantizer's own rounding."""
     import torch
 
+    if not (torch.isfinite(stats.outer).all() and torch.isfinite(stats.mean).all()):
+        return None
     sg = model.subgraphs[0]
     weights = torch.from_numpy(layer.weights)
     bias = _constant(model, sg, layer.bias_index) if layer.bias_index is not None else None
@@ -386,8 +390,11 @@ def _rounded(layer: _Layer, model: Any, stats: _Statistics) -> RoundedOperator:
     error = nearest_error = _output_error(weights, nearest, centred)
     kept = nearest
     if stats.rows >= _MIN_ROWS_PER_INPUT * weights.shape[-1]:
-        gptq = _gptq(weights, stats.outer, grid)
-        gptq_error = _output_error(weights, gptq, centred)
+        try:
+            gptq = _gptq(weights, stats.outer, grid)
+        except RuntimeError:  # a Cholesky factor the damping did not make exist: nearest it is
+            gptq = None
+        gptq_error = _output_error(weights, gptq, centred) if gptq is not None else float("inf")
         if gptq_error <= nearest_error:
             kept, error = gptq, gptq_error
     filt = _constant(model, sg, layer.filter_index)
@@ -444,7 +451,9 @@ def round_weights(float_bytes: bytes, samples: Sequence[tuple], *, skip: Collect
     with torch.no_grad():
         for chunk in _chunks(layers):
             for layer, stats in zip(chunk, _input_statistics(runner, chunk, used)):
-                rounded.append(_rounded(layer, model, stats))
+                found = _rounded(layer, model, stats)
+                if found is not None:
+                    rounded.append(found)
     return WeightRounding(tuple(rounded), len(used), time.perf_counter() - start)
 
 

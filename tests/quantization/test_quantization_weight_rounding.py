@@ -173,3 +173,23 @@ def test_degenerate_inputs_stay_bounded_and_a_dead_channels_bias_fits_int32():
         rounded = read_flatbuffer(quantize_flatbuffer(fp32, mode, calibration))
         assert [b.saturated for b in saturated_biases(nearest)] == [1], mode
         assert saturated_biases(rounded) == (), mode
+
+
+def test_a_layer_whose_float_inputs_overflow_is_left_to_the_quantizer():
+    """Inputs that reach Inf in float (a layer scaling by 1e30) give an X^T X of Inf: that filter is
+    not rounded here; the one after, whose inputs are finite, is."""
+    from edge_export.conversion.litert import convert_module
+    from edge_export.quantization.weight_rounding import round_weights
+
+    class Overflowing(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second = nn.Conv2d(2, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.second(torch.tanh(self.first(x * 1e30)))
+
+    x = torch.randn(1, 2, 8, 8, generator=torch.Generator().manual_seed(0)) * 1e10
+    fp32 = convert_module(Overflowing().eval(), (x,))
+    rounding = round_weights(fp32, [(x.numpy(),)] * 4)
+    assert len(rounding.operators) == 1 and np.all(np.isfinite(rounding.operators[0].values))
