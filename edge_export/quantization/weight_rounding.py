@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from ..passes.flatbuffer.graph_edits import float32_constant
+
 __all__ = ["RoundedOperator", "WeightRounding", "round_weights", "with_rounded_weights"]
 
 # opcode -> the filter's output-channel axis (TFLite layouts: OHWI, 1HWO, OI)
@@ -109,19 +111,6 @@ def _digest(values: np.ndarray) -> str:
     return hashlib.sha1(np.ascontiguousarray(values, dtype=np.float32).tobytes()).hexdigest()
 
 
-def _constant(model: Any, sg: Any, index: int) -> np.ndarray | None:
-    """A float32 constant tensor's values, or None (not constant, not float32, empty)."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    if index < 0:
-        return None
-    tensor = sg.tensors[index]
-    data = model.buffers[tensor.buffer].data if tensor.buffer else None
-    if tensor.type != schema.TensorType.FLOAT32 or data is None or len(data) == 0:
-        return None
-    return np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=np.float32).reshape(list(tensor.shape))
-
-
 def _grouped(opcode: str, filt: np.ndarray, in_channels: int) -> np.ndarray | None:
     """The filter as [G, O, d] rows over the inputs each output reads (im2col order kh, kw, c)."""
     if opcode == "FULLY_CONNECTED":
@@ -165,13 +154,13 @@ def _layers(model: Any, skip: Collection[int]) -> list[_Layer]:
 
 def _layer(model: Any, sg: Any, index: int, op: Any, opcode: str, readers: dict, holders: dict) -> _Layer | None:
     inputs = [int(t) for t in op.inputs]
-    filt = _constant(model, sg, inputs[1])
+    filt = float32_constant(model, sg, inputs[1])
     if filt is None or readers.get(inputs[1]) != 1 or holders.get(sg.tensors[inputs[1]].buffer) != 1:
         return None
-    if _constant(model, sg, inputs[0]) is not None:  # a constant input: nothing to calibrate on
+    if float32_constant(model, sg, inputs[0]) is not None:  # a constant input: nothing to calibrate on
         return None
     bias = inputs[2] if len(inputs) > 2 and inputs[2] >= 0 else None
-    if bias is not None and (_constant(model, sg, bias) is None or readers.get(bias) != 1 or holders.get(sg.tensors[bias].buffer) != 1):
+    if bias is not None and (float32_constant(model, sg, bias) is None or readers.get(bias) != 1 or holders.get(sg.tensors[bias].buffer) != 1):
         return None
     shape = list(sg.tensors[inputs[0]].shape)
     grouped = _grouped(opcode, filt, int(shape[-1]) if shape else 0)
@@ -382,7 +371,7 @@ def _rounded(layer: _Layer, model: Any, stats: _Statistics) -> RoundedOperator |
         return None
     sg = model.subgraphs[0]
     weights = torch.from_numpy(layer.weights)
-    bias = _constant(model, sg, layer.bias_index) if layer.bias_index is not None else None
+    bias = float32_constant(model, sg, layer.bias_index) if layer.bias_index is not None else None
     quiet = torch.argmin(torch.diagonal(stats.outer, dim1=-2, dim2=-1), dim=-1)
     grid = _grid(weights, quiet, _needed_scale(bias, stats.bound, tuple(weights.shape[:2])))
     nearest = _nearest(weights, grid)
@@ -397,7 +386,7 @@ def _rounded(layer: _Layer, model: Any, stats: _Statistics) -> RoundedOperator |
         gptq_error = _output_error(weights, gptq, centred) if gptq is not None else float("inf")
         if gptq_error <= nearest_error:
             kept, error = gptq, gptq_error
-    filt = _constant(model, sg, layer.filter_index)
+    filt = float32_constant(model, sg, layer.filter_index)
     values = _ungrouped(layer.opcode, kept.float().numpy(), filt.shape)
     if bias is not None:
         shift = torch.einsum("god,gd->go", weights - kept, stats.mean).reshape(-1).numpy()
@@ -479,7 +468,7 @@ def _write_rounded(model: Any, by_name: dict[str, RoundedOperator], keep: frozen
             continue
         name = sg.tensors[int(op.inputs[1])].name
         rounded = by_name.get(name.decode() if isinstance(name, bytes) else str(name))
-        filt = _constant(model, sg, int(op.inputs[1])) if rounded is not None else None
+        filt = float32_constant(model, sg, int(op.inputs[1])) if rounded is not None else None
         if filt is None or filt.shape != rounded.values.shape or _digest(filt) != rounded.source:
             continue
         _set_buffer(model, sg, int(op.inputs[1]), rounded.values)

@@ -62,14 +62,14 @@ def _sqnr(model_bytes: bytes, held_out, refs) -> float:
 
 def _filters(model_bytes: bytes) -> dict[str, np.ndarray]:
     from edge_export.flatbuffer import read_model
-    from edge_export.quantization import weight_rounding as wr
+    from edge_export.passes.flatbuffer.graph_edits import float32_constant
 
     model = read_model(model_bytes)
     sg = model.subgraphs[0]
     found = {}
     for op in sg.operators:
         if len(op.inputs) > 1 and op.inputs[1] >= 0:
-            values = wr._constant(model, sg, int(op.inputs[1]))
+            values = float32_constant(model, sg, int(op.inputs[1]))
             if values is not None and values.ndim >= 2:
                 found[sg.tensors[op.inputs[1]].name.decode()] = values
     return found

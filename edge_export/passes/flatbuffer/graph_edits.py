@@ -17,6 +17,7 @@ __all__ = [
     "consumers_of",
     "producers_of",
     "constant_values",
+    "float32_constant",
     "add_int32_constant",
     "add_float32_constant",
     "add_activation_like",
@@ -78,6 +79,20 @@ def constant_values(model: Any, sg: Any, index: int) -> np.ndarray | None:
     if data is None or len(data) == 0 or dtype is None:
         return None
     return np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=dtype).astype(np.int64).ravel()
+
+
+def float32_constant(model: Any, sg: Any, index: int) -> np.ndarray | None:
+    """A float32 constant tensor's values in its shape (a filter, a bias); None for an activation,
+    another type or an empty buffer."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    if index < 0:
+        return None
+    tensor = sg.tensors[index]
+    data = model.buffers[tensor.buffer].data if tensor.buffer else None
+    if tensor.type != schema.TensorType.FLOAT32 or data is None or len(data) == 0:
+        return None
+    return np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=np.float32).reshape(list(tensor.shape))
 
 
 def unique_name(sg: Any, name: str) -> str:

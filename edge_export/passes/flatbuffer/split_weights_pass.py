@@ -71,15 +71,9 @@ def _opcode(model: Any, op: Any) -> str:
 def _float_filter(model: Any, sg: Any, op: Any) -> np.ndarray | None:
     """The operator's filter as a float32 array, or None when it is not a constant float32 tensor
     held in the flatbuffer."""
-    from ai_edge_litert import schema_py_generated as schema
+    from .graph_edits import float32_constant
 
-    if len(op.inputs) < 2 or op.inputs[1] < 0:
-        return None
-    tensor = sg.tensors[op.inputs[1]]
-    data = model.buffers[tensor.buffer].data if tensor.buffer else None
-    if tensor.type != schema.TensorType.FLOAT32 or data is None or len(data) == 0:
-        return None
-    return np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=np.float32).reshape(list(tensor.shape))
+    return float32_constant(model, sg, int(op.inputs[1])) if len(op.inputs) >= 2 else None
 
 
 def splittable_operators(model: Any) -> list[int]:
