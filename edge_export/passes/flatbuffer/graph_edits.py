@@ -66,19 +66,29 @@ def producers_of(sg: Any) -> dict[int, Any]:
     return {int(index): op for op in sg.operators or () for index in (op.outputs if op.outputs is not None else ())}
 
 
+def _constant_array(model: Any, sg: Any, index: int, dtypes: dict) -> np.ndarray | None:
+    """A constant tensor's values in its shape when its type is one of ``dtypes`` (TensorType ->
+    numpy dtype); None for an activation, another type or an empty buffer."""
+    if index < 0:
+        return None
+    tensor = sg.tensors[index]
+    data = model.buffers[tensor.buffer].data if tensor.buffer else None
+    dtype = dtypes.get(tensor.type)
+    if data is None or len(data) == 0 or dtype is None:
+        return None
+    values = np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=dtype)
+    shape = list(tensor.shape) if tensor.shape is not None else None
+    # a scalar, or a shape the buffer does not fill (a hostile file): the flat values
+    return values.reshape(shape) if shape is not None and int(np.prod(shape)) == values.size else values
+
+
 def constant_values(model: Any, sg: Any, index: int) -> np.ndarray | None:
     """An int32/int64 constant operand (a permutation, axes, a shape) as an int64 vector; None
     for an activation or another type."""
     from ai_edge_litert import schema_py_generated as schema
 
-    if index < 0:
-        return None
-    tensor = sg.tensors[index]
-    data = model.buffers[tensor.buffer].data if tensor.buffer else None
-    dtype = {schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64}.get(tensor.type)
-    if data is None or len(data) == 0 or dtype is None:
-        return None
-    return np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=dtype).astype(np.int64).ravel()
+    found = _constant_array(model, sg, index, {schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64})
+    return None if found is None else found.astype(np.int64).ravel()
 
 
 def float32_constant(model: Any, sg: Any, index: int) -> np.ndarray | None:
@@ -86,13 +96,7 @@ def float32_constant(model: Any, sg: Any, index: int) -> np.ndarray | None:
     another type or an empty buffer."""
     from ai_edge_litert import schema_py_generated as schema
 
-    if index < 0:
-        return None
-    tensor = sg.tensors[index]
-    data = model.buffers[tensor.buffer].data if tensor.buffer else None
-    if tensor.type != schema.TensorType.FLOAT32 or data is None or len(data) == 0:
-        return None
-    return np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=np.float32).reshape(list(tensor.shape))
+    return _constant_array(model, sg, index, {schema.TensorType.FLOAT32: np.float32})
 
 
 def unique_name(sg: Any, name: str) -> str:
