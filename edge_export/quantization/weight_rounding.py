@@ -157,10 +157,14 @@ def _layer(model: Any, sg: Any, index: int, op: Any, opcode: str, readers: dict,
     filt = float32_constant(model, sg, inputs[1])
     if filt is None or readers.get(inputs[1]) != 1 or holders.get(sg.tensors[inputs[1]].buffer) != 1:
         return None
+    if not np.all(np.isfinite(filt)):  # NaN/Inf weights: nothing to round for; the quantizer reports them
+        return None
     if float32_constant(model, sg, inputs[0]) is not None:  # a constant input: nothing to calibrate on
         return None
     bias = inputs[2] if len(inputs) > 2 and inputs[2] >= 0 else None
-    if bias is not None and (float32_constant(model, sg, bias) is None or readers.get(bias) != 1 or holders.get(sg.tensors[bias].buffer) != 1):
+    bias_values = float32_constant(model, sg, bias) if bias is not None else None
+    if bias is not None and (bias_values is None or not np.all(np.isfinite(bias_values)) or readers.get(bias) != 1
+                             or holders.get(sg.tensors[bias].buffer) != 1):
         return None
     shape = list(sg.tensors[inputs[0]].shape)
     grouped = _grouped(opcode, filt, int(shape[-1]) if shape else 0)

@@ -193,3 +193,20 @@ def test_a_layer_whose_float_inputs_overflow_is_left_to_the_quantizer():
     fp32 = convert_module(Overflowing().eval(), (x,))
     rounding = round_weights(fp32, [(x.numpy(),)] * 4)
     assert len(rounding.operators) == 1 and np.all(np.isfinite(rounding.operators[0].values))
+
+
+def test_a_filter_with_a_nan_weight_is_left_to_the_quantizer():
+    """NaN in a filter (a broken checkpoint) makes nothing to round for: that filter is skipped,
+    the others are rounded, and nothing NaN is written anywhere else."""
+    from edge_export.conversion.litert import convert_module
+    from edge_export.quantization.weight_rounding import round_weights
+
+    net = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1)).eval()
+    x = torch.randn(1, 2, 8, 8, generator=torch.Generator().manual_seed(0))
+    fp32 = convert_module(net, (x,))
+    with torch.no_grad():
+        net[2].weight[0, 0, 0, 0] = float("nan")
+    broken = convert_module(net, (x,))
+    assert len(round_weights(fp32, [(x.numpy(),)] * 4).operators) == 2
+    (kept,) = round_weights(broken, [(x.numpy(),)] * 4).operators
+    assert np.all(np.isfinite(kept.values)) and np.all(np.isfinite(kept.bias))
