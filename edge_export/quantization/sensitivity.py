@@ -46,6 +46,8 @@ from .calibration import CalibrationSet
 from .constant_matmul_operands import quantize_constant_operands_per_tensor
 from .discontinuous import keep_feeders_in_float
 from .operator_scopes import LAYOUT_OPS, QuantizableOp, quantizable_ops
+from .output_joins import find_output_joins, keep_output_joins_in_float
+from .sigmoid_ranges import cut_sigmoid_input_ranges
 
 __all__ = [
     "LAYOUT_OPS",
@@ -104,10 +106,16 @@ class RecipeQuantizer:
     ``quantize`` builds a recipe (a base precision plus per-operator overrides) and applies it.
 
     Precisions: ``"int8"`` (int8 weights and activations), ``"int16"`` (int8 weights, int16
-    activations: int16x8, still integer), ``"float"`` (left as it is)."""
+    activations: int16x8, still integer), ``"float"`` (left as it is).
+
+    A recipe's model is built as ``quantize_flatbuffer`` builds the export's: the same rounded
+    filters, sigmoid inputs cut to where the integer sigmoid still moves, and an output joined from
+    parts of different ranges keeping its parts' scales (``part_scales``), so that the ranking and the
+    search measure the models an export would write."""
 
     def __init__(
         self, float_bytes: bytes, calibration: CalibrationSet, *, observer: str = "minmax", verbose: bool = False, weight_rounding: bool = True,
+        part_scales: bool = True,
     ) -> None:
         from ai_edge_quantizer import quantizer as aeq
         from ai_edge_quantizer import recipe as aeq_recipe
@@ -120,19 +128,24 @@ class RecipeQuantizer:
         self.float_model = read_flatbuffer(self.float_bytes, origin="the float model")
         self.verbose = verbose
         self.calibration, self.observer = calibration, observer  # for a rewritten model's own calibration
+        self.rounding = _weight_rounding(self.float_bytes, self.float_model, calibration) if weight_rounding else None
+        # calibrated with the rounded filters, as the backend calibrates: the ranges int8 computes
+        calibrated = self._rounded_for("int8", {})
         with quiet_libraries(verbose):
             data = fr._signature_data(self.float_model, calibration)
             # int16x8 takes the same min/max as int8: one calibration serves every recipe.
-            qz = aeq.Quantizer(bytearray(self.float_bytes), aeq_recipe.static_wi8_ai8())
+            qz = aeq.Quantizer(bytearray(calibrated), aeq_recipe.static_wi8_ai8())
             import contextlib
             import io
 
             with contextlib.redirect_stderr(io.StringIO()) if not verbose else contextlib.nullcontext():
-                qsvs = fr._calibrate(qz, self.float_model, self.float_bytes, data, observer)
+                qsvs = fr._calibrate(qz, self.float_model, calibrated, data, observer)
         constants = {t.name for t in self.float_model.tensors if t.is_constant}
         # The int16 floor is the narrower one; int8 ranges get the int8 floor at quantize time.
         self.qsvs, _ = fr.floor_ranges(qsvs, QuantizeMode.INT8, constants)
-        self.rounding = _weight_rounding(self.float_bytes, self.float_model, calibration) if weight_rounding else None
+        self.part_scales = part_scales
+        self.joins = find_output_joins(self.float_model, self.qsvs) if part_scales else ()
+        self._cut_ranges: dict[QuantizeMode, dict[str, Any]] = {}
 
     @classmethod
     def with_ranges(cls, float_bytes: bytes, like: RecipeQuantizer) -> RecipeQuantizer:
@@ -143,6 +156,9 @@ class RecipeQuantizer:
         made.float_bytes = bytes(float_bytes)
         made.float_model = read_flatbuffer(made.float_bytes, origin="the float model")
         made.verbose, made.calibration, made.observer, made.qsvs = like.verbose, like.calibration, like.observer, like.qsvs
+        made.part_scales, made._cut_ranges = like.part_scales, {}
+        # found again: the joins are named by operator index, which a rewritten model may shift
+        made.joins = find_output_joins(made.float_model, made.qsvs) if like.part_scales else ()
         made.rounding = like.rounding  # found by filter name: a split operator's halves are not rounded again
         return made
 
@@ -165,10 +181,12 @@ class RecipeQuantizer:
                         qz.update_quantization_recipe(op.regex, name, algorithm_key=AlgorithmName.NO_QUANTIZE)
                     else:
                         qz.add_static_config(op.regex, name, _ACTIVATION_BITS[precision], 8)
+                if base != "float":  # last, so that no override quantizes a join
+                    kept_float.update(dict.fromkeys(keep_output_joins_in_float(qz, self.float_model, self.joins), "float"))
                 quantize_constant_operands_per_tensor(qz, self.float_model, _ACTIVATION_BITS.get(base), {**kept_float, **overrides})
                 if not qz.get_quantization_recipe():
                     return self.float_bytes
-                variant = bytes(qz.quantize(self.qsvs, enable_progress_report=False).quantized_model)
+                variant = bytes(qz.quantize(self._ranges_for(base, overrides), enable_progress_report=False).quantized_model)
             # Verified here, so a recipe whose result is not a valid model (seen: quantizing only the
             # operator behind an output that another operator also reads left the signature naming
             # a tensor that is no longer an output) is a recipe that failed, not a corrupt input.
@@ -181,6 +199,19 @@ class RecipeQuantizer:
                 "Run with --verbose to see ai-edge-quantizer's output, or use --mixed-precision off.",
             ) from exc
 
+
+    def _ranges_for(self, base: str, overrides: Mapping[QuantizableOp, str]) -> dict[str, Any]:
+        """The calibrated ranges with sigmoid inputs cut (sigmoid_ranges.py) at int8's bound, or at
+        int16's when any operator of the recipe has int16 activations: an int8 tensor cut at the
+        wider bound only keeps a coarser step, where int16's cut at int8's would saturate an int16
+        sigmoid at 0.002."""
+        precisions = ({base} | set(overrides.values())) - {"float"}
+        if not precisions:
+            return self.qsvs
+        mode = QuantizeMode.INT16X8 if "int16" in precisions else QuantizeMode.INT8
+        if mode not in self._cut_ranges:
+            self._cut_ranges[mode] = cut_sigmoid_input_ranges(self.float_model, self.qsvs, mode)[0]
+        return self._cut_ranges[mode]
 
     def _rounded_for(self, base: str, overrides: Mapping[QuantizableOp, str]) -> bytes:
         """The float model with the rounded int8 filters of the operators this recipe quantizes

@@ -123,6 +123,7 @@ def search_split_weights(
     all_split = RecipeQuantizer(
         split_float_model(quantizer.float_bytes, [layer.op_index for layer in order]), quantizer.calibration,
         observer=quantizer.observer, verbose=quantizer.verbose, weight_rounding=False,
+        part_scales=quantizer.part_scales,
     )
     # the unsplit model's rounded filters, found by name: an operator not split in a candidate keeps them
     all_split.rounding = quantizer.rounding

@@ -195,6 +195,7 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
         # auto on cpu: int16 activations (fully integer) before float, where the target runs both
         int16_first=search_mode == "auto" and "int16" in target.mixed_precision_promotions,
         weight_rounding=options.quantization.weight_rounding,
+        part_scales=options.quantization.part_scales,
     )
 
 

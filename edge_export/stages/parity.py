@@ -372,6 +372,7 @@ def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:
         heldout=heldout_in_layout(heldout, prepared.plan.inputs),
         want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
         source_module=loaded.module, verbose=options.outputs.verbose,
+        weight_rounding=options.quantization.weight_rounding, part_scales=options.quantization.part_scales,
     )
     top = ", ".join(layer.label for layer in sensitivity.layers[:3])
     note = limiting_note(target.name, top, getattr(converted.calibration, "real_data", False))
