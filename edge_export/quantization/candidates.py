@@ -78,6 +78,7 @@ class BackendRuns:
     products: list[FlatbufferModel | None] = field(default_factory=list)
     screened_out: list[str] = field(default_factory=list)  # not run: an earlier result met the target
     not_lowered: Any = None  # selection.NotLowered: PT2E simulated, found unable to change the outcome
+    rounding: Any = None  # the flatbuffer backend's WeightRounding (None: not run, or nearest rounding)
 
     @property
     def have_model(self) -> bool:
@@ -106,7 +107,7 @@ def _run_backend(job: BackendJob, name: str, runs: BackendRuns) -> None:
     start = time.perf_counter()
     recipe, observer = job.recipe_and_observer(name)
     try:
-        data = _pt2e_model(job, runs) if name == "pt2e" else _flatbuffer_model(job)
+        data = _pt2e_model(job, runs) if name == "pt2e" else _flatbuffer_model(job, runs)
         if data is None:
             return
         candidate, sqnr, cosine = _measured_candidate(job, name, data)
@@ -197,18 +198,19 @@ def _early_look(job: BackendJob, attempts: list[BackendAttempt], prepared: Any, 
         raise PT2ECannotWin(simulated, settled[0], done, total, settled[1])
 
 
-def _flatbuffer_model(job: BackendJob) -> bytes:
+def _flatbuffer_model(job: BackendJob, runs: BackendRuns) -> bytes:
     from . import flatbuffer_recipes
 
     # Calibration and transformations run LiteRT and ai-edge-quantizer's native code: in a
     # child process, so that a crash (int16x8 on a ViT aborted) is a failed backend.
-    return run_isolated(
-        flatbuffer_recipes.quantize_flatbuffer, job.float_model_bytes, job.mode, job.calibration,
+    data, runs.rounding = run_isolated(
+        flatbuffer_recipes.quantize_flatbuffer_and_rounding, job.float_model_bytes, job.mode, job.calibration,
         observer=job.request.flatbuffer_observer, verbose=job.request.verbose, part_scales=job.request.part_scales,
         weight_rounding=job.request.weight_rounding,
         stage=f"{job.mode.value} quantization", backend="ai-edge-quantizer (flatbuffer backend)",
         hint=_CRASH_HINT, preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
     )
+    return data
 
 
 def _measured_candidate(job: BackendJob, name: str, data: bytes) -> tuple[FlatbufferModel, float, float]:

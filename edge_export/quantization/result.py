@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..config import IODtype, QuantizeMode
 from ..flatbuffer import FlatbufferModel
@@ -38,6 +39,8 @@ class QuantizationResult:
     time_budget: BudgetSection | None = json_field(default=None, omit_none=True)
     # how the int8 filters were rounded: "gptq" (weight_rounding.py), "nearest"; None: not the flatbuffer backend's int8 weights
     weight_rounding: str | None = json_field(default=None, omit_none=True)
+    # the flatbuffer backend's WeightRounding, for the mixed-precision search to reuse (not reported)
+    rounding: Any = field(default=None, repr=False, compare=False)
 
     JSON_KEYS = (
         "mode", "backend", "recipe", "observer", "weight_rounding", "reason", "attempts", "fully_integer", "integer_check",

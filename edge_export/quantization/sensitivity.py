@@ -115,7 +115,7 @@ class RecipeQuantizer:
 
     def __init__(
         self, float_bytes: bytes, calibration: CalibrationSet, *, observer: str = "minmax", verbose: bool = False, weight_rounding: bool = True,
-        part_scales: bool = True,
+        part_scales: bool = True, rounding: Any = None,
     ) -> None:
         from ai_edge_quantizer import quantizer as aeq
         from ai_edge_quantizer import recipe as aeq_recipe
@@ -128,7 +128,8 @@ class RecipeQuantizer:
         self.float_model = read_flatbuffer(self.float_bytes, origin="the float model")
         self.verbose = verbose
         self.calibration, self.observer = calibration, observer  # for a rewritten model's own calibration
-        self.rounding = _weight_rounding(self.float_bytes, self.float_model, calibration) if weight_rounding else None
+        # ``rounding``: the backend's (quantize_flatbuffer_and_rounding), for the same float model and samples
+        self.rounding = (rounding if rounding is not None else fr.rounding_of(self.float_bytes, calibration)) if weight_rounding else None
         # calibrated with the rounded filters, as the backend calibrates: the ranges int8 computes
         calibrated = self._rounded_for("int8", {})
         with quiet_libraries(verbose):
@@ -226,15 +227,6 @@ class RecipeQuantizer:
         else:
             keep = {op.index for op, precision in overrides.items() if precision == "float"}
         return with_rounded_weights(self.float_bytes, self.rounding, keep=keep)
-
-
-def _weight_rounding(float_bytes: bytes, float_model: FlatbufferModel, calibration: CalibrationSet) -> Any:
-    """The int8 filters rounded for their outputs, as quantize_flatbuffer rounds them (a step
-    function's feeders, kept float, left out)."""
-    from .discontinuous import feeders_of_discontinuous_ops
-    from .weight_rounding import round_weights
-
-    return round_weights(float_bytes, calibration.samples, skip={op.index for op in feeders_of_discontinuous_ops(float_model)})
 
 
 _ACTIVATION_BITS = {"int8": 8, "int16": 16}

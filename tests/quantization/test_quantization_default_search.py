@@ -52,13 +52,26 @@ def test_the_default_search_aims_above_the_gate_and_starts_only_below_it():
 
 @pytest.fixture(scope="module")
 def encoder_exports(tmp_path_factory):
+    from edge_export.quantization import weight_rounding
+
     x = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(1))
     out = {}
     for name, extra in (("plain", {}), ("off", {"mixed_precision": "off"})):
         folder = tmp_path_factory.mktemp(name)
-        result = export(OutlierEncoder().eval(), example_inputs=(x,), output=folder / "enc.tflite",
-                        quantize="int8", quant_backend="flatbuffer", **extra)
+        calls = folder / "round_weights_calls"
+        real = weight_rounding.round_weights
+
+        def counted(*args, **kwargs):  # in whichever forked child rounds: one line per rounding
+            with calls.open("a") as f:
+                f.write("round_weights\n")
+            return real(*args, **kwargs)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(weight_rounding, "round_weights", counted)
+            result = export(OutlierEncoder().eval(), example_inputs=(x,), output=folder / "enc.tflite",
+                            quantize="int8", quant_backend="flatbuffer", **extra)
         out[name] = result, validate_report(json.loads(result.report_json_path.read_text()))
+        out[name + "_roundings"] = len(calls.read_text().splitlines()) if calls.exists() else 0
     return out
 
 
@@ -74,6 +87,15 @@ def test_a_plain_int8_export_that_misses_its_gate_gets_int16_activations_and_say
     note = next(n for n in report["validation"]["notes"] if n.startswith("The all-int8 model missed"))
     assert "raised to int16 activations" in note and "--mixed-precision off" in note
     assert "raised to int16 activations" in result.report_md_path.read_text()
+
+
+@pytest.mark.slow
+def test_the_search_reuses_the_backends_weight_rounding(encoder_exports):
+    """The filters are rounded once per export: the search's recipes take the backend's rounding."""
+    _, report = encoder_exports["plain"]
+    assert report["mixed_precision"]["mode"] == "default" and report["quantization"]["weight_rounding"] == "gptq"
+    assert encoder_exports["plain_roundings"] == 1 and encoder_exports["off_roundings"] == 1
+    assert "rounding" not in report["quantization"]  # the object is not reported, its method is
 
 
 @pytest.mark.slow

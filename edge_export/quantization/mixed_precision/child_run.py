@@ -40,6 +40,7 @@ def run_in_child(
     int16_first: bool = False,
     weight_rounding: bool = True,
     part_scales: bool = True,
+    rounding: Any = None,
 ) -> tuple[SensitivityReport | None, MixedPrecisionSearch | None, list[str]]:
     """Everything native in one child process: calibration, the sensitivity variants, the search.
     Also returns what the time budget left untried (this process's copy of ``budget`` is not the
@@ -52,7 +53,8 @@ def run_in_child(
         return None, None, budget.skipped
     if not budget.allows(untried(want_sensitivity, search_mode if search_needed else None, needed=True)):
         return None, None, budget.skipped
-    quantizer = RecipeQuantizer(float_bytes, calibration, verbose=verbose, weight_rounding=weight_rounding, part_scales=part_scales)
+    quantizer = RecipeQuantizer(float_bytes, calibration, verbose=verbose, weight_rounding=weight_rounding, part_scales=part_scales,
+                                rounding=rounding)
     ranked: list[SensitivityReport] = []
 
     def ranking() -> Sequence[LayerSensitivity]:  # measured once, when first needed
