@@ -373,6 +373,7 @@ def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:
         want_sensitivity=True, search_mode=None, precision="", target=AccuracyTarget(), io_dtype=IODtype.FLOAT32,
         source_module=loaded.module, verbose=options.outputs.verbose,
         weight_rounding=options.quantization.weight_rounding, part_scales=options.quantization.part_scales,
+        rounding=getattr(converted.quantization, "rounding", None),  # the export's: not computed again
     )
     top = ", ".join(layer.label for layer in sensitivity.layers[:3])
     note = limiting_note(target.name, top, getattr(converted.calibration, "real_data", False))
