@@ -3,13 +3,15 @@ names, duplicates, program JSON fields, symbolic expressions, payload configs an
 tests/pt2_mutations.py), each run through the real CLI (`edge-export MUTANT -o ... --no-validate`)
 in a forked child of a warm process, with a time limit per case.
 
-    .venv/bin/python benchmarks/pt2_fuzz.py [--cases 2000] [--seed 7] [--timeout 30]
+    .venv/bin/python benchmarks/pt2_fuzz.py [--cases 2000] [--seed 7] [--timeout 30] [--clean ARCHIVE]
 
 A case fails the run when its payload's marker exists afterwards (code ran outside the sandbox),
 when it hangs (more than --timeout seconds of CPU in its processes, or ten times that of wall time:
 on a shared machine wall time measures the load, not the case), when it exits 4 (an internal error instead of a
 clear refusal) or is killed by a signal. Prints one row per mutation kind (exit codes seen) and the
-totals; exits 1 on any failure.
+totals; exits 1 on any failure. ``--clean`` mutates an archive built beforehand by
+tests/hostile_archives.py's build_clean (the test's, which saves this run a process that imports
+torch to build it).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def run_case(archive: Path, out_dir: Path, timeout: float) -> tuple[int | str, f
     return os.WEXITSTATUS(status), elapsed
 
 
-def fuzz(cases: int, seed: int, timeout: float, work: Path, progress: bool = True) -> dict:
+def fuzz(cases: int, seed: int, timeout: float, work: Path, progress: bool = True, clean: Path | None = None) -> dict:
     # Warm the imports every case would otherwise repeat (about 10 s of the 12 an accepted case
     # took): forked cases inherit them. No torch op runs here, so no OpenMP pool is forked.
     import ai_edge_litert.interpreter  # noqa: F401
@@ -120,8 +122,7 @@ def fuzz(cases: int, seed: int, timeout: float, work: Path, progress: bool = Tru
 
     from hostile_archives import members
 
-    clean = build_clean(work)
-    entries = members(clean)
+    entries = members(clean or build_clean(work))
     rng = random.Random(seed)
     kinds = sorted(mutations.MUTATIONS)
     table: dict[str, collections.Counter] = {k: collections.Counter() for k in kinds}
@@ -160,10 +161,11 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--clean", type=Path, default=None, help="the archive to mutate (default: build one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pt2-fuzz-") as tmp:
         start = time.monotonic()
-        result = fuzz(args.cases, args.seed, args.timeout, Path(tmp))
+        result = fuzz(args.cases, args.seed, args.timeout, Path(tmp), clean=args.clean)
         wall = time.monotonic() - start
         codes = sorted({c for counter in result["table"].values() for c in counter}, key=str)
         print("| mutation | " + " | ".join(f"exit {c}" for c in codes) + " |")

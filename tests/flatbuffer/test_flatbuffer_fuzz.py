@@ -16,11 +16,13 @@ from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
 
 WORKER = Path(__file__).with_name("flatbuffer_fuzz_worker.py")
 MUTANTS_PER_MODEL = 200
+BYTE_KINDS = ("flip", "truncate", "zero", "overwrite")
 
 
-def mutate(data: bytes, rng: random.Random) -> tuple[str, bytes]:
+def mutate(data: bytes, rng: random.Random, kind: str | None = None) -> tuple[str, bytes]:
+    """A random byte-level mutant of ``data``: (kind, bytes), of ``kind`` or one drawn from BYTE_KINDS."""
     b = bytearray(data)
-    kind = rng.choice(["flip", "truncate", "zero", "overwrite"])
+    kind = kind or rng.choice(BYTE_KINDS)
     if kind == "flip":
         for _ in range(rng.randint(1, 8)):
             b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
@@ -90,21 +92,33 @@ def test_mutated_flatbuffers_never_crash(cnn_models, tmp_path):
     assert outcomes["ran"] + outcomes["runtime-error"] > len(paths) // 10, outcomes
 
 
-CLI_MUTANTS = 240
+# Each class of mutant (source file x mutation kind) is drawn this many times: every kind reaches the
+# CLI from both files, as a random draw of kinds does not promise (and 240 random draws cost twice as much).
+CLI_MUTANTS_PER_CLASS = 3
+
+
+def cli_mutants(cnn_models, rng: random.Random) -> list[tuple[str, str, bytes]]:
+    """(source, kind, bytes) for every source (fp32, int8) and every kind, byte-level and structure-aware."""
+    from flatbuffer_mutations import KINDS as STRUCTURE_KINDS
+    from flatbuffer_mutations import mutate as mutate_structure
+
+    mutants = []
+    for source in ("fp32", "int8"):
+        data = getattr(cnn_models, source)
+        for kind in BYTE_KINDS + STRUCTURE_KINDS:
+            mutator = mutate if kind in BYTE_KINDS else mutate_structure
+            mutants += [(source, *mutator(data, rng, kind)) for _ in range(CLI_MUTANTS_PER_CLASS)]
+    return mutants
 
 
 @pytest.mark.slow
 def test_inspect_and_validate_survive_mutants(cnn_models, tmp_path):
     """`inspect` and `validate` (the real CLI, in a worker process) on random and structure-aware
-    mutants: never a signal, an exit 4 or a traceback, and no native crash caught by the isolation."""
-    from flatbuffer_mutations import mutate as mutate_structure
-
-    rng = random.Random(13_2026)
+    mutants of every kind, of both files: never a signal, an exit 4 or a traceback, and no native
+    crash caught by the isolation."""
     paths = []
-    for i in range(CLI_MUTANTS):
-        source = cnn_models.fp32 if i % 2 else cnn_models.int8
-        kind, data = mutate(source, rng) if i % 3 == 0 else mutate_structure(source, rng)
-        path = tmp_path / f"m{i:03d}_{kind}.tflite"
+    for i, (source, kind, data) in enumerate(cli_mutants(cnn_models, random.Random(13_2026))):
+        path = tmp_path / f"m{i:03d}_{source}_{kind}.tflite"
         path.write_bytes(data)
         paths.append(path)
 
