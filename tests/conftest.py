@@ -19,11 +19,13 @@ from cli_harness import CliResult  # noqa: E402
 def pytest_configure(config) -> None:
     """Under pytest-xdist (-n) the workers share the cores, so torch's OpenMP threads in one worker
     wait while another worker runs: spinning, as libgomp's threads do by default, burns the core the
-    other worker needs (tests/passes took 297 test-seconds spinning, 199 sleeping, on 2 cores). The
-    workers, and the processes they start, inherit this before they import torch; the thread
-    counts, and so the results, stay what they were. A value already set is kept."""
+    other worker needs (tests/passes took 297 test-seconds spinning, 199 sleeping, on 2 cores). And
+    with as many workers as cores, a second OpenMP thread per worker only takes turns with the other
+    worker's. The workers, and the processes they start, inherit both before they import torch. A
+    value already set is kept."""
     if getattr(config.option, "numprocesses", None):
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture
