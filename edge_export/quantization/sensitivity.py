@@ -37,7 +37,7 @@ import numpy as np
 
 from ..config import QuantizeMode
 from ..errors import QuantizationError, first_line
-from ..flatbuffer import FlatbufferModel, read_flatbuffer
+from ..flatbuffer import read_flatbuffer
 from ..processes.library_output import quiet_libraries
 from ..graph.provenance import operator_module
 from ..output.serialize import json_field
