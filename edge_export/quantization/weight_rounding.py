@@ -58,7 +58,10 @@ _DAMP = 0.01  # of the mean diagonal, added to X^T X: an input never seen is not
 # fewer rows than inputs leave X^T X singular, and GPTQ then fits the calibration samples, not the
 # layer (MTCNN's R-Net, 576 inputs to a fully connected layer and 256 crops: 22.6 -> 19.8 dB held out).
 _MIN_ROWS_PER_INPUT = 2
-_STATS_BYTES = 1 << 30  # X^T X held at once (float64); more operators are gathered in several runs
+# X^T X held at once (float64); more operators are gathered in several runs of the float model, each
+# a pass over the samples (CRAFT's VGG body holds 1.2 GB: at 1 GiB it took two, 45 s of its 228 s)
+_STATS_BYTES = 2 << 30
+_BLOCK = 128  # columns rounded together before the rest of the filter takes their errors
 # Inputs per output a filter may have to be rounded here (ResNet's 3x3x512; its X^T X is 170 MB and
 # costs O(d^3)); a wider one (a fully connected layer over a flattened feature map) keeps nearest rounding.
 _MAX_INPUTS = 4608
@@ -187,18 +190,25 @@ def _rows(layer: _Layer, x: np.ndarray, rng: np.random.Generator) -> Any:
     """The layer's input as rows [G, n, d] in the filter's column order, at most _ROWS_PER_SAMPLE."""
     import torch
 
-    groups, _, d = layer.weights.shape
+    _, _, d = layer.weights.shape
     if layer.opcode == "FULLY_CONNECTED":
         rows = torch.from_numpy(np.asarray(x, np.float32).reshape(-1, d))[None]
-    else:
-        rows = _patches(layer, torch.from_numpy(np.asarray(x, np.float32)))
-    if rows.shape[1] > _ROWS_PER_SAMPLE:
-        rows = rows[:, torch.from_numpy(np.sort(rng.choice(rows.shape[1], _ROWS_PER_SAMPLE, replace=False)))]
-    return rows
+        if rows.shape[1] > _ROWS_PER_SAMPLE:
+            rows = rows[:, _picked(rows.shape[1], rng)]
+        return rows
+    return _patches(layer, torch.from_numpy(np.asarray(x, np.float32)), rng)
 
 
-def _patches(layer: _Layer, x: Any) -> Any:
-    """im2col of an NHWC input for the layer's kernel, as [G, N*L, kh*kw*Cg] (kh, kw, c order)."""
+def _picked(count: int, rng: np.random.Generator) -> Any:
+    import torch
+
+    return torch.from_numpy(np.sort(rng.choice(count, _ROWS_PER_SAMPLE, replace=False)))
+
+
+def _patches(layer: _Layer, x: Any, rng: np.random.Generator) -> Any:
+    """im2col of an NHWC input for the layer's kernel, as [G, rows, kh*kw*Cg] (kh, kw, c order):
+    all N*L patches, or _ROWS_PER_SAMPLE of them picked before the transposed copy is made (a
+    full copy of a 64-channel 256x256 input's patches is 150 MB per sample)."""
     import torch
 
     opts = layer.options
@@ -214,7 +224,11 @@ def _patches(layer: _Layer, x: Any) -> Any:
     cols = torch.nn.functional.unfold(x, (kh, kw), dilation=dilation, stride=stride)  # [N, C*kh*kw, L]
     cg = channels // groups
     cols = cols.view(n, groups, cg, kh * kw, -1).permute(1, 0, 4, 3, 2)  # [G, N, L, khkw, Cg]
-    return cols.reshape(groups, -1, kh * kw * cg)
+    count = n * cols.shape[2]
+    if count <= _ROWS_PER_SAMPLE:
+        return cols.reshape(groups, -1, kh * kw * cg)
+    pick = _picked(count, rng)
+    return cols[:, pick // cols.shape[2], pick % cols.shape[2]].reshape(groups, -1, kh * kw * cg)
 
 
 @dataclass(frozen=True)
@@ -325,17 +339,32 @@ def _gptq(weights: Any, hessian: Any, grid: _Grid) -> Any:
     upper = torch.linalg.cholesky(lower_inv.mT @ lower_inv, upper=True)
     w = weights.gather(2, perm[:, None, :].expand(groups, rows, d)).clone()
     anchor_at = torch.argsort(perm, dim=-1).gather(1, grid.anchor)  # [G, O]: the anchor's permuted column
-    pinned = grid.steps != 0
     q = torch.empty_like(w)
-    for j in range(d):
-        steps = torch.clamp(torch.round(w[:, :, j] / scale), -127, 127)
-        steps = torch.where(pinned & (anchor_at == j), grid.steps, steps)
-        q[:, :, j] = steps * scale
-        err = (w[:, :, j] - q[:, :, j]) / upper[:, j, j][:, None]
-        w[:, :, j + 1:] -= err[:, :, None] * upper[:, None, j, j + 1:]
+    for start in range(0, d, _BLOCK):
+        _gptq_block(w, q, upper, grid, anchor_at, start, min(start + _BLOCK, d))
     out = torch.empty_like(q)
     out.scatter_(2, perm[:, None, :].expand(groups, rows, d), q)
     return out
+
+
+def _gptq_block(w: Any, q: Any, upper: Any, grid: _Grid, anchor_at: Any, start: int, end: int) -> None:
+    """Columns start..end rounded in turn, each error spread over the block's later columns; then the
+    block's errors over every column after it in one product (GPTQ's lazy batch update: the same
+    sums, but one matrix product per block instead of a pass over the whole filter per column)."""
+    import torch
+
+    block = w[:, :, start:end]  # a view: updated in place
+    errors = torch.empty_like(block)
+    pinned = grid.steps != 0
+    for i in range(end - start):
+        j = start + i
+        steps = torch.clamp(torch.round(block[:, :, i] / grid.scale), -127, 127)
+        steps = torch.where(pinned & (anchor_at == j), grid.steps, steps)
+        q[:, :, j] = steps * grid.scale
+        errors[:, :, i] = (block[:, :, i] - q[:, :, j]) / upper[:, j, j][:, None]
+        block[:, :, i + 1:] -= errors[:, :, i, None] * upper[:, None, j, j + 1:end]
+    if end < w.shape[2]:
+        w[:, :, end:] -= errors @ upper[:, start:end, end:]
 
 
 def _nearest(weights: Any, grid: _Grid) -> Any:
@@ -439,7 +468,9 @@ def round_weights(float_bytes: bytes, samples: Sequence[tuple], *, skip: Collect
     used = list(samples)[:_MAX_SAMPLES]
     if not layers or not used:
         return WeightRounding((), len(used), time.perf_counter() - start)
-    runner = TFLiteRunner(read_flatbuffer(float_bytes, origin="the float model"), resolver=Resolver.BUILTIN, preserve_all_tensors=True)
+    # two threads, as the calibrator runs (flatbuffer_recipes): one left CRAFT's float model at 1.4 s a sample
+    runner = TFLiteRunner(read_flatbuffer(float_bytes, origin="the float model"), resolver=Resolver.BUILTIN,
+                          preserve_all_tensors=True, num_threads=2)
     rounded = []
     with torch.no_grad():
         for chunk in _chunks(layers):
