@@ -1,6 +1,6 @@
-"""A flatbuffer checked against TFLite Micro's rules (``check_micro``: kernels, integer I/O) and its
-tensor arena estimated from the operator order (``estimate_arena_bytes``): every byte of activation
-memory is in one arena whose size the firmware fixes at build time. The host interpreter
+"""A flatbuffer checked against TFLite Micro's rules (``check_micro``: kernels, the tensor types they
+take, integer I/O) and its tensor arena estimated from the operator order (``estimate_arena_bytes``):
+every byte of activation memory is in one arena whose size the firmware fixes at build time. The host interpreter
 (``runner.MicroRunner``) measures the real figure."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from ...flatbuffer import FlatbufferModel
+from .kernel_types import kernel_type_mismatches
 from .kernels import resolver_method
 from .report import MicroReport
 
@@ -68,6 +69,7 @@ def check_micro(model: FlatbufferModel, *, arena_bytes: int | None = None) -> Mi
     return MicroReport(
         ops=tuple(ops),
         unsupported_ops=tuple(op for op in ops if resolver_method(op) is None),
+        kernel_type_mismatches=kernel_type_mismatches(model),
         input_dtypes=tuple(t.dtype for t in model.input_tensors),
         output_dtypes=tuple(t.dtype for t in model.output_tensors),
         fully_integer=model.is_fully_integer,

@@ -8,6 +8,7 @@ from typing import Any
 
 from ...output.serialize import json_field
 from ..registry import ReportSection
+from .kernel_types import KernelTypeMismatch
 
 __all__ = ["MicroReport", "MicroSection", "CBundleSection", "MICRO_REPORT_SECTION"]
 
@@ -24,9 +25,11 @@ class MicroReport:
     float_tensors: tuple[str, ...]
     arena_estimate_bytes: int  # static estimate from tensor lifetimes
     arena_bytes: int | None = None  # measured by the TFLM host interpreter, when it ran
+    # operators whose TFLM kernel has no version for the type they get (kernel_types.py)
+    kernel_type_mismatches: tuple[KernelTypeMismatch, ...] = ()
 
     JSON_KEYS = (
-        "ok", "ops", "unsupported_ops", "input_dtypes", "output_dtypes", "integer_io", "fully_integer",
+        "ok", "ops", "unsupported_ops", "kernel_type_mismatches", "input_dtypes", "output_dtypes", "integer_io", "fully_integer",
         "float_tensors", "arena_estimate_bytes", "arena_bytes", "problems",
     )
 
@@ -41,6 +44,11 @@ class MicroReport:
             found.append(
                 f"TFLite Micro has no kernel for {', '.join(self.unsupported_ops)}; replace the layer(s) "
                 "that produce it or write a custom TFLM kernel."
+            )
+        for m in self.kernel_type_mismatches:
+            found.append(
+                f"TFLite Micro's {m.opcode} kernel takes {', '.join(m.kernel_types)}, but operator "
+                f"#{m.operator_index} ({m.opcode}) gets {m.input_type}."
             )
         if not self.integer_io:
             found.append(
