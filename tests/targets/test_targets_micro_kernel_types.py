@@ -1,9 +1,12 @@
 """The tensor types TFLite Micro's kernels take (targets/micro/kernel_types.py): the table checked
-against the installed host interpreter, and check_micro and the report listing what it would refuse."""
+against the installed host interpreter, check_micro and the report listing what it would refuse,
+and `--target micro` refusing an int8 SQRT before any native run (it used to pass the check and
+fail parity with a shape hint)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from edge_export.flatbuffer import read_flatbuffer
 from edge_export.output.serialize import to_json_value
@@ -69,3 +72,36 @@ def test_the_fixes_say_what_tflm_runs_and_which_option_helps():
     assert "float32 only" in sqrt and "rsqrt" in sqrt and "--target cpu --quantize none" in sqrt
     div = kernel_type_fix(KernelTypeMismatch("DIV", 3, "int16", ("float32", "int8")))
     assert "float32 and int8, not int16" in div and "--mixed-precision" in div
+
+
+class SqrtFeatures(torch.nn.Module):
+    """A Linear and a SQRT of a positive value: the SQRT quantizes to int8, which TFLM's kernel
+    refuses. At module level: the converted names of a class local to a function lose its module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return torch.sqrt(self.fc(x) ** 2 + 1.0)
+
+
+@pytest.fixture
+def sqrt_pt2(tmp_path):
+    torch.manual_seed(0)
+    path = tmp_path / "sqrt_features.pt2"
+    torch.export.save(torch.export.export(SqrtFeatures().eval(), (torch.randn(1, 16),)), path)
+    return path
+
+
+def test_cli_refuses_an_int8_sqrt_for_micro_before_running_it(sqrt_pt2, tmp_path, run_cli):
+    out = tmp_path / "out" / "sqrt_features.tflite"
+    res = run_cli(sqrt_pt2, "--target", "micro", "-o", out, "--calibration-samples", "8", "--samples", "2", "--no-weight-rounding")
+    text = res.stdout + res.stderr
+    assert res.exit_code == 3, text
+    assert "SQRT" in res.stderr and "gets int8" in res.stderr and "takes float32" in res.stderr
+    assert "SQRT (from aten.sqrt) in module '<root>' (SqrtFeatures), at " in res.stderr, res.stderr
+    assert "torch.rsqrt" in res.stderr and "--target cpu --quantize none" in res.stderr
+    assert "Check that the inputs match the shapes" not in text and "Traceback" not in text
+    assert "Checking parity" not in text  # refused at the check, before TFLM ran anything
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sqrt_features.pt2"]  # no .tflite, bundle or report

@@ -1,7 +1,8 @@
 """The microcontroller target: TFLite Micro (TFLM) operator support, arena size, host runs.
 
 What TFLM can run is narrower than LiteRT: only the kernels an application registers in its
-``MicroMutableOpResolver`` (``kernels.py``, which also writes the C++ resolver lines), integer I/O
+``MicroMutableOpResolver`` (``kernels.py``, which also writes the C++ resolver lines), each for some
+tensor types only (``kernel_types.py``: SQRT is float32 only, refused before TFLM runs), integer I/O
 in practice, and every byte of activation memory in one tensor arena whose size the firmware fixes
 at build time (``checks.py``). The target checks a flatbuffer against those rules, runs it through
 the TFLM host interpreter of the ``tflite-micro`` package for parity and to measure the arena it
@@ -20,8 +21,9 @@ from ...errors import UsageError
 from .budgets import BUDGETS_REPORT_SECTION
 from .checks import check_micro
 from .cmsis_nn import CMSIS_NN_REPORT_SECTION
+from .kernel_types import kernel_type_fix
 from .kernels import emit_op_resolver, resolver_method
-from .report import MICRO_REPORT_SECTION, CBundleSection, MicroSection
+from .report import MICRO_REPORT_SECTION, CBundleSection, MicroReport, MicroSection
 from .runner import MicroRunner, make_test_vectors
 from .options import MicroOptions
 from ..base import (
@@ -116,18 +118,8 @@ class MicroTarget(TargetPlugin):
         return paths
 
     def check(self, context: TargetContext) -> TargetCheck:
-        from ...errors import ConversionError
-
-        report = check_micro(context.model)
-        if report.unsupported_ops:
-            from ...conversion.operator_origins import describe_operator_origins
-
-            # each refused operator with the aten call, module and line it came from
-            origins = describe_operator_origins(context.model, report.unsupported_ops, context.source_module)
-            raise ConversionError(
-                f"The model cannot run on TFLite Micro: it has no kernel for {origins}. " + " ".join(report.problems),
-                "Replace those operators in the model (or pick --target cpu).",
-            )
+        # Refused before any native run: TFLM would fail on these only when it invokes the operator.
+        _refuse_what_tflm_cannot_run(context, check_micro(context.model))
         from ...processes.isolation import run_isolated
 
         model = context.model
@@ -239,6 +231,42 @@ class MicroTarget(TargetPlugin):
 
 
 
+
+
+def _refuse_what_tflm_cannot_run(context: TargetContext, report: MicroReport) -> None:
+    """A ConversionError (exit 3, raised before anything is written) for an operator TFLM has no
+    kernel for, else for operators whose kernel does not take the type they get; each named with
+    the aten call, module and line it came from."""
+    from ...errors import ConversionError
+
+    if report.unsupported_ops:
+        from ...conversion.operator_origins import describe_operator_origins
+
+        origins = describe_operator_origins(context.model, report.unsupported_ops, context.source_module)
+        raise ConversionError(
+            f"The model cannot run on TFLite Micro: it has no kernel for {origins}. " + " ".join(report.problems),
+            "Replace those operators in the model (or pick --target cpu).",
+        )
+    mismatches = report.kernel_type_mismatches
+    if mismatches:
+        from ...conversion.operator_origins import operator_origins_at
+
+        shown = mismatches[:_MISMATCHES_NAMED]
+        # by index, not opcode: the operator TFLM would stop at, not the first of its kind
+        origins = operator_origins_at(context.model, [m.operator_index for m in shown], context.source_module)
+        named = "; ".join(
+            f"operator #{m.operator_index} {origins[m.operator_index].describe()} gets {m.input_type}, "
+            f"and TFLM's {m.opcode} kernel takes {' and '.join(m.kernel_types)}"
+            for m in shown
+        )
+        more = f" (and {len(mismatches) - len(shown)} more such operators)" if len(mismatches) > len(shown) else ""
+        raise ConversionError(
+            f"The model cannot run on TFLite Micro: {named}{more}.",
+            " ".join(dict.fromkeys(kernel_type_fix(m) for m in mismatches)),
+        )
+
+
+_MISMATCHES_NAMED = 5  # a model with 20 SQRTs gets the first five named, and a count
 
 
 def _report_headline(report) -> str:
