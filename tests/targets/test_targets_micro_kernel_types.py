@@ -1,7 +1,7 @@
 """The tensor types TFLite Micro's kernels take (targets/micro/kernel_types.py): the table checked
 against the installed host interpreter, check_micro and the report listing what it would refuse,
-and `--target micro` refusing an int8 SQRT before any native run (it used to pass the check and
-fail parity with a shape hint)."""
+the interpreter's own type refusals given the kernel's types as hint, and `--target micro` refusing
+an int8 SQRT before any native run (it used to pass the check and fail parity with a shape hint)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ from edge_export.targets.micro.kernel_types import (
 )
 from edge_export.targets.micro.kernels import TFLM_OP_RESOLVER_METHODS
 from micro_kernel_models import CASES, MEASURED_TYPES, build_model, run_case
+
+# TFLM refuses MIRROR_PAD's int16 without a word ("failed to invoke with status 1" only).
+_SILENT_REFUSALS = {("MIRROR_PAD", "int16")}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +48,19 @@ def test_the_table_matches_the_installed_interpreter(measured):
     assert {("RSQRT", "int8"), ("MUL", "int8"), ("SOFTMAX", "int8")} <= ran
 
 
+def test_every_refusal_was_about_the_type_and_gets_the_kernels_types_as_hint(measured):
+    """TFLM's words for each refusal are a type wording the runner knows (so a refused case is a
+    type refusal, not a bad test model), and the runner's hint is the table's fix, not the shape one."""
+    from edge_export.targets.micro.runner import _TYPE_REFUSAL
+
+    for (op, dtype), refusal in measured.items():
+        if refusal is None:
+            continue
+        assert bool(_TYPE_REFUSAL.search(refusal.message)) != ((op, dtype) in _SILENT_REFUSALS), refusal.message
+        mismatch = KernelTypeMismatch(op, 0, dtype, tuple(t for t in MEASURED_TYPES if t in TFLM_KERNEL_INPUT_TYPES[op]))
+        assert refusal.hint == kernel_type_fix(mismatch), (op, dtype, refusal.message)
+
+
 def test_check_micro_names_every_operator_tflm_refuses(measured):
     """The first line of defence agrees with the interpreter on every case: check_micro lists
     exactly the models TFLM refused, with the operator, its type and the types its kernel takes."""
@@ -72,6 +88,21 @@ def test_the_fixes_say_what_tflm_runs_and_which_option_helps():
     assert "float32 only" in sqrt and "rsqrt" in sqrt and "--target cpu --quantize none" in sqrt
     div = kernel_type_fix(KernelTypeMismatch("DIV", 3, "int16", ("float32", "int8")))
     assert "float32 and int8, not int16" in div and "--mixed-precision" in div
+
+
+def test_the_runner_hint_for_a_type_refusal_check_micro_did_not_foresee():
+    """TFLM's exact words from the Silero VAD export, for an operator check_micro listed nothing
+    about: the general kernel-type hint, never the shape one; a refusal of another kind: none."""
+    from edge_export.targets.micro.runner import type_refusal_hint
+
+    log = (
+        "tensorflow/lite/micro/kernels/elementwise.cc:202 input->type != expected_type (INT8 != FLOAT32)\n"
+        "Node SQRT (number 10) failed to invoke with status 1"
+    )
+    assert "SQRT kernel does not take the tensor type" in type_refusal_hint(log, ())
+    known = KernelTypeMismatch("SQRT", 10, "int8", ("float32",))
+    assert type_refusal_hint(log, (known,)) == kernel_type_fix(known)
+    assert type_refusal_hint("Node ADD (number 1) failed to invoke with status 1", ()) is None
 
 
 class SqrtFeatures(torch.nn.Module):

@@ -13,8 +13,9 @@ from ...errors import RuntimeRunError, first_line
 from ...flatbuffer import FlatbufferModel, read_flatbuffer
 from ...runtime.interpreter import IOTensor, from_model_outputs, to_model_inputs
 from .checks import ARENA_ALIGNMENT, check_micro
+from .kernel_types import KernelTypeMismatch, kernel_type_fix
 
-__all__ = ["MicroRunner", "make_test_vectors"]
+__all__ = ["MicroRunner", "make_test_vectors", "type_refusal_hint"]
 
 # Beyond this the model is not a microcontroller model; stop growing the trial arena.
 _MAX_ARENA_BYTES = 64 << 20
@@ -22,6 +23,15 @@ _MAX_ARENA_BYTES = 64 << 20
 _MISSING_OP = re.compile(r"Didn't find op for (?:builtin opcode|custom opcode) '([^']+)'")
 _FAILED_NODE = re.compile(r"Node (\S+) \(number (\d+)\) failed to (prepare|invoke|init)")
 _ARENA_TOTAL = re.compile(r"Arena allocation total (\d+) bytes")
+# TFLM's ways of saying a kernel has no version for a tensor's type (kernel_types.py's measurement
+# saw each): "input->type != expected_type (INT8 != FLOAT32)", "Type INT16 (7) not supported.",
+# "DIV only supports FLOAT32, INT32, quantized INT8 now, got type INT16 (7).", "Only float32 and
+# int8 types are supported.", "Unsupported type INT16", "alpha->type == kTfLiteInt8 was not true.",
+# "data_type == kTfLiteFloat32 || ... was not true.", "Output type is 7, requires float or int8.".
+_TYPE_REFUSAL = re.compile(
+    r"->type != \w+ \(\w+ != \w+\)|type == kTfLite\w+.*was not true|[Tt]ype\b[^|]*\bnot (?:currently )?supported"
+    r"|\bonly (?:currently )?supports?\b|\bOnly [\w, ]+ are supported|Unsupported type|[Tt]ype is \d+, requires"
+)
 
 
 class MicroRunner:
@@ -88,7 +98,8 @@ class MicroRunner:
                 f"The TFLite Micro interpreter rejected the model: operator {node.group(1)} "
                 f"(number {node.group(2)}){self._module_of(int(node.group(2)))} failed to {node.group(3)}. "
                 f"TFLM said: {_first_lines(log)}",
-                "TFLM kernels support fewer types and options than LiteRT; export with full-integer "
+                type_refusal_hint(log, self.report.kernel_type_mismatches)
+                or "TFLM kernels support fewer types and options than LiteRT; export with full-integer "
                 "int8 (--quantize int8 --io-dtype int8).",
             )
         unsupported = self.report.unsupported_ops
@@ -201,13 +212,33 @@ class MicroRunner:
             raise RuntimeRunError(
                 f"The TFLite Micro interpreter failed to run the model{where}: {first_line(error).rstrip('.')}. "
                 f"TFLM said: {_first_lines(captured.text) or 'nothing'}",
-                "Check that the inputs match the shapes the model was exported with.",
+                type_refusal_hint(captured.text, self.report.kernel_type_mismatches)
+                or "Check that the inputs match the shapes the model was exported with.",
             ) from error
         return outputs
 
     def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Float in, float out: quantizes inputs and dequantizes outputs where the model is integer."""
         return from_model_outputs(self.outputs, self.run_raw(to_model_inputs(self.inputs, arrays)))
+
+
+def type_refusal_hint(log: str, mismatches: Sequence[KernelTypeMismatch]) -> str | None:
+    """The hint for a failed operator whose kernel lacks the type it gets: the fix for it when
+    check_micro's ``mismatches`` list it (whatever TFLM said: its MIRROR_PAD refuses int16 without a
+    word), else the general one when TFLM words the failure as a type; None for any other failure."""
+    node = _FAILED_NODE.search(log)
+    if node is None:
+        return None
+    known = next((m for m in mismatches if m.operator_index == int(node.group(2))), None)
+    if known is not None:
+        return kernel_type_fix(known)
+    if not _TYPE_REFUSAL.search(log):
+        return None
+    return (
+        f"TFLite Micro's {node.group(1)} kernel does not take the tensor type this model gives it (TFLM's "
+        "message names it; its kernels take fewer types than LiteRT's): replace the operator with one "
+        "TFLM runs in that type, or export without --mixed-precision so that every activation is int8."
+    )
 
 
 def _first_lines(text: str, limit: int = 3) -> str:
