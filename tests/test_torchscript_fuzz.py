@@ -42,7 +42,7 @@ def test_mutated_archives_end_checked_or_refused(sources, tmp_path):
             outcomes["accepted"] += 1
         slowest = max(slowest, time.monotonic() - start)
     assert outcomes["accepted"] > 5 and outcomes["refused"] > 30, outcomes  # both paths exercised
-    assert slowest < 5.0
+    assert slowest < 30.0  # a hang, not a speed: one mutant took 6 s with three test workers on two cores
 
 
 def test_accepted_mutants_load_to_a_model_or_a_documented_error(sources, tmp_path):
