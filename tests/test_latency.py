@@ -120,3 +120,15 @@ def test_measure_host_latency_times_both_models(cnn_models):
     assert latency.slower is (latency.ratio > 1 + latency.margin)
     data = to_json_value(latency)
     assert list(data) == list(type(latency).JSON_KEYS)
+
+
+def test_a_model_slower_than_the_budget_is_timed_once(cnn_models):
+    """Whose first warm-up invocation outlasts the budget (here a budget of 0 s) is timed once after
+    one warm-up, and the report says so: a 10 s invocation is not run seven times for a figure that
+    is only reported."""
+    from edge_export.flatbuffer import read_flatbuffer
+    from edge_export.runtime.latency import measure_host_latency
+
+    latency = measure_host_latency(read_flatbuffer(cnn_models.int8), read_flatbuffer(cnn_models.fp32), "int8", budget_s=0.0)
+    assert latency.runs == 1 and latency.warmup == 1
+    assert latency.quantized_ms > 0 and latency.float_ms > 0
