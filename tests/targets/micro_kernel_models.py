@@ -270,6 +270,25 @@ def _layout(opcode: str, dtype: str) -> OneOperator:
     return OneOperator(opcode, *made)
 
 
+# The conversions an export writes: float input to int8, and both ways between int8 and int16 (the
+# boundaries of --mixed-precision's int16 operators).
+_QUANTIZED_TO = {"float32": "int8", "int8": "int16", "int16": "int8"}
+
+
+def _converting(opcode: str, dtype: str) -> OneOperator:
+    """QUANTIZE and DEQUANTIZE change the type, so the output's is chosen, not the measured one:
+    QUANTIZE to ``_QUANTIZED_TO``, DEQUANTIZE to float32 (a float32 input is no DEQUANTIZE at all,
+    and TFLM says so), CAST to int32, FILL the measured type from a scalar value."""
+    x = activation(_X, dtype)
+    if opcode == "QUANTIZE":
+        return OneOperator(opcode, (x,), (activation(_X, _QUANTIZED_TO[dtype], (0.07, 3) if dtype == "int16" else None),))
+    if opcode == "DEQUANTIZE":
+        return OneOperator(opcode, (x,), (activation(_X, "float32"),))
+    if opcode == "CAST":
+        return OneOperator(opcode, (x,), (Operand(_X, "int32"),))
+    return OneOperator(opcode, (int32_constant(list(_X)), _same_type_constant((), dtype)), (x,))
+
+
 def _cases_of(make: Callable[[str, str], OneOperator], *opcodes: str) -> dict[str, Callable[[str], OneOperator]]:
     return {op: (lambda dtype, op=op: make(op, dtype)) for op in opcodes}
 
@@ -293,6 +312,7 @@ CASES: dict[str, Callable[[str], OneOperator]] = {
         "MIRROR_PAD", "PACK", "PAD", "PADV2", "RESHAPE", "REVERSE_V2", "SELECT_V2", "SLICE", "SPACE_TO_BATCH_ND",
         "SPACE_TO_DEPTH", "SPLIT", "SPLIT_V", "SQUEEZE", "STRIDED_SLICE", "TRANSPOSE", "UNPACK", "ZEROS_LIKE",
     ),
+    **_cases_of(_converting, "CAST", "DEQUANTIZE", "FILL", "QUANTIZE"),
     "BATCH_MATMUL": _batch_matmul,
     "PRELU": _prelu,
 }

@@ -20,6 +20,16 @@ nothing). The builder and the measurement are ``tests/targets/micro_kernel_model
 ``tests/targets/test_targets_micro_kernel_types.py``, which checks every entry against the installed
 interpreter. PRELU runs an int16 input with an int8 slope (its Prepare refuses any other slope type
 for an integer input). POW and GELU have no TFLM kernel at all (``kernels.py``).
+
+The converting operators are measured on the conversions an export writes: QUANTIZE from float32
+to int8, int8 to int16 and int16 to int8 (the boundaries of --mixed-precision's int16 operators;
+int8 to int8, float32 to int16 and int16 to int16 run too), DEQUANTIZE from int8 or int16 to
+float32 (it refuses a float32 input: there is nothing to dequantize), CAST to int32, and FILL's
+value (its data input). The TFLM kernels left out take no judged type (LOGICAL_*, REDUCE_ALL: bool;
+SHAPE, BROADCAST_ARGS: int32), are control flow or resource variables, or are the recurrent
+SVDF and UNIDIRECTIONAL_SEQUENCE_LSTM, whose integer kernels need their own multi-tensor
+quantization to be measured at all: an operator not in the table is not judged here, and the
+parity run on TFLite Micro remains the check behind it.
 """
 
 from __future__ import annotations
@@ -47,25 +57,27 @@ TFLM_KERNEL_INPUT_TYPES: dict[str, frozenset[str]] = {
         "CEIL", "COS", "EXP", "FLOOR", "FLOOR_DIV", "FLOOR_MOD", "L2_POOL_2D", "LOG", "NEG", "ROUND", "SIN",
         "SQRT", "SQUARE",
     ), _FLOAT32),
+    "DEQUANTIZE": frozenset({"int8", "int16"}),
     **dict.fromkeys((
         "ADD_N", "ARG_MAX", "ARG_MIN", "BATCH_TO_SPACE_ND", "CUMSUM", "DEPTH_TO_SPACE", "DIV", "ELU",
-        "EMBEDDING_LOOKUP", "EQUAL", "GATHER", "GATHER_ND", "GREATER_EQUAL", "HARD_SWISH", "L2_NORMALIZATION",
+        "EMBEDDING_LOOKUP", "EQUAL", "FILL", "GATHER", "GATHER_ND", "GREATER_EQUAL", "HARD_SWISH", "L2_NORMALIZATION",
         "LESS", "LESS_EQUAL", "LOG_SOFTMAX", "MIRROR_PAD", "NOT_EQUAL", "REDUCE_MAX", "REDUCE_MIN",
         "RESIZE_BILINEAR", "SPACE_TO_BATCH_ND", "SPACE_TO_DEPTH", "ZEROS_LIKE",
     ), _FLOAT32_INT8),
     **dict.fromkeys((
-        "ABS", "ADD", "AVERAGE_POOL_2D", "BATCH_MATMUL", "BROADCAST_TO", "CONCATENATION", "CONV_2D",
+        "ABS", "ADD", "AVERAGE_POOL_2D", "BATCH_MATMUL", "BROADCAST_TO", "CAST", "CONCATENATION", "CONV_2D",
         "DEPTHWISE_CONV_2D", "DYNAMIC_UPDATE_SLICE", "EXPAND_DIMS", "FULLY_CONNECTED", "GREATER", "LEAKY_RELU",
-        "LOGISTIC", "MAX_POOL_2D", "MAXIMUM", "MEAN", "MINIMUM", "MUL", "PACK", "PAD", "PADV2", "PRELU", "RELU",
-        "RELU6", "RESHAPE", "RESIZE_NEAREST_NEIGHBOR", "REVERSE_V2", "RSQRT", "SELECT_V2", "SLICE", "SOFTMAX",
+        "LOGISTIC", "MAX_POOL_2D", "MAXIMUM", "MEAN", "MINIMUM", "MUL", "PACK", "PAD", "PADV2", "PRELU", "QUANTIZE",
+        "RELU", "RELU6", "RESHAPE", "RESIZE_NEAREST_NEIGHBOR", "REVERSE_V2", "RSQRT", "SELECT_V2", "SLICE", "SOFTMAX",
         "SPLIT", "SPLIT_V", "SQUARED_DIFFERENCE", "SQUEEZE", "STRIDED_SLICE", "SUB", "SUM", "TANH", "TRANSPOSE",
         "TRANSPOSE_CONV", "UNPACK",
     ), _ALL),
 }
 
 # The input whose type the kernel switches on, where it is not the first: SPLIT's first input is
-# its axis, TRANSPOSE_CONV's the output shape, SELECT_V2's the condition, EMBEDDING_LOOKUP's the ids.
-_DATA_INPUT = {"SPLIT": 1, "TRANSPOSE_CONV": 2, "SELECT_V2": 1, "EMBEDDING_LOOKUP": 1}
+# its axis, TRANSPOSE_CONV's the output shape, SELECT_V2's the condition, EMBEDDING_LOOKUP's the ids,
+# FILL's the output shape.
+_DATA_INPUT = {"SPLIT": 1, "TRANSPOSE_CONV": 2, "SELECT_V2": 1, "EMBEDDING_LOOKUP": 1, "FILL": 1}
 
 # What to write instead of a float-only operator: an operator whose TFLM kernel the table shows
 # running int8 (whether the converter keeps that form is the model author's to check).
