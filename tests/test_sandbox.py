@@ -15,7 +15,6 @@ import threading
 import pytest
 
 import hostile_archives as hostile
-from cli_harness import run_cli_subprocess
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux's Landlock and namespaces")
 
@@ -32,16 +31,13 @@ def clean(tmp_path_factory):
     return hostile.build_clean(tmp_path_factory.mktemp("clean"))
 
 
-def _run(archive, out, *extra, checks_off=True):
-    env = {hostile_env: "1"} if checks_off else {}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return run_cli_subprocess(archive, "-o", out / "m.tflite", "--no-validate", "--verbose", *extra, timeout=180)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
+def _run(run_cli, monkeypatch, archive, out, *extra, checks_off=True):
+    """The CLI in this process: what is confined is the child it forks for the archive, as the console
+    script does (the hook is read when the archive is, not at start-up); a fresh process would only
+    add seconds of imports. A parent that converted before is test_confined_export_after_conversions."""
+    if checks_off:
+        monkeypatch.setenv(hostile_env, "1")
+    return run_cli(archive, "-o", out / "m.tflite", "--no-validate", "--verbose", *extra)
 
 
 hostile_env = "EDGE_EXPORT_TEST_DISABLE_ARCHIVE_CHECKS"
@@ -49,12 +45,12 @@ hostile_env = "EDGE_EXPORT_TEST_DISABLE_ARCHIVE_CHECKS"
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_payload_runs_confined_and_cannot_write(clean, tmp_path, kind):
+def test_payload_runs_confined_and_cannot_write(run_cli, monkeypatch, clean, tmp_path, kind):
     marker = tmp_path / f"MARKER_{kind}"
     archive = hostile.write(tmp_path / "evil.pt2", KINDS[kind](clean, marker))
     out = tmp_path / "out"
     out.mkdir()
-    res = _run(archive, out)
+    res = _run(run_cli, monkeypatch, archive, out)
     assert "PAYLOAD_RAN" in res.stderr, res.stderr[-3000:]  # the checks were off: the payload ran
     assert "Permission denied" in res.stderr, res.stderr[-3000:]
     assert not marker.exists()
@@ -73,7 +69,7 @@ def test_trusted_control_does_run_the_payload(run_cli, clean, tmp_path):
 
 
 @pytest.mark.slow
-def test_payload_cannot_reach_the_network(clean, tmp_path):
+def test_payload_cannot_reach_the_network(run_cli, monkeypatch, clean, tmp_path):
     """A payload that connects to a server listening on this machine's loopback never arrives."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -107,7 +103,7 @@ def test_payload_cannot_reach_the_network(clean, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     try:
-        res = _run(archive, out)
+        res = _run(run_cli, monkeypatch, archive, out)
     finally:
         done.set()
         thread.join()

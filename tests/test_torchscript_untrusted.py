@@ -9,7 +9,6 @@ their test hook, the confinement alone keeps the secret out and the marker unwri
 
 from __future__ import annotations
 
-import os
 import sys
 import zipfile
 from pathlib import Path
@@ -17,7 +16,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli_harness import run_cli_subprocess
 from edge_export.errors import InputSpecError, ModelLoadError
 from edge_export.loading.torchscript_archive import UnsafeTorchScript, read_checked_torchscript
 
@@ -114,14 +112,12 @@ def archives(tmp_path_factory):
     return folder
 
 
-def _export(archive: Path, out: Path, env: dict) -> object:
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return run_cli_subprocess(archive, "--input-shape", "1,3", "-o", out / "m.tflite", "--no-validate", timeout=240)
-    finally:
-        for key, value in old.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+def _export(run_cli, monkeypatch, archive: Path, out: Path, env: dict) -> object:
+    """The CLI in this process, with the test hooks in ``env`` (read when the archive is loaded, not at
+    start-up): the archive is read in the child this process forks, as under the console script."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return run_cli(archive, "--input-shape", "1,3", "-o", out / "m.tflite", "--no-validate")
 
 
 def _outputs_hold_secret(out: Path) -> bool:
@@ -131,12 +127,12 @@ def _outputs_hold_secret(out: Path) -> bool:
 @linux_only
 @pytest.mark.slow
 @pytest.mark.parametrize("sandbox", ["on", "off"])
-def test_hostile_torchscript_is_refused_with_confinement_on_and_off(archives, tmp_path, sandbox):
+def test_hostile_torchscript_is_refused_with_confinement_on_and_off(run_cli, monkeypatch, archives, tmp_path, sandbox):
     env = {"EDGE_EXPORT_SANDBOX": "off"} if sandbox == "off" else {}
     for name, operator in (("reader.pt", "torch.from_file"), ("writer.pt", "torch.save")):
         out = tmp_path / name
         out.mkdir()
-        res = _export(archives / name, out, env)
+        res = _export(run_cli, monkeypatch, archives / name, out, env)
         assert res.exit_code == 2, res.stderr[-2000:]
         assert operator in res.stderr and "--trust-pickle" in res.stderr and "Traceback" not in res.stderr
         assert list(out.iterdir()) == []
@@ -145,24 +141,24 @@ def test_hostile_torchscript_is_refused_with_confinement_on_and_off(archives, tm
 
 @linux_only
 @pytest.mark.slow
-def test_the_confinement_alone_keeps_the_secret_and_the_marker_out(archives, tmp_path):
+def test_the_confinement_alone_keeps_the_secret_and_the_marker_out(run_cli, monkeypatch, archives, tmp_path):
     """The reader's checks off (their test hook): the TorchScript code runs, in the child that reads
     only Python's own files and writes only its private folder."""
     out = tmp_path / "out"
     out.mkdir()
-    res = _export(archives / "reader.pt", out, {CHECKS_OFF: "1"})
+    res = _export(run_cli, monkeypatch, archives / "reader.pt", out, {CHECKS_OFF: "1"})
     assert res.exit_code != 0 and not _outputs_hold_secret(out), res.stderr[-2000:]
-    res = _export(archives / "writer.pt", out, {CHECKS_OFF: "1"})
+    res = _export(run_cli, monkeypatch, archives / "writer.pt", out, {CHECKS_OFF: "1"})
     assert not (archives / "MARKER").exists(), res.stderr[-2000:]
 
 
 @linux_only
 @pytest.mark.slow
-def test_control_without_either_line_the_payload_does_run(archives, tmp_path):
+def test_control_without_either_line_the_payload_does_run(run_cli, monkeypatch, archives, tmp_path):
     """What the two lines stop: with the checks and the confinement both off, the writer's
     __setstate__ creates its marker."""
     env = {CHECKS_OFF: "1", "EDGE_EXPORT_SANDBOX": "off"}
-    _export(archives / "writer.pt", tmp_path, env)
+    _export(run_cli, monkeypatch, archives / "writer.pt", tmp_path, env)
     assert (archives / "MARKER").exists()
     (archives / "MARKER").unlink()
 
