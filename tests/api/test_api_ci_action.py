@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from cli_harness import REPO, validate_report
-from github_action import ActionRun, StepRun, run_action, run_one_step
+from github_action import ActionRun, StepRun, load_action, run_action, run_one_step, substitute
 
 WORKFLOW = REPO / "examples" / "ci" / "parity-gate.yml"
 # Only what cannot work on this machine differs from the workflow's inputs: the interpreter (no
@@ -84,9 +84,9 @@ def _runner_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
 
 
-def run_in_user_repository(tmp_path: Path, runner_python: Path, model: Path | None, **changed: str) -> tuple[ActionRun, Path]:
+def user_repository(tmp_path: Path, runner_python: Path, model: Path | None, **changed: str) -> tuple[Path, dict[str, str]]:
     """A repository holding the workflow's model (``model`` copied to its path; None: no model) and
-    its committed baseline, and the action run there with the workflow step's inputs (and ``changed``)."""
+    its committed baseline, and the workflow step's inputs (and ``changed``) for a run there."""
     step = workflow_action_step()
     repo = tmp_path / "user-repository"
     inputs = {**step["with"], **RUNNER_INPUTS, "python": str(runner_python), **changed}
@@ -96,7 +96,26 @@ def run_in_user_repository(tmp_path: Path, runner_python: Path, model: Path | No
     (repo / inputs["baseline"]).parent.mkdir(parents=True, exist_ok=True)
     (repo / inputs["baseline"]).write_bytes((REPO / inputs["baseline"]).read_bytes())
     assert not repo.resolve().is_relative_to(REPO)
+    return repo, inputs
+
+
+def run_in_user_repository(tmp_path: Path, runner_python: Path, model: Path | None, **changed: str) -> tuple[ActionRun, Path]:
+    """The whole action (its install step included) run in ``user_repository``."""
+    repo, inputs = user_repository(tmp_path, runner_python, model, **changed)
     return run_action(REPO, repo, inputs, _runner_env(), tmp_path / "runner-temp"), repo
+
+
+def run_after_install(tmp_path: Path, installed_python: Path, repo: Path, inputs: dict[str, str]) -> ActionRun:
+    """The action run in ``repo`` from the step after its install step, with edge-export where that
+    step put it for ``installed_python`` (an earlier run's install, checked in the tests above): the
+    install reads none of the inputs these tests change, and each of its runs is seconds of pip
+    building edge-export. The action's outputs are its ``outputs:`` values, as run_action evaluates them."""
+    install = {"python": str(installed_python)}
+    step = run_one_step(REPO, "edge-export", repo, inputs, _runner_env(), tmp_path / "runner-temp", {"install": install})
+    context = {"steps": {"install": {"outputs": install}, "edge-export": {"outputs": step.outputs}}}
+    declared = load_action(REPO / "action.yml").get("outputs") or {}
+    outputs = {name: substitute(str(spec.get("value", "")), context) for name, spec in declared.items()}
+    return ActionRun(step.exit_code, [step], outputs, step.summary)
 
 
 def _check_installed_from_the_action_path(run: ActionRun, runner_python: Path, repo: Path) -> None:
@@ -122,6 +141,12 @@ def _report(repo: Path, run: ActionRun) -> dict:
 @pytest.fixture(scope="module")
 def passing_run(tmp_path_factory, runner_python, models) -> tuple[ActionRun, Path]:
     return run_in_user_repository(tmp_path_factory.mktemp("passing"), runner_python, models["passing"])
+
+
+@pytest.fixture(scope="module")
+def installed_python(passing_run, runner_python) -> Path:
+    """runner_python once the whole action, install step included, has run for passing_run."""
+    return runner_python
 
 
 @pytest.mark.slow
@@ -164,8 +189,9 @@ def test_a_regression_against_the_baseline_fails_the_step_with_exit_1(tmp_path, 
 
 
 @pytest.mark.slow
-def test_no_report_is_exit_2_with_a_summary_that_says_so(tmp_path, runner_python):
-    run, repo = run_in_user_repository(tmp_path, runner_python, None)  # the model file is missing
+def test_no_report_is_exit_2_with_a_summary_that_says_so(tmp_path, installed_python):
+    repo, inputs = user_repository(tmp_path, installed_python, None)  # the model file is missing
+    run = run_after_install(tmp_path, installed_python, repo, inputs)
     assert run.exit_code == 2
     assert run.outputs["verdict"] == "error" and run.outputs["exit-code"] == "2"
     assert run.outputs["report"] == "" and run.outputs["worst-sqnr"] == ""
@@ -174,12 +200,12 @@ def test_no_report_is_exit_2_with_a_summary_that_says_so(tmp_path, runner_python
 
 
 @pytest.mark.slow
-def test_validate_checks_the_exported_file_against_its_reference(passing_run, runner_python, tmp_path):
+def test_validate_checks_the_exported_file_against_its_reference(passing_run, installed_python, tmp_path):
     exported, repo = passing_run
     step = workflow_action_step()["with"]
-    inputs = {**step, **RUNNER_INPUTS, "python": str(runner_python), "command": "validate",
+    inputs = {**step, **RUNNER_INPUTS, "python": str(installed_python), "command": "validate",
               "model": exported.outputs["tflite"], "reference": step["model"]}
-    run = run_action(REPO, repo, inputs, _runner_env(), tmp_path / "runner-temp")
+    run = run_after_install(tmp_path, installed_python, repo, inputs)
     assert run.exit_code == 0, run.steps[-1].stdout + run.steps[-1].stderr
     assert run.outputs["verdict"] == "passed" and run.outputs["tflite"] == exported.outputs["tflite"]
     assert run.outputs["report"] == f"{step['output-dir']}/cnn.validate.report.json"
@@ -189,8 +215,9 @@ def test_validate_checks_the_exported_file_against_its_reference(passing_run, ru
 
 
 @pytest.mark.slow
-def test_export_options_with_validate_are_exit_2_before_anything_runs(tmp_path, runner_python, models):
-    run, repo = run_in_user_repository(tmp_path, runner_python, models["passing"], command="validate", quantize="int8")
+def test_export_options_with_validate_are_exit_2_before_anything_runs(tmp_path, installed_python, models):
+    repo, inputs = user_repository(tmp_path, installed_python, models["passing"], command="validate", quantize="int8")
+    run = run_after_install(tmp_path, installed_python, repo, inputs)
     assert run.exit_code == 2 and run.outputs["verdict"] == "error" and run.outputs["exit-code"] == "2"
     assert "are export options" in run.steps[-1].stdout  # the ::error annotation the runner shows
     assert run.summary.startswith("# edge-export: ❌ exit code 2, no report")

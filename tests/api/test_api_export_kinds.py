@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +13,63 @@ from cli_harness import read_report
 from model_zoo import SmallCNN, TwoInputs, TwoOutputs, small_cnn
 
 X = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Path:
+    """A folder for this module's shared sources and exports (tests only read what is in it)."""
+    return tmp_path_factory.mktemp("export_kinds")
+
+
+@pytest.fixture(scope="module")
+def cnn_pt2(shared) -> Path:
+    """small_cnn exported on X and saved once: every test here exporting it reads this archive."""
+    src = shared / "cnn.pt2"
+    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
+    return src
+
+
+@pytest.fixture(scope="module")
+def two_out_pt2(shared) -> Path:
+    src = shared / "two_out.pt2"
+    torch.export.save(torch.export.export(TwoOutputs().eval(), (X,)), src)
+    return src
+
+
+@pytest.fixture(scope="module")
+def cli_runs() -> dict:
+    return {}
+
+
+@pytest.fixture
+def run_cli_once(run_cli, cli_runs):
+    """run_cli, except that an export another test of this module already ran with the same
+    arguments (the same output path, in ``shared``) is not run again: that run's result and files
+    are reused, read only. An export takes seconds here; which test runs it first does not matter."""
+
+    def run(*args):
+        key = tuple(map(str, args))
+        if key not in cli_runs:
+            cli_runs[key] = run_cli(*args)
+        return cli_runs[key]
+
+    return run
+
+
+def _export_cnn(run_cli_once, cnn_pt2: Path, mode: str):
+    """small_cnn with --quantize MODE into a folder of its own that the CLI makes (once per module)."""
+    out = cnn_pt2.parent / f"out_{mode}" / f"cnn_{mode}.tflite"
+    return run_cli_once(cnn_pt2, "--quantize", mode, "-o", out), out
+
+
+def _export_cnn_unvalidated(run_cli_once, cnn_pt2: Path, name: str):
+    out = cnn_pt2.parent / f"{name}.tflite"
+    return run_cli_once(cnn_pt2, "--no-validate", "-o", out), out
+
+
+def _export_two_out(run_cli_once, two_out_pt2: Path):
+    out = two_out_pt2.parent / "two_out.tflite"
+    return run_cli_once(two_out_pt2, "-o", out), out
 
 
 def _assert_passed(report: dict, mode: str) -> None:
@@ -28,11 +87,8 @@ def _assert_passed(report: dict, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["none", "fp16"])
-def test_exported_program(tmp_path, run_cli, mode):
-    src = tmp_path / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
-    out = tmp_path / "out" / f"cnn_{mode}.tflite"
-    res = run_cli(src, "--quantize", mode, "-o", out)
+def test_exported_program(cnn_pt2, run_cli_once, mode):
+    res, out = _export_cnn(run_cli_once, cnn_pt2, mode)
     assert res.exit_code == 0, res.stderr
     report = read_report(out)
     _assert_passed(report, mode)
@@ -44,9 +100,9 @@ def test_exported_program(tmp_path, run_cli, mode):
         assert weights, "fp16 weights are dequantized to float32 at run time"
 
 
-def test_default_output_beside_model(tmp_path, run_cli):
-    src = tmp_path / "model.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
+def test_default_output_beside_model(tmp_path, run_cli, cnn_pt2):
+    src = tmp_path / "model.pt2"  # a copy: the outputs are written beside it
+    shutil.copy2(cnn_pt2, src)
     res = run_cli(src)
     assert res.exit_code == 0, res.stderr
     for name in ("model.tflite", "model.report.json", "model.report.md"):
@@ -142,11 +198,8 @@ def test_multi_input_from_shapes(tmp_path, run_cli):
     _assert_passed(read_report(out), "none")
 
 
-def test_multi_output(tmp_path, run_cli):
-    src = tmp_path / "two_out.pt2"
-    torch.export.save(torch.export.export(TwoOutputs().eval(), (X,)), src)
-    out = tmp_path / "two_out.tflite"
-    res = run_cli(src, "-o", out)
+def test_multi_output(two_out_pt2, run_cli_once):
+    res, out = _export_two_out(run_cli_once, two_out_pt2)  # the plain export the channels-last test compares with
     assert res.exit_code == 0, res.stderr
     report = read_report(out)
     _assert_passed(report, "none")
@@ -159,12 +212,11 @@ def test_multi_output(tmp_path, run_cli):
     assert {c["metric"] for c in outs[1]["checks"]} == {"max_abs_error", "sqnr_db"}
 
 
-def test_channels_last_removes_boundary_transposes(tmp_path, run_cli):
-    src = tmp_path / "two_out.pt2"
-    torch.export.save(torch.export.export(TwoOutputs().eval(), (X,)), src)
-    plain, nhwc = tmp_path / "plain.tflite", tmp_path / "nhwc.tflite"
-    assert run_cli(src, "-o", plain).exit_code == 0
-    res = run_cli(src, "--channels-last", "-o", nhwc)
+def test_channels_last_removes_boundary_transposes(tmp_path, two_out_pt2, run_cli, run_cli_once):
+    plain_run, plain = _export_two_out(run_cli_once, two_out_pt2)  # test_multi_output's export
+    nhwc = tmp_path / "nhwc.tflite"
+    assert plain_run.exit_code == 0
+    res = run_cli(two_out_pt2, "--channels-last", "-o", nhwc)
     assert res.exit_code == 0, res.stderr
     before, after = read_report(plain), read_report(nhwc)
     assert before["flatbuffer"]["op_counts"].get("TRANSPOSE", 0) >= 2
@@ -184,34 +236,29 @@ def test_channels_last_removes_boundary_transposes(tmp_path, run_cli):
     assert after["validation"]["outputs"][0]["shape"] == [1, 6, 16, 16]
 
 
-def test_deterministic_bytes(tmp_path, run_cli):
-    src = tmp_path / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
-    a, b = tmp_path / "a.tflite", tmp_path / "b.tflite"
-    assert run_cli(src, "-o", a, "--no-validate").exit_code == 0
-    assert run_cli(src, "-o", b, "--no-validate").exit_code == 0
+def test_deterministic_bytes(tmp_path, cnn_pt2, run_cli, run_cli_once):
+    # a: test_no_validate_is_reported's export (the same process, run before or after this test); b: a run of its own
+    a_run, a = _export_cnn_unvalidated(run_cli_once, cnn_pt2, "nv")
+    b = tmp_path / "b.tflite"
+    assert a_run.exit_code == 0
+    assert run_cli(cnn_pt2, "--no-validate", "-o", b).exit_code == 0
     assert a.read_bytes() == b.read_bytes()
     assert read_report(a)["flatbuffer"]["sha256"] == read_report(b)["flatbuffer"]["sha256"]
 
 
-def test_no_validate_is_reported(tmp_path, run_cli):
-    src = tmp_path / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
-    out = tmp_path / "nv.tflite"
-    res = run_cli(src, "--no-validate", "-o", out)
+def test_no_validate_is_reported(cnn_pt2, run_cli_once):
+    res, out = _export_cnn_unvalidated(run_cli_once, cnn_pt2, "nv")
     assert res.exit_code == 0
     report = read_report(out)
     assert report["validation"] == {"status": "skipped", "reason": "--no-validate was given"}
     assert report["verdict"] == "exported-unvalidated"
-    assert "not validated" in (tmp_path / "nv.report.md").read_text().lower()
+    assert "not validated" in (out.parent / "nv.report.md").read_text().lower()
 
 
-def test_parity_failure_exits_1_and_keeps_artifacts(tmp_path, run_cli):
-    src = tmp_path / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
+def test_parity_failure_exits_1_and_keeps_artifacts(tmp_path, run_cli, cnn_pt2):
     out = tmp_path / "strict.tflite"
     # fp16 cannot reach 1e-9 absolute error: the gate must fail
-    res = run_cli(src, "--quantize", "fp16", "--atol", "1e-9", "-o", out)
+    res = run_cli(cnn_pt2, "--quantize", "fp16", "--atol", "1e-9", "-o", out)
     assert res.exit_code == 1
     assert out.is_file()
     report = read_report(out)
@@ -221,11 +268,9 @@ def test_parity_failure_exits_1_and_keeps_artifacts(tmp_path, run_cli):
     assert "FAILED" in res.stdout
 
 
-def test_report_contents(tmp_path, run_cli):
-    src = tmp_path / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
-    out = tmp_path / "r.tflite"
-    assert run_cli(src, "-o", out).exit_code == 0
+def test_report_contents(cnn_pt2, run_cli_once):
+    res, out = _export_cnn(run_cli_once, cnn_pt2, "none")  # the default precision: test_exported_program[none]'s export
+    assert res.exit_code == 0
     r = read_report(out)
     assert r["schema_version"] == "1.1"
     assert r["tool"]["name"] == "edge-export"
@@ -250,27 +295,23 @@ def test_python_api_in_memory_module(tmp_path):
     assert check.report["validation"]["worst"]["failed_checks"]
 
 
-def test_channels_last_cnn_has_no_transpose(tmp_path, run_cli):
-    src = tmp_path / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
+def test_channels_last_cnn_has_no_transpose(tmp_path, run_cli, cnn_pt2):
     out = tmp_path / "cnn_nhwc.tflite"
-    assert run_cli(src, "--channels-last", "-o", out).exit_code == 0
+    assert run_cli(cnn_pt2, "--channels-last", "-o", out).exit_code == 0
     report = read_report(out)
     assert "TRANSPOSE" not in report["flatbuffer"]["op_counts"]
     _assert_passed(report, "none")
 
 
 @pytest.mark.slow
-def test_quiet_prints_nothing_and_library_chatter_is_hidden(tmp_path):
+def test_quiet_prints_nothing_and_library_chatter_is_hidden(tmp_path, cnn_pt2):
     from cli_harness import run_cli_subprocess
 
-    src = tmp_path / "cnn.pt2"
-    torch.export.save(torch.export.export(small_cnn(), (X,)), src)
     # fp16 goes through ai-edge-quantizer, which prints its own size summary to stdout
-    res = run_cli_subprocess(src, "--quantize", "fp16", "--quiet", "-o", tmp_path / "q.tflite")
+    res = run_cli_subprocess(cnn_pt2, "--quantize", "fp16", "--quiet", "-o", tmp_path / "q.tflite")
     assert res.exit_code == 0
     assert res.stdout == "" and res.stderr == "", (res.stdout, res.stderr)
-    res = run_cli_subprocess(src, "--quantize", "fp16", "-o", tmp_path / "v.tflite")
+    res = run_cli_subprocess(cnn_pt2, "--quantize", "fp16", "-o", tmp_path / "v.tflite")
     assert res.exit_code == 0 and "Quantized model size" not in res.stdout + res.stderr
     assert "I0000" not in res.stderr and "XNNPACK" not in res.stderr
     assert res.stdout.startswith("PASSED")
