@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from cli_harness import read_report, run_cli_in_pty, run_cli_subprocess, validate_report
+from cli_harness import read_report, run_cli_in_pty, validate_report
 from torch import nn
 
 from edge_export import export
@@ -351,9 +351,11 @@ def test_a_terminal_sees_the_steps_of_the_search(slow_search_source, monkeypatch
 
 
 @pytest.mark.slow
-def test_a_pipe_gets_the_stage_lines_and_no_progress(slow_search_source, monkeypatch):
+def test_a_pipe_gets_the_stage_lines_and_no_progress(slow_search_source, monkeypatch, run_cli):
+    """In this process: run_cli's captured streams are files, no terminal, as a pipe (all the stage
+    display asks: console.is_terminal), so only the terminal's test needs a process of its own."""
     monkeypatch.setenv(SLOW_STEP_ENV, "0.3")
-    result = run_cli_subprocess("net.pt2", "-o", "pipe/net.tflite", *CLI_ARGS, cwd=slow_search_source)
+    result = run_cli(slow_search_source / "net.pt2", "-o", slow_search_source / "pipe" / "net.tflite", *CLI_ARGS)
     report = read_report(slow_search_source / "pipe" / "net.tflite")
     assert result.exit_code == report["exit_code"]
     assert "• Quantizing (int8" in result.stderr

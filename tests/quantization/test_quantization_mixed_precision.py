@@ -233,13 +233,14 @@ def test_validate_ranks_the_reference_and_writes_both_overlays(plain):
     assert rep["sensitivity"]["overlay"] == rep["artifacts"]["sensitivity_overlay"]
 
 
-def test_validate_refuses_sensitivity_on_a_float_model(tmp_path):
+def test_validate_refuses_sensitivity_on_a_float_model(artifacts, tmp_path):
+    """On the session's fp32 export (copied into tmp_path): any float model is refused, none needs exporting here."""
     from edge_export import validate
+    from model_zoo import small_cnn
 
-    fp32 = export(OutlierChannelNet().eval(), example_inputs=(X,), output=tmp_path / "f.tflite", min_sqnr=None)
     with pytest.raises(UsageError, match="ranks operators by what int8 quantization costs"):
-        validate(fp32.tflite_path, OutlierChannelNet().eval(), example_inputs=(X,), sensitivity=True)
-    assert not list(tmp_path.glob("*.validate.*"))
+        validate(artifacts.fp32, small_cnn(), example_inputs=(X,), sensitivity=True)
+    assert artifacts.fp32.parent == tmp_path and not list(tmp_path.glob("*.validate.*"))
 
 
 def test_promotions_go_one_at_a_time_then_in_doubling_groups():
