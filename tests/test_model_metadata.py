@@ -53,19 +53,26 @@ def _raw_metadata(data: bytes):
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """The small CNN (10 classes) exported NHWC with and without metadata."""
-    folder = tmp_path_factory.mktemp("metadata")
+def cnn_source(tmp_path_factory) -> Path:
+    """The small CNN as a .pt2, saved once for every test here (no test writes beside it)."""
+    folder = tmp_path_factory.mktemp("metadata_source")
     source = folder / "cnn.pt2"
     example = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     torch.export.save(torch.export.export(small_cnn(), (example,)), source)
+    return source
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, cnn_source):
+    """The small CNN (10 classes) exported NHWC with and without metadata."""
+    folder = tmp_path_factory.mktemp("metadata")  # the exports' own folder: cnn_source is only read
     labels = folder / "digits.txt"
     labels.write_bytes(LABELS.encode("utf-8"))
     with_metadata = edge_export.export(
-        source, output=folder / "with.tflite", channels_last=True, labels=str(labels), mean=(0.5,), std=(0.25,),
+        cnn_source, output=folder / "with.tflite", channels_last=True, labels=str(labels), mean=(0.5,), std=(0.25,),
         model_name=MODEL_NAME, model_version="1.2.0", description="A test classifier.", author="edge-export tests",
     )
-    plain = edge_export.export(source, output=folder / "plain.tflite", channels_last=True, validate=False)
+    plain = edge_export.export(cnn_source, output=folder / "plain.tflite", channels_last=True, validate=False)
     return with_metadata, plain, labels
 
 
@@ -159,7 +166,7 @@ def test_report_records_what_was_attached(exported):
     assert "## Model metadata" in markdown and "\\[red\\]CNN\\[/red\\] &lt;b&gt;" in markdown and "<b>" not in markdown
 
 
-def test_inspect_shows_the_metadata_escaped(exported):
+def test_inspect_shows_the_metadata_escaped(exported, run_cli):
     from edge_export.inspection import inspect_flatbuffer
 
     result, plain, _ = exported
@@ -168,7 +175,7 @@ def test_inspect_shows_the_metadata_escaped(exported):
     assert found.inputs[0].normalization_std == (63.75,)
     assert (found.outputs[0].labels_file, found.outputs[0].labels_count) == ("digits.txt", 10)
     assert inspect_flatbuffer(plain.tflite_path).metadata is None
-    cli = run_cli_subprocess("inspect", str(result.tflite_path))
+    cli = run_cli("inspect", str(result.tflite_path))  # in-process: what it prints, not the process, is checked
     assert cli.exit_code == 0, cli.stderr
     assert MODEL_NAME in cli.stdout  # markup printed literally, not interpreted
     assert "digits.txt" in cli.stdout and "127.5" in cli.stdout
@@ -226,15 +233,6 @@ def test_edgetpu_reattach_restores_metadata_the_compiler_dropped(exported):
 
 
 # ---- bad input: exit 2, nothing written ----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cnn_source(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("metadata_bad")
-    source = folder / "cnn.pt2"
-    example = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
-    torch.export.save(torch.export.export(small_cnn(), (example,)), source)
-    return source
 
 
 def _refused(tmp_path: Path, source, match: str, **options) -> None:

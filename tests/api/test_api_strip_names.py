@@ -3,6 +3,8 @@ parity on it."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -20,6 +22,24 @@ def cnn_pt2(tmp_path_factory):
     return src
 
 
+@pytest.fixture(scope="module")
+def cli_export(cnn_pt2, tmp_path_factory):
+    """`edge-export cnn.pt2 --quantize MODE --per-layer [--strip-names]`, run once per module through
+    the caller's run_cli (the first test to ask runs it, in any order): the fp32 stripped file serves
+    both the size test and the validate test. Returns (path, CliResult); a test that writes beside
+    the file works on a copy."""
+    done = {}
+
+    def export(run_cli, mode: str, strip: bool):
+        if (mode, strip) not in done:
+            path = tmp_path_factory.mktemp(f"strip_{mode}") / ("stripped.tflite" if strip else "named.tflite")
+            args = ("--quantize", mode, "--quant-backend", "flatbuffer") if mode == "int8" else ("--quantize", mode)
+            done[mode, strip] = path, run_cli(cnn_pt2, *args, "--per-layer", *(("--strip-names",) if strip else ()), "-o", path)
+        return done[mode, strip]
+
+    return export
+
+
 def _outputs(path, n=3):
     from edge_export.runtime.interpreter import TFLiteRunner
 
@@ -30,13 +50,12 @@ def _outputs(path, n=3):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["none", "int8"])
-def test_stripped_file_is_smaller_and_computes_the_same(tmp_path, run_cli, cnn_pt2, mode):
+def test_stripped_file_is_smaller_and_computes_the_same(run_cli, cli_export, mode):
     from edge_export.flatbuffer import read_flatbuffer
 
-    named, stripped = tmp_path / "named.tflite", tmp_path / "stripped.tflite"
-    args = ("--quantize", mode, "--quant-backend", "flatbuffer") if mode == "int8" else ("--quantize", mode)
-    assert run_cli(cnn_pt2, *args, "--per-layer", "-o", named).exit_code == 0
-    res = run_cli(cnn_pt2, *args, "--per-layer", "--strip-names", "-o", stripped)
+    named, named_res = cli_export(run_cli, mode, strip=False)
+    assert named_res.exit_code == 0
+    stripped, res = cli_export(run_cli, mode, strip=True)
     assert res.exit_code == 0, res.stderr
 
     fb_named, fb_stripped = read_flatbuffer(named.read_bytes()), read_flatbuffer(stripped.read_bytes())
@@ -60,9 +79,12 @@ def test_stripped_file_is_smaller_and_computes_the_same(tmp_path, run_cli, cnn_p
     assert read_report(named)["export"]["strip_names"] is False
 
 
-def test_per_layer_validate_on_a_stripped_file_is_refused_clearly(tmp_path, run_cli, cnn_pt2):
+def test_per_layer_validate_on_a_stripped_file_is_refused_clearly(tmp_path, run_cli, cnn_pt2, cli_export):
+    shared, exported = cli_export(run_cli, "none", strip=True)  # the size test's fp32 stripped file
+    assert exported.exit_code == 0
+    for sibling in shared.parent.glob("stripped.*"):  # validate writes its report beside the model
+        shutil.copy2(sibling, tmp_path / sibling.name)
     stripped = tmp_path / "stripped.tflite"
-    assert run_cli(cnn_pt2, "--strip-names", "--no-validate", "-o", stripped).exit_code == 0
     res = run_cli("validate", stripped, "--reference", cnn_pt2, "--per-layer")
     assert res.exit_code == 2
     assert "--strip-names" in res.stderr and "Traceback" not in res.stderr

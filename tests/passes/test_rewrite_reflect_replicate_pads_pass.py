@@ -55,19 +55,28 @@ def test_litert_torch_lowers_a_1d_reflect_pad_to_select_without_the_pass():
     assert "MIRROR_PAD" not in ops and {"SELECT", "GATHER_ND"} <= set(ops)
 
 
-def test_reflect_pads_become_mirror_pad_and_compute_the_same():
+@pytest.fixture(scope="module")
+def rewritten_vad():
+    """The seeded ReflectVAD traced, through the pass, and that graph converted once: the MIRROR_PAD
+    test and the GPU delegate test read the same model (a conversion takes seconds)."""
     from edge_export.conversion.litert import convert_module
-    from edge_export.runtime.interpreter import TFLiteRunner
 
     torch.manual_seed(0)
     module, example = ReflectVAD().eval(), (_waveform(),)
     graph = torch.export.export(module, example).module()
     rewrites = rewrite_reflect_replicate_pads_pass(graph)
+    return module, example, graph, rewrites, convert_module(graph, example)
+
+
+def test_reflect_pads_become_mirror_pad_and_compute_the_same(rewritten_vad):
+    from edge_export.runtime.interpreter import TFLiteRunner
+
+    module, example, graph, rewrites, model = rewritten_vad
     assert [r.kind for r in rewrites] == ["reflect pad as MIRROR_PAD"] * 2
     with torch.no_grad():
         want = module(*example)
         assert torch.equal(graph(*example), want)
-    ops = _opcodes(model := convert_module(graph, example))
+    ops = _opcodes(model)
     assert ops.count("MIRROR_PAD") == 2 and not {"SELECT", "GATHER_ND", "LESS", "ABS"} & set(ops)
     (got,) = TFLiteRunner(model).run([example[0].numpy()])
     np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
@@ -149,15 +158,13 @@ def test_the_edge_tpu_gets_reflect_pads_as_slices(module, example):
     assert "MIRROR_PAD" not in ops and {"SLICE", "CONCATENATION"} <= ops  # both on the Edge TPU's list
 
 
-def test_the_gpu_delegate_takes_the_reflect_mirror_pad_but_not_a_symmetric_one():
+def test_the_gpu_delegate_takes_the_reflect_mirror_pad_but_not_a_symmetric_one(rewritten_vad):
     from edge_export.conversion.litert import convert_module
     from edge_export.flatbuffer import read_flatbuffer
     from edge_export.targets.gpu.checks import check_gpu
 
-    module, example = ReflectVAD().eval(), (_waveform(),)
-    graph = torch.export.export(module, example).module()
-    rewrite_reflect_replicate_pads_pass(graph)
-    report = check_gpu(read_flatbuffer(convert_module(graph, example)))
+    *_, rewritten = rewritten_vad  # the VAD converted after the pass
+    report = check_gpu(read_flatbuffer(rewritten))
     assert report.num_partitions == 1 and report.fully_delegated, report.summary()
     # litert-torch's own replicate pad by 1 is MIRROR_PAD SYMMETRIC, which the delegate refuses
     # (the pass writes slices instead)

@@ -35,12 +35,21 @@ PAD_SPEC = InputSpec((1, 3, 8, 8))
 SEQ_SPEC = InputSpec((1, 8, 16))
 
 
-def test_pt2e_failure_falls_back_to_a_fully_integer_flatbuffer_model():
+@pytest.fixture(scope="module")
+def gated_conv_float() -> bytes:
+    """GatedConv's float flatbuffer, converted once for the two auto runs on it: handed to
+    quantize_model as the export hands it the float model it converted (still checked to run there)."""
+    from edge_export.conversion.litert import convert_module
+
+    return convert_module(make(GatedConv), (torch.zeros(PAD_SPEC.shape),))
+
+
+def test_pt2e_failure_falls_back_to_a_fully_integer_flatbuffer_model(gated_conv_float):
     model = make(GatedConv)
     calib = synthetic_calibration([PAD_SPEC], n=8)
     result = quantize_model(model, (torch.zeros(PAD_SPEC.shape),), QuantizationRequest(
         QuantizeMode.INT8, calibration=calib, require_full_integer=True,
-    ))
+    ), float_model_bytes=gated_conv_float)
     flat, pt2e = result.attempts
     assert pt2e.backend == "pt2e" and not pt2e.ok and "LOGISTIC" in pt2e.error
     assert flat.ok and result.backend == "flatbuffer" and result.fully_integer
@@ -131,7 +140,7 @@ def test_a_model_neither_backend_can_trace_fails_before_any_backend_runs(monkeyp
         ))
 
 
-def test_every_backend_failing_raises_quantization_error(monkeypatch):
+def test_every_backend_failing_raises_quantization_error(monkeypatch, gated_conv_float):
     from edge_export.processes.isolation import CRASH_HOOK_ENV
 
     monkeypatch.setenv(CRASH_HOOK_ENV, "int8 quantization")  # the flatbuffer backend's child aborts
@@ -139,7 +148,7 @@ def test_every_backend_failing_raises_quantization_error(monkeypatch):
     with pytest.raises(QuantizationError, match="Every quantization backend failed") as info:
         quantize_model(model, (torch.zeros(PAD_SPEC.shape),), QuantizationRequest(
             QuantizeMode.INT8, calibration=synthetic_calibration([PAD_SPEC], n=2),
-        ))
+        ), float_model_bytes=gated_conv_float)
     assert "pt2e failed" in str(info.value) and "flatbuffer failed" in str(info.value)
 
 
