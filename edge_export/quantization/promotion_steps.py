@@ -19,11 +19,17 @@ SINGLE_STEPS = 8  # promotions made one at a time before the groups grow
 @dataclass(frozen=True)
 class AccuracyTarget:
     """What the output must reach on the held-out inputs: the parity thresholds that gate every
-    output kind (SQNR) and the ones the user gave explicitly (cosine, top-1)."""
+    output kind (SQNR) and the ones the user gave explicitly (cosine, top-1). ``margin_db``: how far
+    above the export's own SQNR gate a default search aims (0 for a target the user gave)."""
 
     min_sqnr_db: float | None = None
     min_cosine: float | None = None
     min_top1: float | None = None
+    margin_db: float = 0.0
+
+    def gate_sqnr_db(self) -> float | None:
+        """The export's own SQNR gate under a default search's target."""
+        return None if self.min_sqnr_db is None else self.min_sqnr_db - self.margin_db
 
     def describe(self) -> str:
         parts = []

@@ -202,13 +202,25 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
 
 def search_target(options: ExportOptions, search_mode: str | None) -> Any:
     """The accuracy the search aims at: the user's --min-* targets, or for the default search the
-    export's own gates with a margin (the search sees only the parity inputs)."""
-    from ..quantization.mixed_precision import DEFAULT_SEARCH, DEFAULT_SEARCH_MARGIN_DB, AccuracyTarget
+    export's own gates with a margin (the search sees only the parity inputs), a wider one for a
+    declared classifier, whose top-1 flips well above the gate."""
+    from ..quantization.mixed_precision import (
+        CLASSIFICATION_SEARCH_MARGIN_DB, DEFAULT_SEARCH, DEFAULT_SEARCH_MARGIN_DB, AccuracyTarget,
+    )
 
     gates = options.thresholds()
     if search_mode == DEFAULT_SEARCH and gates.min_sqnr_db is not None:
-        return AccuracyTarget(gates.min_sqnr_db + DEFAULT_SEARCH_MARGIN_DB, gates.min_cosine)
+        margin = CLASSIFICATION_SEARCH_MARGIN_DB if declares_classifier(options) else DEFAULT_SEARCH_MARGIN_DB
+        return AccuracyTarget(gates.min_sqnr_db + margin, gates.min_cosine, margin_db=margin)
     return AccuracyTarget(gates.min_sqnr_db, options.parity.min_cosine, options.parity.min_top1)
+
+
+def declares_classifier(options: ExportOptions) -> bool:
+    """Whether the user said an output is a classifier: --output-kind [NAME=]classification or
+    --labels (a name alone does not count: the search runs before the outputs are named)."""
+    from ..config import OutputKind
+
+    return bool(options.parity.labels) or any(kind is OutputKind.CLASSIFICATION for _, kind in options.parity.output_kinds)
 
 
 def float_model_for_flatbuffer_backend(module: Any, example: tuple, options: ExportOptions, clock: StageClock) -> bytes | None:

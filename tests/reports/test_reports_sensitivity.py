@@ -96,7 +96,7 @@ def test_the_json_of_both_sections_is_valid_against_the_schema():
     assert [s["latency_ms"] for s in data["mixed_precision"]["steps"]] == [0.009, 0.007, 0.017]
     assert data["mixed_precision"]["order"].startswith("sensitivity, cheapest first")
     assert data["mixed_precision"]["latency_seconds"] == 0.021
-    assert data["mixed_precision"]["target"] == {"min_sqnr_db": 30.0, "min_cosine": None, "min_top1": None}
+    assert data["mixed_precision"]["target"] == {"min_sqnr_db": 30.0, "min_cosine": None, "min_top1": None, "margin_db": 0.0}
     keys = list(data)
     assert keys.index("per_layer") < keys.index("sensitivity") < keys.index("mixed_precision") < keys.index("verdict")
 

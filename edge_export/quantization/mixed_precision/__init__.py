@@ -24,7 +24,8 @@ which fall back to the reference kernels, 17-31x slower than fp32 on this host; 
 that need a fully integer model), ``int16`` promotes to int16 only, ``off`` does nothing.
 Without the option, on cpu, a plain ``--quantize int8`` whose model misses the export's own gate on
 the calibration inputs runs ``DEFAULT_SEARCH``: int16 promotions only (the model stays fully
-integer, as int8 promises) to the gate plus ``DEFAULT_SEARCH_MARGIN_DB``; a model that passes is
+integer, as int8 promises) to the gate plus ``DEFAULT_SEARCH_MARGIN_DB`` (``CLASSIFICATION_SEARCH_MARGIN_DB``
+for an output declared a classifier); a model that passes is
 kept untouched and nothing more runs.
 
 The search: the plain int8 model is checked first; only when it misses the target does anything
@@ -62,6 +63,7 @@ from ..promotion_steps import SINGLE_STEPS, AccuracyTarget, PromotedLayer, Targe
 from .driver import SENSITIVITY_SAMPLES, int16_ready, run_sensitivity_and_mixed_precision
 from .order import TIE_BAND_DB, PromotionCost, promotion_costs, promotion_order, promotion_overrides
 from .report import (
+    CLASSIFICATION_SEARCH_MARGIN_DB,
     DEFAULT_SEARCH,
     DEFAULT_SEARCH_MARGIN_DB,
     MIXED_PRECISION_MODES,
@@ -74,6 +76,7 @@ from .report import (
 from .search import search_mixed_precision
 
 __all__ = [
+    "CLASSIFICATION_SEARCH_MARGIN_DB",
     "DEFAULT_SEARCH",
     "DEFAULT_SEARCH_MARGIN_DB",
     "MIXED_PRECISION_MODES",

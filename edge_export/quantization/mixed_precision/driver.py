@@ -15,7 +15,7 @@ from ..budget import TimeBudget
 from ..promotion_steps import AccuracyTarget
 from ..sensitivity import SensitivityReport
 from .child_run import run_in_child, untried
-from .report import DEFAULT_SEARCH, DEFAULT_SEARCH_MARGIN_DB, MixedPrecisionReport, default_search_kept, recipe_of
+from .report import DEFAULT_SEARCH, MixedPrecisionReport, default_search_kept, recipe_of
 
 __all__ = ["SENSITIVITY_SAMPLES", "int16_ready", "run_sensitivity_and_mixed_precision"]
 
@@ -137,7 +137,7 @@ def _kept_model(base: Any, search: Any, io_dtype: Any, export_module: Any) -> tu
         # not asked for: a slower model that still misses is no better than the int8 one asked for
         return base, replace(report, reason=report.reason + "; not kept: the target was missed, so the plain int8 model is kept")
     if report.mode == DEFAULT_SEARCH and not report.met:
-        gate = report.target.min_sqnr_db - DEFAULT_SEARCH_MARGIN_DB
+        gate = report.target.gate_sqnr_db()
         report = replace(report, reason=report.reason + f"; kept: it meets the export's own gate ({gate:g} dB), which the int8 model missed")
     try:
         final = _finished_mixed_model(search.model_bytes, io_dtype)
