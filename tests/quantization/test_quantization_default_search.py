@@ -74,6 +74,17 @@ def test_a_declared_classifier_is_searched_to_30_db_and_keeps_the_gate_at_20(dec
         assert search_target(ExportOptions.from_keywords(quantize="int8", **other), "default").min_sqnr_db == 25.0
 
 
+def test_labels_inside_the_calibration_data_make_the_search_a_classifiers():
+    """An .npz with a labels array (or a class-folder tree) says the model classifies, with no
+    --labels or --output-kind: the export passes that on, and the target is the classifier's."""
+    from types import SimpleNamespace
+
+    options = ExportOptions.from_keywords(quantize="int8")
+    assert search_target(options, "default", labelled=True).min_sqnr_db == 30.0
+    assert not keeps_search_margin(SimpleNamespace(sqnr_db=27.0, cosine=0.999), options, labelled=True)
+    assert keeps_search_margin(SimpleNamespace(sqnr_db=27.0, cosine=0.999), options)
+
+
 @pytest.fixture(scope="module")
 def encoder_exports(tmp_path_factory):
     from edge_export.quantization import weight_rounding
