@@ -24,10 +24,11 @@ MIXED_PRECISION_MODES = ("auto", "int16", "off")
 # still pass on data it did not see (a trained VAD, a text encoder: 6-18 dB at int8, issue 39).
 DEFAULT_SEARCH = "default"
 DEFAULT_SEARCH_MARGIN_DB = 5.0
-# For an output declared a classifier (--output-kind, --labels, labelled calibration data) the default search aims at int16x8's
-# gate, 30 dB: top-1 flips on ambiguous inputs well above the SQNR gate. EfficientNet-Lite0 kept at
-# 25 dB (4 operators at int16) agreed with PyTorch on 0.906-0.938 of its photo crops; at 30 dB (28
-# operators) on 0.953-0.969, like the int16x8 model's 0.969-0.979 (docs/BENCHMARKS.md section 40).
+# For an output declared a classifier (--output-kind, --labels, labelled calibration data) the
+# default search aims at int16x8's gate, 30 dB: top-1 flips on ambiguous inputs well above the SQNR
+# gate. EfficientNet-Lite0 kept at 25 dB (4 operators at int16) agreed with PyTorch on 0.906-0.938
+# of its photo crops; at 30 dB (28 operators) on 0.953-0.969, like the int16x8 model's 0.969-0.979
+# (docs/BENCHMARKS.md section 40).
 CLASSIFICATION_SEARCH_MARGIN_DB = 10.0
 
 
