@@ -123,7 +123,8 @@ class OutputKind(str, enum.Enum):
 # atol_relative is no gate of its own: it widens atol for large outputs (scaled_atol).
 KIND_THRESHOLDS: dict[OutputKind, tuple[str, ...]] = {
     OutputKind.CLASSIFICATION: (
-        "atol", "atol_relative", "min_sqnr_db", "min_cosine", "max_rel_l2", "max_error_steps", "min_top1", "min_top5"
+        "atol", "atol_relative", "min_sqnr_db", "min_cosine", "max_rel_l2", "max_error_steps", "min_top1", "min_top5",
+        "min_expected_top1",
     ),
     OutputKind.EMBEDDING: ("min_cosine", "min_neighbour_agreement"),
     OutputKind.REGRESSION: ("atol", "atol_relative", "min_sqnr_db", "max_rel_l2", "max_error_steps"),
@@ -140,6 +141,7 @@ _THRESHOLD_FIELDS = (
     "min_cosine",
     "min_top1",
     "min_top5",
+    "min_expected_top1",
     "min_neighbour_agreement",
     "max_rel_l2",
     "max_error_steps",
@@ -150,6 +152,7 @@ _FRACTIONS = {
     "min_cosine": "--min-cosine",
     "min_top1": "--min-top1",
     "min_top5": "--min-top5",
+    "min_expected_top1": "--min-expected-top1",
     "min_neighbour_agreement": "--min-neighbour-agreement",
     "min_decision_agreement": "--min-decision-agreement",
 }
@@ -167,6 +170,8 @@ class Thresholds:
     min_cosine: float | None = None  # embeddings: the worst sample's cosine; others: over all samples
     min_top1: float | None = None
     min_top5: float | None = None
+    # classification on real data: the top-1 agreement expected from the error and PyTorch's margins
+    min_expected_top1: float | None = None
     min_neighbour_agreement: float | None = None
     max_rel_l2: float | None = None
     max_error_steps: float | None = None  # max abs error in output quantization steps (integer outputs)

@@ -213,6 +213,7 @@ class ParityOptions:
     min_cosine: float | None = _threshold(None, "--min-cosine", "Minimum cosine similarity: over all samples for classification outputs, of the worst sample for embeddings.")
     min_top1: float | None = _threshold(None, "--min-top1", "Minimum top-1 agreement (0..1) for classification outputs.")
     min_top5: float | None = _threshold(None, "--min-top5", "Minimum top-5 agreement (0..1) for classification outputs with at least 10 classes.")
+    min_expected_top1: float | None = _threshold(None, "--min-expected-top1", "Minimum expected top-1 agreement (0..1) for classification outputs with real --calibration-data: the parity samples' error against PyTorch's margins on every real sample.")
     min_neighbour_agreement: float | None = _threshold(None, "--min-neighbour-agreement", "Minimum fraction (0..1) of samples whose nearest neighbour by cosine is the same as in PyTorch, for embedding outputs.")
     # probabilities outputs (validators/probabilities.py)
     min_decision_agreement: float | None = _threshold(None, "--min-decision-agreement", "Minimum fraction (0..1) of decisions that agree, for probabilities outputs (softmax/sigmoid): the argmax of each row, and for sigmoid each value's side of 0.5.")
@@ -261,7 +262,7 @@ class ParityOptions:
             "atol": self.atol, "min_sqnr_db": self.min_sqnr, "min_cosine": self.min_cosine, "min_top1": self.min_top1,
             "min_top5": self.min_top5, "min_neighbour_agreement": self.min_neighbour_agreement, "max_rel_l2": self.max_rel_l2,
             "max_error_steps": self.max_error_steps, "min_decision_agreement": self.min_decision_agreement,
-            "max_probability_error": self.max_probability_error,
+            "max_probability_error": self.max_probability_error, "min_expected_top1": self.min_expected_top1,
         }
 
 

@@ -33,10 +33,12 @@ _PROBABILITY_COLUMNS = (
     ("decisions", "decision_agreement", 4),
     ("decisions at 0.5", "threshold_agreement", 4),
 )
+# Only a table with a classifier checked on real data has this column.
+_REAL_DATA_COLUMNS = (("expected top-1", "expected_top1_agreement", 4),)
 # Which thresholds gate which kind of output (config.KIND_THRESHOLDS, restated: reports never import
 # the pipeline's modules) and how each reads in the Markdown.
 _GATES_BY_KIND = {
-    "classification": ("atol", "min_sqnr_db", "min_cosine", "max_rel_l2", "max_error_steps", "min_top1", "min_top5"),
+    "classification": ("atol", "min_sqnr_db", "min_cosine", "max_rel_l2", "max_error_steps", "min_top1", "min_top5", "min_expected_top1"),
     "embedding": ("min_cosine", "min_neighbour_agreement"),
     "regression": ("atol", "min_sqnr_db", "max_rel_l2", "max_error_steps"),
     "probabilities": ("atol", "min_sqnr_db", "max_rel_l2", "max_error_steps", "max_probability_error", "min_decision_agreement"),
@@ -49,6 +51,7 @@ _GATE_TEXT = {
     "max_error_steps": "error ≤ {} output steps",
     "min_top1": "top-1 ≥ {}",
     "min_top5": "top-5 ≥ {} (10+ classes)",
+    "min_expected_top1": "expected top-1 ≥ {} (real data)",
     "min_neighbour_agreement": "neighbour agreement ≥ {}",
     "max_probability_error": "probability error ≤ {}",
     "min_decision_agreement": "decision agreement ≥ {}",
@@ -67,6 +70,7 @@ def _cells(o, columns) -> str:
 def outputs_section(val: ParityResult) -> list[str]:
     lines = [f"## Outputs ({_e(val.samples)} samples, {_e(val.runtime)})", ""]
     columns = _METRIC_COLUMNS + (_PROBABILITY_COLUMNS if any("decision_agreement" in o.metrics for o in val.outputs) else ())
+    columns += _REAL_DATA_COLUMNS if any("expected_top1_agreement" in o.metrics for o in val.outputs) else ()
     head = ["output", "kind", "shape", *(c[0] for c in columns), "verdict"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))

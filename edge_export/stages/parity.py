@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 
-from ..config import InputSpec, IODtype
+from ..config import InputSpec, IODtype, OutputKind
 from ..errors import InputSpecError, RuntimeRunError, UsageError, first_line
 from ..options import ExportOptions
 from .clock import StageClock
@@ -36,17 +36,19 @@ def check_parity(
     samples: list[tuple] | None = None,
     runner_factory: Callable[[FlatbufferModel], Any] | None = None,
     labels: Any = None,
+    calibration: Any = None,
 ) -> tuple[Any, Any, Any, Any, Any]:
     """Output parity, then (with --per-layer) the layer-by-layer comparison on the same samples;
     with --runtime compiled-model or both, each runtime's parity and their differences too. Also
     returns the samples checked: the float feeds in the model's layout and PyTorch's outputs; and,
-    with ``labels`` (the samples' HeldOutLabels), the accuracy of both models on them."""
+    with ``labels`` (the samples' HeldOutLabels), the accuracy of both models on them. With real
+    ``calibration`` data (a CalibrationSet), a classifier's expected top-1 agreement is measured."""
     from ..loading.inputs import make_samples
 
     if samples is None:
         samples = make_samples(specs, options.parity.samples, options.parity.seed, example)
     with stages.run("validate", f"Checking parity on {len(samples)} samples"):
-        parity, runtimes, checked, accuracy = run_parity(module, samples, options, fb, plan, runner_factory, labels)
+        parity, runtimes, checked, accuracy = run_parity(module, samples, options, fb, plan, runner_factory, labels, calibration)
     layers = None
     if options.parity.per_layer:
         from ..validators.layers import per_layer_parity
@@ -76,9 +78,11 @@ def run_parity(
     plan: Any,
     runner_factory: Callable[[FlatbufferModel], Any] | None = None,
     labels: Any = None,
+    calibration: Any = None,
 ):
     """PyTorch and the flatbuffer on ``samples``: (the parity result, the runtime comparison with
-    --runtime compiled-model or both, (feeds, references), the accuracy on ``labels`` or None)."""
+    --runtime compiled-model or both, (feeds, references), the accuracy on ``labels`` or None).
+    ``calibration``: the CalibrationSet, whose real samples give a classifier's margins."""
     references, feeds, torch_names = _reference_outputs(module, samples, plan)
     try:
         runs = _run_candidates(fb, feeds, plan, options.parity.runtime, runner_factory)
@@ -99,7 +103,8 @@ def run_parity(
     if order is not None:  # both sides name their outputs: pair by name, not by position
         references = [[ref[i] for i in order] for ref in references]
         torch_names = [torch_names[i] for i in order]
-    results = _compare_runs(references, runs, names, torch_names, scales, options, fb)
+    real = _real_references(module, samples, references, calibration, plan, names, torch_names, order, options)
+    results = _compare_runs(references, runs, names, torch_names, scales, options, fb, real)
     if results[0].passed is False:
         results = _with_reference_stability(results, module, samples, plan, references, names, order)
     checked = (feeds, references)
@@ -139,6 +144,30 @@ def _with_reference_stability(
     stability = reference_stability(references, moved, names[: len(references[0])])
     note = stability.note()
     return [replace(r, reference_stability=stability, notes=(*r.notes, note) if note else r.notes) for r in results]
+
+
+def _real_references(
+    module: Any, samples: list[tuple], references: list, calibration: Any, plan: Any, names: Sequence[str],
+    torch_names: Sequence[str | None], order: list[int] | None, options: ExportOptions,
+) -> list | None:
+    """PyTorch's outputs on every real sample (the held-out ones, then the calibration data, at most
+    expected_top1.MAX_MARGIN_ROWS of them), in the flatbuffer's output order; None unless the data is
+    real and an output is a classifier (the expected top-1 needs them, nothing else does)."""
+    if calibration is None or not calibration.real_data:
+        return None
+    shapes = [tuple(r.shape) for r in references[0]]
+    if not any(d.kind is OutputKind.CLASSIFICATION for d in output_kinds(names, torch_names, shapes, options)):
+        return None
+    import numpy as np
+    import torch
+
+    from ..validators.expected_top1 import MAX_MARGIN_ROWS
+
+    extra = [tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in s) for s in calibration.samples[: max(0, MAX_MARGIN_ROWS - len(samples))]]
+    more = _reference_outputs(module, extra, plan)[0] if extra else []
+    if order is not None:
+        more = [[ref[i] for i in order] for ref in more]
+    return [*references, *more]
 
 
 def _reference_outputs(module: Any, samples: list[tuple], plan: Any) -> tuple[list, list, list[str | None]]:
@@ -200,7 +229,8 @@ def runtime_runners(runtime: str, runner_factory: Any = None) -> tuple[list, str
 
 
 def _compare_runs(
-    references: list, runs: list[tuple], names: list[str], torch_names: list[str | None], scales: list, options: ExportOptions, fb: Any = None
+    references: list, runs: list[tuple], names: list[str], torch_names: list[str | None], scales: list, options: ExportOptions, fb: Any = None,
+    real: list | None = None,
 ) -> list:
     """One ParityResult per runtime, each output judged by its kind (probabilities when the converted
     model's softmax/sigmoid, or PyTorch's values, say so)."""
@@ -221,7 +251,7 @@ def _compare_runs(
     )
     return [
         compare_outputs(references, run_outputs, names=names, thresholds=options.thresholds(), runtime=run_runtime,
-                        output_scales=scales, notes=notes, kinds=kinds)
+                        output_scales=scales, notes=notes, kinds=kinds, real_references=real)
         for run_outputs, _, _, run_runtime in runs
     ]
 
@@ -279,6 +309,7 @@ def parity_stage(checked: Any, options: ExportOptions, target: Any, clock: Stage
     parity, layers, runtimes, samples, accuracy = check_parity(
         loaded.module, loaded.example, loaded.specs, options, checked.model, converted.prepared.plan, clock,
         samples=converted.heldout, runner_factory=parity_runner_factory(target, checked.checked), labels=converted.heldout_labels,
+        calibration=converted.calibration,
     )
     sensitivity = converted.sensitivity
     if parity.passed is False and converted.quantization is not None and sensitivity is None and not target.mixed_precision_promotions:

@@ -129,6 +129,7 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
         min_top5=options.parity.min_top5, min_neighbour_agreement=options.parity.min_neighbour_agreement,
         max_rel_l2=options.parity.max_rel_l2, max_error_steps=options.parity.max_error_steps,
         min_decision_agreement=options.parity.min_decision_agreement, max_probability_error=options.parity.max_probability_error,
+        min_expected_top1=options.parity.min_expected_top1,
     )
     thresholds = [t.override(**overrides) for t in vectors.thresholds]
     notes = _vector_notes(fb, vectors)

@@ -167,6 +167,7 @@ _GATES = (
     ("max_rel_l2", "relative_l2_error", "<="),
     ("max_error_steps", "max_abs_error_steps", "<="),
     ("min_top1", "top1_agreement", ">="),
+    ("min_expected_top1", "expected_top1_agreement", ">="),
     ("min_top5", "top5_agreement", ">="),
     ("min_neighbour_agreement", "neighbour_agreement", ">="),
     ("max_probability_error", "probability_error", "<="),
@@ -194,15 +195,20 @@ _METRIC_KEYS = (
 )
 # Only a probabilities output has these (ordinary outputs' reports keep the keys above).
 _PROBABILITY_KEYS = ("probability_error", "decision_agreement", "threshold_agreement")
+# Only a classifier checked on real data has this (expected_top1.py).
+_REAL_DATA_KEYS = ("expected_top1_agreement",)
 
 
-def _applicable(kind: OutputKind, shape: tuple[int, ...], scale: float | None, activation: str | None = None) -> list[str]:
-    """The metrics an output of this kind and shape has (the others are null: not applicable)."""
+def _applicable(kind: OutputKind, shape: tuple[int, ...], scale: float | None, activation: str | None = None, real: bool = False) -> list[str]:
+    """The metrics an output of this kind and shape has (the others are null: not applicable);
+    ``real``: PyTorch's outputs on the real samples are known (expected top-1)."""
     keys = ["max_abs_error", "mean_abs_error", "relative_l2_error", "cosine", "sqnr_db", "worst_sample_sqnr_db"]
     if scale:
         keys.append("max_abs_error_steps")
     if kind is OutputKind.CLASSIFICATION:
         keys.append("top1_agreement")
+        if real:
+            keys.append("expected_top1_agreement")
         if shape and shape[-1] >= TOP5_MIN_CLASSES:
             keys.append("top5_agreement")
     elif kind is OutputKind.EMBEDDING:
@@ -226,9 +232,16 @@ def _probability_metric(key: str, ref: np.ndarray, out: np.ndarray, decision: Ki
     return probabilities.threshold_agreement(p_ref, p_out)
 
 
-def _metric(key: str, ref: np.ndarray, out: np.ndarray, refs: list, outs: list, scale: float | None, decision: KindDecision = _DEFAULT_DECISION) -> float:
+def _metric(
+    key: str, ref: np.ndarray, out: np.ndarray, refs: list, outs: list, scale: float | None,
+    decision: KindDecision = _DEFAULT_DECISION, margin_rows: np.ndarray | None = None,
+) -> float:
     if key in _PROBABILITY_KEYS:
         return _probability_metric(key, ref, out, decision)
+    if key == "expected_top1_agreement":
+        from .expected_top1 import expected_top1_agreement
+
+        return expected_top1_agreement(ref, out, margin_rows)
     if key == "max_abs_error":
         return metrics.max_abs_error(ref, out)
     if key == "mean_abs_error":
@@ -317,18 +330,20 @@ def _checks(m: dict, t: Thresholds, judged: _Judged, not_computable: Mapping[str
 
 
 def _measure(
-    decision: KindDecision, ref: np.ndarray, out: np.ndarray, refs: list, outs: list, scale: float | None, error: str | None
+    decision: KindDecision, ref: np.ndarray, out: np.ndarray, refs: list, outs: list, scale: float | None, error: str | None,
+    margin_rows: np.ndarray | None = None,
 ) -> tuple[dict, dict[str, str]]:
-    """The metrics of one output (or part) and why each missing one has no value."""
-    keys = _applicable(decision.kind, tuple(ref.shape[1:]), scale, decision.activation)
-    m: dict = {key: None for key in (*_METRIC_KEYS, *(k for k in _PROBABILITY_KEYS if k in keys))}
+    """The metrics of one output (or part) and why each missing one has no value; ``margin_rows``:
+    PyTorch's outputs on every real sample, rows of classes (None: the samples are not real data)."""
+    keys = _applicable(decision.kind, tuple(ref.shape[1:]), scale, decision.activation, real=margin_rows is not None)
+    m: dict = {key: None for key in (*_METRIC_KEYS, *(k for k in (*_PROBABILITY_KEYS, *_REAL_DATA_KEYS) if k in keys))}
     not_computable: dict[str, str] = {}
     for key in keys:
         if error is not None:
             not_computable[key] = error
             continue
         try:
-            value = _metric(key, ref, out, refs, outs, scale, decision)
+            value = _metric(key, ref, out, refs, outs, scale, decision, margin_rows)
         except metrics.NotComputable as exc:
             not_computable[key] = exc.reason
             continue
@@ -367,6 +382,25 @@ def _judge_part(
     )
 
 
+def _margin_rows(real_references: Sequence[Sequence[np.ndarray]] | None, k: int, decision: KindDecision) -> np.ndarray | None:
+    """Output k of every real sample as rows of classes, for a classifier (None otherwise)."""
+    if not real_references or decision.kind is not OutputKind.CLASSIFICATION:
+        return None
+    rows = [np.asarray(sample[k], dtype=np.float64) for sample in real_references]
+    if any(r.ndim == 0 or r.shape[-1] != rows[0].shape[-1] for r in rows):
+        return None
+    return np.concatenate([r.reshape(-1, r.shape[-1]) for r in rows])
+
+
+def _expected_top1_note(name: str, check: Check, real: int, parity: int) -> str:
+    return (
+        f"{name}: top-1 is expected to agree with PyTorch on {check.value:.3f} of inputs like the calibration "
+        f"data, below {check.threshold:g}: the error measured on the {parity} parity samples moves the logits "
+        f"across PyTorch's margins on its {real} real samples, although those "
+        "few samples may all agree"
+    )
+
+
 def compare_outputs(
     reference: Sequence[Sequence[np.ndarray]],
     candidate: Sequence[Sequence[np.ndarray]],
@@ -377,10 +411,13 @@ def compare_outputs(
     output_scales: Sequence[float | None] | None = None,
     notes: Sequence[str] = (),
     kinds: Sequence[KindDecision] | None = None,
+    real_references: Sequence[Sequence[np.ndarray]] | None = None,
 ) -> ParityResult:
     """``reference[s][k]`` / ``candidate[s][k]``: output k of sample s, already in the same layout.
     ``kinds[k]`` says what output k is (default: regression, decided by default). An output whose
-    parts differ in range (output_parts.py) is also judged part by part."""
+    parts differ in range (output_parts.py) is also judged part by part. ``real_references[s][k]``:
+    PyTorch's output k on real sample s (the calibration data and held-out samples), from which a
+    classifier's expected top-1 agreement takes its margins (None: no real data)."""
     outputs = []
     all_notes = list(notes)
     for k in range(len(names)):
@@ -400,7 +437,7 @@ def compare_outputs(
         out = np.stack(outs).astype(np.float64)
         scale = output_scales[k] if output_scales else None
         error = _non_finite(ref, out)
-        m, not_computable = _measure(decision, ref, out, refs, outs, scale, error)
+        m, not_computable = _measure(decision, ref, out, refs, outs, scale, error, _margin_rows(real_references, k, decision))
         magnitude = float(np.max(np.abs(ref))) if error is None and ref.size else float("nan")
         checks = _checks(m, thresholds, _Judged(decision, ref.shape, magnitude), not_computable, error)
         # An embedding is compared by direction as a whole: a dimension of another range (MiniLM's
@@ -410,5 +447,7 @@ def compare_outputs(
         for c in (*checks, *(c for p in parts or () for c in p.checks)):
             if c.passed is None:
                 all_notes.append(f"{names[k]}: {c.metric} not computable ({c.reason}); counted as neither pass nor fail")
+            if c.metric == "expected_top1_agreement" and c.passed is False:
+                all_notes.append(_expected_top1_note(names[k], c, len(real_references or ()), len(reference)))
         outputs.append(OutputParity(k, names[k], shape, m, checks, error, decision, not_computable, parts))
     return ParityResult(len(reference), thresholds, tuple(outputs), runtime, tuple(all_notes))

@@ -228,7 +228,7 @@ def test_nan_in_pytorch_output_fails_too():
 
 def test_thresholds_per_kind():
     t = DEFAULT_THRESHOLDS[QuantizeMode.DYNAMIC_INT8]
-    assert t.for_kind(C) == {"min_sqnr_db": 20.0, "min_cosine": 0.99, "min_top1": 0.75, "min_top5": 0.85}
+    assert t.for_kind(C) == {"min_sqnr_db": 20.0, "min_cosine": 0.99, "min_top1": 0.75, "min_top5": 0.85, "min_expected_top1": 0.95}
     assert t.for_kind(E) == {"min_cosine": 0.99, "min_neighbour_agreement": 0.75}
     assert t.for_kind(R) == {"min_sqnr_db": 20.0}
     assert DEFAULT_THRESHOLDS[QuantizeMode.NONE].for_kind(R) == {"atol": 1e-4, "atol_relative": 2e-3, "min_sqnr_db": 60.0}
