@@ -4,7 +4,11 @@ met, cannot win, budget spent, the float model failing), its errors and crashes 
 no child process left behind, and no fork in a process whose converter threads make one unsafe.
 
 A fork beside is only made in a process that has converted no model (a pytest worker has converted
-many), so each scenario runs in a fresh process (beside_scenarios.py)."""
+many), so each scenario runs in a process of its own (beside_scenarios.py's main) that has converted
+nothing: forked, as the product forks its own children, from one Python process started for this
+module that has only imported what a fresh scenario process imports before it forks PT2E
+(beside_scenarios.py's modules, litert-torch and torchao's PT2E), and runs nothing else. A fresh
+interpreter per scenario spent half of each scenario's seconds on those imports."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,12 +40,93 @@ def float_file(cnn_float_bytes, tmp_path_factory) -> Path:
     return path
 
 
-def _scenario(name: str, float_file: Path | None = None, **env: str) -> dict:
-    environment = {**os.environ, BESIDE_ENV: "yes", "BESIDE_COMPARE": "1", **env}
-    command = [sys.executable, str(SCENARIOS), name, *([str(float_file)] if float_file else [])]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+# The scenarios' parent: imports what `python beside_scenarios.py NAME` imports before PT2E's fork, then
+# for each request (a JSON line: name, float file, environment, stdout and stderr files) forks a child
+# that sets the environment, runs beside_scenarios.main as its __main__ does (its JSON line on stdout)
+# and exits; the parent answers with the child's exit status (a negative signal number, as
+# subprocess's returncode), or kills it after its time limit. It converts nothing and starts no torch op.
+_PARENT = r"""
+import json, os, signal, sys, time, traceback
+sys.path[0] = sys.argv[1]
+import beside_scenarios
+from edge_export.processes.library_output import quiet_libraries
+with quiet_libraries(False):  # as start_pt2e_beside imports them, before its fork
+    import litert_torch, torchao.quantization.pt2e.quantize_pt2e
+protocol = os.fdopen(os.dup(1), "w", buffering=1)
+for line in sys.stdin:
+    request = json.loads(line)
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+                target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(target, fd)
+                os.close(target)
+            for key, value in request["env"].items():
+                os.environ[key] = value
+            print(json.dumps(beside_scenarios.main(*request["args"])), flush=True)
+            status = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush(); sys.stderr.flush()
+            os._exit(status)
+    deadline = time.monotonic() + request["timeout"]
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            status = None
+            break
+        time.sleep(0.02)
+    print(json.dumps("timeout" if status is None else os.waitstatus_to_exitcode(status)), file=protocol)
+"""
+
+
+@pytest.fixture(scope="module")
+def scenario_parent(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("beside-parent")
+    environment = {**os.environ, BESIDE_ENV: "yes", "BESIDE_COMPARE": "1"}
+    with open(folder / "parent.err", "w") as err:
+        parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(SCENARIOS.parent)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=err, text=True, env=environment)
+    yield parent, folder
+    parent.stdin.close()
+    try:
+        parent.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        parent.kill()
+        parent.wait()
+    parent.stdout.close()
+
+
+@pytest.fixture
+def scenario(scenario_parent):
+    """Run one scenario in a child of the scenarios' parent: its JSON result (its environment: BESIDE_ENV
+    "yes", BESIDE_COMPARE "1" and ``env``)."""
+    parent, folder = scenario_parent
+
+    def run(name: str, float_file: Path | None = None, **env: str) -> dict:
+        handle, out = tempfile.mkstemp(prefix=f"{name}-", suffix=".out", dir=folder)
+        os.close(handle)
+        out = Path(out)
+        err = out.with_suffix(".err")
+        request = {"args": [name, *([str(float_file)] if float_file else [])], "env": {BESIDE_ENV: "yes", "BESIDE_COMPARE": "1", **env},
+                   "stdout": str(out), "stderr": str(err), "timeout": 300}
+        parent.stdin.write(json.dumps(request) + "\n")
+        parent.stdin.flush()
+        answer = parent.stdout.readline()
+        assert answer, "the scenarios' parent ended: " + (folder / "parent.err").read_text()[-3000:]
+        returncode = json.loads(answer)
+        assert returncode == 0, f"{returncode}: " + err.read_text()[-3000:]
+        return json.loads(out.read_text().strip().splitlines()[-1])
+
+    return run
 
 
 def _same_as_at_turn(run: dict) -> None:
@@ -53,31 +139,31 @@ def _same_as_at_turn(run: dict) -> None:
 
 
 @pytest.mark.slow
-def test_both_measured_gives_the_same_attempts_and_choice(float_file):
-    run = _scenario("both", float_file)
+def test_both_measured_gives_the_same_attempts_and_choice(scenario, float_file):
+    run = scenario("both", float_file)
     assert [a[0] for a in run["attempts"]] == ["flatbuffer", "pt2e"]
     _same_as_at_turn(run)
 
 
 @pytest.mark.slow
-def test_a_target_met_by_the_flatbuffer_backend_kills_pt2e(float_file):
-    run = _scenario("target-met", float_file)
+def test_a_target_met_by_the_flatbuffer_backend_kills_pt2e(scenario, float_file):
+    run = scenario("target-met", float_file)
     assert [a[0] for a in run["attempts"]] == ["flatbuffer"] and "pt2e was not tried" in run["reason"]
     _same_as_at_turn(run)
 
 
 @pytest.mark.slow
-def test_an_early_look_that_cannot_win_stops_pt2e_part_way(float_file):
-    run = _scenario("early-look", float_file)
+def test_an_early_look_that_cannot_win_stops_pt2e_part_way(scenario, float_file):
+    run = scenario("early-look", float_file)
     assert "after 16 of 48 calibration samples" in run["reason"] and run["reason"] == run["at_turn"]["reason"]
     _same_as_at_turn(run)
 
 
 @pytest.mark.slow
-def test_a_spent_budget_kills_pt2e_mid_calibration_and_says_so(float_file):
+def test_a_spent_budget_kills_pt2e_mid_calibration_and_says_so(scenario, float_file):
     # 40 samples of at least 0.3 s: 12 s against 6 s. No run at PT2E's turn (BESIDE_COMPARE): nothing here
     # reads it, and its 40 slow samples took 12 s more.
-    run = _scenario("budget", float_file, BESIDE_COMPARE="", **{SLOW_STEP_ENV: "0.3"})
+    run = scenario("budget", float_file, BESIDE_COMPARE="", **{SLOW_STEP_ENV: "0.3"})
     assert run["seconds"] < 6.0 + 2.0 and run["reaped"]
     assert [a[0] for a in run["attempts"]] == ["flatbuffer"]
     assert len(run["skipped"]) == 1 and run["skipped"][0].startswith("the rest of PT2E's calibration (")
@@ -85,18 +171,18 @@ def test_a_spent_budget_kills_pt2e_mid_calibration_and_says_so(float_file):
 
 
 @pytest.mark.slow
-def test_a_pt2e_error_or_crash_in_the_child_is_a_failed_attempt(float_file):
-    failed = _scenario("error", float_file, BESIDE_COMPARE="")
+def test_a_pt2e_error_or_crash_in_the_child_is_a_failed_attempt(scenario, float_file):
+    failed = scenario("error", float_file, BESIDE_COMPARE="")
     assert [a[:2] for a in failed["attempts"]] == [["flatbuffer", True], ["pt2e", False]] and failed["reaped"]
     assert "test failure" in failed["attempts"][1][4] and failed["backend"] == "flatbuffer"
-    crashed = _scenario("crash", float_file, BESIDE_COMPARE="", **{CRASH_HOOK_ENV: "int8 quantization (PT2E)"})
+    crashed = scenario("crash", float_file, BESIDE_COMPARE="", **{CRASH_HOOK_ENV: "int8 quantization (PT2E)"})
     assert [a[:2] for a in crashed["attempts"]] == [["flatbuffer", True], ["pt2e", False]] and crashed["reaped"]
     assert "SIGABRT" in crashed["attempts"][1][4]
 
 
 @pytest.mark.slow
-def test_a_float_model_that_fails_its_check_kills_pt2e_and_fails_as_before():
-    run = _scenario("fail-fast", BESIDE_COMPARE="")
+def test_a_float_model_that_fails_its_check_kills_pt2e_and_fails_as_before(scenario):
+    run = scenario("fail-fast", BESIDE_COMPARE="")
     assert run["exit_code"] == 3 and run["started"] == [True] and run["reaped"] and run["written"] == []
 
 
