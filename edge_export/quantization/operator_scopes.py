@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..flatbuffer import FlatbufferModel
 
-__all__ = ["LAYOUT_OPS", "QuantizableOp", "has_int16_recipe", "passthrough_ops", "quantizable_ops"]
+__all__ = ["LAYOUT_OPS", "QuantizableOp", "has_int16_recipe", "held_at_int8", "passthrough_ops", "quantizable_ops"]
 
 # Operators that move, select or pick values: never candidates (see the module docstring).
 LAYOUT_OPS = frozenset({
@@ -56,6 +56,24 @@ class QuantizableOp:
         return "^" + re.escape(self.scope) + "$"
 
 
+def held_at_int8(model: FlatbufferModel, int16_opcodes: frozenset[str] | None) -> dict[QuantizableOp, str]:
+    """Recipe overrides keeping at int8 every operator (layout ones too) whose opcode is not in
+    ``int16_opcodes``, the operators the target runs at int16 (None: every one). TFLite Micro runs
+    MIRROR_PAD in int8 only: raised with the convolution after it, as a layout operator between two
+    int16 ones, it made a model TFLM refuses (the Silero VAD's reflect pad)."""
+    from ai_edge_quantizer.qtyping import TFLOperationName
+
+    if int16_opcodes is None:
+        return {}
+    known = {m.value for m in TFLOperationName}
+    held = {}
+    for op in model.operators:
+        names = [model.tensors[i].name for i in op.outputs if i >= 0 and model.tensors[i].name]
+        if op.opcode in known and op.opcode not in int16_opcodes and names:
+            held[QuantizableOp(op.index, op.opcode, names[0], ";".join(names) + ";")] = "int8"
+    return held
+
+
 def quantizable_ops(model: FlatbufferModel) -> tuple[QuantizableOp, ...]:
     """The operators of the main subgraph that ai-edge-quantizer can quantize and that compute
     something (``LAYOUT_OPS`` left out), in graph order."""
@@ -74,11 +92,14 @@ def quantizable_ops(model: FlatbufferModel) -> tuple[QuantizableOp, ...]:
     return tuple(ops)
 
 
-def passthrough_ops(model: FlatbufferModel, promoted: set[int]) -> tuple[QuantizableOp, ...]:
-    """The layout operators (``LAYOUT_OPS``) to promote with ``promoted``: those whose every
-    neighbour is promoted or such a layout operator itself. A pad or reshape between two float
-    operators would otherwise quantize the tensor it passes on and undo what promoting them bought.
-    Also the model's virtual INPUT/OUTPUT operators when all their neighbours are promoted."""
+def passthrough_ops(model: FlatbufferModel, promoted: set[int], allowed: frozenset[str] | None = None) -> tuple[QuantizableOp, ...]:
+    """The layout operators (``LAYOUT_OPS``; only those in ``allowed`` when given: the ones the
+    target runs at the precision) to promote with ``promoted``: those whose every neighbour is
+    promoted or such a layout operator itself. A pad or reshape between two float operators would
+    otherwise quantize the tensor it passes on and undo what promoting them bought. Also the model's
+    virtual INPUT/OUTPUT operators when all their neighbours are promoted. A layout operator left
+    out keeps the layout operators that reach it only through it at their precision too: a
+    same-scale operator takes its input's type (a MIRROR_PAD after an int16 input ran at int16)."""
     from ai_edge_quantizer.qtyping import TFLOperationName
 
     known = {m.value for m in TFLOperationName}
@@ -99,7 +120,7 @@ def passthrough_ops(model: FlatbufferModel, promoted: set[int]) -> tuple[Quantiz
     layout = {
         op.index: op for op in model.operators
         if op.index not in promoted and op.opcode in LAYOUT_OPS and op.opcode in known
-        and any(model.tensors[t].name for t in op.outputs if t >= 0)
+        and (allowed is None or op.opcode in allowed) and any(model.tensors[t].name for t in op.outputs if t >= 0)
     }
     kept = set(layout)
     changed = True

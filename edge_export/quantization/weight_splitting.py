@@ -101,13 +101,16 @@ def search_split_weights(
     *,
     int8_io: bool = False,
     budget: Any = None,
+    int16_opcodes: frozenset[str] | None = None,
 ) -> SplitSearch:
     """Split weights in ``ranking`` order until ``target`` is met; ``baseline`` is the measured
     model with every operator at int16 and nothing split (count 0). ``int8_io``: the model's
     inputs and outputs stay int8 (ai-edge-quantizer requantizes to int16 behind them). ``budget``
     (budget.TimeBudget): each candidate is a step; once it is spent the best candidate measured is
-    kept and ``out_of_time`` says what was not tried."""
+    kept and ``out_of_time`` says what was not tried. ``int16_opcodes``: the operators the target runs
+    at int16 (None: any); the others stay int8 (operator_scopes.held_at_int8)."""
     from .budget import TimeBudget
+    from .operator_scopes import held_at_int8
     from .promotion_steps import evaluate_target
     from .promotion_steps import sqnr_key as _sqnr_key
     from .promotion_steps import step_sizes as _groups
@@ -138,7 +141,8 @@ def search_split_weights(
                 candidate = all_split
             else:
                 candidate = RecipeQuantizer.with_ranges(split_float_model(quantizer.float_bytes, [layer.op_index for layer in order[:k]]), all_split)
-            model = candidate.quantize("int16", int8_boundary(candidate.float_model) if int8_io else None)
+            overrides = {**(int8_boundary(candidate.float_model) if int8_io else {}), **held_at_int8(candidate.float_model, int16_opcodes)}
+            model = candidate.quantize("int16", overrides)
             measured[k] = (evaluate_target(parity_outputs(model, heldout), heldout_refs, target), model)
         return measured[k][0].met
 

@@ -198,6 +198,7 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
         int16_first=search_mode == "auto" and "int16" in target.mixed_precision_promotions,
         weight_rounding=options.quantization.weight_rounding,
         part_scales=options.quantization.part_scales,
+        int16_opcodes=target.int16_opcodes,
         rounding=getattr(result, "rounding", None),  # the backend's: the search does not round again
     )
 

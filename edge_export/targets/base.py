@@ -195,6 +195,9 @@ class TargetPlugin:
     # (--min-sqnr, --min-cosine, --min-top1) is given (quantization/mixed_precision.py).
     mixed_precision_promotions: tuple[str, ...] = ("int16", "float")
     mixed_precision_by_default: bool = False
+    # The operators the target runs with int16 activations; None: every one ai-edge-quantizer can
+    # make (the search keeps the others int8 when it raises their neighbours).
+    int16_opcodes: frozenset[str] | None = None
     # The model runs where edge-export runs: LiteRT on a CPU, so the report times a quantized export
     # against its float model on this host (latency.measure_host_latency). False for accelerators
     # and microcontrollers (micro, Ethos-U, Edge TPU), and for gpu: a host CPU time says nothing there.

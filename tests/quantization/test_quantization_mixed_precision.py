@@ -465,6 +465,10 @@ def test_operators_without_an_int16_recipe_are_not_int16_candidates_and_are_name
     kept, clause = _promotable(layers, by_index, "int16")
     assert kept == [layers[1]] and "2 operator(s) have no int16 kernel in ai-edge-quantizer: SQUARED_DIFFERENCE x2" in clause
     assert _promotable(layers, by_index, "float") == (layers, "")  # float takes every operator
+    # a target without an int16 kernel for an operator (TFLite Micro's MIRROR_PAD) keeps it int8
+    by_index[1] = SimpleNamespace(opcode="MIRROR_PAD")
+    kept, clause = _promotable(layers, by_index, "int16", frozenset({"CONV_2D"}))
+    assert kept == [] and "1 operator(s) have no int16 kernel on the target: MIRROR_PAD x1 (kept int8)" in clause
 
 
 def test_squared_difference_becomes_sub_and_mul_with_the_same_float_values():

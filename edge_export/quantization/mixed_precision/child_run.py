@@ -41,6 +41,7 @@ def run_in_child(
     weight_rounding: bool = True,
     part_scales: bool = True,
     rounding: Any = None,
+    int16_opcodes: frozenset[str] | None = None,
 ) -> tuple[SensitivityReport | None, MixedPrecisionSearch | None, list[str]]:
     """Everything native in one child process: calibration, the sensitivity variants, the search.
     Also returns what the time budget left untried (this process's copy of ``budget`` is not the
@@ -71,6 +72,7 @@ def run_in_child(
             quantizer, ranking, heldout, heldout_refs, target, mode=search_mode, precision=precision,
             int8_io=int8_io, measure_latency=measure_latency, costs={i: c.for_precision(precision) for i, c in found.items()},
             budget=budget, int16_first=int16_first, int16_costs={i: c.for_precision("int16") for i, c in found.items()},
+            int16_opcodes=int16_opcodes,
         )
     if want_sensitivity:
         ranking()

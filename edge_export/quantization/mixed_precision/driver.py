@@ -72,6 +72,7 @@ def run_sensitivity_and_mixed_precision(
     weight_rounding: bool = True,
     part_scales: bool = True,
     rounding: Any = None,
+    int16_opcodes: frozenset[str] | None = None,
 ) -> tuple[Any, SensitivityReport | None, MixedPrecisionReport | None]:
     """The sensitivity ranking (``want_sensitivity``) and, when ``search_mode`` is set and the
     quantized model ``base`` (a QuantizationResult) misses ``target`` on ``heldout``, the search
@@ -80,7 +81,8 @@ def run_sensitivity_and_mixed_precision(
     int16 activations are tried first (search_mixed_precision); ``weight_rounding``: the int8 filters
     are rounded for their outputs (weight_rounding.py), as the backend rounded them; ``part_scales``: a
     joined output's parts keep their scales (output_joins.py), as in the backend's model; ``rounding``:
-    the backend's WeightRounding of the same float model, reused (None: computed here). Returns the QuantizationResult to
+    the backend's WeightRounding of the same float model, reused (None: computed here); ``int16_opcodes``: the
+    operators the target runs at int16 (None: any), the others kept int8. Returns the QuantizationResult to
     keep (``base`` unless a mixed model replaced it)."""
     budget = budget if budget is not None else TimeBudget(None)
     from ...config import IODtype
@@ -100,7 +102,7 @@ def run_sensitivity_and_mixed_precision(
         target=target, verbose=verbose,
         int8_io=io_dtype in (IODtype.INT8, IODtype.UINT8),
         measure_latency=measure_latency, budget=budget, int16_first=int16_first, weight_rounding=weight_rounding, part_scales=part_scales,
-        rounding=rounding,
+        rounding=rounding, int16_opcodes=int16_opcodes,
         progress=budget.on_progress,
         stage="sensitivity and mixed precision", backend="ai-edge-quantizer (flatbuffer backend)",
         hint="Run with --mixed-precision off (and without --sensitivity) to export the plain int8 model.",

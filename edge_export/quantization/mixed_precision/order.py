@@ -114,9 +114,13 @@ def describe_order(precision: str, band_db: float = TIE_BAND_DB) -> str:
     return f"sensitivity, cheapest first within {band_db:g} dB ({cost})"
 
 
-def promotion_overrides(quantizer: RecipeQuantizer, ops: Sequence[Any], precision: str) -> dict[Any, str]:
+def promotion_overrides(
+    quantizer: RecipeQuantizer, ops: Sequence[Any], precision: str, int16_opcodes: frozenset[str] | None = None
+) -> dict[Any, str]:
     """The recipe overrides that raise ``ops`` to ``precision``, with the layout operators (and the
-    model's inputs and outputs) that only connect promoted operators (sensitivity.passthrough_ops)."""
+    model's inputs and outputs) that only connect promoted operators (sensitivity.passthrough_ops);
+    at int16 only layout operators in ``int16_opcodes`` (None: any), the ones the target runs."""
     overrides = {op: precision for op in ops}
-    overrides.update({op: precision for op in passthrough_ops(quantizer.float_model, {op.index for op in ops})})
+    allowed = int16_opcodes if precision == "int16" else None
+    overrides.update({op: precision for op in passthrough_ops(quantizer.float_model, {op.index for op in ops}, allowed)})
     return overrides

@@ -125,6 +125,7 @@ class Prefixes:
         self.quantizer, self.order, self.precision, self.boundary = quantizer, order, precision, boundary
         self.heldout, self.heldout_refs, self.target, self.measure_latency = heldout, heldout_refs, target, measure_latency
         self.by_index = by_index
+        self.int16_opcodes: frozenset[str] | None = None  # what the target runs at int16 (None: any)
         self.measured: dict[int, tuple[TargetCheck, bytes]] = {}  # prefix length -> result
         self.carried = {0: 0}  # layout operators promoted along with the first k candidates
         self.latency: dict[int, float | None] = {}  # prefix length -> median host latency (ms)
@@ -148,7 +149,9 @@ class Prefixes:
     def measure(self, k: int) -> TargetCheck:
         if k in self.measured:
             return self.measured[k][0]
-        overrides = promotion_overrides(self.quantizer, [self.by_index[layer.op_index] for layer in self.order[:k]], self.precision)
+        overrides = promotion_overrides(
+            self.quantizer, [self.by_index[layer.op_index] for layer in self.order[:k]], self.precision, self.int16_opcodes
+        )
         overrides.update(self.boundary)
         self.carried[k] = sum(1 for raised in overrides.values() if raised == self.precision) - k
         candidate = self.quantizer.quantize("int8", overrides)

@@ -43,6 +43,7 @@ def search_mixed_precision(
     budget: TimeBudget | None = None,
     int16_first: bool = False,
     int16_costs: Mapping[int, float] | None = None,
+    int16_opcodes: frozenset[str] | None = None,
 ) -> MixedPrecisionSearch:
     """``ranking``: the sensitivity ranking, or a function that measures it, called only when the
     int8 model misses the target (at int16, after every operator at int16 is measured).
@@ -54,11 +55,12 @@ def search_mixed_precision(
     ``costs`` (op_index -> cost, lower is cheaper) breaks near-equal sensitivities
     (``promotion_order``); without it the order is the ranking's. ``budget`` (budget.TimeBudget):
     every candidate is a step; once it is spent no new candidate is measured, the best one measured
-    is kept and the reason says what was not tried."""
+    is kept and the reason says what was not tried. ``int16_opcodes``: the operators the target runs
+    at int16 (TargetPlugin.int16_opcodes; None: any): the others stay int8 at int16."""
     budget = budget if budget is not None else TimeBudget(None)
     search = partial(
         _search_at, quantizer, ranking, heldout, heldout_refs, target, mode=mode, measure_latency=measure_latency,
-        int8_io=int8_io, tie_band_db=tie_band_db, budget=budget,
+        int8_io=int8_io, tie_band_db=tie_band_db, budget=budget, int16_opcodes=int16_opcodes,
     )
     if int16_first and precision == "float":
         return _int16_then_float(search, budget, int16_costs, costs)
@@ -121,26 +123,31 @@ def _search_at(
     tie_band_db: float,
     budget: TimeBudget,
     int8: bytes | None = None,
+    int16_opcodes: frozenset[str] | None = None,
 ) -> MixedPrecisionSearch:
     """One precision's search (search_mixed_precision); ``int8``: the int8 model, already made."""
+    from ..operator_scopes import held_at_int8
     from ..weight_splitting import int8_boundary
     start = time.perf_counter()
     boundary = int8_boundary(quantizer.float_model) if int8_io and precision == "int16" else {}
+    if precision == "int16":  # what the target cannot run at int16 stays int8 in every candidate
+        boundary.update(held_at_int8(quantizer.float_model, int16_opcodes))
     by_index = ops_by_index(quantizer)
     prefixes = Prefixes(quantizer, by_index, [], precision, boundary, heldout, heldout_refs, target, measure_latency)
+    prefixes.int16_opcodes = int16_opcodes
     int8_bytes = int8 if int8 is not None else quantizer.quantize("int8")
     check = prefixes.record(0, prefixes.check(int8_bytes), int8_bytes)
     if not check.met and precision == "int16":
         _measure_every_operator(prefixes, budget)
     ranked = (ranking() if callable(ranking) else ranking) if not check.met else ()
-    candidates, no_int16 = _promotable(_with_unranked(ranked, by_index), by_index, precision)
+    candidates, no_int16 = _promotable(_with_unranked(ranked, by_index), by_index, precision, int16_opcodes)
     order = prefixes.order = promotion_order(candidates, costs, tie_band_db)
     known = {k: found for k, (found, _) in prefixes.measured.items()}
     met_at, out_of_time = (None, None) if check.met else search_prefixes(prefixes.measure, len(order), budget, precision, known)
     kept_count = _kept_prefix(check, met_at, prefixes.measured)
     split = None
     if precision == "int16" and not check.met and met_at is None and len(order) in prefixes.measured:
-        split = split_weights_phase(quantizer, order, heldout, heldout_refs, target, prefixes.measured, kept_count, boundary, budget)
+        split = split_weights_phase(quantizer, order, heldout, heldout_refs, target, prefixes.measured, kept_count, int8_io, budget, int16_opcodes)
         if split is not None:
             kept_count = len(order)  # the split candidates have every operator at int16
     kept_check, kept_bytes = prefixes.measured[kept_count] if split is None else split.measured[split.kept]
@@ -173,7 +180,7 @@ def _measure_every_operator(prefixes: Prefixes, budget: TimeBudget) -> None:
     """The model with every operator that has an int16 recipe at int16, measured before the ranking:
     it needs no order, and when the ranking spends the time budget it is still there to keep (the
     zoo's MiniLM: the ranking of 109 operators used the 300 s, and the search measured int8 alone)."""
-    every, _ = _promotable(_with_unranked((), prefixes.by_index), prefixes.by_index, prefixes.precision)
+    every, _ = _promotable(_with_unranked((), prefixes.by_index), prefixes.by_index, prefixes.precision, prefixes.int16_opcodes)
     if not every or not budget.allows(f"promoting more than 0 of {len(every)} operators"):
         return
     prefixes.order = every
@@ -194,25 +201,35 @@ def _with_unranked(ranking: Sequence[LayerSensitivity], by_index: Mapping[int, A
     ]
 
 
-def _promotable(candidates: list[LayerSensitivity], by_index: Mapping[int, Any], precision: str) -> tuple[list[LayerSensitivity], str]:
-    """The candidates that can go to ``precision``, and a clause naming those that cannot (at int16,
+def _promotable(
+    candidates: list[LayerSensitivity], by_index: Mapping[int, Any], precision: str, int16_opcodes: frozenset[str] | None = None
+) -> tuple[list[LayerSensitivity], str]:
+    """The candidates that can go to ``precision``, and clauses naming those that cannot (at int16,
     the operators ai-edge-quantizer has no int16x8 recipe for: the recipe leaves them int8, and
-    between int16 neighbours ai-edge-quantizer runs them in float; "" when none)."""
+    between int16 neighbours ai-edge-quantizer runs them in float; and those the target has no int16
+    kernel for, not in ``int16_opcodes``: kept int8; "" when none)."""
     if precision != "int16":
         return candidates, ""
-    kept = [layer for layer in candidates if has_int16_recipe(by_index[layer.op_index].opcode)]
-    left: dict[str, int] = {}
+    no_recipe: dict[str, int] = {}
+    no_kernel: dict[str, int] = {}
+    kept = []
     for layer in candidates:
-        if layer not in kept:
-            opcode = by_index[layer.op_index].opcode
+        opcode = by_index[layer.op_index].opcode
+        left = no_recipe if not has_int16_recipe(opcode) else no_kernel if int16_opcodes is not None and opcode not in int16_opcodes else None
+        if left is None:
+            kept.append(layer)
+        else:
             left[opcode] = left.get(opcode, 0) + 1
-    if not left:
-        return kept, ""
-    named = ", ".join(f"{opcode} x{count}" for opcode, count in left.items())
-    return kept, (
-        f"; {sum(left.values())} operator(s) have no int16 kernel in ai-edge-quantizer: {named}"
-        " (int8, or float between int16 neighbours: see integer_check)"
+    return kept, _named(no_recipe, "in ai-edge-quantizer", "int8, or float between int16 neighbours: see integer_check") + _named(
+        no_kernel, "on the target", "kept int8"
     )
+
+
+def _named(left: Mapping[str, int], where: str, then: str) -> str:
+    if not left:
+        return ""
+    named = ", ".join(f"{opcode} x{count}" for opcode, count in left.items())
+    return f"; {sum(left.values())} operator(s) have no int16 kernel {where}: {named} ({then})"
 
 
 def _kept_prefix(int8_check: TargetCheck, met_at: int | None, measured: Mapping[int, tuple[TargetCheck, bytes]]) -> int:

@@ -17,14 +17,16 @@ __all__ = ["SPLIT_UNTRIED", "ranges_limit", "split_reason", "split_rows", "split
 SPLIT_UNTRIED = "splitting int8 weights (the integer phase after every operator at int16)"
 
 
-def split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, best_int16, boundary, budget):
+def split_weights_phase(quantizer, order, heldout, heldout_refs, target, measured, best_int16, int8_io, budget, int16_opcodes=None):
     """Run weight splitting from the model with every operator at int16; its result when it beats
     the best int16 model (meets the target, or a higher SQNR), else None."""
     from ..weight_splitting import search_split_weights
 
     if not budget.allows(SPLIT_UNTRIED):
         return None
-    split = search_split_weights(quantizer, order, heldout, heldout_refs, target, measured[len(order)], int8_io=bool(boundary), budget=budget)
+    split = search_split_weights(
+        quantizer, order, heldout, heldout_refs, target, measured[len(order)], int8_io=int8_io, budget=budget, int16_opcodes=int16_opcodes
+    )
     best = split.measured[split.kept][0]
     if split.kept and (best.met or _sqnr_key(best.sqnr_db) > _sqnr_key(measured[best_int16][0].sqnr_db)):
         return split

@@ -21,7 +21,7 @@ from ...errors import UsageError
 from .budgets import BUDGETS_REPORT_SECTION
 from .checks import check_micro
 from .cmsis_nn import CMSIS_NN_REPORT_SECTION
-from .kernel_types import kernel_type_fix
+from .kernel_types import INT16_KERNELS, kernel_type_fix
 from .kernels import emit_op_resolver, resolver_method
 from .report import MICRO_REPORT_SECTION, CBundleSection, MicroReport, MicroSection
 from .runner import MicroRunner, make_test_vectors
@@ -59,6 +59,7 @@ class MicroTarget(TargetPlugin):
     # TFLite Micro ignores metadata: it would only cost flash (--labels stays a parity option).
     carries_metadata = False
     mixed_precision_promotions = ("int16",)  # int16x8 kernels (reference and CMSIS-NN); no float wanted
+    int16_opcodes = INT16_KERNELS  # TFLM's kernels that take int16 (kernel_types.py): MIRROR_PAD does not
     check_label = "Checking TFLite Micro support"
 
     def implied_options(self, options: ExportOptions) -> tuple[ExportOptions, list[str]]:
