@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import importlib.util
 import json
 import os
@@ -66,9 +67,11 @@ MODES: dict[str, list[str]] = {
     "micro": ["--target", "micro", "--no-emit-c"],
     # int8 with an accuracy target: --mixed-precision auto's search (int16 activations before float)
     "int8-25dB": ["--quantize", "int8", "--min-sqnr", "25"],
+    # TFLite Micro with 16-bit activations (its int16x8 kernels, reference and CMSIS-NN)
+    "micro-int16x8": ["--target", "micro", "--no-emit-c", "--quantize", "int16x8"],
 }
 # Modes run only when --modes names them (on any model).
-OPT_IN_MODES = ("int8-25dB",)
+OPT_IN_MODES = ("int8-25dB", "micro-int16x8")
 
 # 40 varied English sentences: speech (espeak-ng) and the text encoder. The first half calibrates,
 # the second half is held out.
@@ -672,10 +675,15 @@ class SileroVad:
     the TorchScript model's weights. `check_against_jit` measures it against the TorchScript model."""
 
     @staticmethod
-    def build() -> Any:
+    def build(sqrt_as_rsqrt: bool = False) -> Any:
+        """``sqrt_as_rsqrt``: the magnitude's sqrt(m) written as m * rsqrt(m), the rewrite the micro
+        target names for TFLM's float-only SQRT (m > 0 here: the clamp keeps a zero power finite)."""
         import torch
         from torch import nn
         from torch.nn import functional as F
+
+        def magnitude(power: torch.Tensor) -> torch.Tensor:
+            return power * torch.rsqrt(power.clamp_min(1e-12)) if sqrt_as_rsqrt else torch.sqrt(power)
 
         class Vad(nn.Module):
             def __init__(self) -> None:
@@ -691,7 +699,7 @@ class SileroVad:
             def forward(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                 x = F.pad(x.unsqueeze(1), (0, 64), mode="reflect")
                 x = self.stft_conv(x)
-                x = torch.sqrt(x[:, :129] ** 2 + x[:, 129:] ** 2)
+                x = magnitude(x[:, :129] ** 2 + x[:, 129:] ** 2)
                 x = F.relu(self.conv1(x))
                 x = F.relu(self.conv2(x))
                 x = F.relu(self.conv3(x))
@@ -750,9 +758,9 @@ def _vad_waves(clips: list[tuple[str, np.ndarray]], rng: np.random.Generator) ->
     return [np.concatenate([quiet(), wav, quiet()]) for _, wav in clips]
 
 
-def silero_vad(work: Path) -> Case:
+def silero_vad(work: Path, sqrt_as_rsqrt: bool = False) -> Case:
     rng = np.random.default_rng(1)
-    net = SileroVad.build()
+    net = SileroVad.build(sqrt_as_rsqrt)
     cal_waves = _vad_waves(speech(CAL_SENTENCES, CAL_VOICES, work), rng)
     held_waves = _vad_waves(speech(HELD_SENTENCES, HELD_VOICES, work)[::3], rng)
     record: list = []
@@ -764,7 +772,9 @@ def silero_vad(work: Path) -> Case:
     def runner(case: Case, step: Callable) -> list[list[np.ndarray]]:
         return [[p] for wav in held_waves for p in vad_sequence(wav, step)]
 
-    return Case("silero_vad", "voice activity (per 32 ms chunk)", "silero-vad 6.2.3 silero_vad.jit (weights)",
+    name = "silero_vad_rsqrt" if sqrt_as_rsqrt else "silero_vad"
+    source = "silero-vad 6.2.3 silero_vad.jit (weights)" + (", sqrt(m) written as m * rsqrt(m)" if sqrt_as_rsqrt else "")
+    return Case(name, "voice activity (per 32 ms chunk)", source,
                 "espeak-ng speech between quiet noise", net, calibration, [], vad_metric,
                 ["fp32", "int8", "int16x8", "micro"], ["--output-kind", "regression"], sequence_runner=runner,
                 notes=f"PyTorch port vs the wheel's TorchScript: max |dp| {jit_gap:.2e} on 4 held-out clips")
@@ -1422,7 +1432,8 @@ def easyocr_english(work: Path) -> Case:
 
 
 CASES: dict[str, Callable[[Path], Case]] = {
-    "crepe_tiny": crepe_tiny, "crepe_full": crepe_full, "resemblyzer": resemblyzer, "silero_vad": silero_vad, "minilm": minilm,
+    "crepe_tiny": crepe_tiny, "crepe_full": crepe_full, "resemblyzer": resemblyzer, "silero_vad": silero_vad,
+    "silero_vad_rsqrt": functools.partial(silero_vad, sqrt_as_rsqrt=True), "minilm": minilm,
     "mtcnn_pnet": mtcnn_pnet, "mtcnn_rnet": mtcnn_rnet, "mtcnn_onet": mtcnn_onet, "digits_cnn": digits_cnn,
     "yolo11n": yolo11n, "yolo_trained": yolo_trained, "efficientnet_lite0": efficientnet_lite0, "easyocr_craft": easyocr_craft,
     "easyocr_english": easyocr_english,
