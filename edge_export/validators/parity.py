@@ -397,7 +397,7 @@ def _expected_top1_note(name: str, check: Check, real: int, parity: int) -> str:
         f"{name}: top-1 is expected to agree with PyTorch on {check.value:.3f} of inputs like the calibration "
         f"data, below {check.threshold:g}: the error measured on the {parity} parity samples moves the logits "
         f"across PyTorch's margins on its {real} real samples, although those "
-        "few samples may all agree"
+        "few samples may all agree (--min-expected-top1 sets the bound)"
     )
 
 
