@@ -55,6 +55,12 @@ class QuantizableOp:
     def regex(self) -> str:
         return "^" + re.escape(self.scope) + "$"
 
+    @classmethod
+    def named(cls, index: int, opcode: str, names: list[str]) -> QuantizableOp:
+        """The operator keyed by its first output's name and scoped by all of them, as
+        ai-edge-quantizer scopes an operator (``names``: its named outputs, at least one)."""
+        return cls(index, opcode, names[0], ";".join(names) + ";")
+
 
 def held_at_int8(model: FlatbufferModel, int16_opcodes: frozenset[str] | None) -> dict[QuantizableOp, str]:
     """Recipe overrides keeping at int8 every operator (layout ones too) whose opcode is not in
@@ -70,7 +76,7 @@ def held_at_int8(model: FlatbufferModel, int16_opcodes: frozenset[str] | None) -
     for op in model.operators:
         names = [model.tensors[i].name for i in op.outputs if i >= 0 and model.tensors[i].name]
         if op.opcode in known and op.opcode not in int16_opcodes and names:
-            held[QuantizableOp(op.index, op.opcode, names[0], ";".join(names) + ";")] = "int8"
+            held[QuantizableOp.named(op.index, op.opcode, names)] = "int8"
     return held
 
 
@@ -88,7 +94,7 @@ def quantizable_ops(model: FlatbufferModel) -> tuple[QuantizableOp, ...]:
         names = [t.name for t in outputs if t.name]
         if not names or not any(t.is_float for t in outputs):
             continue
-        ops.append(QuantizableOp(op.index, op.opcode, names[0], ";".join(names) + ";"))
+        ops.append(QuantizableOp.named(op.index, op.opcode, names))
     return tuple(ops)
 
 
@@ -145,7 +151,7 @@ def passthrough_ops(model: FlatbufferModel, promoted: set[int], allowed: frozens
     for index in sorted(reach):
         op = layout[index]
         names = [model.tensors[t].name for t in op.outputs if t >= 0 and model.tensors[t].name]
-        added.append(QuantizableOp(op.index, op.opcode, names[0], ";".join(names) + ";"))
+        added.append(QuantizableOp.named(op.index, op.opcode, names))
     chosen = set(promoted) | reach
     # The model's inputs and outputs (ai-edge-quantizer's virtual INPUT and OUTPUT operators, one
     # each, scoped by every input's or output's name): an input quantized to int8 before a float
@@ -156,5 +162,5 @@ def passthrough_ops(model: FlatbufferModel, promoted: set[int], allowed: frozens
     ):
         names = [model.tensors[t].name for t in tensors if model.tensors[t].name]
         if names and near_ops and all(n in chosen for n in near_ops):
-            added.append(QuantizableOp(index, key, names[0], ";".join(names) + ";"))
+            added.append(QuantizableOp.named(index, key, names))
     return tuple(added)

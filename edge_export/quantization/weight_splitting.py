@@ -173,7 +173,7 @@ def int8_boundary(model: Any) -> dict[QuantizableOp, str]:
     for index, key, tensors in ((-1, "INPUT", model.inputs), (-2, "OUTPUT", model.outputs)):
         names = [model.tensors[t].name for t in tensors if model.tensors[t].name]
         if names:
-            found[QuantizableOp(index, key, names[0], ";".join(names) + ";")] = "int8"
+            found[QuantizableOp.named(index, key, names)] = "int8"
     return found
 
 
