@@ -130,7 +130,7 @@ KIND_THRESHOLDS: dict[OutputKind, tuple[str, ...]] = {
     OutputKind.REGRESSION: ("atol", "atol_relative", "min_sqnr_db", "max_rel_l2", "max_error_steps"),
     OutputKind.PROBABILITIES: (
         "atol", "atol_relative", "min_sqnr_db", "max_rel_l2", "max_error_steps", "max_probability_error",
-        "min_decision_agreement",
+        "min_decision_agreement", "min_expected_positive_agreement",
     ),
 }
 
@@ -147,6 +147,7 @@ _THRESHOLD_FIELDS = (
     "max_error_steps",
     "min_decision_agreement",
     "max_probability_error",
+    "min_expected_positive_agreement",
 )
 _FRACTIONS = {
     "min_cosine": "--min-cosine",
@@ -155,6 +156,7 @@ _FRACTIONS = {
     "min_expected_top1": "--min-expected-top1",
     "min_neighbour_agreement": "--min-neighbour-agreement",
     "min_decision_agreement": "--min-decision-agreement",
+    "min_expected_positive_agreement": "--min-expected-positive-agreement",
 }
 
 
@@ -175,14 +177,23 @@ class Thresholds:
     min_neighbour_agreement: float | None = None
     max_rel_l2: float | None = None
     max_error_steps: float | None = None  # max abs error in output quantization steps (integer outputs)
-    min_decision_agreement: float | None = None  # probabilities: argmax (and sigmoid 0.5) decisions that agree
+    min_decision_agreement: float | None = None  # probabilities: argmax (and sigmoid threshold) decisions that agree
     max_probability_error: float | None = None  # probabilities: max abs error of the probabilities
+    # a sigmoid (output or part) on real data: the expected intersection over union of the detections
+    min_expected_positive_agreement: float | None = None
+    # where a sigmoid's value becomes a detection (not a gate: what its decisions mean)
+    decision_threshold: float = 0.5
 
     def __post_init__(self) -> None:
         for name in _THRESHOLD_FIELDS:
             value = getattr(self, name)
             if value is not None and (value != value or value < 0):
                 raise UsageError(f"Threshold {name}={value} must be a non-negative number.")
+        if not 0.0 < self.decision_threshold < 1.0:  # NaN fails too
+            raise UsageError(
+                f"--decision-threshold {self.decision_threshold} is not a probability strictly between 0 and 1.",
+                "Give the probability at which the app takes a value as a detection, e.g. 0.25.",
+            )
         for name, option in _FRACTIONS.items():
             value = getattr(self, name)
             if value is not None and value > 1:
@@ -191,7 +202,7 @@ class Thresholds:
     def override(self, **values: float | None) -> "Thresholds":
         """These thresholds with the given ones (None: kept). An atol given outright is the limit:
         it drops the relative widening unless that is given too."""
-        merged = {k: getattr(self, k) for k in _THRESHOLD_FIELDS}
+        merged = {k: getattr(self, k) for k in (*_THRESHOLD_FIELDS, "decision_threshold")}
         if values.get("atol") is not None and values.get("atol_relative") is None:
             merged["atol_relative"] = None
         merged.update({k: v for k, v in values.items() if v is not None})

@@ -216,7 +216,9 @@ class ParityOptions:
     min_expected_top1: float | None = _threshold(None, "--min-expected-top1", "Minimum expected top-1 agreement (0..1) for classification outputs with real --calibration-data: the parity samples' error against PyTorch's margins on every real sample.")
     min_neighbour_agreement: float | None = _threshold(None, "--min-neighbour-agreement", "Minimum fraction (0..1) of samples whose nearest neighbour by cosine is the same as in PyTorch, for embedding outputs.")
     # probabilities outputs (validators/probabilities.py)
-    min_decision_agreement: float | None = _threshold(None, "--min-decision-agreement", "Minimum fraction (0..1) of decisions that agree, for probabilities outputs (softmax/sigmoid): the argmax of each row, and for sigmoid each value's side of 0.5.")
+    min_decision_agreement: float | None = _threshold(None, "--min-decision-agreement", "Minimum fraction (0..1) of decisions that agree, for probabilities outputs (softmax/sigmoid): the argmax of each row, and for sigmoid each value's side of --decision-threshold.")
+    min_expected_positive_agreement: float | None = _threshold(None, "--min-expected-positive-agreement", "Minimum expected intersection over union (0..1) of PyTorch's and the exported model's detections (values >= --decision-threshold) of a sigmoid output or part, with real --calibration-data.")
+    decision_threshold: float | None = _threshold(None, "--decision-threshold", "The probability at which the app takes a sigmoid's value as a detection (default 0.5; e.g. 0.25 for a YOLO detector's class scores): sigmoid decisions are judged at it.")
     max_probability_error: float | None = _threshold(None, "--max-probability-error", "Maximum abs error of the probabilities, for probabilities outputs (softmax/sigmoid).")
     max_rel_l2: float | None = _threshold(None, "--max-rel-l2", "Maximum relative L2 error per classification or regression output (default: not gated; SQNR covers it).")
     max_error_steps: float | None = _threshold(None, "--max-error-steps", "Maximum abs error in output quantization steps, for integer outputs (default: not gated).")
@@ -263,6 +265,7 @@ class ParityOptions:
             "min_top5": self.min_top5, "min_neighbour_agreement": self.min_neighbour_agreement, "max_rel_l2": self.max_rel_l2,
             "max_error_steps": self.max_error_steps, "min_decision_agreement": self.min_decision_agreement,
             "max_probability_error": self.max_probability_error, "min_expected_top1": self.min_expected_top1,
+            "min_expected_positive_agreement": self.min_expected_positive_agreement, "decision_threshold": self.decision_threshold,
         }
 
 

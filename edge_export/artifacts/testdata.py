@@ -166,9 +166,12 @@ def build_reference_vectors(
         if k in channels_last_outputs:
             arrays = [np.transpose(a, (0, 2, 3, 1)) for a in arrays]
         expected.append(np.ascontiguousarray(np.stack(arrays)))
+    from ..validators.parity import output_thresholds
+
     by_name = {o.name: o for o in parity.outputs}
-    decisions = [by_name[t.name].decision if t.name in by_name else parity.outputs[k].decision for k, t in enumerate(outputs)]
-    thresholds = tuple(Thresholds(**parity.thresholds.for_kind(d.kind)) for d in decisions)
+    judged = [by_name[t.name] if t.name in by_name else parity.outputs[k] for k, t in enumerate(outputs)]
+    decisions = [o.decision for o in judged]
+    thresholds = tuple(output_thresholds(parity.thresholds, o) for o in judged)
     signature_key = fb.signatures[0]["key"] if fb.signatures else ""
     return ReferenceVectors(
         signature_key=signature_key or "",

@@ -31,18 +31,23 @@ _METRIC_COLUMNS = (
 _PROBABILITY_COLUMNS = (
     ("probability err", "probability_error", 4),
     ("decisions", "decision_agreement", 4),
-    ("decisions at 0.5", "threshold_agreement", 4),
+    ("decisions at threshold", "threshold_agreement", 4),
 )
-# Only a table with a classifier checked on real data has this column.
-_REAL_DATA_COLUMNS = (("expected top-1", "expected_top1_agreement", 4),)
+# Only a table with a classifier or a sigmoid checked on real data has these columns.
+_REAL_DATA_COLUMNS = (("expected top-1", "expected_top1_agreement", 4), ("expected detections IoU", "expected_positive_agreement", 4))
 # Which thresholds gate which kind of output (config.KIND_THRESHOLDS, restated: reports never import
 # the pipeline's modules) and how each reads in the Markdown.
 _GATES_BY_KIND = {
     "classification": ("atol", "min_sqnr_db", "min_cosine", "max_rel_l2", "max_error_steps", "min_top1", "min_top5", "min_expected_top1"),
     "embedding": ("min_cosine", "min_neighbour_agreement"),
     "regression": ("atol", "min_sqnr_db", "max_rel_l2", "max_error_steps"),
-    "probabilities": ("atol", "min_sqnr_db", "max_rel_l2", "max_error_steps", "max_probability_error", "min_decision_agreement"),
+    "probabilities": (
+        "atol", "min_sqnr_db", "max_rel_l2", "max_error_steps", "max_probability_error", "min_decision_agreement",
+        "min_expected_positive_agreement",
+    ),
 }
+# A part a sigmoid makes is gated on its decisions besides its output's gates (validators/parity.py).
+_SIGMOID_PART_GATES = ("min_decision_agreement", "min_expected_positive_agreement")
 _GATE_TEXT = {
     "atol": "max abs error ≤ {}",
     "min_sqnr_db": "SQNR ≥ {} dB",
@@ -55,6 +60,7 @@ _GATE_TEXT = {
     "min_neighbour_agreement": "neighbour agreement ≥ {}",
     "max_probability_error": "probability error ≤ {}",
     "min_decision_agreement": "decision agreement ≥ {}",
+    "min_expected_positive_agreement": "expected detections IoU ≥ {} (real data)",
 }
 
 
@@ -69,8 +75,9 @@ def _cells(o, columns) -> str:
 
 def outputs_section(val: ParityResult) -> list[str]:
     lines = [f"## Outputs ({_e(val.samples)} samples, {_e(val.runtime)})", ""]
-    columns = _METRIC_COLUMNS + (_PROBABILITY_COLUMNS if any("decision_agreement" in o.metrics for o in val.outputs) else ())
-    columns += _REAL_DATA_COLUMNS if any("expected_top1_agreement" in o.metrics for o in val.outputs) else ()
+    judged = [m for o in val.outputs for m in (o.metrics, *(p.metrics for p in o.parts or ()))]
+    extra = [c for c in (*_PROBABILITY_COLUMNS, *_REAL_DATA_COLUMNS) if any(c[1] in m for m in judged)]
+    columns = _METRIC_COLUMNS + tuple(extra)
     head = ["output", "kind", "shape", *(c[0] for c in columns), "verdict"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
@@ -104,7 +111,22 @@ def outputs_section(val: ParityResult) -> list[str]:
             gates = [g.replace("cosine", "worst-sample cosine", 1) if g.startswith("cosine") else g for g in gates]
         lines.append(f"Thresholds ({kind}): " + (", ".join(gates) or "none"))
         lines.append("")
-    return lines
+    return lines + _sigmoid_gates(val)
+
+
+def _sigmoid_gates(val: ParityResult) -> list[str]:
+    """The gates a sigmoid's decisions are judged by, and the threshold they are taken at."""
+    t = val.thresholds
+    sigmoid_parts = any(getattr(p, "activation", None) == "sigmoid" for o in val.outputs for p in o.parts or ())
+    sigmoid = sigmoid_parts or any(o.decision.activation == "sigmoid" for o in val.outputs)
+    if not sigmoid:
+        return []
+    threshold = _plain(getattr(t, "decision_threshold", None))
+    lines = [f"A sigmoid's value is a detection at or above {_fmt(threshold)} (--decision-threshold)."]
+    if sigmoid_parts:
+        gates = [_GATE_TEXT[k].format(_plain(getattr(t, k))) for k in _SIGMOID_PART_GATES if _plain(getattr(t, k, None)) is not None]
+        lines[0] += " Thresholds (parts a sigmoid makes), besides their output's: " + (", ".join(gates) or "none")
+    return [lines[0], ""]
 
 
 def layer_section(layers: LayerParityReport) -> list[str]:

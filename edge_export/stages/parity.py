@@ -103,8 +103,9 @@ def run_parity(
     if order is not None:  # both sides name their outputs: pair by name, not by position
         references = [[ref[i] for i in order] for ref in references]
         torch_names = [torch_names[i] for i in order]
-    real = _real_references(module, samples, references, calibration, plan, names, torch_names, order, options)
-    results = _compare_runs(references, runs, names, torch_names, scales, options, fb, real)
+    judged = _judged_as(references, names, torch_names, options, fb)
+    real = _real_references(module, samples, references, calibration, plan, order, judged)
+    results = _compare_runs(references, runs, names, scales, options, judged, real)
     if results[0].passed is False:
         results = _with_reference_stability(results, module, samples, plan, references, names, order)
     checked = (feeds, references)
@@ -146,17 +147,40 @@ def _with_reference_stability(
     return [replace(r, reference_stability=stability, notes=(*r.notes, note) if note else r.notes) for r in results]
 
 
+@dataclass(frozen=True)
+class _JudgedAs:
+    """What each output is (its kind) and the runs of it a sigmoid makes (probabilities.sigmoid_segments)."""
+
+    kinds: list
+    segments: list
+
+    @property
+    def reads_real_data(self) -> bool:
+        """A classifier's expected top-1 and a sigmoid's expected detections read PyTorch's outputs
+        on the real samples; nothing else does."""
+        return any(
+            d.kind is OutputKind.CLASSIFICATION or d.activation == "sigmoid" or runs for d, runs in zip(self.kinds, self.segments)
+        )
+
+
+def _judged_as(references: list, names: list[str], torch_names: list[str | None], options: ExportOptions, fb: Any) -> _JudgedAs:
+    """Each output's kind (probabilities when the converted model's softmax/sigmoid, or PyTorch's
+    values, say so) and its sigmoid runs."""
+    from ..validators.probabilities import probability_kinds, sigmoid_segments
+
+    shapes = [tuple(r.shape) for r in references[0]]
+    kinds = probability_kinds(output_kinds(names, torch_names, shapes, options), fb, names, references)
+    segments = [sigmoid_segments(fb, name, shape) if fb is not None else () for name, shape in zip(names, shapes)]
+    return _JudgedAs(kinds, segments)
+
+
 def _real_references(
-    module: Any, samples: list[tuple], references: list, calibration: Any, plan: Any, names: Sequence[str],
-    torch_names: Sequence[str | None], order: list[int] | None, options: ExportOptions,
+    module: Any, samples: list[tuple], references: list, calibration: Any, plan: Any, order: list[int] | None, judged: _JudgedAs,
 ) -> list | None:
     """PyTorch's outputs on every real sample (the held-out ones, then the calibration data, at most
     expected_top1.MAX_MARGIN_ROWS of them), in the flatbuffer's output order; None unless the data is
-    real and an output is a classifier (the expected top-1 needs them, nothing else does)."""
-    if calibration is None or not calibration.real_data:
-        return None
-    shapes = [tuple(r.shape) for r in references[0]]
-    if not any(d.kind is OutputKind.CLASSIFICATION for d in output_kinds(names, torch_names, shapes, options)):
+    real and an output reads them (a classifier, a sigmoid)."""
+    if calibration is None or not calibration.real_data or not judged.reads_real_data:
         return None
     import numpy as np
     import torch
@@ -229,16 +253,12 @@ def runtime_runners(runtime: str, runner_factory: Any = None) -> tuple[list, str
 
 
 def _compare_runs(
-    references: list, runs: list[tuple], names: list[str], torch_names: list[str | None], scales: list, options: ExportOptions, fb: Any = None,
-    real: list | None = None,
+    references: list, runs: list[tuple], names: list[str], scales: list, options: ExportOptions, judged: _JudgedAs, real: list | None = None,
 ) -> list:
-    """One ParityResult per runtime, each output judged by its kind (probabilities when the converted
-    model's softmax/sigmoid, or PyTorch's values, say so)."""
+    """One ParityResult per runtime, each output judged by its kind and its sigmoid runs."""
     from ..validators.parity import compare_outputs
-    from ..validators.probabilities import probability_kinds
 
-    kinds = output_kinds(names, torch_names, [tuple(r.shape) for r in references[0]], options)
-    kinds = probability_kinds(kinds, fb, names, references)
+    kinds = judged.kinds
     unnamed = [n for n, d in zip(names, kinds) if d.source.value == "default"]
     notes = (
         [
@@ -251,7 +271,7 @@ def _compare_runs(
     )
     return [
         compare_outputs(references, run_outputs, names=names, thresholds=options.thresholds(), runtime=run_runtime,
-                        output_scales=scales, notes=notes, kinds=kinds, real_references=real)
+                        output_scales=scales, notes=notes, kinds=kinds, real_references=real, segments=judged.segments)
         for run_outputs, _, _, run_runtime in runs
     ]
 

@@ -124,14 +124,7 @@ def parity_on_vectors(fb: FlatbufferModel, vectors: Any, options: ExportOptions)
 
     expected = [torch_layout([e[s] for e in vectors.expected]) for s in range(vectors.count)]
     names = [t.name for t in vectors.output_tensors]
-    overrides = dict(
-        atol=options.parity.atol, min_sqnr_db=options.parity.min_sqnr, min_cosine=options.parity.min_cosine, min_top1=options.parity.min_top1,
-        min_top5=options.parity.min_top5, min_neighbour_agreement=options.parity.min_neighbour_agreement,
-        max_rel_l2=options.parity.max_rel_l2, max_error_steps=options.parity.max_error_steps,
-        min_decision_agreement=options.parity.min_decision_agreement, max_probability_error=options.parity.max_probability_error,
-        min_expected_top1=options.parity.min_expected_top1,
-    )
-    thresholds = [t.override(**overrides) for t in vectors.thresholds]
+    thresholds = [t.override(**options.parity.threshold_overrides()) for t in vectors.thresholds]
     notes = _vector_notes(fb, vectors)
     results = [_judge_run(vectors, names, expected, [torch_layout(o) for o in outs], thresholds, scales, runtime, notes, fb)
                for outs, scales, runtime in runs]
@@ -184,13 +177,14 @@ def _judge_run(
     vectors: Any, names: list[str], expected: list, candidate: list, thresholds: list, scales: list, runtime: str, notes: list[str], fb: Any = None
 ) -> Any:
     """One runtime's ParityResult: each output judged with its stored kind and thresholds (a
-    probabilities output's activation read from the flatbuffer again: the vectors do not store it)."""
+    probabilities output's activation, and the runs of an output a sigmoid makes, read from the
+    flatbuffer again: the vectors do not store them)."""
     from dataclasses import replace
 
     from ..config import OutputKind
     from ..validators.output_kinds import KindDecision, KindSource
     from ..validators.parity import ParityResult, compare_outputs
-    from ..validators.probabilities import activation_axis, graph_activation
+    from ..validators.probabilities import activation_axis, graph_activation, sigmoid_segments
 
     merged: dict = {}
     for t in thresholds:
@@ -203,9 +197,10 @@ def _judge_run(
         if decision.kind is OutputKind.PROBABILITIES and fb is not None:
             activation = graph_activation(fb, name)
             decision = replace(decision, activation=activation, axis=activation_axis(activation, [e[k] for e in expected]))
+        segments = [sigmoid_segments(fb, name, np.shape(expected[0][k]))] if fb is not None else None
         per_output.append(compare_outputs(
             [[e[k]] for e in expected], [[c[k]] for c in candidate], names=[name], thresholds=thresholds[k],
-            runtime=runtime, output_scales=[scales[k]], kinds=[decision],
+            runtime=runtime, output_scales=[scales[k]], kinds=[decision], segments=segments,
         ))
     return ParityResult(
         samples=vectors.count,

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..config import OutputKind
+from ..errors import InternalError
 from .metrics import NotComputable
 from .output_kinds import KindDecision, KindSource
 
@@ -44,6 +45,7 @@ __all__ = [
     "decision_slack",
     "graph_activation",
     "probability_kinds",
+    "sigmoid_segments",
     "threshold_agreement",
     "values_activation",
 ]
@@ -89,6 +91,76 @@ def graph_activation(model: Any, output_name: str) -> str | None:
     """``softmax``, ``log_softmax`` or ``sigmoid`` when that operator produces the named output of the
     flatbuffer model (past QUANTIZE/DEQUANTIZE, TRANSPOSE and RESHAPE), else None."""
     return _graph_walk(model, output_name)[0]
+
+
+def _producer_past(model: Any, tensor: int, skipped: frozenset[str]) -> Any:
+    """The operator producing ``tensor``, past the ``skipped`` ones (each read through its first input)."""
+    for _ in range(_MAX_WALK):
+        op = model.producer_of(tensor)
+        if op is None or op.opcode not in skipped or not op.inputs:
+            return op
+        tensor = op.inputs[0]
+    return None
+
+
+def _constant(model: Any, index: int) -> Any:
+    """A constant tensor's value, or None (an activation, or a model built without its bytes)."""
+    try:
+        return model.constant(index) if index >= 0 else None
+    except InternalError:
+        return None
+
+
+def _join_axis(model: Any, tensor: int) -> tuple[Any, int] | None:
+    """The CONCATENATION producing ``tensor`` (past type changes, TRANSPOSEs and RESHAPEs that keep
+    every axis up to the joined one: a flatten of the axes after it), and the axis of ``tensor`` its
+    inputs are joined along; None when no such concatenation makes it."""
+    moves = []
+    op = model.producer_of(tensor)
+    for _ in range(_MAX_WALK):
+        if op is None or op.opcode not in _TYPE_ONLY | _LAYOUT_ONLY or not op.inputs:
+            break
+        moves.append(op)
+        op = model.producer_of(op.inputs[0])
+    if op is None or op.opcode != "CONCATENATION" or getattr(op.options, "axis", None) is None:
+        return None
+    axis = int(op.options.axis) % max(1, len(model.tensor(op.outputs[0]).shape))
+    for move in reversed(moves):  # from the concatenation towards the output
+        before, after = (tuple(model.tensor(t).shape) for t in (move.inputs[0], move.outputs[0]))
+        if move.opcode == "TRANSPOSE":
+            perm = _constant(model, move.inputs[1]) if len(move.inputs) > 1 else None
+            if perm is None or axis not in [int(i) for i in perm]:
+                return None
+            axis = [int(i) for i in perm].index(axis)
+        elif move.opcode == "RESHAPE" and before[: axis + 1] != after[: axis + 1]:
+            return None
+    return op, axis
+
+
+def sigmoid_segments(model: Any, output_name: str, shape: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
+    """``(axis, start, stop)`` of each run of the named output a sigmoid makes: the inputs of the
+    CONCATENATION producing it that a LOGISTIC produces, past type changes (a detector's class
+    scores beside its boxes). Axes count in ``shape``, PyTorch's shape of one sample, which the
+    flatbuffer's output must have."""
+    names = list(getattr(model, "output_names", ()) or ())
+    if output_name not in names or not len(shape):
+        return ()
+    tensor = model.outputs[names.index(output_name)]
+    found = _join_axis(model, tensor) if tuple(model.tensor(tensor).shape) == tuple(shape) else None
+    if found is None:
+        return ()
+    join, axis = found
+    joined_axis = int(join.options.axis) % len(model.tensor(join.outputs[0]).shape)
+    segments, start = [], 0
+    for part in join.inputs:
+        if part < 0:
+            return ()
+        stop = start + int(model.tensor(part).shape[joined_axis])
+        op = _producer_past(model, part, _TYPE_ONLY)
+        if op is not None and op.opcode == "LOGISTIC":
+            segments.append((axis, start, stop))
+        start = stop
+    return tuple(segments) if start == shape[axis] else ()
 
 
 def _sums_to_one(references: Sequence[np.ndarray], axis: int) -> bool:

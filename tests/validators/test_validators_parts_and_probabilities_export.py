@@ -1,12 +1,14 @@
 """Verdicts that see the task, end to end at int8 (issue #39): a detector whose boxes (pixels) and
 sigmoid scores share one output fails by its collapsed scores part although the whole tensor's SQNR
-passes; a softmax whose decision int8 really flips fails by decisions although its SQNR passes; an
-ordinary model keeps its verdict and report. Tiny models built here, the flatbuffer backend only."""
+passes, and on real data its scores are judged by the detections they keep; a softmax whose
+decision int8 really flips fails by decisions although its SQNR passes; an ordinary model keeps its
+verdict and report. Tiny models built here, the flatbuffer backend only."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -15,7 +17,7 @@ import edge_export
 from cli_harness import validate_report
 from model_zoo import Detector
 
-pytestmark = pytest.mark.slow  # three int8 exports, ~5-10 s each on a quiet 2-core machine
+pytestmark = pytest.mark.slow  # six int8 exports, ~5-10 s each on a quiet 2-core machine
 
 
 class NearTie(nn.Module):
@@ -90,6 +92,59 @@ def test_detector_fails_by_its_scores_part_and_names_it(folder):
     assert report["validation"]["worst"]["part"] == "output_0[:, 4:10, :]"
     assert "sqnr_db of output_0[:, 4:10, :]" in report["validation"]["worst"]["failed_checks"]
     assert r"| ↳ part <code>output\_0\[\:, 4\:10, \:\]</code>" in markdown  # escaped: a name is text
+
+
+def _real_data(folder, shape: tuple[int, ...], count: int = 64):
+    """An .npz of ``count`` inputs: calibration data read as real (an npz is the user's data)."""
+    path = folder / f"real_{'x'.join(map(str, shape))}.npz"
+    np.savez(path, x=torch.randn(count, *shape, generator=torch.Generator().manual_seed(1)).numpy())
+    return path
+
+
+def _by_metric(checks: list) -> dict:
+    return {c["metric"]: c for c in checks}
+
+
+def test_a_detectors_scores_on_real_data_are_judged_by_the_detections_they_keep(folder):
+    torch.manual_seed(0)
+    tflite = folder / "detector_real.tflite"
+    report, markdown = _export(
+        Detector(), torch.randn(1, 3, 16, 16), tflite, calibration_data=_real_data(folder, (3, 16, 16)), decision_threshold=0.25,
+        emit_test_vectors=True,
+    )
+    (output,) = report["validation"]["outputs"]
+    boxes, scores = output["parts"]
+    assert "activation" not in boxes and scores["activation"] == "sigmoid"  # the graph's LOGISTIC, through NHWC and a flatten
+    assert "expected_positive_agreement" not in boxes["metrics"]
+    checks = _by_metric(scores["checks"])
+    assert (checks["expected_positive_agreement"]["threshold"], checks["expected_positive_agreement"]["passed"]) == (0.9, True)
+    assert checks["threshold_agreement"]["passed"] and scores["metrics"]["expected_positive_agreement"] >= 0.9
+    assert report["validation"]["thresholds"]["decision_threshold"] == 0.25 and report["verdict"] == "passed"
+    assert "expected detections IoU" in markdown and "detection at or above 0.25" in markdown
+    # the test vectors keep the threshold and the part's gates: without PyTorch the part is a sigmoid's again
+    result = edge_export.validate(tflite, test_vectors=tflite.with_name("detector_real.testdata.npz"), report_prefix=folder / "vectors")
+    (again,) = validate_report(json.loads((folder / "vectors.report.json").read_text()))["validation"]["outputs"]
+    assert result.exit_code == 0 and again["parts"][1]["activation"] == "sigmoid"
+    assert _by_metric(again["parts"][1]["checks"])["threshold_agreement"]["threshold"] == 0.9
+    assert result.report["validation"]["thresholds"]["decision_threshold"] == 0.25
+
+
+def test_a_detector_whose_int8_scores_lose_detections_fails_naming_them(folder):
+    torch.manual_seed(0)
+    report, markdown = _export(
+        Detector(), torch.randn(1, 3, 16, 16), folder / "detector_lost.tflite", calibration_data=_real_data(folder, (3, 16, 16)),
+        decision_threshold=0.25, part_scales=False, mixed_precision="off",
+    )
+    (output,) = report["validation"]["outputs"]
+    scores = output["parts"][1]
+    check = _by_metric(scores["checks"])["expected_positive_agreement"]
+    assert check["passed"] is False and check["value"] < 0.9
+    assert report["verdict"] == "failed"
+    assert "expected_positive_agreement of output_0[:, 4:10, :]" in report["validation"]["worst"]["failed_checks"]
+    note = next(n for n in report["validation"]["notes"] if "detections" in n)
+    assert note.startswith("output_0[:, 4:10, :]: PyTorch's detections (values >= 0.25)")
+    assert "--min-expected-positive-agreement" in note and "--decision-threshold" in note
+    assert "❌" in markdown and "expected detections IoU ≥ 0.9 (real data)" in markdown
 
 
 def test_softmax_whose_int8_decisions_flip_fails_by_decisions(folder):
