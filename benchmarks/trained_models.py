@@ -1045,7 +1045,7 @@ def _yolo_case(name: str, task: str, weights: str, net: Any, images: list, notes
     cal = [(x[None],) for x in to_input(crops(images, 320, 64, np.random.default_rng(21)))]
     held = [(x[None],) for x in to_input(crops(images, 320, 24, np.random.default_rng(22)))]
     return Case(name, task, weights, "scikit-image photo crops, 320x320", Boxes().eval(), cal, held, yolo_metric,
-                ["fp32", "int8", "int16x8", "edgetpu"], ["--output-kind", "regression"], notes=notes)
+                ["fp32", "int8", "int16x8", "edgetpu"], ["--output-kind", "regression", "--decision-threshold", "0.25"], notes=notes)
 
 
 def yolo_trained(work: Path) -> Case:
