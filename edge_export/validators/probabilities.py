@@ -44,6 +44,7 @@ __all__ = [
     "decision_count",
     "decision_slack",
     "graph_activation",
+    "holds_sigmoid_parts",
     "probability_kinds",
     "sigmoid_segments",
     "threshold_agreement",
@@ -161,6 +162,13 @@ def sigmoid_segments(model: Any, output_name: str, shape: Sequence[int]) -> tupl
             segments.append((axis, start, stop))
         start = stop
     return tuple(segments) if start == shape[axis] else ()
+
+
+def holds_sigmoid_parts(model: Any) -> bool:
+    """Whether an output of ``model`` is joined from a sigmoid's run and other values
+    (sigmoid_segments over its own output shapes): a detector's class scores beside its boxes."""
+    names = list(getattr(model, "output_names", ()) or ())
+    return any(sigmoid_segments(model, name, model.tensor(t).shape) for name, t in zip(names, model.outputs))
 
 
 def _sums_to_one(references: Sequence[np.ndarray], axis: int) -> bool:

@@ -79,9 +79,12 @@ def test_labels_inside_the_calibration_data_make_the_search_a_classifiers():
     --labels or --output-kind: the export passes that on, and the target is the classifier's."""
     from types import SimpleNamespace
 
+    from edge_export.stages.convert import reads_decisions
+
     options = ExportOptions.from_keywords(quantize="int8")
-    assert search_target(options, "default", labelled=True).min_sqnr_db == 30.0
-    assert not keeps_search_margin(SimpleNamespace(sqnr_db=27.0, cosine=0.999), options, labelled=True)
+    decisions = reads_decisions(SimpleNamespace(model=None), labels=object())
+    assert search_target(options, "default", decisions).min_sqnr_db == 30.0
+    assert not keeps_search_margin(SimpleNamespace(sqnr_db=27.0, cosine=0.999), options, decisions)
     assert keeps_search_margin(SimpleNamespace(sqnr_db=27.0, cosine=0.999), options)
 
 

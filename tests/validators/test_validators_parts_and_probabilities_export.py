@@ -105,13 +105,20 @@ def _by_metric(checks: list) -> dict:
     return {c["metric"]: c for c in checks}
 
 
-def test_a_detectors_scores_on_real_data_are_judged_by_the_detections_they_keep(folder):
+@pytest.fixture(scope="module")
+def real_detector(folder):
+    """The detector exported at int8 with real calibration data, its scores decided at 0.25."""
     torch.manual_seed(0)
     tflite = folder / "detector_real.tflite"
     report, markdown = _export(
         Detector(), torch.randn(1, 3, 16, 16), tflite, calibration_data=_real_data(folder, (3, 16, 16)), decision_threshold=0.25,
         emit_test_vectors=True,
     )
+    return report, markdown, tflite
+
+
+def test_a_detectors_scores_on_real_data_are_judged_by_the_detections_they_keep(folder, real_detector):
+    report, markdown, tflite = real_detector
     (output,) = report["validation"]["outputs"]
     boxes, scores = output["parts"]
     assert "activation" not in boxes and scores["activation"] == "sigmoid"  # the graph's LOGISTIC, through NHWC and a flatten
@@ -127,6 +134,21 @@ def test_a_detectors_scores_on_real_data_are_judged_by_the_detections_they_keep(
     assert result.exit_code == 0 and again["parts"][1]["activation"] == "sigmoid"
     assert _by_metric(again["parts"][1]["checks"])["threshold_agreement"]["threshold"] == 0.9
     assert result.report["validation"]["thresholds"]["decision_threshold"] == 0.25
+
+
+def test_a_detectors_default_search_aims_as_a_classifiers_does(real_detector):
+    """Detections flip well above the SQNR gate (YOLO11n searched to 25 dB kept 0.899 of them, to
+    30 dB 0.966): a model joined from a sigmoid's run gets the classifier's 30 dB search target."""
+    from types import SimpleNamespace
+
+    from edge_export.flatbuffer import load_flatbuffer
+    from edge_export.options import ExportOptions
+    from edge_export.stages.convert import reads_decisions, search_target
+
+    options = ExportOptions.from_keywords(quantize="int8")
+    detector = SimpleNamespace(model=load_flatbuffer(real_detector[2]))
+    assert reads_decisions(detector, None) and search_target(options, "default", reads_decisions(detector, None)).min_sqnr_db == 30.0
+    assert reads_decisions(SimpleNamespace(model=None), object())  # labels inside the calibration data
 
 
 def test_a_detector_whose_int8_scores_lose_detections_fails_naming_them(folder):
@@ -163,6 +185,12 @@ def test_softmax_whose_int8_decisions_flip_fails_by_decisions(folder):
 def test_ordinary_model_keeps_its_verdict_and_report(folder):
     torch.manual_seed(0)
     report, markdown = _export(Regressor(), torch.randn(1, 3, 8, 8), folder / "regressor.tflite")
+    from types import SimpleNamespace
+
+    from edge_export.flatbuffer import load_flatbuffer
+    from edge_export.stages.convert import reads_decisions
+
+    assert not reads_decisions(SimpleNamespace(model=load_flatbuffer(folder / "regressor.tflite")), None)  # the 25 dB search
     (output,) = report["validation"]["outputs"]
     assert (output["kind"], output["kind_source"]) == ("regression", "default")
     assert "parts" not in output and "activation" not in output and "part" not in report["validation"]["worst"]
