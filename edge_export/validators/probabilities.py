@@ -112,10 +112,11 @@ def _constant(model: Any, index: int) -> Any:
         return None
 
 
-def _join_axis(model: Any, tensor: int) -> tuple[Any, int] | None:
+def _join_axis(model: Any, tensor: int) -> tuple[Any, int, int] | None:
     """The CONCATENATION producing ``tensor`` (past type changes, TRANSPOSEs and RESHAPEs that keep
-    every axis up to the joined one: a flatten of the axes after it), and the axis of ``tensor`` its
-    inputs are joined along; None when no such concatenation makes it."""
+    every axis up to the joined one: a flatten of the axes after it), the axis it joins along, and
+    that axis in ``tensor``; None when no such concatenation makes it (or the file's shapes and
+    permutations do not add up: a model is read as hostile)."""
     moves = []
     op = model.producer_of(tensor)
     for _ in range(_MAX_WALK):
@@ -123,9 +124,12 @@ def _join_axis(model: Any, tensor: int) -> tuple[Any, int] | None:
             break
         moves.append(op)
         op = model.producer_of(op.inputs[0])
-    if op is None or op.opcode != "CONCATENATION" or getattr(op.options, "axis", None) is None:
+    if op is None or op.opcode != "CONCATENATION" or getattr(op.options, "axis", None) is None or not op.outputs:
         return None
-    axis = int(op.options.axis) % max(1, len(model.tensor(op.outputs[0]).shape))
+    rank = len(model.tensor(op.outputs[0]).shape)
+    if not -rank <= int(op.options.axis) < rank:
+        return None
+    joined = axis = int(op.options.axis) % rank
     for move in reversed(moves):  # from the concatenation towards the output
         before, after = (tuple(model.tensor(t).shape) for t in (move.inputs[0], move.outputs[0]))
         if move.opcode == "TRANSPOSE":
@@ -135,7 +139,7 @@ def _join_axis(model: Any, tensor: int) -> tuple[Any, int] | None:
             axis = [int(i) for i in perm].index(axis)
         elif move.opcode == "RESHAPE" and before[: axis + 1] != after[: axis + 1]:
             return None
-    return op, axis
+    return op, joined, axis
 
 
 def sigmoid_segments(model: Any, output_name: str, shape: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
@@ -148,13 +152,12 @@ def sigmoid_segments(model: Any, output_name: str, shape: Sequence[int]) -> tupl
         return ()
     tensor = model.outputs[names.index(output_name)]
     found = _join_axis(model, tensor) if tuple(model.tensor(tensor).shape) == tuple(shape) else None
-    if found is None:
+    if found is None or not found[2] < len(shape):
         return ()
-    join, axis = found
-    joined_axis = int(join.options.axis) % len(model.tensor(join.outputs[0]).shape)
+    join, joined_axis, axis = found
     segments, start = [], 0
     for part in join.inputs:
-        if part < 0:
+        if part < 0 or len(model.tensor(part).shape) <= joined_axis:
             return ()
         stop = start + int(model.tensor(part).shape[joined_axis])
         op = _producer_past(model, part, _TYPE_ONLY)

@@ -91,3 +91,71 @@ def test_the_decision_threshold_is_a_probability(bad):
     with pytest.raises(UsageError, match="--decision-threshold"):
         Thresholds(decision_threshold=bad)
     assert Thresholds().override(decision_threshold=0.25).decision_threshold == 0.25
+
+
+# ---- the runs of an output a sigmoid makes, read from the graph (probabilities.sigmoid_segments) ----
+
+
+class _Graph:
+    """A flatbuffer's main subgraph as sigmoid_segments reads it: tensors by index (shape), each
+    made by one operator; constants (a TRANSPOSE's permutation) by index."""
+
+    def __init__(self, shapes: dict, ops: list, output: int, constants: dict | None = None) -> None:
+        from types import SimpleNamespace
+
+        self.shapes, self.constants = shapes, constants or {}
+        self.ops = [SimpleNamespace(opcode=o[0], inputs=o[1], outputs=o[2], options=o[3] if len(o) > 3 else None) for o in ops]
+        self.output_names, self.outputs = ("output_0",), (output,)
+
+    def producer_of(self, tensor: int):
+        return next((op for op in self.ops if tensor in op.outputs), None)
+
+    def tensor(self, index: int):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(shape=self.shapes[index])
+
+    def constant(self, index: int):
+        return self.constants.get(index)
+
+
+def _detector_graph(axis: int = 3, perm=(0, 3, 1, 2), output_shape=(1, 10, 64)) -> _Graph:
+    """The test detector's head as litert-torch writes it: boxes (MUL after a LOGISTIC) and scores
+    (a LOGISTIC, then DEQUANTIZE) joined along NHWC's channels, transposed to NCHW, flattened."""
+    from types import SimpleNamespace
+
+    shapes = {0: (1, 8, 8, 8), 1: (1, 8, 8, 4), 2: (1, 8, 8, 4), 3: (1, 8, 8, 6), 4: (1, 8, 8, 6), 5: (1, 8, 8, 10),
+              6: (4,), 7: (1, 10, 8, 8), 8: output_shape}
+    ops = [
+        ("LOGISTIC", (0,), (1,)), ("MUL", (1,), (2,)), ("LOGISTIC", (0,), (3,)), ("DEQUANTIZE", (3,), (4,)),
+        ("CONCATENATION", (2, 4), (5,), SimpleNamespace(axis=axis)), ("TRANSPOSE", (5, 6), (7,)), ("RESHAPE", (7,), (8,)),
+    ]
+    return _Graph(shapes, ops, 8, {6: np.array(perm)})
+
+
+def test_a_detectors_scores_are_found_through_its_layout():
+    from edge_export.validators.probabilities import holds_sigmoid_parts, sigmoid_segments
+
+    graph = _detector_graph()
+    assert sigmoid_segments(graph, "output_0", (1, 10, 64)) == ((1, 4, 10),)  # channels 4:10, boxes (a MUL) are not
+    assert holds_sigmoid_parts(graph)
+    assert sigmoid_segments(graph, "output_0", (1, 64, 10)) == ()  # not PyTorch's shape: the axes do not line up
+    assert sigmoid_segments(graph, "missing", (1, 10, 64)) == ()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"axis": 7},  # a join axis the tensor does not have
+        {"axis": -9},
+        {"perm": (0, 1, 2, 9)},  # a permutation without the joined axis
+        {"output_shape": (1, 640)},  # a flatten that merges the joined axis away
+    ],
+)
+def test_a_graph_whose_shapes_do_not_add_up_has_no_sigmoid_runs(change):
+    """Read from a hostile file: a wrong axis or permutation means no runs, never an exception."""
+    from edge_export.validators.probabilities import sigmoid_segments
+
+    graph = _detector_graph(**change)
+    shape = graph.shapes[8]
+    assert sigmoid_segments(graph, "output_0", shape) == ()
