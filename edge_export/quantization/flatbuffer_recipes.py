@@ -51,6 +51,7 @@ from .constant_matmul_operands import quantize_constant_operands_per_tensor
 from ..quantize_modes import mode_spec
 from .discontinuous import keep_feeders_in_float
 from .output_joins import find_output_joins, keep_output_joins_in_float
+from .int16_headroom import with_headroom
 from .sigmoid_ranges import cut_sigmoid_input_ranges
 from .sequence_lstm_int8 import quantize_sequence_lstm_model, takes_sequence_lstm_model
 
@@ -272,17 +273,33 @@ def _constant_tensor_names(float_model: FlatbufferModel) -> set[str]:
     return {t.name for t in float_model.tensors if t.is_constant}
 
 
-def _calibrate(quantizer: Any, float_model: FlatbufferModel, float_bytes: bytes, data: dict, observer: str) -> dict:
+def _calibrate(quantizer: Any, float_model: FlatbufferModel, float_bytes: bytes, data: dict, observer: str) -> tuple[dict, dict]:
     """Per-tensor ranges (percentile and mse narrow them afterwards), a normalization's RSQRT
     without the rows that are constant (normalization_ranges), a max pool's padding without its
-    pad value (max_pool_padding)."""
+    pad value (max_pool_padding); and, for min/max, each tensor's growth from half of the samples
+    to all of them (int16_headroom: what an int16 tensor's range is widened by; {} otherwise)."""
     from .max_pool_padding import without_max_pool_padding
     from .normalization_ranges import without_constant_rows
 
-    qsvs = _min_max_ranges(quantizer, float_model, float_bytes, data, observer)
+    qsvs, growth = _split_min_max_ranges(quantizer, float_model, float_bytes, data, observer)
     samples = [list(sample.values()) for sample in next(iter(data.values()), [])]
     qsvs = without_constant_rows(float_model, samples, qsvs)[0]
-    return without_max_pool_padding(float_model, qsvs)[0]
+    return without_max_pool_padding(float_model, qsvs)[0], growth
+
+
+def _split_min_max_ranges(quantizer: Any, float_model: FlatbufferModel, float_bytes: bytes, data: dict, observer: str) -> tuple[dict, dict]:
+    """_min_max_ranges, computed as the union of two halves of the samples (the same ranges) when
+    the observer is min/max, and the growth between the halves (int16_headroom.growth_between)."""
+    from .int16_headroom import HEADROOM_CAP, MIN_SPLIT_SAMPLES, growth_between, union_of
+
+    if observer != "minmax":
+        return _min_max_ranges(quantizer, float_model, float_bytes, data, observer), {}
+    key, samples = next(iter(data.items()), (None, []))
+    if len(samples) < MIN_SPLIT_SAMPLES:
+        qsvs = _min_max_ranges(quantizer, float_model, float_bytes, data, observer)
+        return qsvs, dict.fromkeys(qsvs, HEADROOM_CAP)
+    halves = [_min_max_ranges(quantizer, float_model, float_bytes, {key: samples[i::2]}, observer) for i in (0, 1)]
+    return union_of(*halves), growth_between(*halves)
 
 
 def _min_max_ranges(quantizer: Any, float_model: FlatbufferModel, float_bytes: bytes, data: dict, observer: str) -> dict:
@@ -429,10 +446,12 @@ def quantize_flatbuffer(
                 float_model = float_model or read_flatbuffer(float_bytes, origin="the float model")
                 # Its tqdm progress bar writes to sys.stderr, which may not be file descriptor 2.
                 with contextlib.redirect_stderr(io.StringIO()) if not verbose else contextlib.nullcontext():
-                    qsvs = _calibrate(qz, float_model, float_bytes, data, observer)
+                    qsvs, growth = _calibrate(qz, float_model, float_bytes, data, observer)
                 if observer in ("percentile", "mse"):
                     qsvs = _percentile_ranges(float_model, calibration, qsvs, percentile, mode, search=observer)
                 qsvs, _ = floor_ranges(qsvs, mode, _constant_tensor_names(float_model))
+                if mode_spec(mode).activations == "int16":  # every activation int16: headroom for each
+                    qsvs, _ = with_headroom(qsvs, qsvs, float_model, growth)
                 qsvs, _ = cut_sigmoid_input_ranges(float_model, qsvs, mode)
                 if part_scales and _levels(mode) is not None:  # static int8/int16x8: one scale per tensor
                     keep_output_joins_in_float(qz, float_model, find_output_joins(float_model, qsvs))

@@ -140,13 +140,12 @@ class RecipeQuantizer:
             import io
 
             with contextlib.redirect_stderr(io.StringIO()) if not verbose else contextlib.nullcontext():
-                qsvs = fr._calibrate(qz, self.float_model, calibrated, data, observer)
+                qsvs, self.growth = fr._calibrate(qz, self.float_model, calibrated, data, observer)
         constants = {t.name for t in self.float_model.tensors if t.is_constant}
         # The int16 floor is the narrower one; int8 ranges get the int8 floor at quantize time.
         self.qsvs, _ = fr.floor_ranges(qsvs, QuantizeMode.INT8, constants)
         self.part_scales = part_scales
         self.joins = find_output_joins(self.float_model, self.qsvs) if part_scales else ()
-        self._cut_ranges: dict[QuantizeMode, dict[str, Any]] = {}
 
     @classmethod
     def with_ranges(cls, float_bytes: bytes, like: RecipeQuantizer) -> RecipeQuantizer:
@@ -157,7 +156,7 @@ class RecipeQuantizer:
         made.float_bytes = bytes(float_bytes)
         made.float_model = read_flatbuffer(made.float_bytes, origin="the float model")
         made.verbose, made.calibration, made.observer, made.qsvs = like.verbose, like.calibration, like.observer, like.qsvs
-        made.part_scales, made._cut_ranges = like.part_scales, {}
+        made.part_scales, made.growth = like.part_scales, like.growth
         # found again: the joins are named by operator index, which a rewritten model may shift
         made.joins = find_output_joins(made.float_model, made.qsvs) if like.part_scales else ()
         made.rounding = like.rounding  # found by filter name: a split operator's halves are not rounded again
@@ -202,17 +201,25 @@ class RecipeQuantizer:
 
 
     def _ranges_for(self, base: str, overrides: Mapping[QuantizableOp, str]) -> dict[str, Any]:
-        """The calibrated ranges with sigmoid inputs cut (sigmoid_ranges.py) at int8's bound, or at
+        """The calibrated ranges with headroom for the tensors int16 operators write
+        (int16_headroom.py), then sigmoid inputs cut (sigmoid_ranges.py) at int8's bound, or at
         int16's when any operator of the recipe has int16 activations: an int8 tensor cut at the
         wider bound only keeps a coarser step, where int16's cut at int8's would saturate an int16
         sigmoid at 0.002."""
+        from .int16_headroom import int16_written_tensors, with_headroom
+
         precisions = ({base} | set(overrides.values())) - {"float"}
         if not precisions:
             return self.qsvs
         mode = QuantizeMode.INT16X8 if "int16" in precisions else QuantizeMode.INT8
-        if mode not in self._cut_ranges:
-            self._cut_ranges[mode] = cut_sigmoid_input_ranges(self.float_model, self.qsvs, mode)[0]
-        return self._cut_ranges[mode]
+        if base == "int16":
+            int16_ops = {op.index for op in self.float_model.operators} - {op.index for op, p in overrides.items() if p != "int16"}
+        else:
+            int16_ops = {op.index for op, p in overrides.items() if p == "int16"}
+        qsvs = self.qsvs
+        if int16_ops:
+            qsvs = with_headroom(qsvs, int16_written_tensors(self.float_model, int16_ops), self.float_model, self.growth)[0]
+        return cut_sigmoid_input_ranges(self.float_model, qsvs, mode)[0]
 
     def _rounded_for(self, base: str, overrides: Mapping[QuantizableOp, str]) -> bytes:
         """The float model with the rounded int8 filters of the operators this recipe quantizes
