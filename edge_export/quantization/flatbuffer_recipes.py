@@ -51,7 +51,7 @@ from .constant_matmul_operands import quantize_constant_operands_per_tensor
 from ..quantize_modes import mode_spec
 from .discontinuous import keep_feeders_in_float
 from .output_joins import find_output_joins, keep_output_joins_in_float
-from .int16_headroom import with_headroom
+from .int16_headroom import int16_only_tensors, int16_operators, with_headroom
 from .sigmoid_ranges import cut_sigmoid_input_ranges
 from .sequence_lstm_int8 import quantize_sequence_lstm_model, takes_sequence_lstm_model
 
@@ -451,7 +451,7 @@ def quantize_flatbuffer(
                     qsvs = _percentile_ranges(float_model, calibration, qsvs, percentile, mode, search=observer)
                 qsvs, _ = floor_ranges(qsvs, mode, _constant_tensor_names(float_model))
                 if mode_spec(mode).activations == "int16":  # every activation int16: headroom for each
-                    qsvs, _ = with_headroom(qsvs, qsvs, float_model, growth)
+                    qsvs, _ = with_headroom(qsvs, int16_only_tensors(float_model, int16_operators(float_model)), float_model, growth)
                 qsvs, _ = cut_sigmoid_input_ranges(float_model, qsvs, mode)
                 if part_scales and _levels(mode) is not None:  # static int8/int16x8: one scale per tensor
                     keep_output_joins_in_float(qz, float_model, find_output_joins(float_model, qsvs))

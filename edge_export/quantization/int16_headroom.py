@@ -32,7 +32,7 @@ import numpy as np
 
 from ..flatbuffer import FlatbufferModel
 
-__all__ = ["HEADROOM_CAP", "MIN_SPLIT_SAMPLES", "growth_between", "int16_written_tensors", "statistic_tensors", "union_of", "with_headroom"]
+__all__ = ["HEADROOM_CAP", "MIN_SPLIT_SAMPLES", "growth_between", "int16_only_tensors", "int16_operators", "statistic_tensors", "union_of", "with_headroom"]
 
 HEADROOM_CAP = 2.0
 MIN_SPLIT_SAMPLES = 4
@@ -68,10 +68,29 @@ def statistic_tensors(model: FlatbufferModel) -> frozenset[str]:
     return frozenset(model.tensors[i].name for i in found)
 
 
-def int16_written_tensors(model: FlatbufferModel, operators: Iterable[int]) -> frozenset[str]:
-    """The names of the tensors the given operators (indices in the main subgraph) write."""
+def int16_only_tensors(model: FlatbufferModel, operators: Iterable[int]) -> frozenset[str]:
+    """The names of the tensors that the given operators (indices in the main subgraph) write, and
+    of the model's inputs, that only those operators read (or nothing: a model output). A tensor an int8 operator also reads is
+    requantized to int8 from the same range, where one bit of eight is dear: it keeps its range
+    (MTCNN R-Net's three int16 operators feeding int8 ones, widened, took its face probability's
+    error from under 0.05 to 0.097)."""
     chosen = set(operators)
-    return frozenset(model.tensors[i].name for op in model.operators if op.index in chosen for i in op.outputs if i >= 0)
+    readers: dict[int, set[int]] = {}
+    for op in model.operators:
+        for i in op.inputs:
+            if i >= 0:
+                readers.setdefault(i, set()).add(op.index)
+    # the model's inputs too: the QUANTIZE in front of an int16 reader takes their range
+    written = {i for op in model.operators if op.index in chosen for i in op.outputs if i >= 0} | set(model.inputs)
+    return frozenset(model.tensors[i].name for i in written if readers.get(i, set()) <= chosen)
+
+
+def int16_operators(model: FlatbufferModel) -> set[int]:
+    """The operators an all-int16 recipe (int16x8) runs at int16: those ai-edge-quantizer has an
+    int16 recipe for (SQUARED_DIFFERENCE, for one, it has not)."""
+    from .operator_scopes import has_int16_recipe
+
+    return {op.index for op in model.operators if has_int16_recipe(op.opcode)}
 
 
 def _max_abs(qsv: Any) -> float:

@@ -206,19 +206,19 @@ class RecipeQuantizer:
         int16's when any operator of the recipe has int16 activations: an int8 tensor cut at the
         wider bound only keeps a coarser step, where int16's cut at int8's would saturate an int16
         sigmoid at 0.002."""
-        from .int16_headroom import int16_written_tensors, with_headroom
+        from .int16_headroom import int16_only_tensors, int16_operators, with_headroom
 
         precisions = ({base} | set(overrides.values())) - {"float"}
         if not precisions:
             return self.qsvs
         mode = QuantizeMode.INT16X8 if "int16" in precisions else QuantizeMode.INT8
         if base == "int16":
-            int16_ops = {op.index for op in self.float_model.operators} - {op.index for op, p in overrides.items() if p != "int16"}
+            int16_ops = int16_operators(self.float_model) - {op.index for op, p in overrides.items() if p != "int16"}
         else:
-            int16_ops = {op.index for op, p in overrides.items() if p == "int16"}
+            int16_ops = {op.index for op, p in overrides.items() if p == "int16"} & int16_operators(self.float_model)
         qsvs = self.qsvs
         if int16_ops:
-            qsvs = with_headroom(qsvs, int16_written_tensors(self.float_model, int16_ops), self.float_model, self.growth)[0]
+            qsvs = with_headroom(qsvs, int16_only_tensors(self.float_model, int16_ops), self.float_model, self.growth)[0]
         return cut_sigmoid_input_ranges(self.float_model, qsvs, mode)[0]
 
     def _rounded_for(self, base: str, overrides: Mapping[QuantizableOp, str]) -> bytes:

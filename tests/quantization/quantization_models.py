@@ -128,3 +128,15 @@ class Residual(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.stem(x))
         return torch.relu(y + self.body(y))
+
+
+class RmsNormed(nn.Module):
+    """A projection and an RMSNorm written out: y * RSQRT(MEAN(y * y) + eps), on (1, 8, 16) inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x)
+        return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from quantization_models import make
+from quantization_models import RmsNormed, make
 from torch import nn
 
 from edge_export.config import InputSpec
@@ -32,16 +32,6 @@ class NormedMlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(torch.relu(self.hidden(self.norm(self.proj(x))))).flatten(1)
-
-
-class RmsNormed(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = nn.Linear(16, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.proj(x)
-        return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
 class Mlp(nn.Module):
@@ -209,7 +199,8 @@ def test_an_input_beyond_spiky_calibration_data_is_not_clipped_at_int16(monkeypa
     assert with_room > 35, with_room
 
 
-def test_the_search_gives_headroom_only_to_what_int16_operators_write(normed):
+def test_the_search_gives_headroom_only_to_what_int16_operators_alone_read(normed):
+    from edge_export.quantization.mixed_precision.order import promotion_overrides
     from edge_export.quantization.operator_scopes import quantizable_ops
     from edge_export.quantization.sensitivity import RecipeQuantizer
 
@@ -217,18 +208,20 @@ def test_the_search_gives_headroom_only_to_what_int16_operators_write(normed):
     quantizer = RecipeQuantizer(float_bytes, _calibration(1.0), weight_rounding=False)
     quantizer.growth = dict.fromkeys(quantizer.growth, 2.0)
     model = quantizer.float_model
-    fc = [op for op in quantizable_ops(model) if op.opcode == "FULLY_CONNECTED"]
-    promoted, other = fc[-1], fc[0]
-    ranges = quantizer._ranges_for("int8", {promoted: "int16"})
+    proj, hidden, head = [op for op in quantizable_ops(model) if op.opcode == "FULLY_CONNECTED"]
 
-    def ratio(op) -> float:
+    def ratio(ranges, op) -> float:
         name = model.tensors[model.operators[op.index].outputs[0]].name
         width = lambda qsv: float(np.max(qsv["max"]) - np.min(qsv["min"]))  # noqa: E731
         return width(ranges[name]) / width(quantizer.qsvs[name])
 
-    assert ratio(promoted) == pytest.approx(2.0) and ratio(other) == pytest.approx(1.0)
-    # an int16 base: every operator's output but the one kept at int8
-    ranges = quantizer._ranges_for("int16", {other: "int8"})
-    assert ratio(promoted) == pytest.approx(2.0) and ratio(other) == pytest.approx(1.0)
-    ranges = quantizer._ranges_for("int8", {})
-    assert ratio(promoted) == pytest.approx(1.0)
+    # hidden and head at int16: hidden's output, which only head reads, is widened; proj's is not
+    ranges = quantizer._ranges_for("int8", promotion_overrides(quantizer, [hidden, head], "int16"))
+    assert ratio(ranges, hidden) == pytest.approx(2.0) and ratio(ranges, proj) == pytest.approx(1.0)
+    # hidden alone: its int8 reader requantizes its output from the same range, which stays
+    ranges = quantizer._ranges_for("int8", promotion_overrides(quantizer, [hidden], "int16"))
+    assert ratio(ranges, hidden) == pytest.approx(1.0)
+    # an int16 base: every operator's output but those an int8 one reads
+    ranges = quantizer._ranges_for("int16", {proj: "int8"})
+    assert ratio(ranges, hidden) == pytest.approx(2.0) and ratio(ranges, proj) == pytest.approx(1.0)
+    assert ratio(quantizer._ranges_for("int8", {}), hidden) == pytest.approx(1.0)

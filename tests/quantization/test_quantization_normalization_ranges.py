@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from quantization_models import make
+from quantization_models import RmsNormed, make
 from torch import nn
 
 from edge_export.config import InputSpec
@@ -31,16 +31,6 @@ class ZeroTokenEncoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = torch.cat([torch.zeros(1, 1, 32), self.proj(x)], dim=1)
         return self.head(self.norm(tokens)).flatten(1)
-
-
-class RmsNormed(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = nn.Linear(16, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.proj(x)
-        return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
 def _float_bytes(module: nn.Module) -> bytes:
