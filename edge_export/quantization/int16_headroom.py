@@ -15,7 +15,8 @@ ratio of the larger half's largest |value| to the smaller's is how much more one
 data found; the range is widened by that ratio once more. YOLO11n's per-crop extremes vary
 (median ratio 2.2), a Gaussian-fed encoder's hardly. Fewer than ``MIN_SPLIT_SAMPLES`` samples say
 nothing about it: the cap. An int8 tensor keeps its range (one bit of eight is dear), and so do
-ranges narrowed on purpose (``percentile``, ``mse``).
+an int16 tensor an int8 operator also reads (int16_only_tensors) and ranges narrowed on purpose
+(``percentile``, ``mse``).
 
 A normalization's statistics are left alone: z * z, its mean, the epsilon added and the RSQRT or
 SQRT of the sum span the square of their input's ratio, so a small variance already sits a few
