@@ -71,10 +71,10 @@ def statistic_tensors(model: FlatbufferModel) -> frozenset[str]:
 
 def int16_only_tensors(model: FlatbufferModel, operators: Iterable[int]) -> frozenset[str]:
     """The names of the tensors that the given operators (indices in the main subgraph) write, and
-    of the model's inputs, that only those operators read (or nothing: a model output). A tensor an int8 operator also reads is
-    requantized to int8 from the same range, where one bit of eight is dear: it keeps its range
-    (MTCNN R-Net's three int16 operators feeding int8 ones, widened, took its face probability's
-    error from under 0.05 to 0.097)."""
+    of the model's inputs, that only those operators read (or nothing: a model output). A tensor
+    an int8 operator also reads is requantized to int8 from the same range, where one bit of eight
+    is dear: it keeps its range (MTCNN R-Net's three int16 operators feeding int8 ones, widened,
+    took its face probability's error from under 0.05 to 0.097)."""
     chosen = set(operators)
     readers: dict[int, set[int]] = {}
     for op in model.operators:
