@@ -17,6 +17,8 @@ import pytest
 import hostile_archives as hostile
 from cli_harness import run_cli_subprocess
 
+pytestmark = pytest.mark.hostile  # untrusted input: in the default tier even where slow
+
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory) -> Path:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.hostile  # untrusted input: in the default tier even where slow
+
 REPO = Path(__file__).resolve().parents[1]
 
 

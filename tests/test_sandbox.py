@@ -16,7 +16,7 @@ import pytest
 
 import hostile_archives as hostile
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux's Landlock and namespaces")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux's Landlock and namespaces"), pytest.mark.hostile]
 
 KINDS = {
     "not_json": hostile.program_member_not_json,

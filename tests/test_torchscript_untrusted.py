@@ -19,6 +19,8 @@ import torch
 from edge_export.errors import InputSpecError, ModelLoadError
 from edge_export.loading.torchscript_archive import UnsafeTorchScript, read_checked_torchscript
 
+pytestmark = pytest.mark.hostile  # untrusted input: in the default tier even where slow
+
 SECRET = b"EDGE-EXPORT-SECRET-0123456789abcdef"
 CHECKS_OFF = "EDGE_EXPORT_TEST_DISABLE_ARCHIVE_CHECKS"
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the confinement is Linux's Landlock")

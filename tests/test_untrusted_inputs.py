@@ -15,6 +15,8 @@ import torch
 
 from cli_harness import run_cli_in_pty, run_cli_subprocess
 
+pytestmark = pytest.mark.hostile  # untrusted input: in the default tier even where slow
+
 HOSTILE = "\x1b[2J\x1b[Hall checks PASSED\n#error injected\n// \\"
 
 

@@ -14,6 +14,8 @@ import pytest
 
 from tools_models import cnn_models  # noqa: F401  (a pytest fixture)
 
+pytestmark = pytest.mark.hostile  # untrusted input: in the default tier even where slow
+
 WORKER = Path(__file__).with_name("flatbuffer_fuzz_worker.py")
 MUTANTS_PER_MODEL = 200
 BYTE_KINDS = ("flip", "truncate", "zero", "overwrite")

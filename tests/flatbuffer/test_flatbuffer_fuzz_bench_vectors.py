@@ -14,6 +14,8 @@ from flatbuffer_mutations import mutate as mutate_structure
 from test_flatbuffer_fuzz import mutate as mutate_bytes
 from test_flatbuffer_fuzz import run_workers
 
+pytestmark = pytest.mark.hostile  # untrusted input: in the default tier even where slow
+
 MUTANTS = 36
 
 

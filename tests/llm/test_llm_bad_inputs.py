@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # the first case pays for importing transformers
+pytestmark = [pytest.mark.slow, pytest.mark.hostile]  # the first case pays for importing transformers
 
 
 @pytest.fixture(scope="module")

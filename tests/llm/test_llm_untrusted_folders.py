@@ -21,7 +21,7 @@ from model_folder_mutations import TEMPLATE_MUTANTS, mutate_tokenizer_files, spl
 from edge_export.errors import EdgeExportError, UsageError  # noqa: E402
 from edge_export.llm.tokenizer_check import MEMORY_LIMIT_ENV, TIME_LIMIT_ENV, check_tokenizer_bounded, tokenizer_limits  # noqa: E402
 
-pytestmark = pytest.mark.slow  # the first case pays for importing transformers and building the model
+pytestmark = [pytest.mark.slow, pytest.mark.hostile]  # the first case pays for importing transformers and building the model
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
