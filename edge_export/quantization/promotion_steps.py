@@ -20,7 +20,8 @@ SINGLE_STEPS = 8  # promotions made one at a time before the groups grow
 class AccuracyTarget:
     """What the output must reach on the held-out inputs: the parity thresholds that gate every
     output kind (SQNR) and the ones the user gave explicitly (cosine, top-1). ``margin_db``: how far
-    above the export's own SQNR gate a default search aims (0 for a target the user gave)."""
+    above the SQNR gate (the export's own, or the user's --min-sqnr) the search aims, on inputs the
+    verdict does not read (stages/convert.search_target)."""
 
     min_sqnr_db: float | None = None
     min_cosine: float | None = None
@@ -33,7 +34,9 @@ class AccuracyTarget:
 
     def describe(self) -> str:
         parts = []
-        if self.min_sqnr_db is not None:
+        if self.min_sqnr_db is not None and self.margin_db:
+            parts.append(f"SQNR >= {self.min_sqnr_db:g} dB ({self.gate_sqnr_db():g} dB + {self.margin_db:g} dB margin)")
+        elif self.min_sqnr_db is not None:
             parts.append(f"SQNR >= {self.min_sqnr_db:g} dB")
         if self.min_cosine is not None:
             parts.append(f"cosine >= {self.min_cosine:g}")

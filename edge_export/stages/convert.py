@@ -12,7 +12,7 @@ from ..config import InputSpec, IODtype
 from ..options import ExportOptions
 from .clock import StageClock
 from .prepare import PreparedRun
-from .samples import calibration_in_layout, heldout_in_layout, labelled_calibration_sets, parity_samples
+from .samples import calibration_in_layout, heldout_in_layout, labelled_calibration_sets, selection_samples
 from .target_options import mixed_precision_plan, times_host_latency
 
 if TYPE_CHECKING:
@@ -186,8 +186,7 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
     from ..quantization.mixed_precision import run_sensitivity_and_mixed_precision
 
     loaded = prepared.loaded
-    # --samples of them: a labelled held-out part (a fraction of the data) can be far larger
-    samples = heldout[: options.parity.samples] if heldout is not None else parity_samples(loaded.specs, options, loaded.example)
+    samples = selection_samples(loaded.specs, options, loaded.example, calibration, heldout)  # not the verdict's
     search_mode, promote_to = plan
     return run_sensitivity_and_mixed_precision(
         result,
@@ -214,18 +213,22 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
 
 
 def search_target(options: ExportOptions, search_mode: str | None, decisions: bool = False) -> Any:
-    """The accuracy the search aims at: the user's --min-* targets, or for the default search the
-    export's own gates with a margin (the search sees only the parity inputs), a wider one for a
-    declared classifier or other ``decisions`` (reads_decisions), which flip well above the gate."""
+    """The accuracy the search aims at, on inputs parity's verdict does not read: the user's --min-*
+    targets with SELECTION_MARGIN_DB on the SQNR, or for the default search the export's own gates
+    with a wider margin, wider still for a declared classifier or other ``decisions``
+    (reads_decisions), which flip well above the gate."""
     from ..quantization.mixed_precision import (
-        CLASSIFICATION_SEARCH_MARGIN_DB, DEFAULT_SEARCH, DEFAULT_SEARCH_MARGIN_DB, AccuracyTarget,
+        CLASSIFICATION_SEARCH_MARGIN_DB, DEFAULT_SEARCH, DEFAULT_SEARCH_MARGIN_DB, SELECTION_MARGIN_DB, AccuracyTarget,
     )
 
     gates = options.thresholds()
     if search_mode == DEFAULT_SEARCH and gates.min_sqnr_db is not None:
         margin = CLASSIFICATION_SEARCH_MARGIN_DB if decisions or declares_classifier(options) else DEFAULT_SEARCH_MARGIN_DB
         return AccuracyTarget(gates.min_sqnr_db + margin, gates.min_cosine, margin_db=margin)
-    return AccuracyTarget(gates.min_sqnr_db, options.parity.min_cosine, options.parity.min_top1)
+    if gates.min_sqnr_db is None:
+        return AccuracyTarget(None, options.parity.min_cosine, options.parity.min_top1)
+    return AccuracyTarget(gates.min_sqnr_db + SELECTION_MARGIN_DB, options.parity.min_cosine, options.parity.min_top1,
+                          margin_db=SELECTION_MARGIN_DB)
 
 
 def declares_classifier(options: ExportOptions) -> bool:

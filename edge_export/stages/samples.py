@@ -12,6 +12,10 @@ from ..errors import UsageError
 from ..options import ExportOptions
 
 
+# The search's own seeded inputs: apart from parity's (seed) and the synthetic calibration's (seed + 1_000_003).
+SELECTION_SEED_OFFSET = 2_000_003
+
+
 def to_layout(arrays: Sequence[np.ndarray], indices: Sequence[int], nhwc: bool) -> list[np.ndarray]:
     out = list(arrays)
     for i in indices:
@@ -24,6 +28,26 @@ def parity_samples(specs: list[InputSpec], options: ExportOptions, example: tupl
     from ..loading.inputs import make_samples
 
     return make_samples(specs, options.parity.samples, options.parity.seed, example)
+
+
+def selection_samples(specs: list[InputSpec], options: ExportOptions, example: tuple, calibration: Any,
+                      heldout: list[tuple] | None) -> list[tuple]:
+    """--samples inputs the mixed-precision search chooses its model on: never those parity's
+    verdict then reads (every held-out sample, or parity_samples), so that the verdict checks the
+    choice instead of repeating the measure it was made by. Without real data: seeded random inputs
+    drawn as parity's are, from a seed of their own and without the example input (parity's first).
+    With real data: calibration samples, those the sensitivity ranking reads last (the held-out ones
+    are all the verdict's: a labelled split's accuracy reads every one)."""
+    import torch
+
+    from ..loading.inputs import make_samples
+    from ..quantization.mixed_precision import SENSITIVITY_SAMPLES
+
+    count = options.parity.samples
+    if heldout is None:
+        return make_samples(specs, count + 1, options.parity.seed + SELECTION_SEED_OFFSET, example)[1:]
+    order = [*calibration.samples[SENSITIVITY_SAMPLES:], *calibration.samples[:SENSITIVITY_SAMPLES]]
+    return [tuple(torch.from_numpy(np_array_copy(a)) for a in sample) for sample in order[:count]]
 
 
 def calibration_sets(options: ExportOptions, specs: list[InputSpec], example: tuple) -> tuple[Any, list[tuple] | None]:

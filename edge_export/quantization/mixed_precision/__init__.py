@@ -1,6 +1,7 @@
 """Mixed precision to an accuracy target: raise the precision of the most sensitive operators of an
 int8 model, in sensitivity order (the cheaper first among operators of near-equal sensitivity),
-until the output meets the target on held-out inputs.
+until the output meets the target on inputs that parity's verdict does not read
+(stages/samples.selection_samples).
 
     run_sensitivity_and_mixed_precision(...) -> (QuantizationResult, SensitivityReport | None,
                                                  MixedPrecisionReport | None)
@@ -64,6 +65,7 @@ from .driver import SENSITIVITY_SAMPLES, int16_ready, run_sensitivity_and_mixed_
 from .order import TIE_BAND_DB, PromotionCost, promotion_costs, promotion_order, promotion_overrides
 from .report import (
     CLASSIFICATION_SEARCH_MARGIN_DB,
+    SELECTION_MARGIN_DB,
     DEFAULT_SEARCH,
     DEFAULT_SEARCH_MARGIN_DB,
     MIXED_PRECISION_MODES,
@@ -77,6 +79,7 @@ from .search import search_mixed_precision
 
 __all__ = [
     "CLASSIFICATION_SEARCH_MARGIN_DB",
+    "SELECTION_MARGIN_DB",
     "DEFAULT_SEARCH",
     "DEFAULT_SEARCH_MARGIN_DB",
     "MIXED_PRECISION_MODES",

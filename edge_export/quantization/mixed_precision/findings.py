@@ -54,14 +54,14 @@ def search_reason(
     if split is not None:
         return split_reason(split, count, along, prefixes.measured[count][0], kept_check, target, samples, prefixes.measured[0][0])
     if kept_check.met and kept_count == 0:
-        return f"the int8 model meets the target ({target.describe()}) on {samples} held-out inputs: nothing promoted"
+        return f"the int8 model meets the target ({target.describe()}) on {samples} inputs apart from parity's: nothing promoted"
     if kept_check.met and kept_count == count:
-        return f"promoted all {count} operators{along} to {precision}: {target.describe()} met on {samples} held-out inputs"
+        return f"promoted all {count} operators{along} to {precision}: {target.describe()} met on {samples} inputs apart from parity's"
     if kept_check.met:
         return (
             f"promoted {kept_count} of {count} operators{along} to {precision} in sensitivity order"
             f"{', the cheaper first among near-equal ones' if costs else ''}: "
-            f"{target.describe()} met on {samples} held-out inputs"
+            f"{target.describe()} met on {samples} inputs apart from parity's"
         )
     kept = f"kept the best model found ({kept_count} promoted, {kept_check.sqnr_db:.1f} dB)"
     if count not in prefixes.measured:  # the time budget ended the search first: claim nothing of all

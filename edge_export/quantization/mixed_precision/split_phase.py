@@ -54,7 +54,7 @@ def split_reason(split, count: int, along: str, int16_check: TargetCheck, kept: 
         "(W = W_hi + W_lo: two int8-weight operators and an ADD each, so the model stays fully integer)"
     )
     if kept.met:
-        return f"{done}: {target.describe()} met on {samples} held-out inputs"
+        return f"{done}: {target.describe()} met on {samples} inputs apart from parity's"
     return (
         f"the target ({target.describe()}) was not met even with all {count} operators at int16 and weights split "
         f"({'; '.join(kept.failed)}); kept the best model found: {done}, {kept.sqnr_db:.1f} dB" + ranges_limit(int8_check, kept)
