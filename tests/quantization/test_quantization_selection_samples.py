@@ -43,8 +43,21 @@ def test_with_real_data_the_search_reads_calibration_samples_and_none_held_out(t
     picked = [int(np.asarray(s[0]).flatten()[0]) for s in chosen]
     calibrated = [int(s[0].flatten()[0]) for s in calibration.samples]
     assert len(picked) == 6 and not held & set(picked)
-    # past the 8 samples the sensitivity ranking reads, so the search's inputs are new to it too
-    assert picked == calibrated[8:14]
+    # past the 8 samples the sensitivity ranking reads, so the search's inputs are new to it too,
+    # and spread over the rest (data comes in order: by class, by time), first to last
+    assert picked == [calibrated[i] for i in (8, 13, 18, 23, 28, 33)] and picked[-1] == calibrated[-1]
+
+
+def test_evenly_spaced_indices_are_distinct_and_bounded():
+    from edge_export.stages.samples import evenly_spaced
+
+    assert evenly_spaced(22, 6) == [0, 4, 8, 13, 17, 21]
+    assert evenly_spaced(3, 6) == [0, 1, 2] and evenly_spaced(5, 1) == [0]
+    assert evenly_spaced(0, 6) == [] and evenly_spaced(5, 0) == []
+    for available in range(1, 40):
+        for count in range(1, 20):
+            got = evenly_spaced(available, count)
+            assert len(got) == len(set(got)) == min(available, count) and all(0 <= i < available for i in got)
 
 
 def test_a_small_calibration_set_gives_what_it_has_and_still_none_held_out(tmp_path):
