@@ -392,15 +392,17 @@ def default_search_note(mixed: Any) -> str | None:
     """Says that a plain --quantize int8 kept operators at int16 activations, and why: they run
     on int16x8 kernels, slower than int8 ones on most CPUs, which the user did not ask for."""
     from ..quantization.mixed_precision import DEFAULT_SEARCH
-    from ..quantization.mixed_precision.report import default_search_kept
+    from ..quantization.mixed_precision.report import default_search_kept, passes_gate
 
     if mixed is None or mixed.mode != DEFAULT_SEARCH or not mixed.promoted or not default_search_kept(mixed):
         return None
     raised = len({p.op_index for p in mixed.promoted})
-    before = f" ({mixed.int8_sqnr_db:.1f} dB on the parity inputs)" if mixed.int8_sqnr_db is not None else ""
+    before = f" ({mixed.int8_sqnr_db:.1f} dB on the search's inputs)" if mixed.int8_sqnr_db is not None else ""
     integer = "still fully integer" if mixed.fully_integer else "not fully integer: an operator with no int16 kernel stays as the int8 model had it, see integer_check"
+    past = ("past the gate the int8 model missed" if passes_gate(mixed)
+            else f"under the gate too, but {mixed.sqnr_db - mixed.int8_sqnr_db:.1f} dB above the int8 model")
     reached = (f"to reach {mixed.target.describe()}" if mixed.met else
-               f"reaching {mixed.sqnr_db:.1f} dB: short of its target ({mixed.target.describe()}), past the gate the int8 model missed")
+               f"reaching {mixed.sqnr_db:.1f} dB on the search's inputs: short of its target ({mixed.target.describe()}), {past}")
     return (
         f"The all-int8 model missed the int8 gate{before}, so {raised} operator(s) were raised to int16 activations "
         f"with int8 weights ({integer}; int16x8 kernels, slower than int8 ones on most CPUs) {reached}. "

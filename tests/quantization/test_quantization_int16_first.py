@@ -43,12 +43,15 @@ def test_a_recurrent_cell_gets_int16_activations_and_stays_fully_integer(tmp_pat
         CellStep().eval(), example_inputs=_inputs(), output=tmp_path / "cell.tflite",
         quantize="int8", quant_backend="flatbuffer", min_sqnr=30.0,  # auto, the cpu default with a target
         host_latency=False,  # the search promotes the same operators untimed (it only reports the timings)
+        # parity's verdict on inputs the search did not read: 8 samples of these 8- and 32-value outputs
+        # swing by 4 dB (the example input alone read 23 dB, the other 7 together 34 dB); 32 hold still
+        samples=32,
     )
     report = validate_report(json.loads(result.report_json_path.read_text()))
     mixed = report["mixed_precision"]
     assert result.exit_code == 0, report["validation"]
     assert mixed["mode"] == "auto" and mixed["precision"] == "int16" and mixed["met"] is True
-    assert mixed["int8_sqnr_db"] < 30 <= mixed["sqnr_db"]
+    assert mixed["int8_sqnr_db"] < 33 <= mixed["sqnr_db"]  # aimed 3 dB above --min-sqnr on the search's own inputs
     assert mixed["reason"].startswith("int16 activations tried before float")
     # the cell's operators, not all of them, and none in float: the file is fully integer
     promoted = mixed["promoted"]
@@ -103,18 +106,19 @@ class OutlierEncoder(nn.Module):
 def test_a_transformer_whose_residual_stream_int8_cannot_hold_is_kept_integer_at_int16(tmp_path):
     x = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(1))
     result = export(OutlierEncoder().eval(), example_inputs=(x,), output=tmp_path / "enc.tflite",
-                    quantize="int8", quant_backend="flatbuffer", min_sqnr=30.0, host_latency=False)  # untimed: as above
+                    # aimed at 29 dB on the search's own inputs (26 + the 3 dB margin): all at int16 read 29.4 dB there
+                    quantize="int8", quant_backend="flatbuffer", min_sqnr=26.0, host_latency=False)  # untimed: as above
     report = validate_report(json.loads(result.report_json_path.read_text()))
     mixed = report["mixed_precision"]
     assert result.exit_code == 0, report["validation"]
     assert mixed["int8_sqnr_db"] < 10  # int8 loses the ordinary dimensions
-    assert mixed["precision"] == "int16" and mixed["met"] is True and mixed["sqnr_db"] >= 30
+    assert mixed["precision"] == "int16" and mixed["met"] is True and mixed["sqnr_db"] >= 29
     # the residual sums and LayerNorm's operators are among the int16 ones, and nothing is float
     promoted = {(p["module_path"] or "", p["opcode"]) for p in mixed["promoted"]}
     # (which layer's residual sum comes first depends on the weights' rounding: layer 1's with GPTQ, layer 0's with nearest)
     assert {("0", "ADD"), ("1", "ADD")} & promoted and any(path.endswith("norm2") for path, _ in promoted)
     assert report["quantization"]["fully_integer"] is True and load_flatbuffer(result.tflite_path).is_fully_integer
-    assert report["validation"]["outputs"][0]["metrics"]["sqnr_db"] >= 30
+    assert report["validation"]["outputs"][0]["metrics"]["sqnr_db"] >= 26
 
 
 # --- the order of the two searches, on stand-in searches (no model) ------------------------------------

@@ -15,7 +15,7 @@ from ..budget import TimeBudget
 from ..promotion_steps import AccuracyTarget
 from ..sensitivity import SensitivityReport
 from .child_run import run_in_child, untried
-from .report import DEFAULT_SEARCH, MixedPrecisionReport, default_search_kept, recipe_of
+from .report import DEFAULT_SEARCH, MixedPrecisionReport, default_search_kept, passes_gate, recipe_of
 
 __all__ = ["SENSITIVITY_SAMPLES", "int16_ready", "run_sensitivity_and_mixed_precision"]
 
@@ -140,7 +140,10 @@ def _kept_model(base: Any, search: Any, io_dtype: Any, export_module: Any) -> tu
         return base, replace(report, reason=report.reason + "; not kept: the target was missed, so the plain int8 model is kept")
     if report.mode == DEFAULT_SEARCH and not report.met:
         gate = report.target.gate_sqnr_db()
-        report = replace(report, reason=report.reason + f"; kept: it meets the export's own gate ({gate:g} dB), which the int8 model missed")
+        why = (f"it meets the export's own gate ({gate:g} dB), which the int8 model missed" if passes_gate(report)
+               else f"both miss the export's own gate ({gate:g} dB), and it reads "
+               f"{report.sqnr_db - report.int8_sqnr_db:.1f} dB above the int8 model; parity judges it on its own inputs")
+        report = replace(report, reason=report.reason + f"; kept: {why}")
     try:
         final = _finished_mixed_model(search.model_bytes, io_dtype)
     except Exception as exc:  # a pass that cannot apply to the mixed model: keep the int8 one, say why
