@@ -383,9 +383,12 @@ def _searched(mixed: Any) -> str:
     if getattr(mixed, "met", False):
         return (f"; the default search met its {mixed.target.describe()} ({mixed.sqnr_db:.1f} dB) with {raised} operator(s) "
                 "at int16 activations and kept that model, but a check the search does not aim at failed")
-    # a missed default search keeps the int8 model (mixed_precision/driver.py)
-    return (f"; the default search reached {mixed.sqnr_db:.1f} dB with {raised} operator(s) at int16 activations, "
-            f"short of its {mixed.target.describe()}, so the int8 model was kept")
+    from ..quantization.mixed_precision.report import default_search_kept
+
+    # a missed default search keeps the int8 model, or its own when far better (mixed_precision/driver.py)
+    kept = "and kept that model, which parity failed" if default_search_kept(mixed) else "so the int8 model was kept"
+    return (f"; the default search reached {mixed.sqnr_db:.1f} dB on its own inputs with {raised} operator(s) at int16 "
+            f"activations, short of its {mixed.target.describe()}, {kept}")
 
 
 def default_search_note(mixed: Any) -> str | None:

@@ -14,7 +14,6 @@ from ..options import ExportOptions
 
 # The search's own seeded inputs: apart from parity's (seed) and the synthetic calibration's (seed + 1_000_003).
 SELECTION_SEED_OFFSET = 2_000_003
-SELECTION_SAMPLES_PER_PARITY_SAMPLE = 2
 
 
 def to_layout(arrays: Sequence[np.ndarray], indices: Sequence[int], nhwc: bool) -> list[np.ndarray]:
@@ -33,7 +32,7 @@ def parity_samples(specs: list[InputSpec], options: ExportOptions, example: tupl
 
 def selection_samples(specs: list[InputSpec], options: ExportOptions, example: tuple, calibration: Any,
                       heldout: list[tuple] | None) -> list[tuple]:
-    """Twice --samples inputs the mixed-precision search chooses its model on: never those parity's
+    """--samples inputs the mixed-precision search chooses its model on: never those parity's
     verdict then reads (every held-out sample, or parity_samples), so that the verdict checks the
     choice instead of repeating the measure it was made by. Without real data: seeded random inputs
     drawn as parity's are, from a seed of their own and without the example input (parity's first).
@@ -41,14 +40,14 @@ def selection_samples(specs: list[InputSpec], options: ExportOptions, example: t
     read, then those (the held-out ones are all the verdict's: a labelled split's accuracy reads every
     one). Spread, since data comes in order (by class, by time): the Silero VAD's chunks 8-15, the
     start of its first clip, read 16.5 dB at int16 where chunks from the whole set read 21-27 dB.
-    Twice as many as parity reads: the search stops at the first model that meets its target on them,
-    and on 8 inputs EfficientNet-Lite0's 30 dB model read 29.2 dB on parity's 8."""
+    As many as parity reads: twice as many cost the random-weight YOLO11n's budget-bound search 74 of
+    its 88 weight splits and moved EfficientNet-Lite0's held-out top-1 not at all (docs/BENCHMARKS.md 44)."""
     import torch
 
     from ..loading.inputs import make_samples
     from ..quantization.mixed_precision import SENSITIVITY_SAMPLES
 
-    count = SELECTION_SAMPLES_PER_PARITY_SAMPLE * options.parity.samples
+    count = options.parity.samples
     if heldout is None:
         return make_samples(specs, count + 1, options.parity.seed + SELECTION_SEED_OFFSET, example)[1:]
     unranked, ranked = calibration.samples[SENSITIVITY_SAMPLES:], calibration.samples[:SENSITIVITY_SAMPLES]

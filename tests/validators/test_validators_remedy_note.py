@@ -50,11 +50,15 @@ def test_after_the_default_search_the_note_says_so_and_does_not_offer_int16_agai
     from edge_export.quantization.mixed_precision import DEFAULT_SEARCH, AccuracyTarget
 
     mixed = SimpleNamespace(mode=DEFAULT_SEARCH, promoted=(SimpleNamespace(op_index=3), SimpleNamespace(op_index=3)),
-                            sqnr_db=14.3, target=AccuracyTarget(25.0, 0.99), met=False)
+                            sqnr_db=14.3, cosine=0.95, target=AccuracyTarget(25.0, 0.99), met=False, int8_sqnr_db=12.0, int8_cosine=0.9)
     note = remedy_note(ExportOptions.from_keywords(quantize="int8"), CPU, mixed)
-    assert note.startswith("Parity failed; the default search reached 14.3 dB with 1 operator(s) at int16 activations, short of its SQNR >= 25 dB")
+    assert note.startswith("Parity failed; the default search reached 14.3 dB on its own inputs with 1 operator(s) at int16 "
+                           "activations, short of its SQNR >= 25 dB")
     assert "the int8 model was kept" in note
     assert "--quantize int16x8" not in note and "--min-sqnr N" in note and "int16 and then float" in note
+    # 6 dB or more above an int8 model that failed the gate too: the search's model was kept, and parity failed it
+    far = remedy_note(ExportOptions.from_keywords(quantize="int8"), CPU, SimpleNamespace(**{**vars(mixed), "int8_sqnr_db": 5.0}))
+    assert "and kept that model, which parity failed" in far and "the int8 model was kept" not in far
 
 
 def test_a_search_that_met_its_target_is_not_called_short_and_int16x8_is_offered():
@@ -102,6 +106,8 @@ def test_a_plain_int8_export_that_int16_cannot_save_fails_naming_the_remedy(tmp_
     assert report["mixed_precision"]["mode"] == "default" and report["mixed_precision"]["met"] is False
     note = next(n for n in report["validation"]["notes"] if n.startswith("Parity failed"))
     assert "the default search reached" in note and "--min-sqnr N" in note and "--quantize int16x8" not in note
-    # the slower int16 model that still misses is not kept: the int8 one asked for is
-    assert "not kept" in report["mixed_precision"]["reason"] and report["quantization"]["recipe"] == "static_wi8_ai8"
+    # the int16 model misses too, but reads 16 dB above the int8 one (both under the gate): it is kept,
+    # still fully integer, and parity fails it on its own inputs
+    assert "kept: both miss the export's own gate" in report["mixed_precision"]["reason"]
+    assert "and kept that model, which parity failed" in note and report["quantization"]["fully_integer"] is True
     assert "--min-sqnr N" in result.report_md_path.read_text()
