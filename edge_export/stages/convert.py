@@ -197,7 +197,7 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
         want_sensitivity=options.quantization.sensitivity,
         search_mode=search_mode,
         precision=promote_to,
-        target=search_target(options, search_mode, decisions),
+        target=search_target(options, search_mode, decisions, calibrated_inputs=heldout is not None),
         io_dtype=options.layout.io_dtype or IODtype.FLOAT32,
         source_module=loaded.module,
         verbose=options.outputs.verbose,
@@ -212,23 +212,28 @@ def _sensitivity_and_search(prepared: PreparedRun, options: ExportOptions, targe
     )
 
 
-def search_target(options: ExportOptions, search_mode: str | None, decisions: bool = False) -> Any:
+def search_target(options: ExportOptions, search_mode: str | None, decisions: bool = False,
+                  calibrated_inputs: bool = False) -> Any:
     """The accuracy the search aims at, on inputs parity's verdict does not read: the user's --min-*
     targets with SELECTION_MARGIN_DB on the SQNR, or for the default search the export's own gates
     with a wider margin, wider still for a declared classifier or other ``decisions``
-    (reads_decisions), which flip well above the gate."""
+    (reads_decisions), which flip well above the gate. ``calibrated_inputs``: the search reads
+    calibration samples (real data), on which a model reads better than on data it was not
+    calibrated on: CALIBRATED_INPUTS_MARGIN_DB more."""
     from ..quantization.mixed_precision import (
-        CLASSIFICATION_SEARCH_MARGIN_DB, DEFAULT_SEARCH, DEFAULT_SEARCH_MARGIN_DB, SELECTION_MARGIN_DB, AccuracyTarget,
+        CALIBRATED_INPUTS_MARGIN_DB, CLASSIFICATION_SEARCH_MARGIN_DB, DEFAULT_SEARCH, DEFAULT_SEARCH_MARGIN_DB,
+        SELECTION_MARGIN_DB, AccuracyTarget,
     )
 
     gates = options.thresholds()
+    extra = CALIBRATED_INPUTS_MARGIN_DB if calibrated_inputs else 0.0
     if search_mode == DEFAULT_SEARCH and gates.min_sqnr_db is not None:
-        margin = CLASSIFICATION_SEARCH_MARGIN_DB if decisions or declares_classifier(options) else DEFAULT_SEARCH_MARGIN_DB
+        margin = (CLASSIFICATION_SEARCH_MARGIN_DB if decisions or declares_classifier(options) else DEFAULT_SEARCH_MARGIN_DB) + extra
         return AccuracyTarget(gates.min_sqnr_db + margin, gates.min_cosine, margin_db=margin)
     if gates.min_sqnr_db is None:
         return AccuracyTarget(None, options.parity.min_cosine, options.parity.min_top1)
-    return AccuracyTarget(gates.min_sqnr_db + SELECTION_MARGIN_DB, options.parity.min_cosine, options.parity.min_top1,
-                          margin_db=SELECTION_MARGIN_DB)
+    margin = SELECTION_MARGIN_DB + extra
+    return AccuracyTarget(gates.min_sqnr_db + margin, options.parity.min_cosine, options.parity.min_top1, margin_db=margin)
 
 
 def declares_classifier(options: ExportOptions) -> bool:

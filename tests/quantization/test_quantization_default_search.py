@@ -64,6 +64,9 @@ def test_a_declared_classifier_is_searched_to_30_db_and_keeps_the_gate_at_20(dec
     options = ExportOptions.from_keywords(quantize="int8", **declared)
     target = search_target(options, "default")
     assert (target.min_sqnr_db, target.margin_db, target.gate_sqnr_db()) == (30.0, 10.0, 20.0)
+    # on calibration samples (real data), the quantizer's own, 1.5 dB more; the gate stays
+    on_calibration = search_target(options, "default", calibrated_inputs=True)
+    assert (on_calibration.min_sqnr_db, on_calibration.margin_db, on_calibration.gate_sqnr_db()) == (31.5, 11.5, 20.0)
     assert not keeps_search_margin(SimpleNamespace(sqnr_db=27.0, cosine=0.999), options)
     assert keeps_search_margin(SimpleNamespace(sqnr_db=30.5, cosine=0.999), options)
     short = SimpleNamespace(met=False, target=target, sqnr_db=24.0, cosine=0.995, int8_sqnr_db=18.0, int8_cosine=0.995)

@@ -64,6 +64,7 @@ from ..promotion_steps import SINGLE_STEPS, AccuracyTarget, PromotedLayer, Targe
 from .driver import SENSITIVITY_SAMPLES, int16_ready, run_sensitivity_and_mixed_precision
 from .order import TIE_BAND_DB, PromotionCost, promotion_costs, promotion_order, promotion_overrides
 from .report import (
+    CALIBRATED_INPUTS_MARGIN_DB,
     CLASSIFICATION_SEARCH_MARGIN_DB,
     SELECTION_MARGIN_DB,
     DEFAULT_SEARCH,
@@ -78,6 +79,7 @@ from .report import (
 from .search import search_mixed_precision
 
 __all__ = [
+    "CALIBRATED_INPUTS_MARGIN_DB",
     "CLASSIFICATION_SEARCH_MARGIN_DB",
     "SELECTION_MARGIN_DB",
     "DEFAULT_SEARCH",
