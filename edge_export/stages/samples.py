@@ -39,7 +39,7 @@ def selection_samples(specs: list[InputSpec], options: ExportOptions, example: t
     With real data: calibration samples spread evenly over those the sensitivity ranking does not
     read, then those (the held-out ones are all the verdict's: a labelled split's accuracy reads every
     one). Spread, since data comes in order (by class, by time): the Silero VAD's chunks 8-15, the
-    start of its first clip, read 16.5 dB at int16 where chunks from the whole set read 21-27 dB.
+    start of its first clip, read 16.5 dB at int16 where chunks spread over the set read 18.6 dB.
     As many as parity reads: twice as many cost the random-weight YOLO11n's budget-bound search 74 of
     its 88 weight splits and moved EfficientNet-Lite0's held-out top-1 not at all (docs/BENCHMARKS.md 44)."""
     import torch
