@@ -402,10 +402,12 @@ def default_search_note(mixed: Any) -> str | None:
     raised = len({p.op_index for p in mixed.promoted})
     before = f" ({mixed.int8_sqnr_db:.1f} dB on the search's inputs)" if mixed.int8_sqnr_db is not None else ""
     integer = "still fully integer" if mixed.fully_integer else "not fully integer: an operator with no int16 kernel stays as the int8 model had it, see integer_check"
-    past = ("past the gate the int8 model missed" if passes_gate(mixed)
-            else f"under the gate too, but {mixed.sqnr_db - mixed.int8_sqnr_db:.1f} dB above the int8 model")
-    reached = (f"to reach {mixed.target.describe()}" if mixed.met else
-               f"reaching {mixed.sqnr_db:.1f} dB on the search's inputs: short of its target ({mixed.target.describe()}), {past}")
+    if mixed.met:
+        reached = f"to reach {mixed.target.describe()}"
+    else:  # kept short of its target: past the gate, or far above the int8 model (both numbers known then)
+        past = ("past the gate the int8 model missed" if passes_gate(mixed)
+                else f"under the gate too, but {mixed.sqnr_db - mixed.int8_sqnr_db:.1f} dB above the int8 model")
+        reached = f"reaching {mixed.sqnr_db:.1f} dB on the search's inputs: short of its target ({mixed.target.describe()}), {past}"
     return (
         f"The all-int8 model missed the int8 gate{before}, so {raised} operator(s) were raised to int16 activations "
         f"with int8 weights ({integer}; int16x8 kernels, slower than int8 ones on most CPUs) {reached}. "
