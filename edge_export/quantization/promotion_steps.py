@@ -1,19 +1,22 @@
 """The pieces the mixed-precision search (mixed_precision/) and its weight-splitting phase
 (weight_splitting.py) share: the accuracy target and a candidate's check against it, the promoted
-layer's record, the SQNR sort key and the step sizes of a search."""
+layer's record, the SQNR sort key, the model a missed search keeps and the step sizes of a search."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..output.serialize import json_field
 
-__all__ = ["SINGLE_STEPS", "AccuracyTarget", "TargetCheck", "PromotedLayer", "evaluate_target", "sqnr_key", "step_sizes"]
+__all__ = ["MISSED_TIE_DB", "SINGLE_STEPS", "AccuracyTarget", "best_of_missed", "TargetCheck", "PromotedLayer", "evaluate_target", "sqnr_key", "step_sizes"]
 
 SINGLE_STEPS = 8  # promotions made one at a time before the groups grow
+# SQNRs of one missed search's candidates closer than this count as equal (best_of_missed)
+MISSED_TIE_DB = 0.5
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,19 @@ class PromotedLayer:
 def sqnr_key(sqnr_db: float) -> float:
     """An SQNR as a "higher is better" key: NaN (output not a number) is the worst."""
     return -math.inf if math.isnan(sqnr_db) else sqnr_db
+
+
+def best_of_missed(sqnr_by_count: Mapping[int, float]) -> int:
+    """Of the candidates of a search that missed its target (count: operators promoted or split,
+    more is more precision), the one kept: the most precise of those within ``MISSED_TIE_DB`` of the
+    best SQNR. Closer than that, the search's few samples cannot tell them apart, and a model that
+    already falls short is better served by precision than by its size (the random-weight YOLO11n:
+    14 to 88 weight splits read 9.51-9.56 dB, and the noise picked 70). NaN is the worst; with
+    every SQNR NaN or -Inf, the fewest."""
+    best = max(sqnr_key(v) for v in sqnr_by_count.values())
+    if best == -math.inf:
+        return min(sqnr_by_count)
+    return max(k for k, v in sqnr_by_count.items() if sqnr_key(v) >= best - MISSED_TIE_DB)
 
 
 def step_sizes(count: int) -> list[int]:

@@ -111,8 +111,7 @@ def search_split_weights(
     at int16 (None: any); the others stay int8 (operator_scopes.held_at_int8)."""
     from .budget import TimeBudget
     from .operator_scopes import held_at_int8
-    from .promotion_steps import evaluate_target
-    from .promotion_steps import sqnr_key as _sqnr_key
+    from .promotion_steps import best_of_missed, evaluate_target
     from .promotion_steps import step_sizes as _groups
 
     budget = budget if budget is not None else TimeBudget(None)
@@ -153,7 +152,7 @@ def search_split_weights(
         out_of_time = f"splitting the weights of {stop.count} of {len(order)} operators"
         met = [k for k in measured if measured[k][0].met]
         met_at = min(met) if met else None
-    kept = met_at if met_at is not None else max(measured, key=lambda k: (_sqnr_key(measured[k][0].sqnr_db), -k))
+    kept = met_at if met_at is not None else best_of_missed({k: check.sqnr_db for k, (check, _) in measured.items()})
     return SplitSearch(order, measured, kept, time.perf_counter() - start, calibration_seconds, out_of_time)
 
 

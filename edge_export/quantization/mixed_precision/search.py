@@ -15,7 +15,7 @@ import numpy as np
 
 from ..budget import INT16_FIRST_SHARE, TimeBudget
 from ..operator_scopes import has_int16_recipe
-from ..promotion_steps import AccuracyTarget, TargetCheck
+from ..promotion_steps import AccuracyTarget, TargetCheck, best_of_missed
 from ..promotion_steps import sqnr_key as _sqnr_key
 from ..sensitivity import LayerSensitivity, RecipeQuantizer, ops_by_index
 from .findings import promoted_layers, search_reason, search_steps
@@ -234,12 +234,12 @@ def _named(left: Mapping[str, int], where: str, then: str) -> str:
 
 def _kept_prefix(int8_check: TargetCheck, met_at: int | None, measured: Mapping[int, tuple[TargetCheck, bytes]]) -> int:
     """How many operators the kept model promotes: none when int8 meets the target, else the
-    smallest prefix that met it, else the best prefix measured (the fewer on a tie)."""
+    smallest prefix that met it, else the best prefix measured (promotion_steps.best_of_missed)."""
     if int8_check.met:
         return 0
     if met_at is not None:
         return met_at
-    return max(measured, key=lambda k: (_sqnr_key(measured[k][0].sqnr_db), -k))
+    return best_of_missed({k: check.sqnr_db for k, (check, _) in measured.items()})
 
 
 def _split_chain_latency(prefixes: Prefixes, split: Any) -> dict[int, float | None]:
