@@ -35,7 +35,8 @@ first ``SINGLE_STEPS``, then in doubling groups (2, 4, 8, ...: a model that need
 costs a logarithmic number of candidates, not one per operator); when a group overshoots, the
 smallest prefix that meets the target is found by bisection inside it. Every promoted operator gets
 the SQNR of the measured prefixes before and after it. When the target is never met, the best model
-found is kept and the report says why. Steps are listed in ``steps`` (``promoted`` = prefix length).
+found is kept (of those within ``MISSED_TIE_DB`` of the best SQNR, the most precise:
+promotion_steps.best_of_missed) and the report says why. Steps are listed in ``steps`` (``promoted`` = prefix length).
 Every candidate is a step of the export's time budget (``budget.py``, ``--time-budget``): once it is
 spent, no candidate is measured any more, the best one measured is kept and the reason says what was
 not tried.
