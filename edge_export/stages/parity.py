@@ -445,9 +445,14 @@ def limiting_layers(converted: Any, options: ExportOptions, target: Any) -> Any:
 
 def limiting_note(target: str, top: str, real_data: bool) -> str:
     """What helps a failed int8 parity on a target with int8 kernels only; with real calibration
-    data already given, asking for it again would send the user in a circle."""
+    data already given, asking for it again would send the user in a circle. Where the loss is
+    spread over the network, no post-training rewrite holds it (the trained YOLO11n: int8 weights
+    alone 12.3 dB on its scores, int8 activations alone 14.1 dB, docs/BENCHMARKS.md section 45):
+    training for int8, or a target with 16-bit activations, is what is left."""
     rewrite = "a rewrite of those layers (bounded activations such as ReLU6, no outlier channels)"
-    remedy = (f"The calibration already used real data, so {rewrite} is what helps there." if real_data else
+    spread = ("Where the loss is spread over many layers, train the model for int8 (quantization-aware "
+              "training in its own training pipeline), or export with --target cpu, which can raise layers to int16 activations.")
+    remedy = (f"The calibration already used real data, so {rewrite} is what helps there. {spread}" if real_data else
               f"Real --calibration-data (ranges from the inputs the model will see) or {rewrite} is what helps there.")
     return (
         f"Parity failed, and --target {target} has no int16 or float kernels to raise a layer to. "

@@ -204,6 +204,7 @@ def test_the_edge_tpu_note_does_not_ask_for_real_data_it_already_has():
 
     given = limiting_note("edgetpu", "conv1 (CONV_2D)", real_data=True)
     assert "already used real data" in given and "--calibration-data" not in given
+    assert "quantization-aware training" in given and "--target cpu" in given  # the loss spread over the network
     assert "Real --calibration-data" in limiting_note("edgetpu", "conv1 (CONV_2D)", real_data=False)
 
 
