@@ -79,6 +79,7 @@ class BackendRuns:
     screened_out: list[str] = field(default_factory=list)  # not run: an earlier result met the target
     not_lowered: Any = None  # selection.NotLowered: PT2E simulated, found unable to change the outcome
     rounding: Any = None  # the flatbuffer backend's WeightRounding (None: not run, or nearest rounding)
+    int16_headroom: tuple = ()  # the flatbuffer backend's int16 ranges widened (int16_headroom.RangeHeadroom)
 
     @property
     def have_model(self) -> bool:
@@ -203,14 +204,15 @@ def _flatbuffer_model(job: BackendJob, runs: BackendRuns) -> bytes:
 
     # Calibration and transformations run LiteRT and ai-edge-quantizer's native code: in a
     # child process, so that a crash (int16x8 on a ViT aborted) is a failed backend.
-    data, runs.rounding = run_isolated(
+    made, runs.rounding = run_isolated(
         flatbuffer_recipes.quantize_flatbuffer_and_rounding, job.float_model_bytes, job.mode, job.calibration,
         observer=job.request.flatbuffer_observer, verbose=job.request.verbose, part_scales=job.request.part_scales,
         weight_rounding=job.request.weight_rounding,
         stage=f"{job.mode.value} quantization", backend="ai-edge-quantizer (flatbuffer backend)",
         hint=_CRASH_HINT, preload=("ai_edge_quantizer", "ai_edge_quantizer.calibrator"),
     )
-    return data
+    runs.int16_headroom = made.int16_headroom
+    return made.data
 
 
 def _measured_candidate(job: BackendJob, name: str, data: bytes) -> tuple[FlatbufferModel, float, float]:

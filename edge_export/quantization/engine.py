@@ -98,7 +98,7 @@ def quantize_model(
     final = run_flatbuffer_passes(
         runs.products[best], [partial(set_io_dtype_pass, io_dtype=request.io_dtype)], origin="the quantized model"
     ).model
-    return _result(job, final, runs.attempts, runs.attempts[best], reason, runs.rounding)
+    return _result(job, final, runs.attempts, runs.attempts[best], reason, runs)
 
 
 def _check_inputs(request: QuantizationRequest, example_inputs: tuple) -> None:
@@ -123,8 +123,9 @@ def _checked_float_model(module, example_inputs, float_model_bytes, sample, requ
 
 
 def _result(
-    job: BackendJob, final: FlatbufferModel, attempts: list[BackendAttempt], chosen: BackendAttempt, reason: str, rounding: Any = None,
+    job: BackendJob, final: FlatbufferModel, attempts: list[BackendAttempt], chosen: BackendAttempt, reason: str, runs: Any = None,
 ) -> QuantizationResult:
+    flatbuffer = chosen.backend == "flatbuffer" and runs is not None  # what only the flatbuffer backend records
     check = check_integer(final, job.module)
     io_dtype: IODtype = job.request.io_dtype
     return QuantizationResult(
@@ -144,5 +145,6 @@ def _result(
         cosine=chosen.cosine,
         warnings=result_warnings(job, check, chosen.backend, final),
         weight_rounding=rounding_applied(job.mode, job.request.weight_rounding, job.float_model_bytes) if chosen.backend == "flatbuffer" else None,
-        rounding=rounding if chosen.backend == "flatbuffer" else None,
+        rounding=runs.rounding if flatbuffer else None,
+        int16_headroom=runs.int16_headroom if flatbuffer else (),
     )

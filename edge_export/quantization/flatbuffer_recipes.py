@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,7 @@ from .constant_matmul_operands import quantize_constant_operands_per_tensor
 from ..quantize_modes import mode_spec
 from .discontinuous import keep_feeders_in_float
 from .output_joins import find_output_joins, keep_output_joins_in_float
-from .int16_headroom import int16_only_tensors, int16_operators, with_headroom
+from .int16_headroom import RangeHeadroom, int16_only_tensors, int16_operators, with_headroom
 from .sigmoid_ranges import cut_sigmoid_input_ranges
 from .sequence_lstm_int8 import quantize_sequence_lstm_model, takes_sequence_lstm_model
 
@@ -62,8 +63,10 @@ __all__ = [
     "PERCENTILE",
     "floor_ranges",
     "mse_range",
+    "QuantizedFlatbuffer",
     "quantize_flatbuffer",
     "quantize_flatbuffer_and_rounding",
+    "quantized_flatbuffer",
     "recipe_name",
     "rounding_of",
 ]
@@ -387,17 +390,29 @@ def rounding_of(prepared_bytes: bytes, calibration: CalibrationSet) -> Any:
 
 
 def quantize_flatbuffer_and_rounding(float_bytes: bytes, mode: QuantizeMode, calibration: CalibrationSet, *,
-                                     weight_rounding: bool = True, **options: Any) -> tuple[bytes, Any]:
-    """quantize_flatbuffer, and the WeightRounding it applied (None: nearest rounding, or a mode
+                                     weight_rounding: bool = True, **options: Any) -> tuple[QuantizedFlatbuffer, Any]:
+    """quantized_flatbuffer, and the WeightRounding it applied (None: nearest rounding, or a mode
     without calibrated int8 filters), so that the mixed-precision search reuses it instead of
     rounding again (about 50 s on a trained YOLO11n)."""
     rounding = None
     if weight_rounding and rounding_applied(mode, True, float_bytes) is not None:
         rounding = rounding_of(prepared_for_int8(float_bytes), calibration)
-    return quantize_flatbuffer(float_bytes, mode, calibration, weight_rounding=weight_rounding, rounding=rounding, **options), rounding
+    return quantized_flatbuffer(float_bytes, mode, calibration, weight_rounding=weight_rounding, rounding=rounding, **options), rounding
 
 
-def quantize_flatbuffer(
+def quantize_flatbuffer(float_bytes: bytes, mode: QuantizeMode, calibration: CalibrationSet, **options: Any) -> bytes:
+    """Quantize a float flatbuffer with the recipe for ``mode``; the quantized bytes
+    (quantized_flatbuffer's, without the record)."""
+    return quantized_flatbuffer(float_bytes, mode, calibration, **options).data
+
+
+@dataclass(frozen=True)
+class QuantizedFlatbuffer:
+    data: bytes
+    int16_headroom: tuple[RangeHeadroom, ...] = ()  # int16 tensors given ranges wider than calibrated (int16_headroom.py)
+
+
+def quantized_flatbuffer(
     float_bytes: bytes,
     mode: QuantizeMode,
     calibration: CalibrationSet,
@@ -408,8 +423,9 @@ def quantize_flatbuffer(
     part_scales: bool = True,
     weight_rounding: bool = True,
     rounding: Any = None,
-) -> bytes:
-    """Quantize a float flatbuffer with the recipe for ``mode``; returns the quantized bytes.
+) -> QuantizedFlatbuffer:
+    """Quantize a float flatbuffer with the recipe for ``mode``; the quantized bytes and what was
+    done to their ranges that the report names.
     ``part_scales``: an output joined from parts of very different ranges keeps each part's own
     scale (output_joins.py). ``weight_rounding``: int8 filters rounded for their layers' outputs
     on the calibration samples (weight_rounding.py), not each weight to its nearest step;
@@ -424,7 +440,7 @@ def quantize_flatbuffer(
     if mode.needs_calibration:  # -inf in a constant (an additive mask) would set a scale of 1e36
         float_bytes = prepared_for_int8(float_bytes)
     if mode_spec(mode).activations == "int8" and takes_sequence_lstm_model(float_bytes):  # ai-edge-quantizer has no LSTM recipe
-        return quantize_sequence_lstm_model(float_bytes, calibration.samples)
+        return QuantizedFlatbuffer(quantize_sequence_lstm_model(float_bytes, calibration.samples))
     if weight_rounding and mode_spec(mode).calibrates and mode_spec(mode).activations:  # int8 weights, static
         from .weight_rounding import with_rounded_weights
 
@@ -441,7 +457,7 @@ def quantize_flatbuffer(
                 kept_float = keep_feeders_in_float(qz, float_model)
                 quantize_constant_operands_per_tensor(qz, float_model, mode_spec(mode).activation_bits,
                                                       dict.fromkeys(kept_float, "float"))
-            qsvs = None
+            qsvs, headroom = None, ()
             if qz.need_calibration:
                 float_model = float_model or read_flatbuffer(float_bytes, origin="the float model")
                 # Its tqdm progress bar writes to sys.stderr, which may not be file descriptor 2.
@@ -451,12 +467,12 @@ def quantize_flatbuffer(
                     qsvs = _percentile_ranges(float_model, calibration, qsvs, percentile, mode, search=observer)
                 qsvs, _ = floor_ranges(qsvs, mode, _constant_tensor_names(float_model))
                 if mode_spec(mode).activations == "int16":  # every activation int16: headroom for each
-                    qsvs, _ = with_headroom(qsvs, int16_only_tensors(float_model, int16_operators(float_model)), float_model, growth)
+                    qsvs, headroom = with_headroom(qsvs, int16_only_tensors(float_model, int16_operators(float_model)), float_model, growth)
                 qsvs, _ = cut_sigmoid_input_ranges(float_model, qsvs, mode)
                 if part_scales and _levels(mode) is not None:  # static int8/int16x8: one scale per tensor
                     keep_output_joins_in_float(qz, float_model, find_output_joins(float_model, qsvs))
                 if not qsvs:  # every operator left float (a step function and its feeders): nothing to quantize
-                    return float_bytes
+                    return QuantizedFlatbuffer(float_bytes)
             result = qz.quantize(qsvs, enable_progress_report=False)
             model = result.quantized_model
         except QuantizationError:
@@ -468,4 +484,4 @@ def quantize_flatbuffer(
             ) from exc
     if model is None:
         raise QuantizationError(f"ai-edge-quantizer returned no model for recipe {recipe_name(mode)}.")
-    return bytes(model)
+    return QuantizedFlatbuffer(bytes(model), headroom)

@@ -26,17 +26,28 @@ embeddings from 26.1 to 10.3 dB; every other tensor doubled, 26.3 dB (section 43
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..flatbuffer import FlatbufferModel
 
-__all__ = ["HEADROOM_CAP", "MIN_SPLIT_SAMPLES", "growth_between", "int16_only_tensors", "int16_operators", "statistic_tensors", "union_of", "with_headroom"]
+__all__ = ["HEADROOM_CAP", "MIN_SPLIT_SAMPLES", "RangeHeadroom", "growth_between", "int16_only_tensors", "int16_operators", "statistic_tensors", "union_of", "with_headroom"]
 
 HEADROOM_CAP = 2.0
 MIN_SPLIT_SAMPLES = 4
+
+
+@dataclass(frozen=True)
+class RangeHeadroom:
+    """One int16 tensor whose range was widened beyond its calibrated extremes (the report's
+    ``quantization.int16_headroom``): its int16 step is ``factor`` times coarser for it."""
+
+    tensor: str
+    factor: float
 
 _SQUARES = ("SQUARE", "SQUARED_DIFFERENCE")
 # Operators that carry a statistic on: a reduction of it, a constant added, its root, a layout move.
@@ -129,11 +140,11 @@ def growth_between(first: dict[str, Any], second: dict[str, Any]) -> dict[str, f
 
 def with_headroom(
     qsvs: dict[str, Any], names: Iterable[str], model: FlatbufferModel, growth: dict[str, float]
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any], tuple[RangeHeadroom, ...]]:
     """``qsvs`` (ai-edge-quantizer's min/max by tensor name) with each named tensor's range
     multiplied by its ``growth`` (zero stays inside; a range on one side of zero grows away from
     it), except constants, a normalization's statistics and tensors without a growth above 1;
-    returns them and the names widened."""
+    returns them and the tensors widened, by name."""
     skip = statistic_tensors(model) | {t.name for t in model.tensors if t.is_constant}
     result, widened = dict(qsvs), []
     for name in sorted(set(names) - skip):
@@ -147,5 +158,5 @@ def with_headroom(
         if np.any(np.abs(new_lo) > np.finfo(np.float32).max) or np.any(new_hi > np.finfo(np.float32).max):
             continue  # beyond float32: the calibrated range is kept
         result[name] = {**qsv, "min": new_lo.astype(np.float32), "max": new_hi.astype(np.float32)}
-        widened.append(name)
-    return result, widened
+        widened.append(RangeHeadroom(name, math.ceil(float(factor) * 1000) / 1000))  # rounded up: above 1 as it is
+    return result, tuple(widened)

@@ -11,6 +11,7 @@ from ..output.serialize import json_field
 from .bias_saturation import SaturatedBias, saturated_biases
 from .budget import BudgetSection
 from .calibration import CalibrationSummary
+from .int16_headroom import RangeHeadroom
 from .io_types import IOQuantInfo
 from .output_joins import JoinedOutput, joined_outputs
 from .selection import BackendAttempt, IntegerCheck
@@ -41,10 +42,12 @@ class QuantizationResult:
     weight_rounding: str | None = json_field(default=None, omit_none=True)
     # the flatbuffer backend's WeightRounding, for the mixed-precision search to reuse (not reported)
     rounding: Any = field(default=None, repr=False, compare=False)
+    # int16 tensors of the kept model whose ranges were widened beyond calibration (int16_headroom.py)
+    int16_headroom: tuple[RangeHeadroom, ...] = ()
 
     JSON_KEYS = (
         "mode", "backend", "recipe", "observer", "weight_rounding", "reason", "attempts", "fully_integer", "integer_check",
-        "io_dtype", "io", "output_parts", "saturated_biases", "calibration", "calibration_parity", "size_bytes", "warnings",
+        "io_dtype", "io", "output_parts", "saturated_biases", "int16_headroom", "calibration", "calibration_parity", "size_bytes", "warnings",
         "time_budget",
     )
 

@@ -27,6 +27,7 @@ their own.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -146,6 +147,9 @@ class RecipeQuantizer:
         self.qsvs, _ = fr.floor_ranges(qsvs, QuantizeMode.INT8, constants)
         self.part_scales = part_scales
         self.joins = find_output_joins(self.float_model, self.qsvs) if part_scales else ()
+        # the int16 ranges each model made here widened (int16_headroom.py), by the model's digest:
+        # a search keeps one of many models, and the report names what that one's ranges got
+        self.headroom_of: dict[str, tuple] = {}
 
     @classmethod
     def with_ranges(cls, float_bytes: bytes, like: RecipeQuantizer) -> RecipeQuantizer:
@@ -160,7 +164,12 @@ class RecipeQuantizer:
         # found again: the joins are named by operator index, which a rewritten model may shift
         made.joins = find_output_joins(made.float_model, made.qsvs) if like.part_scales else ()
         made.rounding = like.rounding  # found by filter name: a split operator's halves are not rounded again
+        made.headroom_of = like.headroom_of
         return made
+
+    def headroom_of_model(self, data: bytes) -> tuple:
+        """The int16 ranges widened in ``data``, a model this quantizer (or one sharing its record) made."""
+        return self.headroom_of.get(hashlib.sha256(data).hexdigest(), ())
 
     def quantize(self, base: str, overrides: Mapping[QuantizableOp, str] | None = None) -> bytes:
         from ai_edge_quantizer import quantizer as aeq
@@ -186,11 +195,14 @@ class RecipeQuantizer:
                 quantize_constant_operands_per_tensor(qz, self.float_model, _ACTIVATION_BITS.get(base), {**kept_float, **overrides})
                 if not qz.get_quantization_recipe():
                     return self.float_bytes
-                variant = bytes(qz.quantize(self._ranges_for(base, overrides), enable_progress_report=False).quantized_model)
+                ranges, headroom = self._ranges_and_headroom(base, overrides)
+                variant = bytes(qz.quantize(ranges, enable_progress_report=False).quantized_model)
             # Verified here, so a recipe whose result is not a valid model (seen: quantizing only the
             # operator behind an output that another operator also reads left the signature naming
             # a tensor that is no longer an output) is a recipe that failed, not a corrupt input.
             read_flatbuffer(variant, origin="ai-edge-quantizer's result")
+            if headroom:
+                self.headroom_of[hashlib.sha256(variant).hexdigest()] = headroom
             return variant
         except Exception as exc:  # ai-edge-quantizer raises many kinds: all mean this recipe failed
             raise QuantizationError(
@@ -201,25 +213,28 @@ class RecipeQuantizer:
 
 
     def _ranges_for(self, base: str, overrides: Mapping[QuantizableOp, str]) -> dict[str, Any]:
+        return self._ranges_and_headroom(base, overrides)[0]
+
+    def _ranges_and_headroom(self, base: str, overrides: Mapping[QuantizableOp, str]) -> tuple[dict[str, Any], tuple]:
         """The calibrated ranges with headroom for the tensors int16 operators write
         (int16_headroom.py), then sigmoid inputs cut (sigmoid_ranges.py) at int8's bound, or at
         int16's when any operator of the recipe has int16 activations: an int8 tensor cut at the
         wider bound only keeps a coarser step, where int16's cut at int8's would saturate an int16
-        sigmoid at 0.002."""
+        sigmoid at 0.002. Also the tensors widened (int16_headroom.RangeHeadroom)."""
         from .int16_headroom import int16_only_tensors, int16_operators, with_headroom
 
         precisions = ({base} | set(overrides.values())) - {"float"}
         if not precisions:
-            return self.qsvs
+            return self.qsvs, ()
         mode = QuantizeMode.INT16X8 if "int16" in precisions else QuantizeMode.INT8
         if base == "int16":
             int16_ops = int16_operators(self.float_model) - {op.index for op, p in overrides.items() if p != "int16"}
         else:
             int16_ops = {op.index for op, p in overrides.items() if p == "int16"} & int16_operators(self.float_model)
-        qsvs = self.qsvs
+        qsvs, headroom = self.qsvs, ()
         if int16_ops:
-            qsvs = with_headroom(qsvs, int16_only_tensors(self.float_model, int16_ops), self.float_model, self.growth)[0]
-        return cut_sigmoid_input_ranges(self.float_model, qsvs, mode)[0]
+            qsvs, headroom = with_headroom(qsvs, int16_only_tensors(self.float_model, int16_ops), self.float_model, self.growth)
+        return cut_sigmoid_input_ranges(self.float_model, qsvs, mode)[0], headroom
 
     def _rounded_for(self, base: str, overrides: Mapping[QuantizableOp, str]) -> bytes:
         """The float model with the rounded int8 filters of the operators this recipe quantizes

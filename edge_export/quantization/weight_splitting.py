@@ -129,6 +129,7 @@ def search_split_weights(
     )
     # the unsplit model's rounded filters, found by name: an operator not split in a candidate keeps them
     all_split.rounding = quantizer.rounding
+    all_split.headroom_of = quantizer.headroom_of  # one record: the search asks it for the model kept
     calibration_seconds = time.perf_counter() - calibrated
 
     def meets(k: int) -> bool:

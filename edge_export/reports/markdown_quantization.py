@@ -37,6 +37,7 @@ def quant_section(q: QuantizationResult) -> list[str]:
         out.append(f"  - {_e(op.opcode)} #{_e(op.index)} computes in float, from module {_code(op.module)}")
     for w in q.warnings:
         out.append(f"- ⚠️ {_e(w)}")
+    out.extend(_headroom_lines(q.int16_headroom))
     budget = q.time_budget
     if budget is not None:
         spent = "**spent**: the best model found before it is the one kept" if budget.exhausted else "not spent"
@@ -59,6 +60,20 @@ def quant_section(q: QuantizationResult) -> list[str]:
             )
         out.append("")
     return out
+
+
+def _headroom_lines(headroom: tuple, shown: int = 10) -> list[str]:
+    """The int16 tensors given ranges wider than calibrated: a step that much coarser, bought
+    for inputs beyond the calibration samples (quantization/int16_headroom.py)."""
+    if not headroom:
+        return []
+    factors = [h.factor for h in headroom]
+    lines = [f"- int16 ranges widened beyond calibration (headroom for inputs beyond the samples) on {len(headroom)} tensor(s), "
+             f"x{_fmt(min(factors))}-x{_fmt(max(factors))}:"]
+    lines.extend(f"  - {_code(h.tensor)} x{_fmt(h.factor)}" for h in sorted(headroom, key=lambda h: -h.factor)[:shown])
+    if len(headroom) > shown:
+        lines.append(f"  - {len(headroom) - shown} more in the JSON report")
+    return lines
 
 
 def _module_cell(module_path: str | None, module_type: str | None, source: str | None) -> str:

@@ -132,6 +132,22 @@ def test_a_plain_int8_export_that_misses_its_gate_gets_int16_activations_and_say
 
 
 @pytest.mark.slow
+def test_the_kept_search_models_widened_int16_tensors_are_named(encoder_exports):
+    """The report names the tensors the kept model's ranges widened (int16_headroom.py), each an
+    int16 tensor of the written model, or its float input or output (whose int16 copy inside got
+    the range); the all-int8 export has none."""
+    result, report = encoder_exports["plain"]
+    headroom = report["quantization"]["int16_headroom"]
+    model = load_flatbuffer(result.tflite_path)
+    int16 = {t.name for t in model.tensors if t.dtype == "int16"}
+    io = {model.tensors[i].name for i in (*model.inputs, *model.outputs)}
+    assert headroom and {h["tensor"] for h in headroom} <= int16 | io
+    assert {h["tensor"] for h in headroom} & int16
+    assert all(1.0 < h["factor"] <= 2.0 for h in headroom)
+    assert encoder_exports["off"][1]["quantization"]["int16_headroom"] == []
+
+
+@pytest.mark.slow
 def test_the_search_reuses_the_backends_weight_rounding(encoder_exports):
     """The filters are rounded once per export: the search's recipes take the backend's rounding."""
     _, report = encoder_exports["plain"]

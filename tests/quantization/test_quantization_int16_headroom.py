@@ -94,7 +94,7 @@ def test_headroom_doubles_ranges_away_from_zero_and_keeps_statistics_constants_a
     }
     growth = dict.fromkeys(qsvs, 2.0)
     result, widened = int16_headroom.with_headroom(qsvs, qsvs, model, growth)
-    assert widened == sorted(free[:2])
+    assert widened == tuple(int16_headroom.RangeHeadroom(name, 2.0) for name in sorted(free[:2]))
     assert (float(result[free[0]]["min"]), float(result[free[0]]["max"])) == (-3.0, 6.0)
     assert (float(result[free[1]]["min"]), float(result[free[1]]["max"])) == (0.0, 6.0)
     for kept in (free[2], free[3], stats[0], constant):
@@ -102,7 +102,7 @@ def test_headroom_doubles_ranges_away_from_zero_and_keeps_statistics_constants_a
     assert result[free[0]]["min"].dtype == np.float32
     # a tensor's own growth: 1.5x, and none without one (or at 1)
     result, widened = int16_headroom.with_headroom(qsvs, qsvs, model, {free[0]: 1.5, free[1]: 1.0})
-    assert widened == [free[0]] and (float(result[free[0]]["min"]), float(result[free[0]]["max"])) == (-2.25, 4.5)
+    assert widened == (int16_headroom.RangeHeadroom(free[0], 1.5),) and (float(result[free[0]]["min"]), float(result[free[0]]["max"])) == (-2.25, 4.5)
 
 
 def test_growth_is_what_one_half_of_the_samples_missed_clipped_to_the_cap():

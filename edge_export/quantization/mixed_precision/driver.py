@@ -160,7 +160,7 @@ def _kept_model(base: Any, search: Any, io_dtype: Any, export_module: Any) -> tu
         recipe=recipe_of(report),
         reason=base.reason + f"; mixed precision: {report.reason}",
         fully_integer=check.fully_integer, integer_check=check, io=describe_io(final),
-        sqnr_db=None, cosine=None, warnings=warnings,
+        sqnr_db=None, cosine=None, warnings=warnings, int16_headroom=search.int16_headroom,
     )
     if quant.size_bytes <= 0:
         raise QuantizationError("The mixed-precision model is empty.")

@@ -129,6 +129,7 @@ class MixedPrecisionSearch:
     report: MixedPrecisionReport
     model_bytes: bytes | None
     int8_bytes: bytes | None
+    int16_headroom: tuple = ()  # the kept model's int16 ranges widened (int16_headroom.RangeHeadroom)
 
 
 def kept_int16_operators(quant: Any, report: MixedPrecisionReport | None) -> bool:

@@ -173,7 +173,8 @@ def _search_at(
     # The search's own int8 model is kept when it meets the target: the model the export started
     # from missed it (that is why the search ran), and may differ (the zoo's BEiT: 29.6 dB from the
     # backend, 30.1 dB from the int16-ready float model the search quantizes).
-    return MixedPrecisionSearch(report, kept_bytes if kept_count or kept_check.met else None, int8_bytes)
+    kept = kept_bytes if kept_count or kept_check.met else None
+    return MixedPrecisionSearch(report, kept, int8_bytes, quantizer.headroom_of_model(kept) if kept is not None else ())
 
 
 def _measure_every_operator(prefixes: Prefixes, budget: TimeBudget) -> None:
