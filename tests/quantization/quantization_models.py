@@ -140,3 +140,15 @@ class RmsNormed(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.proj(x)
         return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+class Mlp(nn.Module):
+    """Two linear layers with a ReLU between: tensors of int16 headroom (int16_headroom.py) to name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(16, 64)
+        self.head = nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.hidden(x))).flatten(1)

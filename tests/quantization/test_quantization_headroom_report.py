@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 from cli_harness import validate_report
-from quantization_models import make
-from torch import nn
+from quantization_models import Mlp, make
 
 from edge_export import export
 from edge_export.config import InputSpec
@@ -21,16 +20,6 @@ from edge_export.quantization import flatbuffer_recipes
 from edge_export.quantization.calibration import CalibrationSet
 
 SPEC = InputSpec((1, 8, 16), name="x")
-
-
-class Mlp(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.hidden = nn.Linear(16, 64)
-        self.head = nn.Linear(64, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.hidden(x))).flatten(1)
 
 
 def _spiky(n: int = 16) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from quantization_models import RmsNormed, make
+from quantization_models import Mlp, RmsNormed, make
 from torch import nn
 
 from edge_export.config import InputSpec
@@ -32,16 +32,6 @@ class NormedMlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(torch.relu(self.hidden(self.norm(self.proj(x))))).flatten(1)
-
-
-class Mlp(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.hidden = nn.Linear(16, 64)
-        self.head = nn.Linear(64, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.hidden(x))).flatten(1)
 
 
 def _float_bytes(module: nn.Module) -> bytes:
