@@ -212,9 +212,6 @@ class RecipeQuantizer:
             ) from exc
 
 
-    def _ranges_for(self, base: str, overrides: Mapping[QuantizableOp, str]) -> dict[str, Any]:
-        return self._ranges_and_headroom(base, overrides)[0]
-
     def _ranges_and_headroom(self, base: str, overrides: Mapping[QuantizableOp, str]) -> tuple[dict[str, Any], tuple]:
         """The calibrated ranges with headroom for the tensors int16 operators write
         (int16_headroom.py), then sigmoid inputs cut (sigmoid_ranges.py) at int8's bound, or at

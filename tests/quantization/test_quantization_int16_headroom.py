@@ -206,12 +206,12 @@ def test_the_search_gives_headroom_only_to_what_int16_operators_alone_read(norme
         return width(ranges[name]) / width(quantizer.qsvs[name])
 
     # hidden and head at int16: hidden's output, which only head reads, is widened; proj's is not
-    ranges = quantizer._ranges_for("int8", promotion_overrides(quantizer, [hidden, head], "int16"))
+    ranges = quantizer._ranges_and_headroom("int8", promotion_overrides(quantizer, [hidden, head], "int16"))[0]
     assert ratio(ranges, hidden) == pytest.approx(2.0) and ratio(ranges, proj) == pytest.approx(1.0)
     # hidden alone: its int8 reader requantizes its output from the same range, which stays
-    ranges = quantizer._ranges_for("int8", promotion_overrides(quantizer, [hidden], "int16"))
+    ranges = quantizer._ranges_and_headroom("int8", promotion_overrides(quantizer, [hidden], "int16"))[0]
     assert ratio(ranges, hidden) == pytest.approx(1.0)
     # an int16 base: every operator's output but those an int8 one reads
-    ranges = quantizer._ranges_for("int16", {proj: "int8"})
+    ranges = quantizer._ranges_and_headroom("int16", {proj: "int8"})[0]
     assert ratio(ranges, hidden) == pytest.approx(2.0) and ratio(ranges, proj) == pytest.approx(1.0)
-    assert ratio(quantizer._ranges_for("int8", {}), hidden) == pytest.approx(1.0)
+    assert ratio(quantizer._ranges_and_headroom("int8", {})[0], hidden) == pytest.approx(1.0)
